@@ -1,0 +1,77 @@
+"""Model registry, in the style of timm: ``create_model(name, **overrides)``.
+
+A preset is a named config (usually one column of a paper's hyperparameter table)
+bound to a model class. Overrides replace config fields and are validated.
+"""
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import os
+from typing import Any, Callable
+
+from torch import nn
+
+from .base import ModelConfig, PretrainedModel, _load, read_pretrained
+
+_PRESETS: dict[str, tuple[type[PretrainedModel], Callable[[], ModelConfig], str]] = {}
+_MODEL_TYPES: dict[str, type[PretrainedModel]] = {}
+
+
+def register_model_type(cls: type[PretrainedModel]) -> type[PretrainedModel]:
+    _MODEL_TYPES[cls.config_class.model_type] = cls
+    return cls
+
+
+def register_preset(name: str, cls: type[PretrainedModel], make_config: Callable[[], ModelConfig],
+                    source: str = "") -> None:
+    """Register ``name`` → ``cls(make_config())``; ``source`` cites the paper table."""
+    if name in _PRESETS:
+        raise ValueError(f"model preset {name!r} is already registered")
+    _PRESETS[name] = (cls, make_config, source)
+
+
+def _unknown(kind: str, name: str, valid: list[str]) -> KeyError:
+    close = difflib.get_close_matches(name, valid, n=3)
+    hint = f" Did you mean {close}?" if close else ""
+    return KeyError(f"unknown {kind} {name!r}.{hint} Valid: {valid}")
+
+
+def list_models(pattern: str = "*") -> list[str]:
+    """Registered preset names matching a glob pattern, sorted."""
+    return sorted(n for n in _PRESETS if fnmatch.fnmatch(n, pattern))
+
+
+def model_source(name: str) -> str:
+    """The paper table a preset reproduces."""
+    return get_preset(name)[2]
+
+
+def get_preset(name: str) -> tuple[type[PretrainedModel], Callable[[], ModelConfig], str]:
+    if name not in _PRESETS:
+        raise _unknown("model", name, list_models())
+    return _PRESETS[name]
+
+
+def get_config(name: str, **overrides: Any) -> ModelConfig:
+    """The config of preset ``name`` with ``overrides`` applied."""
+    _, make_config, _ = get_preset(name)
+    return make_config().replace(**overrides)
+
+
+def create_model(name: str, **overrides: Any) -> nn.Module:
+    """Build preset ``name``; keyword overrides replace config fields (validated)."""
+    cls, _, _ = get_preset(name)
+    return cls(get_config(name, **overrides))
+
+
+def config_class(model_type: str) -> type[ModelConfig]:
+    if model_type not in _MODEL_TYPES:
+        raise _unknown("model_type", model_type, sorted(_MODEL_TYPES))
+    return _MODEL_TYPES[model_type].config_class
+
+
+def from_pretrained(directory: str | os.PathLike, map_location: str = "cpu") -> nn.Module:
+    """Load any model saved with ``save_pretrained`` (dispatching on its ``model_type``)."""
+    config, state = read_pretrained(directory)
+    return _load(_MODEL_TYPES[config.model_type](config), state, directory, map_location)
