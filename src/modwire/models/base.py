@@ -221,5 +221,8 @@ def _load(model: nn.Module, state: dict[str, torch.Tensor], where: Any, map_loca
     if missing or unexpected:
         raise ValueError(f"weights in {where} do not match the config: missing {sorted(missing)[:5]}, "
                          f"unexpected {sorted(unexpected)[:5]}")
-    model.load_state_dict(state)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:  # shape mismatches: name the files, keep torch's details
+        raise ValueError(f"weights in {where} do not match its config.json: {e}") from None
     return model.to(map_location)

@@ -1,0 +1,151 @@
+import math
+
+import pytest
+import torch
+
+from literal import link_prob, skmdpa_weights
+from modwire.nn import SignatureKernel, attend
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def _probs(kernel, s):
+    return kernel.link_probs(s, s)
+
+
+def test_link_probs_match_nac_eq2():
+    k = SignatureKernel(epsilon=0.7)
+    s_r, s_s = torch.randn(5, 4), torch.randn(6, 4)
+    P = k.link_probs(s_r, s_s)
+    for i in range(5):
+        for j in range(6):
+            assert P[i, j].item() == pytest.approx(link_prob(s_r[i], s_s[j], 0.7).item(), abs=1e-6)
+    assert torch.allclose(_probs(k, s_r).diagonal(), torch.ones(5), atol=1e-6)  # P_ii = 1 (self-edges)
+
+
+def test_expected_mode_bias_is_log_k_hat_of_p():
+    k = SignatureKernel(eval_mode="expected", delta=1e-3).eval()
+    s = torch.randn(6, 8)
+    P = _probs(k, s)
+    bias = k(s, s).log_kernel[0, 0]
+    torch.testing.assert_close(bias, torch.log(P / (1e-3 + P.sum(-1, keepdim=True))), atol=1e-5, rtol=1e-5)
+    # and it is deterministic
+    torch.testing.assert_close(k(s, s).log_kernel, k(s, s).log_kernel)
+
+
+def test_threshold_mode_keeps_exactly_pairs_with_p_above_half():
+    k = SignatureKernel(eval_mode="threshold").eval()
+    s = torch.randn(12, 3)
+    P = _probs(k, s)
+    q, kk, v = torch.randn(1, 1, 12, 4), torch.randn(1, 1, 12, 4), torch.randn(1, 1, 12, 4)
+    _, w = attend(q, kk, v, k(s, s), return_weights=True)
+    assert ((w[0, 0] > 0) == (P > 0.5)).all()
+    assert (P > 0.5).any() and (P <= 0.5).any()  # the test exercises both sides
+
+
+def test_concrete_samples_in_unit_interval_with_bernoulli_p_marginal():
+    # Concrete(P, τ): K > 1/2 exactly when the underlying Bernoulli(P) draw is 1.
+    k = SignatureKernel(tau=0.5, train_mode="sample").train()
+    s = torch.randn(6, 5)
+    P = _probs(k, s)
+    log_k = k.log_kernel(P.log(), batch_size=20000, mode="sample")
+    # K ∈ (0, 1) strictly; checked in the log domain, where fp32 can represent it
+    # (exp(log K) rounds to 1.0 on the diagonal, P_ii = 1).
+    assert torch.isfinite(log_k).all() and (log_k < 0).all()
+    K = log_k.exp()
+    off = ~torch.eye(6, dtype=torch.bool)
+    freq = (K > 0.5).float().mean(0)
+    assert (freq[off] - P[off]).abs().max() < 0.02  # 20000 draws: std ≤ 0.0035
+    assert (freq.diagonal() == 1).all()             # P_ii = 1
+
+
+def test_concrete_samples_harden_as_tau_goes_to_zero():
+    s = torch.randn(8, 5)
+    fractions = []
+    for tau in (2.0, 0.5, 0.05):
+        k = SignatureKernel(tau=tau).train()
+        K = k.log_kernel(_probs(k, s).log(), 2000, "sample").exp()
+        fractions.append(((K < 0.01) | (K > 0.99)).float().mean().item())
+    assert fractions[0] < fractions[1] < fractions[2] and fractions[2] > 0.9
+
+
+def test_skmdpa_attention_matches_nac_eq3_literally():
+    # One sampled kernel per example, shared by all heads.
+    k = SignatureKernel(tau=0.5, delta=1e-2).train()
+    U, B, H, dh = 5, 2, 3, 4
+    s = torch.randn(U, 6)
+    torch.manual_seed(1)
+    bias = k(s, s, batch_size=B)
+    torch.manual_seed(1)
+    K = k.log_kernel(_probs(k, s).log(), B, "sample").exp()  # the same draw
+    q, kk, v = (torch.randn(B, H, U, dh) for _ in range(3))
+    out_fused, _ = attend(q, kk, v, bias)
+    out_ref, w = attend(q, kk, v, bias, return_weights=True)
+    for b in range(B):
+        for h in range(H):
+            W = skmdpa_weights(q[b, h], kk[b, h], K[b], delta=1e-2)
+            torch.testing.assert_close(w[b, h], W, atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(out_fused[b, h], W @ v[b, h], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(out_fused, out_ref, atol=1e-5, rtol=1e-5)
+
+
+def test_train_stochastic_eval_deterministic():
+    k = SignatureKernel()
+    s = torch.randn(6, 4)
+    k.train()
+    assert not torch.equal(k(s, s, 2).log_kernel, k(s, s, 2).log_kernel)
+    assert k(s, s, 3).log_kernel.shape == (3, 1, 6, 6)  # a fresh sample per example
+    k.eval()
+    assert torch.equal(k(s, s, 2).log_kernel, k(s, s, 2).log_kernel)
+
+
+def test_truncation_masks_far_pairs_and_gradients_still_reach_signatures():
+    k = SignatureKernel(truncation=0.8, eval_mode="expected").eval()
+    s = torch.randn(10, 3, requires_grad=True)
+    bias = k(s, s)
+    q, kk, v = torch.randn(1, 2, 10, 4), torch.randn(1, 2, 10, 4), torch.randn(1, 2, 10, 4)
+    out, w = attend(q, kk, v, bias, return_weights=True)
+    d = 1 - torch.nn.functional.cosine_similarity(s[:, None], s[None], dim=-1)
+    assert (w[0, :, d > 0.8] == 0).all() and (w[0, :, d <= 0.8] > 0).all()
+    assert (d > 0.8).any()
+    out.square().sum().backward()
+    assert torch.isfinite(s.grad).all() and s.grad.abs().sum() > 0
+
+
+def test_all_senders_masked_gives_finite_zero_message_and_finite_gradients():
+    k = SignatureKernel().train()
+    s_r = torch.randn(3, 4, requires_grad=True)
+    s_s = torch.randn(5, 4, requires_grad=True)
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    mask[1] = False  # receiver 1 has no sender
+    bias = k(s_r, s_s, batch_size=2, mask=mask)
+    q, kk, v = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4)
+    for return_weights in (False, True):
+        out, _ = attend(q, kk, v, bias, return_weights=return_weights)
+        assert torch.isfinite(out).all()
+        assert (out[:, :, 1] == 0).all() and (out[:, :, [0, 2]] != 0).any()
+    out.sum().backward()
+    assert torch.isfinite(s_r.grad).all() and torch.isfinite(s_s.grad).all()
+
+
+def test_learnable_epsilon_stays_positive_and_gets_gradients():
+    k = SignatureKernel(epsilon=0.5, learn_epsilon=True).train()
+    assert k.epsilon.item() == pytest.approx(0.5)
+    with torch.no_grad():
+        k.log_epsilon.fill_(-30.0)  # any real value of the parameter is a valid ε
+    assert k.epsilon.item() > 0
+    with torch.no_grad():
+        k.log_epsilon.fill_(math.log(0.5))
+    s = torch.randn(4, 3)
+    k(s, s, 2).log_kernel.sum().backward()
+    assert k.log_epsilon.grad is not None and k.log_epsilon.grad.abs() > 0
+
+
+def test_bad_kernel_arguments_are_named():
+    with pytest.raises(ValueError, match="eval_mode must be one of"):
+        SignatureKernel(eval_mode="mean")
+    with pytest.raises(ValueError, match="must be > 0"):
+        SignatureKernel(epsilon=0.0)
