@@ -70,7 +70,7 @@ def test_loading_bad_directories_gives_clear_errors(tmp_path):
     cfg = json.loads((tmp_path / "config.json").read_text())
     cfg["num_processor_modules"] = 13
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ValueError, match="do not match its config.json.*size mismatch"):
+    with pytest.raises(ValueError, match="(?s)do not match its config.json.*size mismatch"):
         modwire.from_pretrained(tmp_path)
     cfg["model_type"] = "perceiver_io"
     (tmp_path / "config.json").write_text(json.dumps(cfg))
