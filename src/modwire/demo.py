@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from . import create_model, model_source
+from . import create_model, list_models, model_source
 
 
 def forward_throughput(model: torch.nn.Module, x: torch.Tensor, iters: int) -> tuple[float, torch.Tensor]:
@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--iters", type=int, default=2)
-    ap.add_argument("--models", nargs="+", default=["nac_tiny_imagenet", "perceiver_io_tiny_imagenet"])
+    ap.add_argument("--models", nargs="+", default=["nac_tiny_imagenet", "perceiver_io_tiny_imagenet"],
+                    choices=list_models(), metavar="MODEL", help=f"presets, any of {list_models()}")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     print(f"modwire demo: inference forward on a batch of {args.batch} images, "
