@@ -81,14 +81,19 @@ class ModulatedLinear(nn.Module):
         h = F.layer_norm(F.linear(code, self.code_proj), (self.in_features,))
         return 1.0 + self.alpha * h if self.modulation == "nac" else h
 
-    def forward(self, x: Tensor, code: Tensor | None = None, m: Tensor | None = None) -> Tensor:
-        """``W (x ⊙ m(c)) + b``. Pass a precomputed ``m`` to reuse it across calls."""
+    def forward(self, x: Tensor, code: Tensor | None = None, m: Tensor | None = None,
+                inplace: bool = False) -> Tensor:
+        """``W (x ⊙ m(c)) + b``. Pass a precomputed ``m`` to reuse it across calls.
+
+        ``inplace=True`` lets the layer overwrite ``x`` with ``x ⊙ m``: for callers that
+        own a temporary ``x`` (the FFN hidden layer). On CPU this avoids allocating,
+        and page-faulting, a fresh ``[B, U, d_in]`` tensor per call."""
         if m is None and self.modulation != "none":
             if code is None:
                 raise ValueError("a modulated layer needs a code tensor [U, d_code] or [B, U, d_code]")
             m = self.modulation_factor(code)
         if m is not None:
-            x = x * m
+            x = x.mul_(m) if inplace and x.shape == torch.broadcast_shapes(x.shape, m.shape) else x * m
         return F.linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
@@ -123,10 +128,10 @@ class ModulatedFFN(nn.Module):
         h = self.fc1(x, code)
         if self.activation == "geglu":
             a, gate = h.chunk(2, dim=-1)
-            h = a * F.gelu(gate)
+            h = F.gelu(gate).mul_(a)  # a ⊙ GELU(g), written into GELU's fresh output
         else:
             h = F.gelu(h)
-        return self.fc2(h, code)
+        return self.fc2(h, code, inplace=True)  # h is ours: modulate it in place
 
 
 class FFNBlock(nn.Module):
