@@ -163,3 +163,22 @@ def test_module_counts_scale_cheaply():
     a, b = micro(), micro(num_processor_modules=24)
     assert b.num_parameters() - a.num_parameters() == 12 * (a.config.d_code + a.config.d_sig)
     assert isinstance(a, NAC)
+
+
+def test_fresh_kernel_sample_per_layer_in_training_one_deterministic_kernel_in_eval(monkeypatch):
+    model = micro(num_layers=3)
+    calls = []
+    original = type(model.kernel).forward
+
+    def spy(self, s_recv, s_send, batch_size=1, mask=None):
+        out = original(self, s_recv, s_send, batch_size, mask)
+        calls.append(out.log_kernel)
+        return out
+
+    monkeypatch.setattr(type(model.kernel), "forward", spy)
+    model.train()(torch.randn(2, 5, 8))
+    assert len(calls) == 3 + 1  # one per propagator, one for the read-out
+    assert calls[0].shape == (2, 1, 12, 12) and not torch.allclose(calls[0], calls[1])
+    calls.clear()
+    model.eval()(torch.randn(2, 5, 8))
+    assert len(calls) == 1 + 1  # expected mode: the same kernel serves every layer

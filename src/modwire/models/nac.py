@@ -154,9 +154,12 @@ class NAC(PretrainedModel):
         tokens = self.tokenizer(x)                                   # [B, N, token_dim]
         codes, theta = self.processors.codes, self.processors.initial_states()
         theta, w = self.read_in(theta, tokens, codes, want, read_in)  # Eq. 4-5
-        weights = []
+        weights, bias = [], None
+        resample = self.kernel is not None and self.kernel.mode == "sample"
         for layer in self.propagators:                               # SKMDPA + ModFFN
-            theta, w_l = layer(theta, codes, self._kernel(self.processors, tokens.shape[0]), want)
+            if bias is None or resample:  # a fresh sample per layer; a deterministic kernel once
+                bias = self._kernel(self.processors, tokens.shape[0])
+            theta, w_l = layer(theta, codes, bias, want)
             weights.append(w_l)
         if want:
             intermediates.update(read_in_attention=w, propagator_attention=weights, states=theta)
