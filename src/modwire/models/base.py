@@ -171,6 +171,10 @@ class PretrainedModel(nn.Module):
     config_class: ClassVar[type[ModelConfig]]
     config: ModelConfig
 
+    @property
+    def num_classes(self) -> int:
+        return self.config.num_classes
+
     def num_parameters(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 

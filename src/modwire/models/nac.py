@@ -133,10 +133,6 @@ class NAC(PretrainedModel):
         self.read_out = ReadOut(c.d_model, c.num_output_modules, c.read_out_heads, c.ffn_hidden,
                                 c.num_classes, **mod)
 
-    @property
-    def num_classes(self) -> int:
-        return self.config.num_classes
-
     def link_probs(self) -> Tensor | None:
         """``P`` among processor modules (NAC Eq. 2), ``[U_p, U_p]``; None without a kernel."""
         s = self.processors.signatures

@@ -66,10 +66,6 @@ class PerceiverIO(PretrainedModel):
         self.read_out = ReadOut(c.d_model, c.num_output_queries, c.output_heads, c.ffn_hidden,
                                 c.num_classes, **plain)
 
-    @property
-    def num_classes(self) -> int:
-        return self.config.num_classes
-
     def forward_features(self, x: Tensor, intermediates: dict[str, Any] | None = None) -> Tensor:
         """Encoder and latent transformer: latent states ``[B, U, d_model]``."""
         want = intermediates is not None

@@ -1,0 +1,57 @@
+import pytest
+import torch
+
+import modwire
+from modwire.nn import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer
+
+
+def test_conv_tokenizer_app_c_shapes_and_concatenated_positions():
+    tok = ConvTokenizer(image_size=64, in_channels=3, channels=320, pos_dim=64)
+    out = tok(torch.randn(2, 3, 64, 64))
+    assert out.shape == (2, 64, 384) and tok.out_dim == 384  # 64×64 → 8×8 tokens
+    for b in range(2):  # learned 64-d positions are concatenated, the same for every sample
+        torch.testing.assert_close(out[b, :, 320:], tok.pos)
+    assert [m.stride for m in (tok.stem[0], tok.down[0])] == [(4, 4), (2, 2)]
+    assert tok.block.dwconv.kernel_size == (7, 7)
+    assert ConvTokenizer(image_size=224, channels=448).num_tokens == 28 * 28  # ImageNet (App. C)
+
+
+def test_conv_tokenizer_is_local_a_pixel_change_moves_only_nearby_tokens():
+    tok = ConvTokenizer(image_size=64, channels=16, pos_dim=4)
+    x = torch.randn(1, 3, 64, 64)
+    y = x.clone()
+    y[0, :, 0, 0] += 1.0  # top-left pixel: token (0,0), and its 7×7 neighbourhood at stride 4
+    diff = (tok(x) - tok(y)).abs().sum(-1).view(8, 8)
+    assert diff[0, 0] > 0 and diff[4:, :].sum() == 0 and diff[:, 4:].sum() == 0
+
+
+def test_linear_tokenizer_with_and_without_positions():
+    tok = LinearTokenizer(5, 7, max_len=10)
+    x = torch.randn(2, 4, 5)
+    torch.testing.assert_close(tok(x), tok.proj(x) + tok.pos.weight[:4])
+    with pytest.raises(ValueError, match="sequence length 11 exceeds max_len 10"):
+        tok(torch.randn(1, 11, 5))
+    assert LinearTokenizer(5, 7).pos is None
+
+
+def test_embedding_tokenizer_for_bytes():
+    tok = EmbeddingTokenizer(256, 8, max_len=32)
+    ids = torch.tensor([list(b"hello world")])
+    torch.testing.assert_close(tok(ids), tok.embed.weight[ids] + tok.pos.weight[:11])
+    with pytest.raises(ValueError, match="integer ids"):
+        tok(torch.randn(1, 5))
+
+
+def test_nac_on_byte_sequences():
+    model = modwire.create_model("nac_micro", tokenizer="embedding", vocab_size=256, max_len=64).eval()
+    logits = model(torch.randint(0, 256, (3, 40)))
+    assert logits.shape == (3, 5) and torch.isfinite(logits).all()
+
+
+def test_tokenizer_config_errors_name_the_field():
+    with pytest.raises(ValueError, match="'tokenizer'.*'patch'.*conv"):
+        modwire.create_model("nac_micro", tokenizer="patch")
+    with pytest.raises(ValueError, match="'vocab_size'"):
+        modwire.create_model("nac_micro", tokenizer="embedding")
+    with pytest.raises(ValueError, match="'image_size'.*multiple of 8"):
+        modwire.create_model("nac_small", image_size=30)
