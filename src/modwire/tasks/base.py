@@ -1,0 +1,82 @@
+"""Tasks: a dataset per split, how the model reads its inputs, the loss and the metrics.
+
+A task is registered once with :func:`register_task`: a :class:`TaskInfo` (what a
+model needs to know to be built for it, and how it is scored) and a ``build``
+function ``build(split, **params) -> torch.utils.data.Dataset`` whose items are
+``(input, target)`` tensors. Built-in generators need no files and make each sample
+a pure function of ``(seed, index)``, so a split is a fixed dataset; loaders read the
+official on-disk formats from ``root`` and never download.
+"""
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from torch.utils.data import Dataset
+
+LOSSES = ("cross_entropy", "mse")
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """What a model and a trainer need to know about a task.
+
+    name: registry name. kind: ``"generator"`` (built in) or ``"loader"`` (reads files).
+    num_classes: output width (1 for scalar regression).
+    model_overrides: config fields that fit a model's tokenizer to the inputs, e.g.
+        ``{"tokenizer": "embedding", "vocab_size": 16, "max_len": 2000}``.
+    loss: one of ``LOSSES``. metrics: names from :mod:`modwire.tasks.metrics`.
+    splits: the split names ``build`` accepts. params: defaults of ``build``'s keyword
+        parameters (documented there). collate: optional batch collation (padding).
+    """
+
+    name: str
+    kind: str
+    description: str
+    num_classes: int
+    model_overrides: dict[str, Any]
+    loss: str = "cross_entropy"
+    metrics: tuple[str, ...] = ("top1",)
+    splits: tuple[str, ...] = ("train", "val", "test")
+    params: dict[str, Any] = field(default_factory=dict)
+    collate: Callable | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("generator", "loader"):
+            raise ValueError(f"task {self.name!r}: kind must be 'generator' or 'loader', got {self.kind!r}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"task {self.name!r}: loss must be one of {LOSSES}, got {self.loss!r}")
+
+
+_TASKS: dict[str, tuple[TaskInfo, Callable[..., Dataset]]] = {}
+
+
+def register_task(info: TaskInfo, build: Callable[..., Dataset]) -> None:
+    if info.name in _TASKS:
+        raise ValueError(f"task {info.name!r} is already registered")
+    _TASKS[info.name] = (info, build)
+
+
+def list_tasks(pattern: str = "*", kind: str | None = None) -> list[str]:
+    return sorted(n for n, (i, _) in _TASKS.items() if fnmatch.fnmatch(n, pattern) and kind in (None, i.kind))
+
+
+def get_task(name: str) -> TaskInfo:
+    if name not in _TASKS:
+        valid = list_tasks()
+        close = difflib.get_close_matches(name, valid, n=3)
+        raise KeyError(f"unknown task {name!r}.{f' Did you mean {close}?' if close else ''} Valid: {valid}")
+    return _TASKS[name][0]
+
+
+def build_dataset(name: str, split: str, **params: Any) -> Dataset:
+    """The dataset of one split of task ``name``; ``params`` override the task's defaults."""
+    info = get_task(name)
+    if split not in info.splits:
+        raise ValueError(f"task {name!r} has splits {list(info.splits)}, got {split!r}")
+    unknown = sorted(set(params) - set(info.params))
+    if unknown:
+        raise KeyError(f"unknown parameter(s) {unknown} for task {name!r}; valid: {sorted(info.params)}")
+    return _TASKS[name][1](split, **{**info.params, **params})

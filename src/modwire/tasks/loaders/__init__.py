@@ -1,0 +1,1 @@
+"""Loaders for official on-disk dataset formats. Each module registers its tasks on import."""
