@@ -175,6 +175,10 @@ class PretrainedModel(nn.Module):
     def num_classes(self) -> int:
         return self.config.num_classes
 
+    def no_weight_decay(self) -> tuple[str, ...]:
+        """Name fragments of parameters trained without weight decay (besides all 1-D ones)."""
+        return ("tokenizer.pos",)
+
     def num_parameters(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 

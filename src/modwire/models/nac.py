@@ -133,6 +133,10 @@ class NAC(PretrainedModel):
         self.read_out = ReadOut(c.d_model, c.num_output_modules, c.read_out_heads, c.ffn_hidden,
                                 c.num_classes, **mod)
 
+    def no_weight_decay(self) -> tuple[str, ...]:
+        """NAC App. C: no weight decay on signatures, codes and positional encodings."""
+        return ("signatures", "codes", "tokenizer.pos")
+
     def link_probs(self) -> Tensor | None:
         """``P`` among processor modules (NAC Eq. 2), ``[U_p, U_p]``; None without a kernel."""
         s = self.processors.signatures

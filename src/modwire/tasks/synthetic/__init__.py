@@ -1,1 +1,12 @@
-"""Built-in task generators (no files needed). Each module registers its tasks on import."""
+"""Built-in task generators (no files needed). Each module registers its tasks on import.
+
+Every sample is a pure function of ``(seed, split, index)`` (see ``_common``):
+
+* ``listops`` (:mod:`.listops`): LRA ListOps, token ids, 10 classes.
+* ``triangle`` (:mod:`.triangle`): equilateral or not, 64×64 images, 2 classes.
+* ``sort_of_clevr`` (:mod:`.sort_of_clevr`): one question about a 75×75 scene per item,
+  patch tokens carrying the question, 10 answers.
+* ``fuzzy_boolean`` / ``fuzzy_boolean_adapt`` (:mod:`.fuzzy_boolean`): NI's fuzzy Boolean
+  regression, pre-training (functions 0-19) and adaptation (20-29).
+"""
+from . import fuzzy_boolean, listops, sort_of_clevr, triangle  # noqa: F401  (register the tasks)

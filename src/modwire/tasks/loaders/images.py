@@ -1,0 +1,195 @@
+"""Image folders: Tiny-ImageNet and ImageNet-R-style renditions mapped onto its classes.
+
+Inputs are float tensors ``[3, H, W]`` with values in ``[0, 1]`` (RGB; grayscale or
+palette images are converted to RGB). No mean/std normalisation is applied: that is
+the trainer's or the augmentation's job (pass ``transform=``, a callable applied to
+the tensor). Decoding needs Pillow (the ``images`` extra), imported on first use.
+
+Class indices follow the order of the lines of ``wnids.txt`` (the file shipped with
+Tiny-ImageNet), not the sorted order of the folder names.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..base import TaskInfo, register_task
+from ._common import LoaderDataset, first_dir, malformed, missing, require_root
+
+TINY_LAYOUT = """\
+<root>/                        (the folder tiny-imagenet-200/, or its parent)
+  wnids.txt                    one WordNet id per line; line i is class i (200 lines)
+  train/<wnid>/images/*.JPEG   64x64 images of class <wnid>
+  val/images/*.JPEG
+  val/val_annotations.txt      lines: <file>\\t<wnid>\\t<x0>\\t<y0>\\t<x1>\\t<y1>"""
+
+R_LAYOUT = """\
+<root>/                        (e.g. imagenet-r/)
+  <wnid>/*.jpg|*.jpeg|*.png    one folder per class, named by its WordNet id
+wnids=<path to Tiny-ImageNet wnids.txt> (labels = its line numbers; other folders are skipped)
+  or wnids=None (labels = index of the folder in sorted order)"""
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+RESIZE_MODES = ("center_crop", "stretch")
+
+
+def _pil():
+    try:
+        from PIL import Image
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("image loaders need Pillow: pip install 'modwire[images]'") from exc
+    return Image
+
+
+def load_rgb(path: Path, size: int, resize: str = "center_crop") -> Tensor:
+    """Decode ``path`` to a float ``[3, size, size]`` tensor in [0, 1].
+
+    An image of another size is resized: ``center_crop`` scales the shorter side to
+    ``size`` (bicubic, antialiased) and crops the centre; ``stretch`` scales both sides.
+    """
+    Image = _pil()
+    with Image.open(path) as im:
+        im = im.convert("RGB")
+        if im.size != (size, size):
+            if resize == "stretch":
+                im = im.resize((size, size), Image.Resampling.BICUBIC)
+            else:
+                w, h = im.size
+                s = size / min(w, h)
+                nw, nh = max(size, round(w * s)), max(size, round(h * s))
+                im = im.resize((nw, nh), Image.Resampling.BICUBIC)
+                left, top = (nw - size) // 2, (nh - size) // 2
+                im = im.crop((left, top, left + size, top + size))
+        arr = np.array(im, dtype=np.uint8)  # [H, W, 3], a writable copy
+    return torch.from_numpy(arr).permute(2, 0, 1).float().div_(255.0)
+
+
+class ImageListDataset(LoaderDataset):
+    """``(path, label)`` pairs decoded on access into ``([3, size, size] float, long)``."""
+
+    def __init__(self, samples: list[tuple[Path, int]], classes: list[str], size: int,
+                 resize: str = "center_crop", transform: Callable | None = None) -> None:
+        super().__init__(transform)
+        self.samples, self.classes, self.size, self.resize = samples, classes, size, resize
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        path, label = self.samples[index]
+        return self._out(load_rgb(path, self.size, self.resize), torch.tensor(label, dtype=torch.long))
+
+
+def read_wnids(path: Path, task: str, layout: str) -> list[str]:
+    try:
+        lines = path.read_text(encoding="utf-8").split()
+    except FileNotFoundError:
+        raise missing(task, f"class list {path.name} not found", layout, path.parent) from None
+    except UnicodeDecodeError as exc:
+        raise malformed(task, path, f"not text ({exc})", layout) from None
+    if not lines:
+        raise malformed(task, path, "no WordNet ids in it", layout)
+    if len(set(lines)) != len(lines):
+        dup = sorted({w for w in lines if lines.count(w) > 1})
+        raise malformed(task, path, f"repeated WordNet ids {dup[:5]}", layout)
+    return lines
+
+
+def _is_image(p: Path, suffixes: Sequence[str] = IMAGE_SUFFIXES) -> bool:
+    return p.is_file() and p.suffix.lower() in suffixes and not p.name.startswith(".")
+
+
+def build_tiny_imagenet(split: str, root: Any = None, transform: Callable | None = None) -> ImageListDataset:
+    """Tiny-ImageNet ``train`` (100,000 images) or ``val`` (10,000 images); 200 classes."""
+    task = "tiny_imagenet"
+    path = require_root(task, root, TINY_LAYOUT)
+    if not (path / "wnids.txt").is_file() and (path / "tiny-imagenet-200" / "wnids.txt").is_file():
+        path = path / "tiny-imagenet-200"
+    wnids = read_wnids(path / "wnids.txt", task, TINY_LAYOUT)
+    index = {w: i for i, w in enumerate(wnids)}
+    samples: list[tuple[Path, int]] = []
+    if split == "train":
+        for w in wnids:
+            folder = path / "train" / w / "images"
+            if not folder.is_dir():
+                raise missing(task, f"no folder train/{w}/images for class {w} of wnids.txt", TINY_LAYOUT,
+                              first_dir(path / "train" / w, path / "train", path))
+            files = sorted(p for p in folder.iterdir() if _is_image(p))
+            if not files:
+                raise missing(task, f"no images in train/{w}/images", TINY_LAYOUT, folder)
+            samples += [(p, index[w]) for p in files]
+    else:
+        ann, images = path / "val" / "val_annotations.txt", path / "val" / "images"
+        if not ann.is_file() or not images.is_dir():
+            raise missing(task, "val/val_annotations.txt or val/images/ not found", TINY_LAYOUT,
+                          first_dir(path / "val", path))
+        present = {p.name for p in images.iterdir()}
+        for n, line in enumerate(ann.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            fields = line.split("\t")
+            if len(fields) < 2:
+                raise malformed(task, ann, f"line {n} has no <TAB>-separated wnid: {line!r}", TINY_LAYOUT)
+            name, w = fields[0].strip(), fields[1].strip()
+            if w not in index:
+                raise malformed(task, ann, f"line {n}: wnid {w!r} is not in wnids.txt", TINY_LAYOUT)
+            if name not in present:
+                raise missing(task, f"val/images/{name} (line {n} of val_annotations.txt) not found",
+                              TINY_LAYOUT, images)
+            samples.append((images / name, index[w]))
+        if not samples:
+            raise malformed(task, ann, "no annotations", TINY_LAYOUT)
+    return ImageListDataset(samples, wnids, 64, transform=transform)
+
+
+def build_tiny_imagenet_r(split: str, root: Any = None, wnids: Any = None, image_size: int = 64,
+                          resize: str = "center_crop", transform: Callable | None = None) -> ImageListDataset:
+    """ImageNet-R-style folders ``<root>/<wnid>/*`` as an evaluation set for Tiny-ImageNet models.
+
+    ``wnids``: a path to Tiny-ImageNet's ``wnids.txt`` or a sequence of wnids; labels are
+    positions in it and folders of other classes are skipped (ImageNet-R and
+    Tiny-ImageNet share only some classes). ``None``: the folders themselves, sorted,
+    are the classes. Images are resized to ``image_size`` (see :func:`load_rgb`).
+    """
+    task = "tiny_imagenet_r"
+    if resize not in RESIZE_MODES:
+        raise ValueError(f"{task}: resize must be one of {list(RESIZE_MODES)}, got {resize!r}")
+    path = require_root(task, root, R_LAYOUT)
+    folders = sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith((".", "__")))
+    if wnids is None:
+        classes = folders
+    elif isinstance(wnids, (str, Path)):
+        classes = read_wnids(Path(wnids), task, R_LAYOUT)
+    else:
+        classes = [str(w) for w in wnids]
+    index = {w: i for i, w in enumerate(classes)}
+    used = [f for f in folders if f in index]
+    if not used:
+        raise missing(task, f"no class folder named by one of the {len(classes)} wnids "
+                            f"(e.g. {classes[:3]})" if classes else "no class folders", R_LAYOUT, path)
+    samples = []
+    for w in used:
+        samples += [(p, index[w]) for p in sorted((path / w).iterdir()) if _is_image(p)]
+    if not samples:
+        raise missing(task, "no .jpg/.jpeg/.png images in the class folders", R_LAYOUT, path / used[0])
+    return ImageListDataset(samples, classes, image_size, resize, transform)
+
+
+register_task(TaskInfo(
+    name="tiny_imagenet", kind="loader",
+    description="Tiny-ImageNet (200 classes, 64x64 RGB in [0,1], not normalised) from the official folder layout",
+    num_classes=200, model_overrides={"tokenizer": "conv", "image_size": 64, "in_channels": 3},
+    metrics=("top1", "top5"), splits=("train", "val"), params={"root": None, "transform": None},
+), build_tiny_imagenet)
+
+register_task(TaskInfo(
+    name="tiny_imagenet_r", kind="loader",
+    description="ImageNet-R-style renditions <root>/<wnid>/*.jpg on Tiny-ImageNet class indices, resized to 64x64",
+    num_classes=200, model_overrides={"tokenizer": "conv", "image_size": 64, "in_channels": 3},
+    metrics=("top1", "top5"), splits=("test",),
+    params={"root": None, "wnids": None, "image_size": 64, "resize": "center_crop", "transform": None},
+), build_tiny_imagenet_r)

@@ -1,0 +1,146 @@
+"""MNIST and Fashion-MNIST from idx files (plain or gzipped).
+
+Inputs are float ``[1, pad_to, pad_to]`` in [0, 1]: the 28×28 digit zero-padded
+centrally to ``pad_to`` (default 32), because the conv tokenizer needs an image size
+that is a multiple of 8 and 28 is not. ``pad_to=28`` (or ``None``) keeps 28×28 — then
+use a model with another tokenizer, or override ``image_size`` accordingly.
+Fashion-MNIST's root defaults to ``/usr/share/datasets/fashion-mnist/``, where
+Debian's package ``dataset-fashion-mnist`` installs the four ``*.gz`` files.
+
+idx format: a big-endian header ``0x00 0x00 <type> <ndim>`` then ``ndim`` uint32
+sizes, then the data; only unsigned bytes (type 0x08) are accepted, images with 3
+dimensions (magic 0x00000803) and labels with 1 (0x00000801).
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..base import TaskInfo, register_task
+from ._common import LoaderDataset, malformed, missing, require_root
+
+DEBIAN_FASHION_MNIST = "/usr/share/datasets/fashion-mnist/"
+
+LAYOUT = """\
+<root>/                                (also accepted: <root>/raw/, <root>/{name}/raw/)
+  train-images-idx3-ubyte[.gz]         idx: magic 0x00000803, N, 28, 28, then N*28*28 bytes
+  train-labels-idx1-ubyte[.gz]         idx: magic 0x00000801, N, then N label bytes 0-9
+  t10k-images-idx3-ubyte[.gz]          (split "test")
+  t10k-labels-idx1-ubyte[.gz]"""
+
+IDX_MAGIC = {3: 0x00000803, 1: 0x00000801}
+
+
+def _layout(task: str) -> str:
+    return LAYOUT.replace("{name}", "FashionMNIST" if task == "fashion_mnist" else "MNIST")
+
+
+def read_idx(path: Path, ndim: int, task: str = "mnist") -> np.ndarray:
+    """The uint8 array of an idx file (gzip detected by its magic bytes, not the name)."""
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise malformed(task, path, f"broken gzip stream ({exc})", _layout(task)) from None
+    if len(raw) < 4 + 4 * ndim:
+        raise malformed(task, path, f"{len(raw)} bytes, shorter than an idx header", _layout(task))
+    magic = int.from_bytes(raw[:4], "big")
+    if magic != IDX_MAGIC[ndim]:
+        raise malformed(task, path, f"idx magic 0x{magic:08x}, expected 0x{IDX_MAGIC[ndim]:08x} "
+                                    f"(unsigned bytes, {ndim} dimension{'s' if ndim > 1 else ''})", _layout(task))
+    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    body = memoryview(raw)[4 + 4 * ndim:]
+    size = int(np.prod(dims))
+    if len(body) != size:
+        what = "truncated" if len(body) < size else "has trailing bytes"
+        raise malformed(task, path, f"{what}: header says {dims} = {size} bytes of data, found {len(body)}",
+                        _layout(task))
+    return np.frombuffer(body, dtype=np.uint8).reshape(dims)
+
+
+def _find(folders: list[Path], prefix: str, kind: str) -> Path | None:
+    for folder in folders:
+        for sep in ("-", "."):  # "train-images-idx3-ubyte" and the "train-images.idx3-ubyte" variant
+            for gz in ("", ".gz"):
+                p = folder / f"{prefix}-{kind}{sep}idx{3 if kind == 'images' else 1}-ubyte{gz}"
+                if p.is_file():
+                    return p
+    return None
+
+
+class MnistDataset(LoaderDataset):
+    """uint8 images ``[N, 28, 28]`` → ``(float [1, S, S] in [0, 1], long)`` with central zero padding."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, pad_to: int | None,
+                 transform: Callable | None = None) -> None:
+        super().__init__(transform)
+        self.images = torch.from_numpy(images.copy())
+        self.labels = torch.from_numpy(labels.astype(np.int64))
+        h, w = images.shape[1:]
+        size = pad_to or max(h, w)
+        if size < max(h, w):
+            raise ValueError(f"pad_to={pad_to} is smaller than the images ({h}x{w})")
+        top, left = (size - h) // 2, (size - w) // 2
+        self.pad = (left, size - w - left, top, size - h - top)  # F.pad order: W then H
+
+    def __len__(self) -> int:
+        return self.images.shape[0]
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        x = self.images[index].float().div_(255.0)[None]
+        if any(self.pad):
+            x = F.pad(x, self.pad)
+        return self._out(x, self.labels[index])
+
+
+def _build(task: str, split: str, root: Any, pad_to: int | None, transform: Callable | None) -> MnistDataset:
+    layout = _layout(task)
+    path = require_root(task, root, layout)
+    folders = [path, path / "raw", path / ("FashionMNIST" if task == "fashion_mnist" else "MNIST") / "raw"]
+    prefix = "train" if split == "train" else "t10k"
+    files = {kind: _find(folders, prefix, kind) for kind in ("images", "labels")}
+    for kind, f in files.items():
+        if f is None:
+            raise missing(task, f"no {prefix}-{kind}-idx{3 if kind == 'images' else 1}-ubyte[.gz] file",
+                          layout, path)
+    images, labels = read_idx(files["images"], 3, task), read_idx(files["labels"], 1, task)
+    if images.shape[0] != labels.shape[0]:
+        raise malformed(task, files["labels"], f"{labels.shape[0]} labels for {images.shape[0]} images", layout)
+    if labels.size and labels.max() > 9:
+        raise malformed(task, files["labels"], f"labels must be 0-9, found {labels.max()}", layout)
+    return MnistDataset(images, labels, pad_to, transform)
+
+
+def build_mnist(split: str, root: Any = None, pad_to: int | None = 32, transform: Callable | None = None):
+    """MNIST ``train`` (60,000) / ``test`` (10,000) digits, padded to ``pad_to``."""
+    return _build("mnist", split, root, pad_to, transform)
+
+
+def build_fashion_mnist(split: str, root: Any = None, pad_to: int | None = 32, transform: Callable | None = None):
+    """Fashion-MNIST ``train`` / ``test``; ``root=None`` uses Debian's install path if it exists."""
+    if root is None and os.path.isdir(DEBIAN_FASHION_MNIST):
+        root = DEBIAN_FASHION_MNIST
+    return _build("fashion_mnist", split, root, pad_to, transform)
+
+
+_OVERRIDES = {"tokenizer": "conv", "image_size": 32, "in_channels": 1}
+register_task(TaskInfo(
+    name="mnist", kind="loader", description="MNIST digits from idx files, zero-padded 28->32",
+    num_classes=10, model_overrides=dict(_OVERRIDES), splits=("train", "test"),
+    params={"root": None, "pad_to": 32, "transform": None},
+), build_mnist)
+register_task(TaskInfo(
+    name="fashion_mnist", kind="loader",
+    description=f"Fashion-MNIST from idx files (default root {DEBIAN_FASHION_MNIST} if present), padded 28->32",
+    num_classes=10, model_overrides=dict(_OVERRIDES), splits=("train", "test"),
+    params={"root": None, "pad_to": 32, "transform": None},
+), build_fashion_mnist)

@@ -1,0 +1,64 @@
+"""Shared plumbing of the built-in generators: per-sample RNGs, split sizes, a base dataset.
+
+Every generated sample is a pure function of ``(seed, split, index)``: its numpy
+``Generator`` is built from ``np.random.SeedSequence([seed, split_id, index])`` (never
+from global RNG state, never one generator drawn from sequentially), so a split is a
+fixed dataset whatever the access order, DataLoader workers or shuffling. Splits are
+disjoint because their ``split_id`` differs (train 0, val 1, test 2).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from torch.utils.data import Dataset
+
+SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
+
+
+def split_id(split: str) -> int:
+    if split not in SPLIT_IDS:
+        raise ValueError(f"unknown split {split!r}; valid: {list(SPLIT_IDS)}")
+    return SPLIT_IDS[split]
+
+
+def sample_rng(seed: int, split: str, index: int) -> np.random.Generator:
+    """The generator of sample ``index`` of ``split``: ``SeedSequence([seed, split_id, index])``."""
+    return np.random.default_rng(np.random.SeedSequence([int(seed), split_id(split), int(index)]))
+
+
+def split_size(size: int | Mapping[str, int], split: str) -> int:
+    """``size`` is one count for every split, or a mapping ``{split: count}``."""
+    n = size[split] if isinstance(size, Mapping) else size
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"size of split {split!r} must be a non-negative int, got {n!r}")
+    return int(n)
+
+
+def check_seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    return int(seed)
+
+
+class GeneratedDataset(Dataset):
+    """Map-style dataset of ``length`` items; subclasses implement ``item(index)``."""
+
+    def __init__(self, split: str, seed: int, length: int) -> None:
+        split_id(split)
+        self.split, self.seed, self.length = split, check_seed(seed), int(length)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        index = int(index)
+        if index < 0:
+            index += self.length
+        if not 0 <= index < self.length:
+            raise IndexError(f"index {index} out of range for a split of {self.length} items")
+        return self.item(index)
+
+    def item(self, index: int):  # pragma: no cover - abstract
+        raise NotImplementedError

@@ -1,0 +1,150 @@
+"""Triangle (Goyal et al. 2022; AiT Table 1 and App. A.1; implementation notes §5).
+
+A 64×64 one-channel image shows three clusters of points; the task is whether their
+centres form an equilateral triangle. Label 0 = equilateral, 1 = three random vertices.
+
+Generation of sample ``index`` (all randomness from its per-sample generator):
+
+* Label: ``index % 2`` (even = equilateral, odd = random), so every split is balanced
+  exactly (within one sample); nothing about the label is in the rng stream.
+* Coordinates are ``(x, y)`` = (column, row) in pixel units; a pixel's centre is at its
+  integer index.
+* Equilateral: two distinct integer vertices ``v1, v2`` uniform in ``[1, 63]²``; the third
+  is ``v2`` rotated by +60° or -60° (a fair coin) about ``v1``. It is not rounded (it
+  generally is not an integer point), so the triangle is exactly equilateral. Resampled
+  when ``v3`` falls outside ``[1, 63]²``.
+* Random: three integer vertices uniform in ``[1, 63]²``, resampled when the triangle is
+  *near-equilateral*: ``max side <= near_equilateral_ratio * min side`` (default 1.1, i.e.
+  every side within 10% of every other; about 0.9% of draws), to remove label noise.
+* Both classes: resampled while a side is shorter than ``min_side`` (default 8 px). This
+  is our addition: a cluster reaches at most √2 + 2 ≈ 3.4 px from its vertex, so with
+  sides ≥ 8 the three clusters never touch and stay separate blobs (without it, a tiny
+  triangle is a single blob whatever its label).
+* Each vertex is drawn as a cluster of 8 points: 4 offsets ``d`` uniform in ``[-1, 1]²``
+  and the points ``v + d`` and their mirror images ``v - d`` (so the cluster's mean is
+  exactly the vertex). Each point is a filled disc of radius 2: pixel ``(r, c)`` is 1
+  where ``(c - x)² + (r - y)² <= 4`` for some point, else 0 (clipped at the border).
+
+Items: ``(image, label)``: a float32 ``[1, 64, 64]`` tensor with values in {0, 1} and a
+0-d ``LongTensor``. :func:`sample_triangle` gives the geometry behind an item.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..base import TaskInfo, register_task
+from ._common import GeneratedDataset, check_seed, sample_rng, split_size
+
+IMAGE_SIZE = 64
+LO, HI = 1, 63  # vertex coordinate range (inclusive)
+POINTS_PER_CLUSTER = 8
+JITTER = 1.0
+DISC_RADIUS = 2.0
+EQUILATERAL, RANDOM = 0, 1
+
+
+@dataclass(frozen=True)
+class Triangle:
+    """The geometry of one sample: ``vertices [3, 2]`` and cluster ``points [3, 8, 2]`` as (x, y)."""
+
+    label: int
+    vertices: np.ndarray
+    points: np.ndarray
+
+
+def side_lengths(v: np.ndarray) -> np.ndarray:
+    """Side lengths ``|v0 v1|, |v1 v2|, |v2 v0|`` of a triangle ``v [3, 2]``."""
+    return np.linalg.norm(v - np.roll(v, -1, axis=0), axis=1)
+
+
+def is_near_equilateral(v: np.ndarray, ratio: float = 1.1) -> bool:
+    s = side_lengths(v)
+    return bool(s.max() <= ratio * s.min())
+
+
+def _equilateral(rng: np.random.Generator, min_side: float) -> np.ndarray:
+    while True:
+        v1, v2 = rng.integers(LO, HI + 1, size=(2, 2)).astype(np.float64)
+        angle = np.pi / 3 * (1 if rng.random() < 0.5 else -1)
+        c, s = np.cos(angle), np.sin(angle)
+        d = v2 - v1
+        v3 = v1 + np.array([c * d[0] - s * d[1], s * d[0] + c * d[1]])
+        if np.linalg.norm(d) >= max(min_side, 1.0) and np.all((v3 >= LO) & (v3 <= HI)):
+            return np.stack([v1, v2, v3])
+
+
+def _random(rng: np.random.Generator, min_side: float, ratio: float) -> np.ndarray:
+    while True:
+        v = rng.integers(LO, HI + 1, size=(3, 2)).astype(np.float64)
+        if side_lengths(v).min() >= max(min_side, 1.0) and not is_near_equilateral(v, ratio):
+            return v
+
+
+def sample_triangle(seed: int, split: str, index: int, min_side: float = 8.0,
+                    near_equilateral_ratio: float = 1.1) -> Triangle:
+    """The label, vertices and cluster points of sample ``index`` of ``split``."""
+    rng = sample_rng(seed, split, index)
+    label = index % 2
+    v = _equilateral(rng, min_side) if label == EQUILATERAL else _random(rng, min_side, near_equilateral_ratio)
+    d = rng.uniform(-JITTER, JITTER, size=(3, POINTS_PER_CLUSTER // 2, 2))
+    points = np.concatenate([v[:, None] + d, v[:, None] - d], axis=1)
+    return Triangle(label, v, points)
+
+
+_GRID_Y, _GRID_X = np.mgrid[0:IMAGE_SIZE, 0:IMAGE_SIZE].astype(np.float64)
+
+
+def render(points: np.ndarray) -> np.ndarray:
+    """``[64, 64]`` float32 image: 1 within ``DISC_RADIUS`` of any point ``(x, y)``, else 0."""
+    p = points.reshape(-1, 2)
+    d2 = (_GRID_X[None] - p[:, 0, None, None]) ** 2 + (_GRID_Y[None] - p[:, 1, None, None]) ** 2
+    return (d2 <= DISC_RADIUS ** 2).any(0).astype(np.float32)
+
+
+class TriangleDataset(GeneratedDataset):
+    def __init__(self, split: str, seed: int, size, min_side: float, near_equilateral_ratio: float) -> None:
+        super().__init__(split, seed, split_size(size, split))
+        if not 0 <= min_side <= 30:
+            raise ValueError(f"min_side must be in [0, 30] px, got {min_side}")
+        if near_equilateral_ratio < 1:
+            raise ValueError(f"near_equilateral_ratio must be >= 1, got {near_equilateral_ratio}")
+        self.min_side, self.ratio = float(min_side), float(near_equilateral_ratio)
+
+    def triangle(self, index: int) -> Triangle:
+        return sample_triangle(self.seed, self.split, index, self.min_side, self.ratio)
+
+    def item(self, index: int) -> tuple[Tensor, Tensor]:
+        t = self.triangle(index)
+        return torch.from_numpy(render(t.points))[None], torch.tensor(t.label, dtype=torch.long)
+
+
+DEFAULT_SIZE = {"train": 50_000, "val": 10_000, "test": 10_000}  # AiT App. A.1: 50k train, 10k test
+
+
+def build(split: str, seed: int = 0, size=None, min_side: float = 8.0,
+          near_equilateral_ratio: float = 1.1) -> TriangleDataset:
+    """Triangle split. ``size``: an int or ``{split: n}`` (default 50k/10k/10k). ``min_side``:
+    shortest allowed side (px). ``near_equilateral_ratio``: random triangles with
+    ``max side <= ratio * min side`` are rejected."""
+    return TriangleDataset(split, check_seed(seed), DEFAULT_SIZE if size is None else size,
+                           min_side, near_equilateral_ratio)
+
+
+INFO = TaskInfo(
+    name="triangle",
+    kind="generator",
+    description=("Triangle: is the 64x64 image of three point clusters an equilateral triangle? "
+                 "Label 0 = equilateral, 1 = random (near-equilateral ones rejected); balanced by index parity."),
+    num_classes=2,
+    model_overrides={"tokenizer": "conv", "image_size": IMAGE_SIZE, "in_channels": 1},
+    loss="cross_entropy",
+    metrics=("top1",),
+    splits=("train", "val", "test"),
+    params={"seed": 0, "size": dict(DEFAULT_SIZE), "min_side": 8.0, "near_equilateral_ratio": 1.1},
+)
+
+register_task(INFO, build)

@@ -1,0 +1,42 @@
+"""Optimizer, parameter groups and learning-rate schedule (NAC App. C, Table 4)."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .config import OptimSection
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Two groups: weight decay for matrices, none for 1-D parameters (biases, norms, α,
+    ε) and for what the model lists in ``no_weight_decay()`` (NAC: signatures, codes,
+    positional encodings — App. C)."""
+    skip = tuple(getattr(model, "no_weight_decay", lambda: ())())
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim <= 1 or any(k in name for k in skip) else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def build_optimizer(model: nn.Module, cfg: OptimSection) -> torch.optim.Optimizer:
+    groups = param_groups(model, cfg.weight_decay)
+    if cfg.name == "adamw":
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas))
+    return torch.optim.RAdam(groups, lr=cfg.lr, betas=tuple(cfg.betas), decoupled_weight_decay=True)
+
+
+def lr_at(step: int, total: int, cfg: OptimSection) -> float:
+    """Linear warm-up from ``warmup_lr`` to ``lr`` over ``warmup_steps``, then cosine to ``min_lr``."""
+    if step < cfg.warmup_steps:
+        return cfg.warmup_lr + (cfg.lr - cfg.warmup_lr) * step / cfg.warmup_steps
+    span = max(1, total - cfg.warmup_steps)
+    t = min(1.0, (step - cfg.warmup_steps) / span)
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * t))
+
+
+def build_scheduler(opt: torch.optim.Optimizer, total_steps: int, cfg: OptimSection):
+    return torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_at(step, total_steps, cfg) / cfg.lr)

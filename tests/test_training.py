@@ -1,0 +1,151 @@
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import toy_task  # noqa: F401  (registers "toy_sets")
+from modwire import cli
+from modwire.training import load_config, train
+from modwire.training.optim import lr_at, param_groups
+
+
+def cfg(tmp_path, *extra):
+    return load_config(None, [f"out_dir={tmp_path / 'run'}", "model.name=nac_micro", "data.task=toy_sets",
+                              "data.batch_size=16", "epochs=3", "optim.lr=3e-3", "progress=false",
+                              "log_every=1", *extra])
+
+
+def test_train_logs_checkpoints_and_eval_reproduces_the_metric(tmp_path, capsys):
+    result = train(cfg(tmp_path))
+    run = tmp_path / "run"
+    records = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in records if "loss" in r]
+    assert len(losses) == 3 * 4 and all(torch.isfinite(torch.tensor(losses)))
+    vals = [r for r in records if "val_top1" in r]
+    assert len(vals) == 3 and vals[-1] == {"step": 12, "epoch": 3, **{f"val_{k}": v for k, v in result["val"].items()}}
+    for tag in ("last", "best"):
+        d = run / "checkpoints" / tag
+        assert {p.name for p in d.iterdir()} == {"config.json", "model.safetensors", "state.pt"}
+    assert (run / "config.yaml").is_file()
+    # `modwire eval` on the last checkpoint reproduces the metric the run reported for it
+    assert cli.main(["eval", str(run / "checkpoints" / "last")]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["top1"] == pytest.approx(result["val"]["top1"]) and out["loss"] == pytest.approx(result["val"]["loss"])
+
+
+def test_training_learns_the_toy_task(tmp_path):
+    result = train(cfg(tmp_path, "epochs=8", "data.params.size=256", "data.batch_size=32",
+                       "model.overrides.kernel_train_mode=sample"))
+    assert result["val"]["top1"] > 0.8  # chance is 0.5
+
+
+def _same_weights(a, b):
+    for (n, x), (_, y) in zip(a.items(), b.items()):
+        assert torch.equal(x, y), n
+
+
+def test_interrupted_run_saves_and_resume_continues_exactly(tmp_path, monkeypatch):
+    from modwire.training import trainer
+
+    full = train(cfg(tmp_path / "a", "checkpoint_every=3"))["model"]
+
+    class StopAfter5(trainer._Stop):  # as if SIGINT arrived during step 5
+        reads = 0
+
+        @property
+        def requested(self):
+            StopAfter5.reads += 1
+            return StopAfter5.reads >= 5
+
+        @requested.setter
+        def requested(self, value):
+            pass
+
+    monkeypatch.setattr(trainer, "_Stop", StopAfter5)
+    stopped = train(cfg(tmp_path / "b", "checkpoint_every=3"))
+    assert stopped["status"] == "interrupted" and stopped["step"] == 5
+    monkeypatch.undo()
+    state = torch.load(tmp_path / "b" / "run" / "checkpoints" / "last" / "state.pt", weights_only=True)
+    assert state["step"] == 5 and state["epoch"] == 1 and state["micro"] == 1
+    resumed = train(cfg(tmp_path / "b", "checkpoint_every=3"), resume=True)
+    assert resumed["status"] == "finished" and resumed["step"] == 12
+    _same_weights(full.state_dict(), resumed["model"].state_dict())
+    log = (tmp_path / "b" / "run" / "metrics.jsonl").read_text()
+    assert log == (tmp_path / "a" / "run" / "metrics.jsonl").read_text().replace(str(tmp_path / "a"), "") or \
+        [json.loads(l)["step"] for l in log.splitlines()] == \
+        [json.loads(l)["step"] for l in (tmp_path / "a" / "run" / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_grad_accumulation_matches_a_full_batch_step(tmp_path, monkeypatch):
+    # Compare the gradient handed to the optimizer (Adam's first step is ≈ lr·sign(g),
+    # which would amplify rounding differences of near-zero gradients).
+    grads = []
+    real_step = torch.optim.AdamW.step
+
+    def spy(self, *a, **k):
+        grads.append([p.grad.clone() for g in self.param_groups for p in g["params"]])
+        return real_step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
+    common = ["max_steps=1", "model.overrides.kernel_train_mode=expected", "optim.grad_clip=0"]
+    train(cfg(tmp_path / "a", *common))
+    train(cfg(tmp_path / "b", *common, "grad_accum=4"))
+    assert len(grads) == 2
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=1e-7, rtol=1e-4)
+
+
+def test_param_groups_exclude_signatures_codes_and_1d(tmp_path):
+    import modwire
+    model = modwire.create_model("nac_micro")
+    decay, no_decay = param_groups(model, 0.05)
+    names = {id(p): n for n, p in model.named_parameters()}
+    no = {names[id(p)] for p in no_decay["params"]}
+    assert {"processors.signatures", "processors.codes", "outputs.codes"} <= no
+    assert all(model.get_parameter(n).ndim <= 1 or "signatures" in n or "codes" in n for n in no)
+    assert "propagators.0.ffn.ffn.fc1.weight" in {names[id(p)] for p in decay["params"]}
+
+
+def test_cosine_schedule_with_warmup():
+    c = load_config(None, ["optim.lr=1.0", "optim.warmup_steps=10", "optim.warmup_lr=0.0", "optim.min_lr=0.1"])
+    assert lr_at(0, 110, c.optim) == 0.0 and lr_at(5, 110, c.optim) == pytest.approx(0.5)
+    assert lr_at(10, 110, c.optim) == pytest.approx(1.0)
+    assert lr_at(60, 110, c.optim) == pytest.approx(0.55) and lr_at(110, 110, c.optim) == pytest.approx(0.1)
+
+
+def test_ema_and_bf16(tmp_path):
+    result = train(cfg(tmp_path, "ema_decay=0.9", "precision=bf16", "epochs=1"))
+    ema = load_file(str(tmp_path / "run" / "checkpoints" / "last" / "ema.safetensors"))
+    model = result["model"].state_dict()
+    assert ema.keys() == model.keys()
+    assert any(not torch.equal(ema[k], model[k]) for k in ema)
+
+
+def test_config_errors_name_the_key(tmp_path):
+    with pytest.raises(ValueError, match="optim.lrr"):
+        load_config(None, ["optim.lrr=1"])
+    with pytest.raises(ValueError, match="'precision'.*'fp8'.*bf16"):
+        load_config(None, ["precision=fp8"])
+    with pytest.raises(KeyError, match="unknown task 'toy_set'.*toy_sets"):
+        train(cfg(tmp_path, "data.task=toy_set"))
+    with pytest.raises(KeyError, match="unknown model 'nac_mikro'"):
+        train(cfg(tmp_path, "model.name=nac_mikro"))
+
+
+def test_cli_usage_errors_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["frobnicate"])
+    assert e.value.code == 2
+    assert cli.main(["train", "--set", "data.task=nope", f"out_dir={tmp_path}"]) == 2
+    assert "unknown task 'nope'" in capsys.readouterr().err
+    assert cli.main(["eval", str(tmp_path / "missing")]) == 2
+    assert "expected a run directory" in capsys.readouterr().err
+
+
+def test_resume_rejects_a_tampered_state_file(tmp_path):
+    train(cfg(tmp_path, "epochs=1"))
+    state = tmp_path / "run" / "checkpoints" / "last" / "state.pt"
+    state.write_bytes(state.read_bytes()[:100])  # truncated
+    with pytest.raises(ValueError, match="not a readable modwire training state"):
+        train(cfg(tmp_path, "epochs=2"), resume=True)
