@@ -84,7 +84,7 @@ def test_grad_accumulation_matches_a_full_batch_step(tmp_path, monkeypatch):
     real_step = torch.optim.AdamW.step
 
     def spy(self, *a, **k):
-        grads.append([p.grad.clone() for g in self.param_groups for p in g["params"]])
+        grads.append([p.grad.clone() for g in self.param_groups for p in g["params"] if p.grad is not None])
         return real_step(self, *a, **k)
 
     monkeypatch.setattr(torch.optim.AdamW, "step", spy)
