@@ -51,7 +51,7 @@ def cmd_eval(args) -> int:
     from .tasks import build_dataset, get_task
     from .training import load_config
     from .training.checkpoint import resolve_checkpoint
-    from .training.trainer import _loader, evaluate
+    from .training.trainer import apply_augmentation, evaluate, make_loader
 
     ckpt = resolve_checkpoint(args.path)
     run_cfg = next((p / "config.yaml" for p in (Path(args.path), ckpt.parent.parent) if (p / "config.yaml").is_file()),
@@ -62,8 +62,9 @@ def cmd_eval(args) -> int:
     params = cfg.data.params if task == cfg.data.task else {}
     dataset = build_dataset(task, args.split or cfg.data.val_split, **params)
     model = from_pretrained(ckpt)
+    _, dataset, _ = apply_augmentation(cfg, model, info, dataset, dataset)  # the run's eval transform, if any
     device = torch.device("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")
-    loader = _loader(dataset, cfg.data.batch_size, None, info, cfg.data.num_workers, drop_last=False)
+    loader = make_loader(dataset, cfg.data.batch_size, None, info, cfg.data.num_workers, drop_last=False)
     metrics = evaluate(model.to(device), loader, info, device, cfg.precision)
     print(json.dumps({"checkpoint": str(ckpt), "task": task, "split": args.split or cfg.data.val_split, **metrics}))
     return 0

@@ -64,13 +64,33 @@ def evaluate(model: torch.nn.Module, loader: DataLoader, info, device: torch.dev
     return {"loss": compute_loss(info, out, y).item(), **compute_metrics(info.metrics, out, y)}
 
 
+def apply_augmentation(cfg: TrainConfig, model, info, train_set, val_set):
+    """NAC App. C regimen for image tasks: per-sample transforms (``data.augment``) and
+    batch-level Mixup/CutMix with label smoothing (``data.mixup``)."""
+    if not (cfg.data.augment or cfg.data.mixup):
+        return train_set, val_set, None
+    from ..tasks.augment import AugmentedDataset, MixupCutmix, eval_transform, standard_train_transform
+
+    mc = model.config
+    if getattr(mc, "tokenizer", None) != "conv" or info.loss != "cross_entropy":
+        raise ValueError(f"data.augment / data.mixup need an image classification task read by the conv "
+                         f"tokenizer; task {info.name!r} gives {getattr(mc, 'tokenizer', None)!r} inputs")
+    mixer = MixupCutmix(num_classes=info.num_classes, label_smoothing=cfg.optim.label_smoothing) \
+        if cfg.data.mixup else None
+    if cfg.data.augment:
+        norm = {} if mc.in_channels == 3 else {"mean": (0.5,) * mc.in_channels, "std": (0.5,) * mc.in_channels}
+        train_set = AugmentedDataset(train_set, standard_train_transform(mc.image_size, **norm), cfg.seed)
+        val_set = AugmentedDataset(val_set, eval_transform(mc.image_size, **norm), cfg.seed)
+    return train_set, val_set, mixer
+
+
 def _autocast(device: torch.device, precision: str):
     if precision == "fp32":
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=AUTOCAST[precision])
 
 
-def _loader(dataset, batch: int, sampler, info, workers: int, drop_last: bool) -> DataLoader:
+def make_loader(dataset, batch: int, sampler, info, workers: int, drop_last: bool) -> DataLoader:
     # Its own generator: a DataLoader otherwise draws a seed from the global RNG at every
     # epoch start, which would make the model's kernel samples depend on where a run resumed.
     return DataLoader(dataset, batch_size=batch, sampler=sampler, drop_last=drop_last, num_workers=workers,
@@ -127,9 +147,10 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
     model = build_model_for_task(cfg).to(device)
     train_set = build_dataset(cfg.data.task, cfg.data.train_split, **cfg.data.params)
     val_set = build_dataset(cfg.data.task, cfg.data.val_split, **cfg.data.params)
+    train_set, val_set, mixer = apply_augmentation(cfg, model, info, train_set, val_set)
     sampler = distributed.EpochSampler(len(train_set), cfg.seed, dist_info.rank, world)
-    train_loader = _loader(train_set, local_batch, sampler, info, cfg.data.num_workers, drop_last=True)
-    val_loader = _loader(val_set, local_batch, None, info, cfg.data.num_workers, drop_last=False)
+    train_loader = make_loader(train_set, local_batch, sampler, info, cfg.data.num_workers, drop_last=True)
+    val_loader = make_loader(val_set, local_batch, None, info, cfg.data.num_workers, drop_last=False)
     micro_per_epoch = len(train_loader)
     if micro_per_epoch < cfg.grad_accum:
         raise ValueError(f"the {cfg.data.train_split} split ({len(train_set)} samples) is smaller than one "
@@ -164,7 +185,13 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
     with _Stop() as stop:
         while status == "finished" and state["step"] < total:
             sampler.set_epoch(state["epoch"], start=state["micro"] * local_batch)
+            if hasattr(train_set, "set_epoch"):
+                train_set.set_epoch(state["epoch"])
             for x, y in train_loader:
+                if mixer is not None:  # a draw that depends only on (seed, rank, epoch, position)
+                    g = torch.Generator().manual_seed(
+                        hash((cfg.seed, dist_info.rank, state["epoch"], state["micro"])) % 2**62)
+                    x, y = mixer(x, y, g)
                 x, y = x.to(device), y.to(device)
                 last_micro = (state["micro"] + 1) % cfg.grad_accum == 0
                 sync = contextlib.nullcontext() if last_micro or world == 1 else net.no_sync()
