@@ -52,7 +52,7 @@ def read_in(attn, theta0: Tensor, x: Tensor, codes: Tensor) -> Tensor:
     for u in range(theta0.shape[0]):
         c = codes[u]
         q = modfc(theta0[u], c, attn.q.weight, attn.q.bias, attn.q.code_proj, attn.q.alpha)   # [d]
-        k = modfc(x, c, attn.k.weight, attn.k.bias, attn.k.code_proj, attn.k.alpha)           # [B, N, d]
+        k = modfc(x, c, attn.k.weight, 0.0, attn.k.code_proj, attn.k.alpha)                  # [B, N, d], no key bias
         v = modfc(x, c, attn.v.weight, attn.v.bias, attn.v.code_proj, attn.v.alpha)
         heads = []
         for h, (qh, kh, vh) in enumerate(zip(q.chunk(H, -1), k.chunk(H, -1), v.chunk(H, -1))):

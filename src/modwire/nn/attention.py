@@ -19,7 +19,8 @@ Keys and values can be conditioned on two different codes:
 
   so the read-in is one attention of the folded queries over the raw tokens,
   followed by a per-module value projection (``method="factorized"``, exact).
-  ``q_u·b_k,h`` is constant over ``j`` and cancels in the softmax. The literal
+  ``q_u·b_k,h`` is constant over ``j`` and cancels in the softmax, so these layers
+  have no key bias at all. The literal
   form is kept as ``method="literal"`` (reference and benchmark baseline).
 """
 from __future__ import annotations
@@ -101,8 +102,12 @@ class ModulatedAttention(nn.Module):
             raise ValueError(f"kv_code must be 'sender' or 'receiver', got {kv_code!r}")
         kv_dim = dim if kv_dim is None else kv_dim
         self.num_heads, self.head_dim, self.kv_code = num_heads, dim // num_heads, kv_code
-        mod = lambda i, o: ModulatedLinear(i, o, code_dim, modulation, alpha_init)  # noqa: E731
-        self.q, self.k, self.v, self.o = mod(dim, dim), mod(kv_dim, dim), mod(kv_dim, dim), mod(dim, dim)
+        mod = lambda i, o, bias=True: ModulatedLinear(i, o, code_dim, modulation, alpha_init, bias)  # noqa: E731
+        # With receiver-conditioned keys, a key bias adds q_u·b_k to every score of row u:
+        # constant over j, it cancels in the softmax and would never receive a gradient
+        # (which DistributedDataParallel rejects). It is left out.
+        self.q, self.v, self.o = mod(dim, dim), mod(kv_dim, dim), mod(dim, dim)
+        self.k = mod(kv_dim, dim, bias=kv_code == "sender")
 
     def forward(self, x_q: Tensor, x_kv: Tensor, code_q: Tensor | None = None,
                 code_kv: Tensor | None = None, bias: KernelBias | Tensor | None = None,
@@ -147,7 +152,7 @@ class ModulatedAttention(nn.Module):
         m_k = self.k.modulation_factor(code).unsqueeze(-2)                # [(B,) U, 1, d_in]
         m_v = self.v.modulation_factor(code).unsqueeze(-2)
         xs = x.unsqueeze(1)                                               # [B, 1, N, d_in]
-        k = F.linear(xs * m_k, self.k.weight, self.k.bias)                # [B, U, N, dim]
+        k = F.linear(xs * m_k, self.k.weight)                             # [B, U, N, dim] (no key bias)
         v = F.linear(xs * m_v, self.v.weight, self.v.bias)
         k = k.unflatten(-1, (h, -1)).permute(0, 3, 1, 2, 4)               # [B, H, U, N, dh]
         v = v.unflatten(-1, (h, -1)).permute(0, 3, 1, 2, 4)

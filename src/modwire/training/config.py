@@ -27,7 +27,7 @@ class DataSection:
 
 @dataclass
 class OptimSection:
-    name: str = "adamw"                           # adamw | radam
+    name: str = "adamw"                           # adamw | radam | sgd (momentum = betas[0])
     lr: float = 3e-4
     weight_decay: float = 0.05
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
@@ -58,7 +58,7 @@ class TrainConfig:
 
 
 PRECISIONS = ("fp32", "bf16", "fp16")
-OPTIMIZERS = ("adamw", "radam")
+OPTIMIZERS = ("adamw", "radam", "sgd")
 
 
 def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
@@ -87,6 +87,8 @@ def validate(c: TrainConfig) -> None:
     for key, value, allowed in checks:
         if value not in allowed:
             raise ValueError(f"config key {key!r}: got {value!r}, expected one of {list(allowed)}")
+    if c.optim.lr <= 0:
+        raise ValueError(f"config key 'optim.lr': got {c.optim.lr}, expected > 0")
     for key in ("epochs", "grad_accum", "data.batch_size", "log_every"):
         value = c
         for part in key.split("."):

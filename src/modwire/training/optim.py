@@ -26,6 +26,8 @@ def build_optimizer(model: nn.Module, cfg: OptimSection) -> torch.optim.Optimize
     groups = param_groups(model, cfg.weight_decay)
     if cfg.name == "adamw":
         return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas))
+    if cfg.name == "sgd":
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.betas[0])
     return torch.optim.RAdam(groups, lr=cfg.lr, betas=tuple(cfg.betas), decoupled_weight_decay=True)
 
 

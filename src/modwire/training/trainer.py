@@ -216,7 +216,11 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
                 state["step"] += 1
                 if state["step"] % cfg.log_every == 0 or state["step"] == total:
                     rate = seen / (time.perf_counter() - tick)
-                    logger.log({"step": state["step"], "epoch": state["epoch"], "loss": loss.item(),
+                    shown = loss.detach().clone()
+                    if world > 1:  # log the global batch's loss, not rank 0's share
+                        torch.distributed.all_reduce(shown)  # gloo has no AVG: sum, then divide
+                        shown /= world
+                    logger.log({"step": state["step"], "epoch": state["epoch"], "loss": shown.item(),
                                 "lr": scheduler.get_last_lr()[0], "samples_per_s": rate})
                     seen, tick = 0, time.perf_counter()
                 if bar is not None:
