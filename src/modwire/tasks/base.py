@@ -30,6 +30,9 @@ class TaskInfo:
     loss: one of ``LOSSES``. metrics: names from :mod:`modwire.tasks.metrics`.
     splits: the split names ``build`` accepts. params: defaults of ``build``'s keyword
         parameters (documented there). collate: optional batch collation (padding).
+    subsets: named masks over a batch of inputs (``inputs [B, ...] -> bool [B]``); every
+        metric is also reported on each subset as ``<metric>_<subset>`` (e.g. Sort-of-CLEVR's
+        relational and non-relational questions).
     """
 
     name: str
@@ -42,6 +45,7 @@ class TaskInfo:
     splits: tuple[str, ...] = ("train", "val", "test")
     params: dict[str, Any] = field(default_factory=dict)
     collate: Callable | None = None
+    subsets: dict[str, Callable] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.kind not in ("generator", "loader"):

@@ -54,14 +54,21 @@ def evaluate(model: torch.nn.Module, loader: DataLoader, info, device: torch.dev
     """Loss and the task's metrics over a whole split."""
     was_training = model.training
     model.eval()
-    outs, ys = [], []
+    outs, ys, masks = [], [], {name: [] for name in info.subsets}
     for x, y in loader:
         with _autocast(device, precision):
             outs.append(model(x.to(device)).float().cpu())
         ys.append(y)
+        for name, select in info.subsets.items():
+            masks[name].append(select(x))
     model.train(was_training)
     out, y = torch.cat(outs), torch.cat(ys)
-    return {"loss": compute_loss(info, out, y).item(), **compute_metrics(info.metrics, out, y)}
+    metrics = {"loss": compute_loss(info, out, y).item(), **compute_metrics(info.metrics, out, y)}
+    for name, parts in masks.items():
+        m = torch.cat(parts)
+        if m.any():
+            metrics.update({f"{k}_{name}": v for k, v in compute_metrics(info.metrics, out[m], y[m]).items()})
+    return metrics
 
 
 def apply_augmentation(cfg: TrainConfig, model, info, train_set, val_set):

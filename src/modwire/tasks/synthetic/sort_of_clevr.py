@@ -247,6 +247,7 @@ INFO = TaskInfo(
     metrics=("top1",),
     splits=("train", "val", "test"),
     params={"seed": 0, "size": dict(DEFAULT_SIZE), "patch_size": 5},
+    subsets={"relational": is_relational, "non_relational": lambda x: ~is_relational(x)},
 )
 
 register_task(INFO, build)
