@@ -1,1 +1,13 @@
-"""Loaders for official on-disk dataset formats. Each module registers its tasks on import."""
+"""Loaders for official on-disk dataset formats. Each module registers its tasks on import.
+
+Every loader needs ``root=`` (nothing is downloaded) and raises ``FileNotFoundError`` /
+``ValueError`` showing the expected layout when the data is missing or malformed.
+
+- :mod:`.images`: ``tiny_imagenet``, ``tiny_imagenet_r`` (float [3, 64, 64] in [0, 1])
+- :mod:`.cifar`: ``cifar10``, ``cifar100`` (pickles read by a restricted unpickler)
+- :mod:`.mnist`: ``mnist``, ``fashion_mnist`` (idx files; [1, 32, 32], zero-padded)
+- :mod:`.text`: ``imdb_bytes``, ``lra_listops`` (1-D id sequences, padded by ``collate``)
+- :mod:`.pointclouds`: ``modelnet40`` (OFF meshes or resampled text; [N, 3])
+- :mod:`.pgm`: ``pgm`` (PGM .npz; [16, 160, 160])
+"""
+from . import cifar, images, mnist, pgm, pointclouds, text  # noqa: F401  (register the tasks)

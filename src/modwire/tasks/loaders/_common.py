@@ -55,8 +55,11 @@ def missing(task: str, problem: str, layout: str, where: Path | None) -> LayoutE
 
 
 def malformed(task: str, path: Path | str, problem: str, layout: str) -> FormatError:
-    return FormatError(layout_message(task, f"malformed file {path}: {problem}", layout,
-                                      f"{path} ({problem})"))
+    try:
+        found = f"{path} ({os.path.getsize(path)} bytes)"
+    except OSError:
+        found = str(path)
+    return FormatError(layout_message(task, f"malformed file {path}: {problem}", layout, found))
 
 
 def require_root(task: str, root: Any, layout: str) -> Path:

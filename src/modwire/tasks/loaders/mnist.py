@@ -40,7 +40,10 @@ IDX_MAGIC = {3: 0x00000803, 1: 0x00000801}
 
 
 def _layout(task: str) -> str:
-    return LAYOUT.replace("{name}", "FashionMNIST" if task == "fashion_mnist" else "MNIST")
+    if task == "fashion_mnist":
+        return (LAYOUT.replace("{name}", "FashionMNIST") + f"\n(root=None: {DEBIAN_FASHION_MNIST}, where Debian's "
+                "package dataset-fashion-mnist installs the four .gz files, if it exists)")
+    return LAYOUT.replace("{name}", "MNIST")
 
 
 def read_idx(path: Path, ndim: int, task: str = "mnist") -> np.ndarray:

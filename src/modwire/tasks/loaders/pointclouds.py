@@ -182,7 +182,7 @@ class ModelNetDataset(LoaderDataset):
 
 def _off_samples(path: Path, split: str) -> list[tuple[Path, int]]:
     index = {c: i for i, c in enumerate(MODELNET40_CLASSES)}
-    class_dirs = [d for d in sorted(path.iterdir()) if d.is_dir() and (d / "train").is_dir() or (d / "test").is_dir()]
+    class_dirs = [d for d in sorted(path.iterdir()) if _is_class_dir(d)]
     unknown = [d.name for d in class_dirs if d.name not in index]
     if unknown:
         raise missing("modelnet40", f"class folders {unknown} are not ModelNet40 classes "
@@ -220,11 +220,16 @@ def _resampled_samples(path: Path, split: str) -> tuple[list[tuple[Path, int]], 
     return samples, classes
 
 
-def _detect(path: Path) -> tuple[Path, str] | None:
+def _is_class_dir(d: Path) -> bool:
+    return d.is_dir() and not d.name.startswith((".", "__")) and ((d / "train").is_dir() or (d / "test").is_dir())
+
+
+def _detect(path: Path, format: str) -> tuple[Path, str] | None:
+    """The data folder and its format: ``path`` itself, or the official folder name inside it."""
     for p in (path, path / "modelnet40_normal_resampled", path / "ModelNet40"):
-        if (p / "modelnet40_shape_names.txt").is_file():
+        if format in ("auto", "resampled") and (p / "modelnet40_shape_names.txt").is_file():
             return p, "resampled"
-        if p.is_dir() and any(d.is_dir() and ((d / "train").is_dir() or (d / "test").is_dir()) for d in p.iterdir()):
+        if format in ("auto", "off") and p.is_dir() and any(_is_class_dir(d) for d in p.iterdir()):
             return p, "off"
     return None
 
@@ -241,8 +246,8 @@ def build_modelnet40(split: str, root: Any = None, format: str = "auto", num_poi
     if not isinstance(num_points, int) or num_points < 1:
         raise ValueError(f"{task}: num_points must be a positive int, got {num_points!r}")
     path = require_root(task, root, LAYOUT)
-    found = _detect(path)
-    if found is None or format not in ("auto", found[1]):
+    found = _detect(path, format)
+    if found is None:
         raise missing(task, f"no ModelNet40 data in format {format!r}",
                       {"off": OFF_LAYOUT, "resampled": RESAMPLED_LAYOUT}.get(format, LAYOUT), path)
     path, fmt = found
