@@ -84,6 +84,21 @@ def item_generator(seed: int, epoch: int, index: int) -> torch.Generator:
 
 # ----------------------------------------------------------------------------- base
 
+def _random_box(height: int, width: int, scale: tuple[float, float], ratio: tuple[float, float],
+                g: torch.Generator, fits: Callable[[int, int], bool], tries: int = 10):
+    """``(top, left, h, w)`` of a box with area fraction ~ U(scale) and log-uniform aspect
+    ``w / h`` in ``ratio``, placed uniformly; None if no draw of ``tries`` fits."""
+    area = height * width
+    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
+    for _ in range(tries):
+        target = area * _uniform(g, *scale)
+        aspect = math.exp(_uniform(g, log_lo, log_hi))
+        w, h = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
+        if w > 0 and h > 0 and fits(h, w):
+            return _randint(g, 0, height - h + 1), _randint(g, 0, width - w + 1), h, w
+    return None
+
+
 class Transform:
     """Base class: ``__call__(img [C, H, W], generator) -> img``."""
 
@@ -204,15 +219,9 @@ class RandomResizedCrop(Transform):
 
     def get_params(self, height: int, width: int, generator: torch.Generator) -> tuple[int, int, int, int]:
         """``(top, left, h, w)`` of the crop window for an image of ``height x width``."""
-        area = height * width
-        log_lo, log_hi = math.log(self.ratio[0]), math.log(self.ratio[1])
-        for _ in range(10):
-            target = area * _uniform(generator, *self.scale)
-            aspect = math.exp(_uniform(generator, log_lo, log_hi))
-            w = round(math.sqrt(target * aspect))
-            h = round(math.sqrt(target / aspect))
-            if 0 < w <= width and 0 < h <= height:
-                return _randint(generator, 0, height - h + 1), _randint(generator, 0, width - w + 1), h, w
+        box = _random_box(height, width, self.scale, self.ratio, generator, fits=lambda h, w: h <= height and w <= width)
+        if box is not None:
+            return box
         in_ratio = width / height
         if in_ratio < self.ratio[0]:
             w, h = width, round(width / self.ratio[0])
@@ -511,16 +520,10 @@ class RandomErasing(Transform):
 
     def get_params(self, height: int, width: int, generator: torch.Generator) -> tuple[int, int, int, int] | None:
         """``(top, left, h, w)`` of the erased box, or ``None`` if no draw fitted."""
-        area = height * width
-        log_lo, log_hi = math.log(self.ratio[0]), math.log(self.ratio[1])
-        for _ in range(10):
-            target = area * _uniform(generator, *self.scale)
-            aspect = math.exp(_uniform(generator, log_lo, log_hi))
-            h = round(math.sqrt(target * aspect))
-            w = round(math.sqrt(target / aspect))
-            if 0 < h < height and 0 < w < width:
-                return _randint(generator, 0, height - h + 1), _randint(generator, 0, width - w + 1), h, w
-        return None
+        # aspect here is h / w (timm's RandomErasing), hence the swapped ratio
+        box = _random_box(height, width, self.scale, (1 / self.ratio[1], 1 / self.ratio[0]), generator,
+                          fits=lambda h, w: h < height and w < width)
+        return box
 
     def __call__(self, img: Tensor, generator: torch.Generator | None = None) -> Tensor:
         g = _need(generator, "RandomErasing")
