@@ -28,8 +28,22 @@ def test_readme_preset_table_matches_registry_and_parameter_counts():
     assert seen == set(modwire.list_models()), "every preset appears in the README table"
 
 
-def test_demo_prints_parameter_counts_and_throughput(capsys):
-    demo.main(["--batch", "2", "--iters", "1", "--models", "nac_small", "perceiver_io_small"])
+def test_demo_trains_both_models_and_prints_the_table(tmp_path, capsys):
+    demo.main(["--no-progress", "--out-dir", str(tmp_path), "--set", "max_steps=3",
+               "data.params.size={train: 64, val: 4, test: 4}", "data.batch_size=16"])
+    out = capsys.readouterr().out
+    rows = {l.split()[0]: l.split() for l in out.splitlines() if l.startswith(("nac_small", "perceiver_io_small"))}
+    assert set(rows) == {"nac_small", "perceiver_io_small"}
+    for name, cols in rows.items():
+        model = modwire.create_model(name, tokenizer="embedding", vocab_size=16, max_len=64, token_dim=96)
+        assert cols[1] == f"{model.num_parameters():,}"
+        assert 0.0 <= float(cols[2]) <= 1.0 and float(cols[4]) > 0
+    assert "listops, 3 training steps per model" in out
+    assert (tmp_path / "nac_small" / "checkpoints" / "last" / "model.safetensors").is_file()
+
+
+def test_forward_demo_prints_parameter_counts_and_throughput(capsys):
+    demo.main(["--forward", "--batch", "2", "--iters", "1", "--models", "nac_small", "perceiver_io_small"])
     out = capsys.readouterr().out
     for name in ("nac_small", "perceiver_io_small"):
         line = next(l for l in out.splitlines() if l.startswith(name))
