@@ -498,3 +498,22 @@ def test_pgm_malformed_files(tmp_path):
         ds[2]  # object arrays are never unpickled
     with pytest.raises(ValueError, match="not a readable .npz"):
         ds[3]
+
+
+def test_imagenet_class_folders(tmp_path):
+    from PIL import Image
+    import numpy as np
+    import modwire.tasks as T
+
+    for split, wnids in (("train", ["n02", "n01"]), ("val", ["n01"])):
+        for w in wnids:
+            (tmp_path / split / w).mkdir(parents=True)
+            Image.fromarray(np.full((40, 60, 3), 200 if w == "n01" else 10, np.uint8)).save(tmp_path / split / w / "a.JPEG")
+    train = T.build_dataset("imagenet", "train", root=str(tmp_path), image_size=32)
+    val = T.build_dataset("imagenet", "val", root=str(tmp_path), image_size=32)
+    assert len(train) == 2 and len(val) == 1
+    x, y = val[0]
+    assert x.shape == (3, 32, 32) and int(y) == 0  # classes = sorted train folders: n01 → 0
+    assert abs(float(x.mean()) - 200 / 255) < 0.02
+    with pytest.raises(FileNotFoundError, match="train/<wnid>"):
+        T.build_dataset("imagenet", "train", root=str(tmp_path / "nowhere"))

@@ -166,17 +166,48 @@ def build_tiny_imagenet_r(split: str, root: Any = None, wnids: Any = None, image
         classes = read_wnids(Path(wnids), task, R_LAYOUT)
     else:
         classes = [str(w) for w in wnids]
+    return ImageListDataset(_folder_samples(task, path, folders, classes, R_LAYOUT), classes, image_size, resize,
+                            transform)
+
+
+def _folder_samples(task: str, path: Path, folders: list[str], classes: list[str], layout: str) -> list:
+    """``(image path, label)`` for the images in ``path/<wnid>/`` of every folder named in ``classes``."""
     index = {w: i for i, w in enumerate(classes)}
     used = [f for f in folders if f in index]
     if not used:
         raise missing(task, f"no class folder named by one of the {len(classes)} wnids "
-                            f"(e.g. {classes[:3]})" if classes else "no class folders", R_LAYOUT, path)
+                            f"(e.g. {classes[:3]})" if classes else "no class folders", layout, path)
     samples = []
     for w in used:
         samples += [(p, index[w]) for p in sorted((path / w).iterdir()) if _is_image(p)]
     if not samples:
-        raise missing(task, "no .jpg/.jpeg/.png images in the class folders", R_LAYOUT, path / used[0])
-    return ImageListDataset(samples, classes, image_size, resize, transform)
+        raise missing(task, "no .jpg/.jpeg/.png images in the class folders", layout, path / used[0])
+    return samples
+
+
+IMAGENET_LAYOUT = """\
+<root>/                        (ILSVRC-2012 in the usual class-folder layout)
+  train/<wnid>/*.JPEG          one folder per class (1000); classes = sorted folder names
+  val/<wnid>/*.JPEG            validation images sorted into the same class folders"""
+
+
+def build_imagenet(split: str, root: Any = None, image_size: int = 224, resize: str = "center_crop",
+                   transform: Callable | None = None) -> ImageListDataset:
+    """ImageNet (NAC Table 5) from class folders. Images are decoded and brought to
+    ``image_size`` (shorter side, centre crop) at load time; random-resized-crop
+    augmentation then works on that ``image_size`` image."""
+    task = "imagenet"
+    if resize not in RESIZE_MODES:
+        raise ValueError(f"{task}: resize must be one of {list(RESIZE_MODES)}, got {resize!r}")
+    path = require_root(task, root, IMAGENET_LAYOUT)
+    if not (path / "train").is_dir():
+        raise missing(task, "no train/ folder", IMAGENET_LAYOUT, path)
+    classes = sorted(p.name for p in (path / "train").iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not (path / split).is_dir():
+        raise missing(task, f"no {split}/ folder", IMAGENET_LAYOUT, path)
+    folders = sorted(p.name for p in (path / split).iterdir() if p.is_dir())
+    return ImageListDataset(_folder_samples(task, path / split, folders, classes, IMAGENET_LAYOUT), classes,
+                            image_size, resize, transform)
 
 
 register_task(TaskInfo(
@@ -193,3 +224,11 @@ register_task(TaskInfo(
     metrics=("top1", "top5"), splits=("test",),
     params={"root": None, "wnids": None, "image_size": 64, "resize": "center_crop", "transform": None},
 ), build_tiny_imagenet_r)
+
+register_task(TaskInfo(
+    name="imagenet", kind="loader",
+    description="ImageNet-1k (NAC Table 5) from train/<wnid>/ and val/<wnid>/ class folders, at 224x224",
+    num_classes=1000, model_overrides={"tokenizer": "conv", "image_size": 224, "in_channels": 3},
+    metrics=("top1", "top5"), splits=("train", "val"),
+    params={"root": None, "image_size": 224, "resize": "center_crop", "transform": None},
+), build_imagenet)
