@@ -12,11 +12,25 @@ from __future__ import annotations
 import difflib
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import Tensor
 
 from torch.utils.data import Dataset
 
 LOSSES = ("cross_entropy", "mse")
+
+
+def pad_collate(batch: Sequence[tuple[Tensor, Tensor]], pad_value: int = 0) -> tuple[Tensor, Tensor]:
+    """Stack ``(ids [L_i], target)`` pairs into ``ids [B, max L_i]`` right-padded with ``pad_value``."""
+    inputs = [b[0] for b in batch]
+    length = max(1, max(x.shape[0] for x in inputs))
+    out = inputs[0].new_full((len(inputs), length), pad_value)
+    for row, x in zip(out, inputs):
+        row[: x.shape[0]] = x
+    return out, torch.stack([torch.as_tensor(b[1]) for b in batch])
+
 
 
 @dataclass(frozen=True)

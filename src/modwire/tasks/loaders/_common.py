@@ -15,6 +15,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from ..base import pad_collate  # noqa: F401  (re-exported for the loaders)
+
 
 def found_listing(path: Path | None, limit: int = 12) -> str:
     """A short description of what is at ``path`` (for error messages)."""
@@ -82,16 +84,6 @@ def check_transform(transform: Any) -> Callable[[Tensor], Tensor] | None:
     if transform is not None and not callable(transform):
         raise TypeError(f"transform must be a callable on the input tensor or None, got {type(transform).__name__}")
     return transform
-
-
-def pad_collate(batch: Sequence[tuple[Tensor, Tensor]], pad_value: int = 0) -> tuple[Tensor, Tensor]:
-    """Stack ``(ids [L_i], target)`` pairs into ``ids [B, max L_i]`` right-padded with ``pad_value``."""
-    inputs = [b[0] for b in batch]
-    length = max(1, max(x.shape[0] for x in inputs))
-    out = inputs[0].new_full((len(inputs), length), pad_value)
-    for row, x in zip(out, inputs):
-        row[: x.shape[0]] = x
-    return out, torch.stack([torch.as_tensor(b[1]) for b in batch])
 
 
 class LoaderDataset(Dataset):

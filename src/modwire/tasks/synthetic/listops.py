@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import TaskInfo, register_task
+from ..base import TaskInfo, pad_collate, register_task
 from ._common import GeneratedDataset, check_seed, sample_rng, split_size
 
 PAD = 0
@@ -168,14 +168,7 @@ class ListOpsDataset(GeneratedDataset):
         return torch.tensor(ids, dtype=torch.long), torch.tensor(value, dtype=torch.long)
 
 
-def collate(batch: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
-    """Pad a batch of ``(ids, label)`` to its longest sequence with ``PAD``: ``(ids [B, L], labels [B])``.
-
-    The model sees the pad tokens (there is no mask); they come after the expression.
-    """
-    xs, ys = zip(*batch)
-    ids = torch.nn.utils.rnn.pad_sequence(list(xs), batch_first=True, padding_value=PAD)
-    return ids, torch.stack([torch.as_tensor(y, dtype=torch.long) for y in ys])
+collate = pad_collate  # (ids [B, L] padded with PAD = 0, labels [B]); the model sees the pads
 
 
 DEFAULT_SIZE = {"train": 96_000, "val": 2_000, "test": 2_000}  # LRA ListOps split sizes
