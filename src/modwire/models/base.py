@@ -131,6 +131,7 @@ class TokenizerConfig:
     vocab_size: int = 0
     token_dim: int = 384
     max_len: int = 0
+    pad_id: int = -1          # embedding: this id is padding, hidden from the read-in (-1: none)
 
     def validate_tokenizer(self) -> None:
         check_choice("tokenizer", self.tokenizer, TOKENIZERS)
@@ -142,6 +143,9 @@ class TokenizerConfig:
             check_positive(self, "input_dim", "token_dim")
         else:
             check_positive(self, "vocab_size", "token_dim")
+            if not -1 <= self.pad_id < self.vocab_size:
+                raise ValueError(f"config field 'pad_id': got {self.pad_id}, expected -1 (none) or an id "
+                                 f"in [0, vocab_size={self.vocab_size})")
         check_positive(self, "max_len", allow_zero=True)
 
 
@@ -150,7 +154,7 @@ def build_tokenizer(cfg: TokenizerConfig) -> nn.Module:
         return ConvTokenizer(cfg.image_size, cfg.in_channels, cfg.conv_channels, cfg.pos_dim)
     if cfg.tokenizer == "linear":
         return LinearTokenizer(cfg.input_dim, cfg.token_dim, cfg.max_len)
-    return EmbeddingTokenizer(cfg.vocab_size, cfg.token_dim, cfg.max_len)
+    return EmbeddingTokenizer(cfg.vocab_size, cfg.token_dim, cfg.max_len, None if cfg.pad_id < 0 else cfg.pad_id)
 
 
 def _atomic_write(path: Path, write: typing.Callable[[str], None]) -> None:

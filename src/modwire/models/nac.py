@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from ..nn import ProcessorLayer, ReadIn, ReadOut, SignatureKernel
 from ..nn.attention import ReadInMethod
 from ..nn.kernel import KERNEL_MODES
+from ..nn.tokenizers import padding_bias
 from ..nn.modulated import ACTIVATIONS, MODULATIONS
 from .base import ModelConfig, PretrainedModel, TokenizerConfig, build_tokenizer, check_choice, check_positive
 from .registry import register_model_type, register_preset
@@ -153,7 +154,7 @@ class NAC(PretrainedModel):
         want = intermediates is not None
         tokens = self.tokenizer(x)                                   # [B, N, token_dim]
         codes, theta = self.processors.codes, self.processors.initial_states()
-        theta, w = self.read_in(theta, tokens, codes, want, read_in)  # Eq. 4-5
+        theta, w = self.read_in(theta, tokens, codes, want, read_in, padding_bias(self.tokenizer, x))  # Eq. 4-5
         weights, bias = [], None
         resample = self.kernel is not None and self.kernel.mode == "sample"
         for layer in self.propagators:                               # SKMDPA + ModFFN

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from ..nn import ProcessorLayer, ReadIn, ReadOut
 from ..nn.modulated import ACTIVATIONS
+from ..nn.tokenizers import padding_bias
 from .base import ModelConfig, PretrainedModel, TokenizerConfig, build_tokenizer, check_choice, check_positive
 from .registry import register_model_type, register_preset
 
@@ -69,7 +70,8 @@ class PerceiverIO(PretrainedModel):
     def forward_features(self, x: Tensor, intermediates: dict[str, Any] | None = None) -> Tensor:
         """Encoder and latent transformer: latent states ``[B, U, d_model]``."""
         want = intermediates is not None
-        z, w = self.read_in(self.latents, self.tokenizer(x), return_weights=want)
+        z, w = self.read_in(self.latents, self.tokenizer(x), return_weights=want,
+                            padding=padding_bias(self.tokenizer, x))
         weights = []
         for layer in self.propagators:
             z, w_l = layer(z, return_weights=want)

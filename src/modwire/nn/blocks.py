@@ -36,8 +36,10 @@ class ReadIn(nn.Module):
         self.ffn = FFNBlock(dim, hidden_dim, code_dim, activation, modulation, alpha_init)
 
     def forward(self, states: Tensor, tokens: Tensor, codes: Tensor | None = None,
-                return_weights: bool = False, method: ReadInMethod = "factorized") -> tuple[Tensor, Tensor | None]:
-        y, w = self.attn(self.norm_q(states), self.norm_x(tokens), codes,
+                return_weights: bool = False, method: ReadInMethod = "factorized",
+                padding: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """``padding``: optional additive bias ``[B, 1, 1, N]`` hiding padded tokens."""
+        y, w = self.attn(self.norm_q(states), self.norm_x(tokens), codes, bias=padding,
                          return_weights=return_weights, method=method)
         return self.ffn(states + y, codes), w
 

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .kernel import mask_value
+
 
 class ChannelLayerNorm(nn.LayerNorm):
     """LayerNorm over the channel axis of a ``[B, C, H, W]`` map."""
@@ -81,11 +83,15 @@ class LinearTokenizer(nn.Module):
 
 
 class EmbeddingTokenizer(nn.Module):
-    """``[B, N]`` integer ids → ``[B, N, dim]``, plus learned positions."""
+    """``[B, N]`` integer ids → ``[B, N, dim]``, plus learned positions.
 
-    def __init__(self, vocab_size: int, dim: int, max_len: int = 0) -> None:
+    With ``pad_id`` set, :meth:`padding_bias` marks the padding positions so that the
+    read-in attention ignores them: a padded batch gives each sequence the output it
+    would have alone."""
+
+    def __init__(self, vocab_size: int, dim: int, max_len: int = 0, pad_id: int | None = None) -> None:
         super().__init__()
-        self.vocab_size, self.out_dim = vocab_size, dim
+        self.vocab_size, self.out_dim, self.pad_id = vocab_size, dim, pad_id
         self.embed = nn.Embedding(vocab_size, dim)
         self.pos = nn.Embedding(max_len, dim) if max_len > 0 else None
 
@@ -94,6 +100,16 @@ class EmbeddingTokenizer(nn.Module):
             raise ValueError(f"EmbeddingTokenizer expects integer ids [B, N], got {x.dtype} {list(x.shape)}")
         h = self.embed(x)
         return h if self.pos is None else h + _positions(self.pos, x.shape[1])
+
+
+def padding_bias(tokenizer: nn.Module, x: Tensor) -> Tensor | None:
+    """Additive attention bias ``[B, 1, 1, N]`` that hides padding ids from the read-in
+    (None when the tokenizer has no padding)."""
+    pad_id = getattr(tokenizer, "pad_id", None)
+    if pad_id is None:
+        return None
+    return torch.zeros(x.shape, dtype=torch.float32, device=x.device).masked_fill(
+        x == pad_id, mask_value(torch.float32))[:, None, None, :]
 
 
 def _positions(table: nn.Embedding, n: int) -> Tensor:

@@ -157,7 +157,7 @@ def build_lra_listops(split: str, root: Any = None, max_len: int = 2000,
 register_task(TaskInfo(
     name="imdb_bytes", kind="loader",
     description="LRA Text: IMDB reviews as byte ids (byte+1, 0 = pad), truncated to max_len; padded per batch",
-    num_classes=2, model_overrides={"tokenizer": "embedding", "vocab_size": 257, "max_len": 4096},
+    num_classes=2, model_overrides={"tokenizer": "embedding", "vocab_size": 257, "max_len": 4096, "pad_id": 0},
     splits=("train", "test"), params={"root": None, "max_len": 4096, "transform": None},
     collate=pad_collate,
 ), build_imdb_bytes)
@@ -165,7 +165,8 @@ register_task(TaskInfo(
 register_task(TaskInfo(
     name="lra_listops", kind="loader",
     description="LRA ListOps from basic_{train,val,test}.tsv; 16-id vocabulary (0 = pad); padded per batch",
-    num_classes=10, model_overrides={"tokenizer": "embedding", "vocab_size": len(LISTOPS_VOCAB), "max_len": 2000},
+    num_classes=10, model_overrides={"tokenizer": "embedding", "vocab_size": len(LISTOPS_VOCAB), "max_len": 2000,
+                                 "pad_id": 0},
     splits=("train", "val", "test"), params={"root": None, "max_len": 2000, "transform": None},
     collate=pad_collate,
 ), build_lra_listops)

@@ -189,7 +189,7 @@ INFO = TaskInfo(
                  "(pad 0, digits 1-10, [MIN 11, [MAX 12, [MED 13, [SM 14, ] 15); 500 < length < 2000. "
                  "Variable-length items; batch with info.collate (pads with id 0)."),
     num_classes=10,
-    model_overrides={"tokenizer": "embedding", "vocab_size": VOCAB_SIZE, "max_len": 2000},
+    model_overrides={"tokenizer": "embedding", "vocab_size": VOCAB_SIZE, "max_len": 2000, "pad_id": PAD},
     loss="cross_entropy",
     metrics=("top1",),
     splits=("train", "val", "test"),
