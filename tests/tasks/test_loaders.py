@@ -299,7 +299,7 @@ def test_imdb_bytes_round_trip_truncation_and_collate(tmp_path):
     short = build_dataset("imdb_bytes", "train", root=tmp_path / "aclImdb", max_len=4)
     assert [len(short[i][0]) for i in range(4)] == [4, 4, 2, 4]
     info = get_task("imdb_bytes")
-    assert info.model_overrides == {"tokenizer": "embedding", "vocab_size": 257, "max_len": 4096}
+    assert info.model_overrides == {"tokenizer": "embedding", "vocab_size": 257, "max_len": 4096, "pad_id": 0}
     ids, y = next(iter(DataLoader(ds, batch_size=4, collate_fn=info.collate)))
     assert ids.shape == (4, len("Great film<br />!")) and y.tolist() == [0, 1, 1, 1]
     assert ids[2, 2:].eq(0).all() and ids[2, :2].tolist() == [ord("o") + 1, ord("k") + 1]
