@@ -149,3 +149,9 @@ def test_resume_rejects_a_tampered_state_file(tmp_path):
     state.write_bytes(state.read_bytes()[:100])  # truncated
     with pytest.raises(ValueError, match="not a readable modwire training state"):
         train(cfg(tmp_path, "epochs=2"), resume=True)
+
+
+def test_progress_bar_shows_loss_throughput_and_metrics(tmp_path, capsys):
+    train(cfg(tmp_path, "progress=true", "epochs=2"))
+    err = capsys.readouterr().err
+    assert "nac_micro on toy_sets" in err and "samples_per_s=" in err and "val_top1=" in err

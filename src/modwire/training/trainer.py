@@ -221,8 +221,8 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
                 if ema is not None:
                     ema.update_parameters(model)
                 state["step"] += 1
+                rate = seen / max(time.perf_counter() - tick, 1e-9)
                 if state["step"] % cfg.log_every == 0 or state["step"] == total:
-                    rate = seen / (time.perf_counter() - tick)
                     shown = loss.detach().clone()
                     if world > 1:  # log the global batch's loss, not rank 0's share
                         torch.distributed.all_reduce(shown)  # gloo has no AVG: sum, then divide
@@ -232,7 +232,8 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
                     seen, tick = 0, time.perf_counter()
                 if bar is not None:
                     bar.update(1)
-                    bar.set_postfix(loss=f"{loss.item():.4f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
+                    bar.set_postfix(loss=f"{loss.item():.4f}", lr=f"{scheduler.get_last_lr()[0]:.2e}",
+                                    samples_per_s=f"{rate:.0f}", **{f"val_{k}": f"{v:.3f}" for k, v in state["val"].items()})
                 if stop.requested:
                     status = "interrupted"
                     break
