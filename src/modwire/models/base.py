@@ -183,6 +183,10 @@ class PretrainedModel(nn.Module):
         """Name fragments of parameters trained without weight decay (besides all 1-D ones)."""
         return ("tokenizer.pos",)
 
+    def prepare_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Called before weights are loaded: a model whose optional buffers (e.g. a NAC's
+        edge mask after sparsification) are in ``state`` creates them here."""
+
     def num_parameters(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
@@ -229,6 +233,7 @@ def read_pretrained(directory: str | os.PathLike) -> tuple[ModelConfig, dict[str
 
 
 def _load(model: nn.Module, state: dict[str, torch.Tensor], where: Any, map_location) -> nn.Module:
+    model.prepare_state_dict(state)
     missing, unexpected = set(model.state_dict()) - set(state), set(state) - set(model.state_dict())
     if missing or unexpected:
         raise ValueError(f"weights in {where} do not match the config: missing {sorted(missing)[:5]}, "

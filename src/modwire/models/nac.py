@@ -21,7 +21,7 @@ Switching off the modulation (``modulation="none"``) and the kernel
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -65,6 +65,11 @@ class NACConfig(TokenizerConfig, ModelConfig):
     kernel_train_mode: str = "sample"
     kernel_eval_mode: str = "expected"
     truncation: float | None = None    # keep pairs with d(s_i, s_j) ≤ truncation
+    # Table 1 "+ Sparse graph (not learnable)": processor signatures fitted to one graph
+    # sampled from this prior (modwire.graphs), then frozen. None: learned signatures.
+    frozen_graph: str | None = None
+    frozen_graph_params: dict[str, Any] = field(default_factory=dict)
+    frozen_graph_seed: int = 0
 
     def validate(self) -> None:
         self.validate_tokenizer()
@@ -80,6 +85,8 @@ class NACConfig(TokenizerConfig, ModelConfig):
             if self.d_model % getattr(self, name):
                 raise ValueError(f"config field {name!r}: d_model={self.d_model} is not divisible by "
                                  f"{name}={getattr(self, name)}")
+        if self.frozen_graph is not None and not self.use_kernel:
+            raise ValueError("config field 'frozen_graph' needs use_kernel=True (a graph lives in the kernel)")
         if self.initial_state == "code" and self.d_code != self.d_model:
             raise ValueError(f"config field 'initial_state': 'code' needs d_code == d_model, "
                              f"got d_code={self.d_code}, d_model={self.d_model}")
@@ -133,19 +140,68 @@ class NAC(PretrainedModel):
             ProcessorLayer(c.d_model, c.num_heads, c.ffn_hidden, **mod) for _ in range(c.num_layers))
         self.read_out = ReadOut(c.d_model, c.num_output_modules, c.read_out_heads, c.ffn_hidden,
                                 c.num_classes, **mod)
+        # Inference-time sparsification (NAC App. F, modwire.analysis.sparsify): a bool
+        # [U_p, U_p] mask of the edges the propagators may use (None: all), and optionally
+        # a precomputed block-sparse bias that replaces the dense kernel in eval mode.
+        self.register_buffer("edge_mask", None)
+        self.static_propagator_bias = None
+        if c.frozen_graph is not None:
+            self._freeze_graph(c.frozen_graph, c.frozen_graph_params, c.frozen_graph_seed)
+
+    def _freeze_graph(self, name: str, params: dict[str, Any], seed: int) -> None:
+        """NAC Table 1, "+ Sparse graph (not learnable)": fit the processor signatures so
+        that ``P`` (Eq. 2) matches one graph sampled from prior ``name``, then freeze them."""
+        from ..graphs import sample_adjacency
+        from ..graphs.fit import fit_signatures
+
+        c = self.config
+        target = sample_adjacency(name, c.num_processor_modules, seed=seed, **params)
+        with torch.no_grad():
+            self.processors.signatures.copy_(fit_signatures(target, c.d_sig, c.epsilon, seed=seed))
+        self.processors.signatures.requires_grad_(False)
+
+    def set_edge_mask(self, mask: Tensor | None) -> None:
+        """Restrict the propagators to the edges where ``mask`` ``[U_p, U_p]`` (bool) is True
+        (NAC App. F, "Eliminating connections between modules"); None restores all edges."""
+        self.static_propagator_bias = None
+        if mask is None:
+            self.edge_mask = None
+            return
+        u = self.config.num_processor_modules
+        if self.kernel is None:
+            raise ValueError("set_edge_mask needs a NAC with a kernel (use_kernel=True)")
+        if mask.dtype != torch.bool or tuple(mask.shape) != (u, u):
+            raise ValueError(f"edge mask must be a bool tensor of shape ({u}, {u}), "
+                             f"got {mask.dtype} {tuple(mask.shape)}")
+        self.edge_mask = mask.to(self.processors.codes.device).clone()
+
+    def prepare_state_dict(self, state: dict[str, Tensor]) -> None:
+        if "edge_mask" in state and self.edge_mask is None:  # a sparsified checkpoint
+            self.set_edge_mask(state["edge_mask"].to(torch.bool))
 
     def no_weight_decay(self) -> tuple[str, ...]:
         """NAC App. C: no weight decay on signatures, codes and positional encodings."""
         return ("signatures", "codes", "tokenizer.pos")
 
     def link_probs(self) -> Tensor | None:
-        """``P`` among processor modules (NAC Eq. 2), ``[U_p, U_p]``; None without a kernel."""
+        """``P`` among processor modules (NAC Eq. 2), ``[U_p, U_p]``, with eliminated edges
+        (``edge_mask``) at 0; None without a kernel."""
+        if self.kernel is None:
+            return None
         s = self.processors.signatures
-        return None if self.kernel is None else self.kernel.link_probs(s, s)
+        p = self.kernel.link_probs(s, s)
+        return p if self.edge_mask is None else p.masked_fill(~self.edge_mask, 0.0)
 
     def _kernel(self, receivers: CircuitDesign, batch: int):
         if self.kernel is None:
             return None
+        if receivers is self.processors:
+            if self.static_propagator_bias is not None:
+                if self.training:
+                    raise RuntimeError("this NAC has a precomputed block-sparse propagator bias, which is "
+                                       "for inference only: call .eval(), or set_edge_mask() to drop it")
+                return self.static_propagator_bias
+            return self.kernel(receivers.signatures, self.processors.signatures, batch, mask=self.edge_mask)
         return self.kernel(receivers.signatures, self.processors.signatures, batch)
 
     def forward_features(self, x: Tensor, intermediates: dict[str, Any] | None = None,

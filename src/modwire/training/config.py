@@ -4,7 +4,7 @@ with the key's full path; ``--set a.b=value`` overrides use the same machinery."
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 
 @dataclass
@@ -39,10 +39,23 @@ class OptimSection:
 
 
 @dataclass
+class GraphPriorSection:
+    """The graph structure regularizer (NAC §2.2, App. A Eq. 6-9) on the NAC's link
+    probabilities ``P``: ``loss += weight · L_graph(P, P0)``. ``name: null`` switches it off."""
+    name: Optional[str] = None                    # erdos_renyi | scale_free | planted_partition | ring_of_cliques
+    weight: float = 1e-4                          # the paper does not state it; see configs/table1/
+    params: dict[str, Any] = field(default_factory=dict)  # graphon parameters, e.g. {beta: 0.5}
+    loss: str = "mse"                             # mse (Eq. 6) | kl
+    reduction: str = "sum"                        # sum over i≠j (Eq. 6) | mean
+    align: str = "degree"                         # degree (relabelling-invariant) | none (authors' code)
+
+
+@dataclass
 class TrainConfig:
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
     optim: OptimSection = field(default_factory=OptimSection)
+    graph_prior: GraphPriorSection = field(default_factory=GraphPriorSection)
     epochs: int = 1
     max_steps: int = 0                            # > 0 stops early (optimizer steps)
     grad_accum: int = 1
@@ -87,6 +100,14 @@ def validate(c: TrainConfig) -> None:
     for key, value, allowed in checks:
         if value not in allowed:
             raise ValueError(f"config key {key!r}: got {value!r}, expected one of {list(allowed)}")
+    checks = [("graph_prior.loss", c.graph_prior.loss, ("mse", "kl")),
+              ("graph_prior.reduction", c.graph_prior.reduction, ("sum", "mean")),
+              ("graph_prior.align", c.graph_prior.align, ("degree", "none"))]
+    for key, value, allowed in checks:
+        if value not in allowed:
+            raise ValueError(f"config key {key!r}: got {value!r}, expected one of {list(allowed)}")
+    if c.graph_prior.weight < 0:
+        raise ValueError(f"config key 'graph_prior.weight': got {c.graph_prior.weight}, expected >= 0")
     if c.optim.lr <= 0:
         raise ValueError(f"config key 'optim.lr': got {c.optim.lr}, expected > 0")
     for key in ("epochs", "grad_accum", "data.batch_size", "log_every"):

@@ -40,6 +40,19 @@ def build_model_for_task(cfg: TrainConfig) -> PretrainedModel:
                                            **cfg.model.overrides})
 
 
+def build_graph_regularizer(cfg: TrainConfig, model: torch.nn.Module):
+    """The graph structure regularizer of ``cfg.graph_prior`` (NAC App. A), or None."""
+    gp = cfg.graph_prior
+    if gp.name is None or gp.weight == 0:
+        return None
+    if getattr(model, "link_probs", lambda: None)() is None:
+        raise ValueError(f"config key 'graph_prior.name': {gp.name!r} needs a model with link probabilities "
+                         f"(a NAC with use_kernel=True); model {cfg.model.name!r} has none")
+    from ..graphs import GraphRegularizer
+
+    return GraphRegularizer(gp.name, dict(gp.params), loss=gp.loss, reduction=gp.reduction, align=gp.align)
+
+
 def compute_loss(info, out: torch.Tensor, y: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
     if info.loss == "mse":
         return F.mse_loss(out.float(), y.float().view_as(out))
@@ -165,6 +178,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
     steps_per_epoch = micro_per_epoch // cfg.grad_accum
     total = cfg.epochs * steps_per_epoch if cfg.max_steps <= 0 else min(cfg.max_steps, cfg.epochs * steps_per_epoch)
 
+    regularizer = build_graph_regularizer(cfg, model)
     optimizer = build_optimizer(model, cfg.optim)
     scheduler = build_scheduler(optimizer, total, cfg.optim)
     ema = None
@@ -206,7 +220,11 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
                     with _autocast(device, cfg.precision):
                         out = net(x)
                     loss = compute_loss(info, out, y, cfg.optim.label_smoothing)
-                    scaler.scale(loss / cfg.grad_accum).backward()
+                    objective = loss / cfg.grad_accum
+                    if regularizer is not None and last_micro:  # once per optimizer step (App. A.1)
+                        graph_loss = regularizer(model.link_probs())
+                        objective = objective + cfg.graph_prior.weight * graph_loss
+                    scaler.scale(objective).backward()
                 state["micro"] += 1
                 seen += x.shape[0] * world
                 if not last_micro:
@@ -227,8 +245,11 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
                     if world > 1:  # log the global batch's loss, not rank 0's share
                         torch.distributed.all_reduce(shown)  # gloo has no AVG: sum, then divide
                         shown /= world
-                    logger.log({"step": state["step"], "epoch": state["epoch"], "loss": shown.item(),
-                                "lr": scheduler.get_last_lr()[0], "samples_per_s": rate})
+                    record = {"step": state["step"], "epoch": state["epoch"], "loss": shown.item(),
+                              "lr": scheduler.get_last_lr()[0], "samples_per_s": rate}
+                    if regularizer is not None:
+                        record["graph_loss"] = graph_loss.item()
+                    logger.log(record)
                     seen, tick = 0, time.perf_counter()
                 if bar is not None:
                     bar.update(1)
