@@ -36,7 +36,8 @@ Sections:
    attention only; elementwise work such as the ModFC modulation and LayerNorm
    is not counted, so "GFLOP/s achieved" is a lower bound of the work done).
    FlopCounterMode has no formula for the CPU fused attention kernel
-   (``aten._scaled_dot_product_flash_attention_for_cpu``); this script adds one.
+   (``aten._scaled_dot_product_flash_attention_for_cpu``);
+   ``modwire.analysis.flops.count_flops`` adds one.
    A train-mode forward+backward ratio (NAC samples a fresh kernel per layer and
    example in train mode) is printed as well, at ``--train-batch``.
    Acceptance: NAC / PIO inference throughput >= 0.8.
@@ -60,45 +61,16 @@ import time
 from typing import Callable
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 import modwire
+from modwire.analysis.flops import count_flops  # FlopCounterMode + a CPU SDPA formula
 from modwire.nn import ReadIn
 
 READIN_TARGET = 30.0   # literal / factorized, attention forward
 THROUGHPUT_TARGET = 0.8  # NAC / PIO images per second, inference
 
-aten = torch.ops.aten
-
 
 # ---------------------------------------------------------------------------- measuring helpers
-
-def _cpu_sdpa_flops(query, key, value, *args, out_shape=None, **kwargs) -> int:
-    return sdpa_flop_count(query, key, value)
-
-
-def _cpu_sdpa_backward_flops(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
-    return sdpa_backward_flop_count(grad_out, query, key, value)
-
-
-# FlopCounterMode counts the CUDA SDPA kernels but not the CPU one, which NAC and PIO use.
-CPU_SDPA_FLOPS = {
-    aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flops,
-    aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_sdpa_backward_flops,
-}
-
-
-def count_flops(fn: Callable[[], object], grad: bool = False) -> int:
-    """FLOPs of one call of ``fn`` (matmul/conv/attention; elementwise ops excluded).
-
-    Runs under ``no_grad`` (or ``enable_grad`` if ``grad``), never ``inference_mode``:
-    FlopCounterMode's module tracker fails on parameters passed as module inputs
-    under inference mode. The FLOPs are the same."""
-    with torch.inference_mode(False), (torch.enable_grad() if grad else torch.no_grad()), \
-            FlopCounterMode(display=False, custom_mapping=CPU_SDPA_FLOPS) as counter:
-        fn()
-    return counter.get_total_flops()
-
 
 def minor_faults() -> int:
     """Minor page faults of this process so far (first touches of freshly mapped memory)."""

@@ -3,6 +3,8 @@
     modwire train CONFIG.yaml [--set key=value ...] [--resume]
     modwire eval RUN_DIR_OR_CHECKPOINT [--task NAME] [--split SPLIT]
     modwire list models|tasks
+    modwire analyze RUN_DIR [--baseline RUN_DIR ...] [--out DIR] [--drop FRACTIONS] [--edges FRACTIONS]
+                    [--split SPLIT] [--batch N] [--max-samples N] [--set key=value ...] [--no-plots]
 
 Also ``python -m modwire ...`` and ``torchrun --nproc-per-node N -m modwire train ...``.
 Misuse exits with code 2 and a usage message; bad configs, names and files exit 2
@@ -13,12 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="modwire", description="Modular attention networks: train, evaluate, list.")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{train,eval,list}")
+    ap = argparse.ArgumentParser(prog="modwire",
+                                 description="Modular attention networks: train, evaluate, list, analyze.")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{train,eval,list,analyze}")
     t = sub.add_parser("train", help="train a model on a task from a YAML config")
     t.add_argument("config", nargs="?", help="YAML file (see configs/); omitted: defaults + --set")
     t.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
@@ -32,6 +34,27 @@ def _parser() -> argparse.ArgumentParser:
                    help="data.* overrides, e.g. data.params.root=/data/tiny-imagenet")
     l = sub.add_parser("list", help="list model presets or tasks")
     l.add_argument("what", choices=["models", "tasks"])
+    a = sub.add_parser("analyze", help="drop modules / eliminate edges of a trained run (NAC Fig. 5, 8, 10, 15)",
+                       description="Inference-time sparsification of a trained run: accuracy, throughput and "
+                                   "GFLOPs as modules (NAC) or latents (Perceiver IO) are dropped, accuracy as "
+                                   "edges are eliminated (NAC), and pictures of the learned graph.")
+    a.add_argument("path", help="run directory (uses its best, else last checkpoint) or checkpoint directory")
+    a.add_argument("--baseline", nargs="+", action="extend", default=[], metavar="RUN_DIR",
+                   help="runs to compare with (e.g. the Perceiver IO of NAC Fig. 5/15)")
+    a.add_argument("--out", help="output directory (default: RUN_DIR/analysis)")
+    a.add_argument("--drop", metavar="FRACTIONS",
+                   help="comma-separated fractions of modules to drop, each in [0, 1) "
+                        "(default 0,.25,.5,.625,.75,.8125,.875,.9375)")
+    a.add_argument("--edges", metavar="FRACTIONS",
+                   help="comma-separated fractions of edges to remove, each in [0, 1]; NAC runs only "
+                        "(default for a NAC: 0,.5,.8,.9,.92,.94,.96,.98,1)")
+    a.add_argument("--split", help="split (default: the run's validation split)")
+    a.add_argument("--batch", type=int, default=64, help="batch of the throughput and FLOP measurements (default 64)")
+    a.add_argument("--iters", type=int, default=3, help="timed batches per model, median kept (default 3)")
+    a.add_argument("--max-samples", type=int, help="evaluate on the first N samples of the split only")
+    a.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="config overrides for every run, e.g. data.params.root=/data/tiny-imagenet")
+    a.add_argument("--no-plots", action="store_true", help="write CSV/JSON only (no matplotlib needed)")
     return ap
 
 
@@ -47,26 +70,33 @@ def cmd_train(args) -> int:
 def cmd_eval(args) -> int:
     import torch
 
-    from .models import from_pretrained
-    from .tasks import build_dataset, get_task
-    from .training import load_config
+    from .analysis.report import load_run
     from .training.checkpoint import resolve_checkpoint
-    from .training.trainer import apply_augmentation, evaluate, make_loader
+    from .training.trainer import evaluate, make_loader
 
-    ckpt = resolve_checkpoint(args.path)
-    run_cfg = next((p / "config.yaml" for p in (Path(args.path), ckpt.parent.parent) if (p / "config.yaml").is_file()),
-                   None)
-    cfg = load_config(str(run_cfg) if run_cfg else None, args.overrides)
-    task = args.task or cfg.data.task
-    info = get_task(task)
-    params = cfg.data.params if task == cfg.data.task else {}
-    dataset = build_dataset(task, args.split or cfg.data.val_split, **params)
-    model = from_pretrained(ckpt)
-    _, dataset, _ = apply_augmentation(cfg, model, info, dataset, dataset)  # the run's eval transform, if any
+    cfg, model, info, dataset = load_run(args.path, args.overrides, task=args.task, split=args.split)
     device = torch.device("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")
     loader = make_loader(dataset, cfg.data.batch_size, None, info, cfg.data.num_workers, drop_last=False)
     metrics = evaluate(model.to(device), loader, info, device, cfg.precision)
-    print(json.dumps({"checkpoint": str(ckpt), "task": task, "split": args.split or cfg.data.val_split, **metrics}))
+    print(json.dumps({"checkpoint": str(resolve_checkpoint(args.path)), "task": args.task or cfg.data.task,
+                      "split": args.split or cfg.data.val_split, **metrics}))
+    return 0
+
+
+def cmd_analyze(args) -> int:
+    from .analysis.report import DEFAULT_DROP_FRACTIONS, analyze, parse_fractions
+
+    drop = parse_fractions(args.drop, "--drop", closed=False) if args.drop is not None else DEFAULT_DROP_FRACTIONS
+    edges = parse_fractions(args.edges, "--edges", closed=True) if args.edges is not None else None
+    try:
+        analyze(args.path, args.baseline, out_dir=args.out, drop=drop, edges=edges, split=args.split,
+                batch=args.batch, max_samples=args.max_samples, overrides=args.overrides,
+                plots=not args.no_plots, iters=args.iters)
+    except ImportError as e:  # matplotlib / networkx missing: say which extra to install
+        if "modwire[analysis]" not in str(e):
+            raise
+        print(f"modwire analyze: error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -89,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
     try:
-        return {"train": cmd_train, "eval": cmd_eval, "list": cmd_list}[args.command](args)
+        return {"train": cmd_train, "eval": cmd_eval, "list": cmd_list, "analyze": cmd_analyze}[args.command](args)
     except (KeyError, ValueError, FileNotFoundError, TypeError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         print(f"modwire {args.command}: error: {msg}", file=sys.stderr)

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .block_sparse import BlockSparseBias
 from .kernel import KernelBias
 from .modulated import Modulation, ModulatedLinear
 
@@ -46,6 +47,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, bias: KernelBias | Tensor | None = N
     zeroes the output (and weights) of receivers that have no allowed sender.
     Returns ``(out [B, H, Nq, dv], weights [B, H, Nq, Nk] or None)``.
     """
+    if isinstance(bias, BlockSparseBias):  # edge-eliminated propagators (modwire.nn.block_sparse)
+        return bias.attend(q, k, v, scale, return_weights)
     has_sender = None
     if isinstance(bias, KernelBias):
         bias, has_sender = bias.log_kernel, bias.has_sender

@@ -1,0 +1,294 @@
+"""Post-hoc sparsification of NAC (NAC App. F) and of Perceiver IO latents.
+
+Three operations, none of which touches the model it is given (each returns a deep copy):
+
+* :func:`module_importance` — NAC App. F Eq. 10: ``q_i = Σ_j P_ij`` with ``P`` the
+  link probabilities among processor modules (:meth:`NAC.link_probs`, NAC Eq. 2).
+* :func:`drop_modules` — "Selecting what modules are dropped": sort the processor
+  modules by ``q_i`` and *remove* the ``k`` with the smallest ``q_i`` (the most strongly
+  connected modules are dropped last). Removal is real, not masking: the per-module
+  tensors ``processors.signatures`` ``[U_p, d_sig]`` and ``processors.codes``
+  ``[U_p, d_code]`` are index-selected (kept rows in their original order) and
+  ``config.num_processor_modules`` is updated, so the read-in, every propagator
+  (attention ``O(U_p²)``, ModFFN ``O(U_p)``) and the read-out really run on fewer
+  modules. Every other weight is shared by all modules and stays as it is; this is
+  *asserted* on every call by building the architecture for the old and the new
+  module count on the ``meta`` device and checking that the only tensors whose shapes
+  differ are the per-module ones handled here (a shape test for "a dimension equal to
+  U_p" would be fooled by coincidences: in ``nac_tiny_imagenet`` U_p = conv_channels = 320).
+
+  Perceiver IO has no ``P``: its latents ``[U, d_model]`` are dropped in a given
+  ``order`` (indices, first dropped first), or, without one, the *last* latents
+  (``seed=None``) or a random set drawn from ``torch.Generator().manual_seed(seed)``.
+  The same ``order`` / ``seed`` choices exist for a NAC (a NAC without a kernel has no
+  ``P`` either and needs one of them).
+* :func:`eliminate_edges` — "Eliminating connections between modules": the smallest
+  ``fraction`` of the off-diagonal ``P_ij`` are set to 0. ``P`` is symmetric (cosine
+  distance), so the ranking is done on the pairs ``i < j`` of ``(P + Pᵀ)/2`` and the
+  result mirrored: exactly ``fraction`` of the upper and of the lower triangular part is
+  removed, as in the paper ("90% of elements in the lower and upper triangular portion
+  of the matrix P_ij (excluding the diagonal) are set to 0"). The diagonal is always
+  kept. The copy's propagator kernel gets the bool edge mask ``[U_p, U_p]``
+  (True = kept) through :class:`SignatureKernel`'s ``mask`` argument, which hands
+  eliminated pairs a ``-1e9`` logit bias: their attention weights are exactly 0.
+
+  The copy's propagators get the bool edge mask ``[U_p, U_p]`` (True = kept) through
+  :meth:`NAC.set_edge_mask` (a buffer, saved with the weights), which hands eliminated
+  pairs a ``-1e9`` logit bias: their attention weights are exactly 0. The read-out
+  kernel (output → processor) is not masked. ``link_probs()`` of the copy reports the
+  masked ``P`` (eliminated entries 0), so :func:`module_importance` of an
+  edge-eliminated model ranks by the surviving connections.
+
+The operations compose: dropping modules from an edge-eliminated model index-selects the
+edge mask too; eliminating edges on an edge-eliminated model ANDs the masks.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..models.nac import NAC
+from ..models.perceiver_io import PerceiverIO
+
+__all__ = ["drop_modules", "edge_mask", "eliminate_edges", "keep_modules",
+           "module_importance", "modules_to_keep"]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def _module_spec(model: nn.Module) -> tuple[str, tuple[str, ...]]:
+    """(config field holding the module count, names of the per-module tensors, dim 0)."""
+    if isinstance(model, NAC):
+        names = ("processors.codes",) if model.processors.signatures is None else \
+            ("processors.signatures", "processors.codes")
+        return "num_processor_modules", names
+    if isinstance(model, PerceiverIO):
+        return "num_latents", ("latents",)
+    raise TypeError(f"expected a NAC or a PerceiverIO, got {type(model).__name__}")
+
+
+def _num_modules(model: nn.Module) -> int:
+    return getattr(model.config, _module_spec(model)[0])
+
+
+def _set_tensor(model: nn.Module, name: str, value: Tensor) -> None:
+    owner_name, _, attr = name.rpartition(".")
+    owner = model.get_submodule(owner_name) if owner_name else model
+    old = getattr(owner, attr)
+    if isinstance(old, nn.Parameter):
+        setattr(owner, attr, nn.Parameter(value, requires_grad=old.requires_grad))
+    else:
+        setattr(owner, attr, value)
+
+
+def _fresh_copy(model: nn.Module) -> nn.Module:
+    """``copy.deepcopy`` made outside inference mode (so that the copy's parameters are
+    ordinary tensors even when called under ``torch.inference_mode()``), without the
+    inference caches of ModFC modulation factors."""
+    with torch.inference_mode(False):
+        new = copy.deepcopy(model)
+    for m in new.modules():
+        m.__dict__.pop("_m_cache", None)
+    return new
+
+
+def _check_only_module_tensors_change(model: nn.Module, num_new: int) -> None:
+    """Assert that between the architectures with ``U`` and ``num_new`` modules only the
+    per-module tensors (handled by :func:`keep_modules`) change shape."""
+    field, names = _module_spec(model)
+    base = type(model).__mro__[[c in (NAC, PerceiverIO) for c in type(model).__mro__].index(True)]
+    u_old = getattr(model.config, field)
+    u_other = num_new if num_new != u_old else u_old + 1   # a different count, to see what depends on it
+    shapes = []
+    with torch.device("meta"):
+        for u in (u_old, u_other):
+            extra = {"frozen_graph": None} if base is NAC else {}  # no signature fitting for shapes
+            ref = base(model.config.replace(**{field: u}, **extra))
+            shapes.append({k: tuple(v.shape) for k, v in ref.state_dict().items()})
+    changed = {k for k in shapes[0] if shapes[0][k] != shapes[1].get(k)}
+    if changed != set(names):
+        raise RuntimeError(f"{type(model).__name__}: tensors depending on {field} are {sorted(changed)}, "
+                           f"but only {list(names)} are index-selected")
+    actual = {k: tuple(v.shape) for k, v in model.state_dict().items() if k != "edge_mask"}
+    if actual != shapes[0]:
+        raise RuntimeError(f"{type(model).__name__}: state_dict does not match its config")
+
+
+# ----------------------------------------------------------------------------- importance
+
+def module_importance(model: NAC) -> Tensor:
+    """``q_i = Σ_j P_ij`` (NAC App. F Eq. 10): ``[U_p]``, detached. For an
+    edge-eliminated NAC eliminated links count as 0."""
+    if not isinstance(model, NAC):
+        raise TypeError(f"module_importance needs a NAC (a model with link probabilities), "
+                        f"got {type(model).__name__}")
+    with torch.no_grad():
+        p = model.link_probs()
+    if p is None:
+        raise ValueError("module_importance: this NAC has no kernel (use_kernel=False), so no P")
+    return p.sum(dim=1)
+
+
+# ----------------------------------------------------------------------------- dropping modules
+
+def _num_drop(num_drop: int | float, u: int) -> int:
+    if isinstance(num_drop, bool) or not isinstance(num_drop, (int, float)):
+        raise TypeError(f"num_drop must be an int (count) or a float (fraction), got {num_drop!r}")
+    if isinstance(num_drop, float):
+        if not 0.0 <= num_drop < 1.0:
+            raise ValueError(f"num_drop as a fraction must be in [0, 1), got {num_drop}")
+        num_drop = round(num_drop * u)
+    if not 0 <= num_drop < u:
+        raise ValueError(f"num_drop must be in [0, {u}) (at least one module is kept), got {num_drop}")
+    return num_drop
+
+
+def modules_to_keep(model: nn.Module, num_drop: int | float, order: Sequence[int] | Tensor | None = None,
+                    seed: int | None = None) -> Tensor:
+    """Indices (sorted, int64) of the modules that :func:`drop_modules` keeps.
+
+    ``num_drop``: a count, or a float fraction of the modules (rounded).
+    ``order``: module indices in drop order (first dropped first); it may be a prefix of
+    length ≥ ``num_drop``. Default: a NAC with a kernel sorts by ``q_i`` ascending
+    (stable: ties drop the lower index first); otherwise the last modules
+    (``seed=None``) or a seeded random permutation.
+    """
+    u = _num_modules(model)
+    k = _num_drop(num_drop, u)
+    if order is not None:
+        order = torch.as_tensor(order, dtype=torch.long).flatten().cpu()
+        if len(order) < k or len(torch.unique(order)) != len(order) or \
+                (len(order) and (order.min() < 0 or order.max() >= u)):
+            raise ValueError(f"order must hold >= {k} distinct indices in [0, {u})")
+    elif isinstance(model, NAC) and model.kernel is not None:
+        order = torch.sort(module_importance(model).cpu(), stable=True).indices
+    elif seed is None:
+        order = torch.arange(u - 1, -1, -1)
+    else:
+        order = torch.randperm(u, generator=torch.Generator().manual_seed(seed))
+    keep = torch.ones(u, dtype=torch.bool)
+    keep[order[:k]] = False
+    return keep.nonzero().squeeze(1)
+
+
+def keep_modules(model: nn.Module, keep: Sequence[int] | Tensor) -> nn.Module:
+    """A deep copy of ``model`` with only the modules ``keep`` (in the given order;
+    pass sorted indices to keep the original order): the per-module tensors are
+    index-selected, the module count in the config is updated, all shared weights are
+    copied unchanged. ``model`` is untouched."""
+    field, names = _module_spec(model)
+    u = getattr(model.config, field)
+    keep = torch.as_tensor(keep, dtype=torch.long).flatten()
+    if len(keep) == 0 or len(torch.unique(keep)) != len(keep) or keep.min() < 0 or keep.max() >= u:
+        raise ValueError(f"keep must hold distinct indices in [0, {u}), at least one")
+    _check_only_module_tensors_change(model, len(keep))
+    new = _fresh_copy(model)
+    new.config = model.config.replace(**{field: len(keep)})
+    with torch.inference_mode(False), torch.no_grad():
+        for name in names:
+            t = new.get_parameter(name)
+            _set_tensor(new, name, t.index_select(0, keep.to(t.device)).clone())
+        if isinstance(new, NAC) and new.edge_mask is not None:
+            m = new.edge_mask
+            idx = keep.to(m.device)
+            new.set_edge_mask(m.index_select(0, idx).index_select(1, idx))
+    return new
+
+
+def drop_modules(model: nn.Module, num_drop: int | float, order: Sequence[int] | Tensor | None = None,
+                 seed: int | None = None) -> nn.Module:
+    """Remove ``num_drop`` processor modules (NAC) or latents (Perceiver IO); see
+    :func:`modules_to_keep` for how they are chosen (NAC default: smallest ``q_i``,
+    NAC App. F) and :func:`keep_modules` for what is copied. Returns a new model with
+    ``U - num_drop`` modules whose per-module rows are the kept ones in their original
+    order; ``model`` is untouched."""
+    return keep_modules(model, modules_to_keep(model, num_drop, order, seed))
+
+
+# ----------------------------------------------------------------------------- eliminating edges
+
+@torch.no_grad()
+def edge_mask(model: NAC, fraction: float) -> Tensor:
+    """Bool ``[U_p, U_p]``, True = kept: the ``round(fraction · U_p(U_p-1)/2)`` pairs
+    ``i < j`` with the smallest ``(P_ij + P_ji)/2`` are eliminated in both directions
+    (stable sort: among ties the pair earlier in row-major order goes first); the
+    diagonal is always kept. For an edge-eliminated NAC the ranking uses its masked
+    ``P`` and the result is ANDed with its current mask."""
+    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 <= fraction <= 1:
+        raise ValueError(f"fraction must be a number in [0, 1], got {fraction!r}")
+    if not isinstance(model, NAC) or model.kernel is None:
+        raise ValueError("eliminate_edges needs a NAC with a kernel (link probabilities P)")
+    p = model.link_probs().detach()
+    p = (p + p.T) / 2
+    u = p.shape[0]
+    iu, ju = torch.triu_indices(u, u, offset=1, device=p.device)
+    k = round(fraction * len(iu))
+    drop = torch.sort(p[iu, ju], stable=True).indices[:k]
+    mask = torch.ones(u, u, dtype=torch.bool, device=p.device)
+    mask[iu[drop], ju[drop]] = False
+    mask[ju[drop], iu[drop]] = False
+    if model.edge_mask is not None:
+        mask &= model.edge_mask.to(mask.device)
+    return mask
+
+
+def eliminate_edges(model: NAC, fraction: float) -> tuple[NAC, Tensor]:
+    """NAC App. F, "Eliminating connections between modules": ``(copy, mask)`` where the
+    copy's propagators attend only along the kept edges
+    (``mask`` from :func:`edge_mask`). ``model`` is untouched."""
+    with torch.inference_mode(False):
+        mask = edge_mask(model, fraction)
+    new = _fresh_copy(model)
+    new.set_edge_mask(mask)
+    return new, mask
+
+
+# ----------------------------------------------------------------------------- block-sparse inference
+
+def prior_groups(model: NAC, prior: str, num_blocks: int | None = None, **params) -> Tensor:
+    """Block of each processor module in a block prior's frame: the modules are matched to
+    the prior's nodes (NAC App. A, Eq. 9 + Hungarian) and take the block of their node
+    (planted partition: its cluster; ring of cliques: its clique). ``LongTensor [U_p]``."""
+    from ..graphs import block_assignment, match
+    from ..graphs import prior as prior_matrix
+
+    u = model.config.num_processor_modules
+    k = num_blocks or params.get("num_clusters") or params.get("num_cliques")
+    if k is None:
+        raise ValueError(f"prior_groups needs the prior's number of blocks (num_clusters / num_cliques) "
+                         f"for prior {prior!r}")
+    with torch.no_grad():
+        sigma = match(model.link_probs().detach().cpu(), prior_matrix(prior, u, **params))
+    return block_assignment(u, k)[sigma]
+
+
+def block_sparse(model: NAC, block_size: int, groups: Tensor | None = None) -> NAC:
+    """An inference copy of an edge-eliminated NAC whose propagators compute only the
+    attention blocks that hold a kept edge (NAC App. F; the "sparse kernels" the paper
+    leaves to future work).
+
+    The processor modules are reordered so that kept edges form blocks: by ``groups``
+    (e.g. :func:`prior_groups`: the matched planted-partition clusters), else by reverse
+    Cuthill-McKee on the edge mask. The permutation does not change the function (read-in
+    and propagators are equivariant in the modules, the read-out sums over them); the
+    eval-mode kernel is computed once and pre-gathered into the kept blocks. The copy is
+    for inference only (its forward in train mode raises) and keeps its precomputed bias
+    on the device ``model`` is on (make it there); ``model`` is untouched.
+    """
+    from ..nn.block_sparse import BlockSparseBias, block_order, order_by_groups
+
+    if not isinstance(model, NAC) or model.edge_mask is None:
+        raise ValueError("block_sparse needs an edge-eliminated NAC (see eliminate_edges)")
+    if model.kernel.eval_mode == "sample":
+        raise ValueError("block_sparse needs a deterministic eval kernel (kernel_eval_mode 'expected' or "
+                         "'threshold'), got 'sample'")
+    order = order_by_groups(groups) if groups is not None else block_order(model.edge_mask.cpu())
+    new = keep_modules(model, order).eval()
+    with torch.inference_mode(False), torch.no_grad():
+        s = new.processors.signatures
+        dense = new.kernel(s, s, 1, mask=new.edge_mask)
+        new.static_propagator_bias = BlockSparseBias.from_dense(dense.log_kernel, new.edge_mask, block_size)
+    return new
