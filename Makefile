@@ -27,6 +27,9 @@ test-all: install
 
 bench: install
 	$(BIN)/python benchmarks/bench_nac.py
+	$(BIN)/python benchmarks/bench_sparsify.py
+	$(BIN)/python benchmarks/bench_block_sparse.py
+	$(BIN)/python benchmarks/bench_graph.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

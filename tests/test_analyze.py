@@ -194,6 +194,12 @@ def test_plot_graph_and_link_probs_write_pngs(tmp_path):
         plot_link_probs(p, tmp_path / "x.png", order=[0] * 10)
 
 
+def test_plot_priors_draws_figures_3_and_7(tmp_path):
+    from modwire.analysis import plot_priors
+
+    _check_png(plot_priors(tmp_path / "priors.png", num_modules=40, sample_modules=16))
+
+
 def test_count_flops_of_a_linear_layer():
     b, i, o = 3, 7, 5
     layer = torch.nn.Linear(i, o)

@@ -17,7 +17,8 @@ from torch import Tensor
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["graph_from_link_probs", "plot_curves", "plot_graph", "plot_link_probs", "require_plotting"]
+__all__ = ["graph_from_link_probs", "plot_curves", "plot_graph", "plot_link_probs", "plot_priors",
+           "require_plotting"]
 
 _HINT = "pip install 'modwire[analysis]'"
 
@@ -123,6 +124,34 @@ def plot_link_probs(p: Tensor, path: str | Path, prior: Tensor | None = None,
     fig.colorbar(im, ax=list(axes[0]), shrink=0.85, label="link probability")
     if title:
         fig.suptitle(title)
+    return _save(fig, plt, path)
+
+
+def plot_priors(path: str | Path, num_modules: int = 320, sample_modules: int = 64, seed: int = 0,
+                priors: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
+    """NAC Fig. 7 and Fig. 3 side by side, one column per prior: the graphon on the Eq. 7
+    grid (``P0`` for ``num_modules``), and one graph of ``sample_modules`` nodes sampled
+    from it (force-directed layout, node colour = degree). ``priors``: name → parameters
+    (default: every prior with its defaults)."""
+    from ..graphs import list_priors, prior, sample_graph
+
+    nx = _networkx()
+    plt = _pyplot()
+    priors = {name: {} for name in list_priors()} if priors is None else priors
+    fig, axes = plt.subplots(2, len(priors), figsize=(3.6 * len(priors), 7.2), squeeze=False)
+    for k, (name, params) in enumerate(priors.items()):
+        top, bottom = axes[0][k], axes[1][k]
+        top.imshow(prior(name, num_modules, **params).numpy(), vmin=0.0, vmax=1.0, cmap="magma",
+                   interpolation="nearest")
+        top.set_title(f"{name}\n$P^{{(0)}}$, U = {num_modules}", fontsize="small")
+        top.set_axis_off()
+        g = sample_graph(name, sample_modules, seed=seed, **params)
+        pos = nx.spring_layout(g, seed=seed)
+        nx.draw_networkx_edges(g, pos, ax=bottom, alpha=0.3, width=0.5)
+        nx.draw_networkx_nodes(g, pos, ax=bottom, node_color=[d for _, d in g.degree()], cmap="viridis",
+                               node_size=25, linewidths=0.3, edgecolors="k")
+        bottom.set_title(f"a sample, U = {sample_modules}", fontsize="small")
+        bottom.set_axis_off()
     return _save(fig, plt, path)
 
 
