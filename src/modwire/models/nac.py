@@ -16,6 +16,11 @@ Read top to bottom like the paper's method section:
 5. **Read-out** (§2.1): output modules attend to the final states with SKMDPA,
    ModFFN, and a confidence-weighted sum of per-module logits.
 
+Graph priors act on ``link_probs()`` from the training loop (``modwire.graphs``);
+``frozen_graph`` fixes the signatures to a sampled graph (Table 1); ``set_edge_mask``
+and ``static_propagator_bias`` carry inference-time sparsification (App. F,
+``modwire.analysis.sparsify``).
+
 Switching off the modulation (``modulation="none"``) and the kernel
 (``use_kernel=False``) leaves a Perceiver IO (App. B.2), which the tests check.
 """

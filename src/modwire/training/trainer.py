@@ -7,7 +7,9 @@ writes ``last``/``best`` checkpoints atomically. ``train(config, resume=True)``
 continues exactly where the last checkpoint left off: data order is a function of
 ``(seed, epoch)``, the position inside the epoch and every RNG state are saved, so a
 run killed between checkpoints and resumed ends with the same weights as one never
-interrupted. SIGINT saves a checkpoint before stopping.
+interrupted. SIGINT saves a checkpoint before stopping. A ``graph_prior`` section adds
+NAC's graph structure regularizer (App. A, Eq. 6-9) on the link probabilities once per
+optimizer step.
 """
 from __future__ import annotations
 
