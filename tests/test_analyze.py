@@ -89,6 +89,11 @@ def test_analyze_nac_with_pio_baseline_end_to_end(runs, tmp_path, capsys):
     assert [r["run"] for r in edges] == [nac.name] * len(edge_fracs)        # the PIO has no edges
     assert [int(r["edges_kept"]) for r in edges] == [66 - round(f * 66) for f in edge_fracs]
     assert float(edges[0]["top1"]) == pytest.approx(float(by_model["nac_micro"][0]["top1"]))
+    # block-sparse propagators (modules ordered by the matched ring-of-cliques blocks) are exact
+    assert all(float(r["block_sparse_max_abs_diff"]) < 1e-4 for r in edges)
+    assert all(float(r["samples_per_s_dense_masked"]) > 0 and float(r["samples_per_s_block_sparse"]) > 0
+               for r in edges)
+    assert float(edges[0]["block_density"]) == 1.0          # nothing removed: one dense block
 
     summary = json.loads((out / "summary.json").read_text())
     assert summary["model"] == "nac_micro" and summary["num_samples"] == n and summary["metric"] == "top1"
@@ -97,7 +102,7 @@ def test_analyze_nac_with_pio_baseline_end_to_end(runs, tmp_path, capsys):
     assert summary["graphs"][nac.name]["num_modules"] == U
     assert summary["graphs"][nac.name]["prior"] == "ring_of_cliques"
     pngs = {"accuracy_vs_modules_dropped.png", "throughput_vs_modules_dropped.png", "accuracy_vs_gflops.png",
-            "accuracy_vs_edges_removed.png", "graph.png", "link_probs.png"}
+            "accuracy_vs_edges_removed.png", "throughput_vs_edges_removed.png", "graph.png", "link_probs.png"}
     assert {p.name for p in out.iterdir()} == pngs | {"modules_dropped.csv", "edges_removed.csv", "summary.json"}
     assert sorted(summary["files"]) == sorted(str(p) for p in out.iterdir())
     for name in pngs:

@@ -3,7 +3,7 @@
     modwire train CONFIG.yaml [--set key=value ...] [--resume]
     modwire eval RUN_DIR_OR_CHECKPOINT [--task NAME] [--split SPLIT]
     modwire list models|tasks
-    modwire analyze RUN_DIR [--baseline RUN_DIR ...] [--out DIR] [--drop FRACTIONS] [--edges FRACTIONS]
+    modwire analyze RUN_DIR [--baseline RUN_DIR ...] [--out DIR] [--drop FRACTIONS] [--edges FRACTIONS] [--block-size N]
                     [--split SPLIT] [--batch N] [--max-samples N] [--set key=value ...] [--no-plots]
 
 Also ``python -m modwire ...`` and ``torchrun --nproc-per-node N -m modwire train ...``.
@@ -51,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--split", help="split (default: the run's validation split)")
     a.add_argument("--batch", type=int, default=64, help="batch of the throughput and FLOP measurements (default 64)")
     a.add_argument("--iters", type=int, default=3, help="timed batches per model, median kept (default 3)")
+    a.add_argument("--block-size", type=int, default=None,
+                   help="block size of the block-sparse propagators timed for --edges (default: the prior's "
+                        "cluster size, else modules / 8)")
     a.add_argument("--max-samples", type=int, help="evaluate on the first N samples of the split only")
     a.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
                    help="config overrides for every run, e.g. data.params.root=/data/tiny-imagenet")
@@ -91,7 +94,7 @@ def cmd_analyze(args) -> int:
     try:
         analyze(args.path, args.baseline, out_dir=args.out, drop=drop, edges=edges, split=args.split,
                 batch=args.batch, max_samples=args.max_samples, overrides=args.overrides,
-                plots=not args.no_plots, iters=args.iters)
+                plots=not args.no_plots, iters=args.iters, block_size=args.block_size)
     except ImportError as e:  # matplotlib / networkx missing: say which extra to install
         if "modwire[analysis]" not in str(e):
             raise

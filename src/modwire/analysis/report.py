@@ -13,7 +13,10 @@ For a trained run (and optional baseline runs, e.g. the Perceiver IO of Fig. 5/1
   FLOPs counted (:func:`~modwire.analysis.flops.count_flops` on one batch / batch size).
 * **Eliminating edges** (Fig. 10, NAC runs): for each fraction the smallest off-diagonal
   ``P_ij`` are set to 0 (:func:`~modwire.analysis.sparsify.eliminate_edges`) and the copy
-  is evaluated.
+  is evaluated; its propagators are timed dense-masked and block-sparse
+  (:func:`~modwire.analysis.sparsify.block_sparse`, modules ordered by the matched blocks
+  of a planted-partition / ring-of-cliques prior, else by reverse Cuthill-McKee), and the
+  two outputs compared.
 * **Graph pictures** (Fig. 8): the graph of ``P_ij > 0.5`` drawn force-directed, and a
   heatmap of ``P`` — in the frame of the run's graph prior (modules ordered by the
   matching to ``P0``) next to ``P0``, or, without a prior, by descending ``q_i``.
@@ -185,13 +188,14 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
             out_dir: str | os.PathLike | None = None, drop: Sequence[float] = DEFAULT_DROP_FRACTIONS,
             edges: Sequence[float] | None = None, split: str | None = None, batch: int = 64,
             max_samples: int | None = None, overrides: Sequence[str] = (), plots: bool = True,
-            iters: int = 3, log: Callable[[str], None] | None = print) -> dict[str, Any]:
+            iters: int = 3, block_size: int | None = None,
+            log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Run the analysis (see the module docstring) and write its files to ``out_dir``
     (default ``run_dir/analysis``). ``edges=None``: the default fractions for a NAC run,
     none for a Perceiver IO; explicit fractions need a NAC with link probabilities.
     Returns the summary (also written to ``summary.json``)."""
     from .flops import count_flops, time_interleaved
-    from .sparsify import drop_modules, eliminate_edges
+    from .sparsify import block_sparse, drop_modules, eliminate_edges
 
     drop = list(dict.fromkeys(check_fractions(drop, "--drop (fractions of modules to drop)", closed=False)))
     explicit_edges = edges is not None
@@ -203,6 +207,8 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
         raise ValueError(f"--max-samples: expected >= 1, got {max_samples}")
     if iters < 1:
         raise ValueError(f"--iters: expected >= 1, got {iters}")
+    if block_size is not None and block_size < 1:
+        raise ValueError(f"--block-size: expected >= 1, got {block_size}")
     if plots:
         from .plots import require_plotting
 
@@ -265,14 +271,33 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
         r.drops = [(f, kept, None) for f, kept, _ in r.drops]   # free the copies
 
     # -- eliminated edges (NAC runs with link probabilities)
+    # and their propagators run dense-masked vs block-sparse (the modules reordered so
+    # that kept edges form blocks), timed interleaved on the same batch
     edge_rows: list[dict[str, Any]] = []
     for r in edge_runs:
+        x = _timing_batch(r, batch, device)
+        groups, size = _block_plan(r, block_size)
+        fns = {}
         for f in edges:
             m, mask = eliminate_edges(r.model, f)
+            m.eval()
             kept = int((mask.sum().item() - mask.diagonal().sum().item()) // 2)
-            edge_rows.append({"run": r.name, "fraction_removed": f, "edges_kept": kept,
-                              **_evaluate(r, m.eval())})
-            del m
+            row = {"run": r.name, "fraction_removed": f, "edges_kept": kept, **_evaluate(r, m)}
+            fast = block_sparse(m, size, groups)
+            with torch.inference_mode():
+                row["block_sparse_max_abs_diff"] = (fast(x) - m(x)).abs().max().item()
+            row["block_size"] = size
+            row["block_density"] = fast.static_propagator_bias.layout.density
+            fns[(f, "dense")] = (lambda m=m: _forward(m, x, device, r.cfg.precision))
+            fns[(f, "block")] = (lambda m=fast: _forward(m, x, device, r.cfg.precision))
+            edge_rows.append(row)
+        with torch.inference_mode():
+            seconds = time_interleaved(fns, iters=iters, warmup=1)
+        for row in edge_rows[-len(edges):]:
+            f = row["fraction_removed"]
+            row["samples_per_s_dense_masked"] = batch / seconds[(f, "dense")]
+            row["samples_per_s_block_sparse"] = batch / seconds[(f, "block")]
+        del fns
 
     # -- files
     files: list[Path] = []
@@ -285,7 +310,9 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
                              "gflops_per_sample"]))
     if edge_rows:
         files.append(_write_csv(out / "edges_removed.csv", edge_rows,
-                                ["run", "fraction_removed", "edges_kept", *keys]))
+                                ["run", "fraction_removed", "edges_kept", *keys, "samples_per_s_dense_masked",
+                                 "samples_per_s_block_sparse", "block_size", "block_density",
+                                 "block_sparse_max_abs_diff"]))
     graphs: dict[str, Any] = {}
     for r in edge_runs:
         graphs[r.name] = _graph_summary(r)
@@ -311,7 +338,22 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
 
 
 _NON_METRIC = {"run", "model", "fraction_dropped", "modules_kept", "samples_per_s", "gflops_per_sample",
-               "fraction_removed", "edges_kept"}
+               "fraction_removed", "edges_kept", "samples_per_s_dense_masked", "samples_per_s_block_sparse",
+               "block_size", "block_density", "block_sparse_max_abs_diff"}
+
+
+def _block_plan(run: _Run, block_size: int | None) -> tuple[torch.Tensor | None, int]:
+    """How :func:`block_sparse` orders a run's modules: by the matched blocks of a
+    planted-partition / ring-of-cliques prior (block size = U / number of blocks), else
+    by reverse Cuthill-McKee (block size ``block_size`` or U / 8)."""
+    from .sparsify import prior_groups
+
+    name, params = _prior_of(run)
+    u = run.num_modules
+    if name in ("planted_partition", "ring_of_cliques"):
+        groups = prior_groups(run.model, name, **params)
+        return groups, block_size or int(torch.bincount(groups).max())
+    return None, block_size or max(1, -(-u // 8))
 
 
 def _forward(model, x, device, precision):
@@ -335,10 +377,12 @@ def _table(drop_rows, edge_rows, metric: str) -> str:
                      f"{r.get(metric, float('nan')):>10.4f}{r['samples_per_s']:>12.1f}"
                      f"{r['gflops_per_sample']:>15.4g}")
     if edge_rows:
-        lines.append(f"{'run':<24}{'edges removed':>14}{'kept':>7}{metric:>10}")
+        lines.append(f"{'run':<24}{'edges removed':>14}{'kept':>7}{metric:>10}{'dense/s':>10}{'block/s':>10}"
+                     f"{'density':>9}")
         for r in edge_rows:
             lines.append(f"{r['run'][:23]:<24}{r['fraction_removed']:>14.4g}{r['edges_kept']:>7}"
-                         f"{r.get(metric, float('nan')):>10.4f}")
+                         f"{r.get(metric, float('nan')):>10.4f}{r['samples_per_s_dense_masked']:>10.1f}"
+                         f"{r['samples_per_s_block_sparse']:>10.1f}{r['block_density']:>9.3f}")
     return "\n".join(lines)
 
 
@@ -370,14 +414,9 @@ def _frame(run: _Run, p: torch.Tensor):
     by_q = torch.sort(p.sum(dim=1), descending=True, stable=True).indices
     if name is None:
         return by_q, None, None, "modules by descending q_i"
-    try:
-        from .. import graphs
-    except ImportError as e:  # the package is being written alongside; degrade, do not fail
-        return by_q, None, name, f"prior {name!r} not shown: modwire.graphs unavailable ({e})"
-    prior_fn, match = getattr(graphs, "prior", None), getattr(graphs, "match", None)
-    if prior_fn is None or match is None:
-        return by_q, None, name, f"prior {name!r} not shown: modwire.graphs has no prior()/match()"
-    p0 = prior_fn(name, p.shape[0], **params).float().cpu()
+    from ..graphs import match, prior
+
+    p0 = prior(name, p.shape[0], **params).float().cpu()
     gp = getattr(run.cfg, "graph_prior", None)
     align = getattr(gp, "align", None) if getattr(gp, "name", None) == name else None
     sigma = match(p, p0) if align is None else match(p, p0, align=align)   # as the regularizer matched
@@ -425,6 +464,13 @@ def _plots(out: Path, runs: list[_Run], drop_rows, edge_rows, metric: str, split
         files.append(plot_curves(series(edge_rows, lambda row: row["fraction_removed"], metric),
                                  out / "accuracy_vs_edges_removed.png", "edges removed (%)", f"{split} {metric}",
                                  "eliminating connections between modules (NAC Fig. 10)", percent_x=True))
+        speed = {}
+        for kind, key in (("dense masked", "samples_per_s_dense_masked"), ("block-sparse", "samples_per_s_block_sparse")):
+            for label, xy in series(edge_rows, lambda row: row["fraction_removed"], key).items():
+                speed[f"{label}, {kind}"] = xy
+        files.append(plot_curves(speed, out / "throughput_vs_edges_removed.png", "edges removed (%)",
+                                 "samples / s (inference)", "propagators dense-masked vs block-sparse",
+                                 percent_x=True))
     for r in runs:
         if not r.has_graph:
             continue

@@ -45,6 +45,7 @@ edge mask too; eliminating edges on an edge-eliminated model ANDs the masks.
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Sequence
 
 import torch
@@ -252,14 +253,15 @@ def prior_groups(model: NAC, prior: str, num_blocks: int | None = None, **params
     """Block of each processor module in a block prior's frame: the modules are matched to
     the prior's nodes (NAC App. A, Eq. 9 + Hungarian) and take the block of their node
     (planted partition: its cluster; ring of cliques: its clique). ``LongTensor [U_p]``."""
-    from ..graphs import block_assignment, match
+    from ..graphs import PRIORS, block_assignment, match
     from ..graphs import prior as prior_matrix
 
     u = model.config.num_processor_modules
-    k = num_blocks or params.get("num_clusters") or params.get("num_cliques")
-    if k is None:
-        raise ValueError(f"prior_groups needs the prior's number of blocks (num_clusters / num_cliques) "
-                         f"for prior {prior!r}")
+    counts = {"planted_partition": "num_clusters", "ring_of_cliques": "num_cliques"}
+    if prior not in counts:
+        raise ValueError(f"prior_groups needs a block prior, one of {sorted(counts)}; got {prior!r}")
+    k = num_blocks or params.get(counts[prior]) or \
+        inspect.signature(PRIORS[prior]).parameters[counts[prior]].default   # the graphon's default
     with torch.no_grad():
         sigma = match(model.link_probs().detach().cpu(), prior_matrix(prior, u, **params))
     return block_assignment(u, k)[sigma]
