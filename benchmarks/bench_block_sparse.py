@@ -16,13 +16,13 @@ Timed (inference mode, interleaved A, B, A, B, ..., median per variant; every sp
 a ratio of two medians of the same run):
 
 * attention alone, ``[B, H=6, U, 64]`` queries/keys/values laid out as the projections
-  produce them: the dense ``attend`` with the masked ``KernelBias`` (what an
+  produce them: the dense ``attend`` with the masked bias and ``key_mask`` (what an
   edge-eliminated NAC runs now: all ``U²`` scores) vs ``attend`` with a ``BlockSparseBias``
   built once (only the kept ``block_size²`` blocks), for block sizes 16/32/40/64, with the
   block-sparse kernel forced (``max_density=1``);
 * the default ``BlockSparseBias.from_dense(..., block_size=40)``, which falls back to one
   ``U × U`` block (dense) when more than half of the blocks are kept;
-* for context, a whole propagator layer ``ProcessorLayer(384, 6, 1536, code_dim=384)``
+* for context, a whole propagator layer ``ProcessorLayer(384, 6, 1536, mod=ModulationSpec("nac", 384))``
   with that bias (its ModFFN and projections are O(U), so its ratio is smaller).
 
 Acceptance: attention speed-up >= 2x at 90% of the edges removed, block size 40.
@@ -37,8 +37,8 @@ from typing import Callable
 
 import torch
 
-from modwire.nn import BlockSparseBias, KernelBias, ProcessorLayer, attend, block_order, order_by_groups
-from modwire.nn.kernel import mask_value
+from modwire.nn import BlockSparseBias, ModulationSpec, ProcessorLayer, attend, block_order, order_by_groups
+from modwire.nn.kernel import normalize_log_kernel
 
 TARGET = 2.0
 FRACTIONS = (0.9, 0.75, 0.5)
@@ -65,10 +65,11 @@ def eliminate(p: torch.Tensor, fraction: float) -> torch.Tensor:
     return mask
 
 
-def log_kernel(p: torch.Tensor, mask: torch.Tensor) -> KernelBias:
-    """The eval-mode (``K = P``) masked bias ``log K̂`` ``[1, 1, U, U]`` an edge-eliminated NAC uses."""
-    log_k = p.log().masked_fill(~mask, mask_value(p.dtype))
-    return KernelBias((log_k - log_k.logsumexp(-1, keepdim=True))[None, None], mask.any(-1)[None])
+def log_kernel(p: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The eval-mode (``K = P``) bias ``log K̂`` and key mask ``[1, 1, U, U]`` an edge-eliminated
+    NAC hands to ``attend``."""
+    log_k_hat = normalize_log_kernel(p.log(), mask=mask)
+    return {"bias": log_k_hat[None, None], "key_mask": mask[None, None]}
 
 
 def time_interleaved(fns: dict[str, Callable[[], object]], iters: int) -> dict[str, float]:
@@ -111,7 +112,7 @@ def main() -> None:
     p, labels = p[perm][:, perm], labels[perm]                      # modules in cluster order from here on
 
     q, k, v = (torch.randn(b, u, heads, hd).transpose(1, 2) for _ in range(3))  # as the projections lay them out
-    layer = ProcessorLayer(dim, heads, hidden, code_dim=dim).eval()
+    layer = ProcessorLayer(dim, heads, hidden, mod=ModulationSpec("nac", dim)).eval()
     x, codes = torch.randn(b, u, dim), torch.randn(u, dim)
     results = {}
     with torch.inference_mode():
@@ -125,25 +126,25 @@ def main() -> None:
                   f"{'max |diff|':>10}")
             for bs in sweep:
                 t0 = time.perf_counter()
-                sparse = BlockSparseBias.from_dense(dense.log_kernel, mask, bs, max_density=1.0)
+                sparse = BlockSparseBias.from_dense(dense["bias"], mask, bs, max_density=1.0)
                 build = time.perf_counter() - t0
-                ref, out = attend(q, k, v, dense)[0], attend(q, k, v, sparse)[0]
-                t = time_interleaved({"dense": lambda: attend(q, k, v, dense),
-                                      "sparse": lambda: attend(q, k, v, sparse)}, args.iters)
+                ref, out = attend(q, k, v, **dense)[0], attend(q, k, v, bias=sparse)[0]
+                t = time_interleaved({"dense": lambda: attend(q, k, v, **dense),
+                                      "sparse": lambda: attend(q, k, v, bias=sparse)}, args.iters)
                 speed = t["dense"] / t["sparse"]
                 results[f, bs] = speed
                 print(f"  {bs:>5} {sparse.layout.density:>8.3f} {len(sparse.layout.groups):>6} {t['dense']:>8.4f} "
                       f"{t['sparse']:>9.4f} {speed:>7.2f}x {(out - ref).abs().max().item():>10.1e}"
                       f"   (built in {build * 1e3:.1f} ms)")
-            sparse = BlockSparseBias.from_dense(dense.log_kernel, mask, block)  # default max_density 0.5
+            sparse = BlockSparseBias.from_dense(dense["bias"], mask, block)  # default max_density 0.5
             kind = ("dense fallback (one U x U block)" if sparse.layout.num_blocks == 1 else
                     f"block-sparse, density {sparse.layout.density:.3f}")
-            t = time_interleaved({"dense": lambda: attend(q, k, v, dense),
-                                  "sparse": lambda: attend(q, k, v, sparse)}, args.iters)
+            t = time_interleaved({"dense": lambda: attend(q, k, v, **dense),
+                                  "sparse": lambda: attend(q, k, v, bias=sparse)}, args.iters)
             print(f"  from_dense(block {block}) default -> {kind}: attention speed-up "
                   f"{t['dense'] / t['sparse']:.2f}x")
-            t = time_interleaved({"dense": lambda: layer(x, codes, dense),
-                                  "sparse": lambda: layer(x, codes, sparse)}, args.iters)
+            t = time_interleaved({"dense": lambda: layer(x, codes, **dense),
+                                  "sparse": lambda: layer(x, codes, bias=sparse)}, args.iters)
             print(f"  whole ProcessorLayer, same bias: dense {t['dense']:.4f} s, with it "
                   f"{t['sparse']:.4f} s, speed-up {t['dense'] / t['sparse']:.2f}x")
     speed = results[0.9, block]

@@ -15,7 +15,7 @@ Sections:
    Printed: the step times, ``share = (with - without) / without`` (a difference of
    two noisy medians) and ``alone / without`` (the steadier estimate).
    Acceptance: ``alone / without < 5%`` at ``U = 320``.
-2. **Matching at U = 1280.** ``match(P, P0)`` (degree alignment, one Hungarian call)
+2. **Matching at U = 1280.** ``match(P, P0)`` (the paper's Eq. 9 cost on ``P`` as labelled, one Hungarian call)
    on ``P`` from random signatures through the NAC kernel (an untrained model, Table 4
    ε = 1) and on a relabelled graph sampled from the prior (a model that fits its
    prior), for several priors; split into the Eq. 9 cost (matmul) and
@@ -54,7 +54,7 @@ def section_overhead(args) -> float:
         model = modwire.create_model(preset, num_processor_modules=U).train()
         c = model.config
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        x = torch.randn(args.batch, 3, c.image_size, c.image_size)
+        x = torch.randn(args.batch, 3, c.tokenizer.image_size, c.tokenizer.image_size)
         y = torch.randint(c.num_classes, (args.batch,))
         reg = GraphRegularizer("scale_free")
         seconds: list[float] = []
@@ -102,7 +102,7 @@ def section_matching(args) -> None:
     untrained = SignatureKernel(epsilon=1.0).link_probs(s, s)  # [U, U]
     perm = torch.randperm(U)
     worst = 0.0
-    print(f"U={U}, median of {args.iters} after a warm-up; cost = Eq. 9 by matmul (+ degree sort), "
+    print(f"U={U}, median of {args.iters} after a warm-up; cost = Eq. 9 by matmul, "
           f"scipy = linear_sum_assignment on the float64 cost")
     for name in ("scale_free", "planted_partition", "ring_of_cliques"):
         P0 = prior(name, U)

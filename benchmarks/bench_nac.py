@@ -63,8 +63,8 @@ from typing import Callable
 import torch
 
 import modwire
+from modwire.nn import ModulationSpec, ReadIn
 from modwire.analysis.flops import count_flops  # FlopCounterMode + a CPU SDPA formula
-from modwire.nn import ReadIn
 
 READIN_TARGET = 30.0   # literal / factorized, attention forward
 THROUGHPUT_TARGET = 0.8  # NAC / PIO images per second, inference
@@ -148,8 +148,8 @@ def section_read_in(args) -> None:
         (32, 24, 16, 32, 32, 64) if args.quick else (384, 320, 64, 384, 384, 1536))
     b, iters = args.readin_batch, args.iters
     torch.manual_seed(0)
-    block = ReadIn(dim, token_dim, 1, hidden, code_dim=code_dim)
-    attn = block.attn  # ModulatedAttention(dim, 1, code_dim=..., kv_dim=token_dim, kv_code="receiver")
+    block = ReadIn(dim, token_dim, 1, hidden, mod=ModulationSpec("nac", code_dim))
+    attn = block.attn.fn  # ModulatedAttention(dim, 1, kv_dim=token_dim, kv_code="receiver")
     states = torch.randn(modules, dim)            # batch-free, like θ⁰
     x = torch.randn(b, tokens, token_dim)
     codes = torch.randn(modules, code_dim)
@@ -157,15 +157,15 @@ def section_read_in(args) -> None:
           f"1 head, d_code {code_dim}; median of {iters} after 1 warm-up")
 
     def attn_fwd(method):
-        return lambda: attn(states, x, codes, method=method)[0]
+        return lambda: attn(states, x, code_q=codes, method=method)[0]
 
     def block_fwd(method):
-        return lambda: block(states, x, codes, method=method)[0]
+        return lambda: block(states, x, codes=codes, method=method)[0]
 
     def attn_fwd_bwd(method):
         def run():
             attn.zero_grad(set_to_none=True)
-            attn(states, x, codes, method=method)[0].square().mean().backward()
+            attn(states, x, code_q=codes, method=method)[0].square().mean().backward()
         return run
 
     with torch.inference_mode():
@@ -199,7 +199,7 @@ def section_models(args) -> None:
     torch.manual_seed(0)
     models = {n: modwire.create_model(n).eval() for n in names}
     c = models[names[0]].config
-    x = torch.randn(args.batch, c.in_channels, c.image_size, c.image_size)
+    x = torch.randn(args.batch, c.tokenizer.in_channels, c.tokenizer.image_size, c.tokenizer.image_size)
     print(f"inference forward, eval mode, torch.inference_mode, images {list(x.shape)}; "
           f"interleaved, median of {args.iters} after 1 warm-up")
     with torch.inference_mode():

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="data.* overrides, e.g. data.params.root=/data/tiny-imagenet")
     l = sub.add_parser("list", help="list model presets or tasks")
     l.add_argument("what", choices=["models", "tasks"])
-    a = sub.add_parser("analyze", help="drop modules / eliminate edges of a trained run (NAC Fig. 5, 8, 10, 15)",
+    a = sub.add_parser("analyze", help="drop modules / eliminate edges of a trained run (NAC Fig. 5, 8, 10, 15); for a "
+                       "conditional NAC, the embedding of its per-sample circuits (NAC Fig. 6)",
                        description="Inference-time sparsification of a trained run: accuracy, throughput and "
                                    "GFLOPs as modules (NAC) or latents (Perceiver IO) are dropped, accuracy as "
                                    "edges are eliminated (NAC), and pictures of the learned graph.")
@@ -92,6 +94,12 @@ def cmd_analyze(args) -> int:
     drop = parse_fractions(args.drop, "--drop", closed=False) if args.drop is not None else DEFAULT_DROP_FRACTIONS
     edges = parse_fractions(args.edges, "--edges", closed=True) if args.edges is not None else None
     try:
+        if _is_conditional_run(args.path):  # NAC Fig. 6: the designs a conditional generator produces
+            from .analysis.circuits import analyze_circuits
+
+            analyze_circuits(args.path, out=args.out, overrides=args.overrides, split=args.split,
+                             max_samples=args.max_samples or 1000)
+            return 0
         analyze(args.path, args.baseline, out_dir=args.out, drop=drop, edges=edges, split=args.split,
                 batch=args.batch, max_samples=args.max_samples, overrides=args.overrides,
                 plots=not args.no_plots, iters=args.iters, block_size=args.block_size)
@@ -101,6 +109,19 @@ def cmd_analyze(args) -> int:
         print(f"modwire analyze: error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _is_conditional_run(path: str) -> bool:
+    """Does the run's (best, else last) checkpoint hold a conditional NAC? (config.json only)"""
+    import json
+
+    from .training.checkpoint import resolve_checkpoint
+
+    try:
+        data = json.loads((resolve_checkpoint(Path(path)) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False  # analyze() reports what is wrong with the directory
+    return isinstance(data, dict) and (data.get("generator") or {}).get("kind") == "conditional"
 
 
 def cmd_list(args) -> int:

@@ -62,7 +62,7 @@ def forward_demo(models: list[str], batch: int, iters: int) -> None:
     for name in models:
         model = create_model(name)
         c = model.config
-        x = torch.randn(batch, c.in_channels, c.image_size, c.image_size)
+        x = torch.randn(batch, c.tokenizer.in_channels, c.tokenizer.image_size, c.tokenizer.image_size)
         rate, out = forward_throughput(model, x, iters)
         assert torch.isfinite(out).all(), f"{name} produced non-finite logits"
         rates[name] = rate

@@ -1,5 +1,6 @@
 """Figures of the analysis (``modwire analyze``): sparsification curves (NAC Fig. 5,
-10, 15) and pictures of a learned graph (NAC Fig. 8, App. A.2).
+10, 15) and pictures of a learned graph (NAC Fig. 8, App. A.2; ``draw_link_graph`` also
+draws the per-sample graphs of NAC Fig. 6, ``modwire.analysis.conditional``).
 
 matplotlib (Agg backend) and networkx are imported inside the functions, so that the
 rest of :mod:`modwire.analysis` works without them; when missing, the error says
@@ -17,8 +18,8 @@ from torch import Tensor
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["graph_from_link_probs", "plot_curves", "plot_graph", "plot_link_probs", "plot_priors",
-           "require_plotting"]
+__all__ = ["draw_link_graph", "graph_from_link_probs", "plot_curves", "plot_graph", "plot_link_probs",
+           "plot_priors", "require_plotting"]
 
 _HINT = "pip install 'modwire[analysis]'"
 
@@ -72,26 +73,54 @@ def graph_from_link_probs(p: Tensor, threshold: float = 0.5) -> "nx.Graph":
     return g
 
 
+LAYOUTS = ("edges", "link_probs")
+
+
+def draw_link_graph(ax, p: Tensor, *, threshold: float = 0.5, seed: int = 0, layout: str = "edges",
+                    node_color: Sequence[float] | None = None, cmap: str = "viridis",
+                    vmin: float | None = None, vmax: float | None = None):
+    """Draw the graph of ``P`` ``[U, U]`` on the matplotlib axes ``ax`` (NAC Fig. 6, Fig. 8):
+    an edge where ``P_ij > threshold`` (``i ≠ j``), force-directed positions from
+    ``networkx.spring_layout`` (seeded). Returns ``(graph, node collection)``.
+
+    ``layout="edges"``: springs of unit strength on the drawn edges only (Fig. 8 as in
+    ``plot_graph``). ``layout="link_probs"``: springs between every pair of modules with
+    strength ``P_ij``, so attraction decreases with the signature distance (NAC §4.4:
+    "the attractive force ... inversely proportional to the distance of their
+    signatures"; ``P = exp(-d/ε)`` is our monotone stand-in). ``node_color``: ``U``
+    values mapped through ``cmap`` on ``[vmin, vmax]`` (default: the degree).
+    """
+    nx = _networkx()
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {list(LAYOUTS)}, got {layout!r}")
+    g = graph_from_link_probs(p, threshold)
+    u = g.number_of_nodes()
+    springs = g
+    if layout == "link_probs":
+        springs = nx.from_numpy_array(_as_matrix(p).clone().fill_diagonal_(0.0).numpy())  # weight = P_ij
+    pos = nx.spring_layout(springs, seed=seed, k=None if u < 2 else 2.0 / u ** 0.5, weight="weight")
+    colors = [d for _, d in g.degree()] if node_color is None else list(node_color)
+    nx.draw_networkx_edges(g, pos, ax=ax, alpha=0.35, width=0.6)
+    nodes = nx.draw_networkx_nodes(g, pos, ax=ax, node_color=colors, cmap=cmap, vmin=vmin, vmax=vmax,
+                                   node_size=max(12.0, 3000.0 / max(u, 1)), linewidths=0.3, edgecolors="k")
+    ax.set_axis_off()
+    return g, nodes
+
+
 def plot_graph(p: Tensor, path: str | Path, threshold: float = 0.5, seed: int = 0,
                title: str | None = None) -> Path:
     """NAC Fig. 8: the learned graph — an edge where ``P_ij > threshold`` (``i ≠ j``),
     a force-directed layout (``networkx.spring_layout``, seeded), node colour = degree."""
-    nx = _networkx()
     plt = _pyplot()
-    g = graph_from_link_probs(p, threshold)
-    u = g.number_of_nodes()
-    pos = nx.spring_layout(g, seed=seed, k=None if u < 2 else 2.0 / u ** 0.5)
-    degree = [d for _, d in g.degree()]
     fig, ax = plt.subplots(figsize=(6.5, 6))
-    nx.draw_networkx_edges(g, pos, ax=ax, alpha=0.35, width=0.6)
-    nodes = nx.draw_networkx_nodes(g, pos, ax=ax, node_color=degree, cmap="viridis",
-                                   node_size=max(12.0, 3000.0 / max(u, 1)), linewidths=0.3, edgecolors="k")
+    g, nodes = draw_link_graph(ax, p, threshold=threshold, seed=seed)
+    u = g.number_of_nodes()
+    degree = [d for _, d in g.degree()]
     if u and max(degree) > min(degree):
         fig.colorbar(nodes, ax=ax, shrink=0.8, label="degree")
     mean_deg = 2 * g.number_of_edges() / max(u, 1)
     ax.set_title(title or f"learned graph: edges where $P_{{ij}} > {threshold:g}$\n"
                           f"{u} modules, {g.number_of_edges()} edges, mean degree {mean_deg:.1f}")
-    ax.set_axis_off()
     return _save(fig, plt, path)
 
 

@@ -172,8 +172,10 @@ def _timing_batch(run: _Run, batch: int, device) -> torch.Tensor:
 
     idx = [i % len(run.dataset) for i in range(batch)]
     loader = make_loader(torch.utils.data.Subset(run.dataset, idx), batch, None, run.info, 0, drop_last=False)
+    from ..training.trainer import to_device
+
     x = next(iter(loader))[0]
-    return x.to(device)
+    return to_device(x, device)
 
 
 def _autocast(device, precision: str):
@@ -224,8 +226,8 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
     for r in runs:
         r.model.to(device)
     if explicit_edges and not main.has_graph:
-        what = "a NAC without a kernel (use_kernel=False)" if main.kind == "nac" else f"a {main.kind} model"
-        raise ValueError(f"--edges needs a NAC run with link probabilities P (NAC with use_kernel=True); "
+        what = "a NAC without a kernel (kernel.enabled=False)" if main.kind == "nac" else f"a {main.kind} model"
+        raise ValueError(f"--edges needs a NAC run with link probabilities P (NAC with kernel.enabled=True); "
                          f"{run_dir} is {what} ({main.cfg.model.name}): leave --edges out for it")
     if edges is None:
         edges = list(DEFAULT_EDGE_FRACTIONS)
@@ -287,7 +289,7 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
             with torch.inference_mode():
                 row["block_sparse_max_abs_diff"] = (fast(x) - m(x)).abs().max().item()
             row["block_size"] = size
-            row["block_density"] = fast.static_propagator_bias.layout.density
+            row["block_density"] = fast.propagator_kernel.pattern.layout.density
             fns[(f, "dense")] = (lambda m=m: _forward(m, x, device, r.cfg.precision))
             fns[(f, "block")] = (lambda m=fast: _forward(m, x, device, r.cfg.precision))
             edge_rows.append(row)
@@ -357,8 +359,10 @@ def _block_plan(run: _Run, block_size: int | None) -> tuple[torch.Tensor | None,
 
 
 def _forward(model, x, device, precision):
+    from ..training.trainer import call_model
+
     with _autocast(device, precision):
-        return model(x)
+        return call_model(model, x)
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> Path:
@@ -400,9 +404,9 @@ def _prior_of(run: _Run) -> tuple[str | None, dict[str, Any]]:
     name = getattr(gp, "name", None)
     if name:
         return name, dict(getattr(gp, "params", None) or {})
-    mc = run.model.config
-    if getattr(mc, "frozen_graph", None):
-        return mc.frozen_graph, dict(getattr(mc, "frozen_graph_params", None) or {})
+    frozen = getattr(run.model.config, "frozen_graph", None)
+    if getattr(frozen, "name", None):
+        return frozen.name, dict(frozen.params)
     return None, {}
 
 

@@ -33,8 +33,9 @@ Three operations, none of which touches the model it is given (each returns a de
   eliminated pairs a ``-1e9`` logit bias: their attention weights are exactly 0.
 
   The copy's propagators get the bool edge mask ``[U_p, U_p]`` (True = kept) through
-  :meth:`NAC.set_edge_mask` (a buffer, saved with the weights), which hands eliminated
-  pairs a ``-1e9`` logit bias: their attention weights are exactly 0. The read-out
+  :func:`set_edge_mask`, which installs an :class:`~modwire.nn.EdgeMaskedKernel` as the
+  NAC's ``propagator_kernel`` (its mask is a buffer, saved with the weights; a saved copy
+  reloads edge-masked): eliminated pairs are masked keys, their attention weights exactly 0. The read-out
   kernel (output → processor) is not masked. ``link_probs()`` of the copy reports the
   masked ``P`` (eliminated entries 0), so :func:`module_importance` of an
   edge-eliminated model ranks by the surviving connections.
@@ -53,18 +54,42 @@ from torch import Tensor, nn
 
 from ..models.nac import NAC
 from ..models.perceiver_io import PerceiverIO
+from ..nn import EdgeMaskedKernel
 
-__all__ = ["drop_modules", "edge_mask", "eliminate_edges", "keep_modules",
-           "module_importance", "modules_to_keep"]
+__all__ = ["drop_modules", "edge_mask", "eliminate_edges", "get_edge_mask", "keep_modules",
+           "module_importance", "modules_to_keep", "set_edge_mask"]
 
 
 # ----------------------------------------------------------------------------- helpers
 
+def get_edge_mask(model: nn.Module) -> Tensor | None:
+    """The bool ``[U_p, U_p]`` edge mask installed on a NAC's propagators, or None."""
+    return getattr(getattr(model, "propagator_kernel", None), "edge_mask", None)
+
+
+def set_edge_mask(model: NAC, mask: Tensor | None) -> None:
+    """Restrict a NAC's propagators to the edges where ``mask`` ``[U_p, U_p]`` (bool) is True
+    (NAC App. F, "Eliminating connections between modules"), in place; None restores all."""
+    if mask is None:
+        model.propagator_kernel = None
+        return
+    u = model.config.num_processor_modules
+    if not isinstance(model, NAC) or model.kernel is None or model.config.generator.kind != "unconditional":
+        raise ValueError("edge masks need an unconditional NAC with a kernel (kernel.enabled=True)")
+    if mask.dtype != torch.bool or tuple(mask.shape) != (u, u):
+        raise ValueError(f"edge mask must be a bool tensor of shape ({u}, {u}), got {mask.dtype} {tuple(mask.shape)}")
+    model.propagator_kernel = EdgeMaskedKernel(model.kernel, mask.to(model.kernel.log_epsilon.device))
+
+
 def _module_spec(model: nn.Module) -> tuple[str, tuple[str, ...]]:
     """(config field holding the module count, names of the per-module tensors, dim 0)."""
     if isinstance(model, NAC):
-        names = ("processors.codes",) if model.processors.signatures is None else \
-            ("processors.signatures", "processors.codes")
+        if model.config.generator.kind != "unconditional":
+            raise ValueError("module dropping needs an unconditional NAC (a conditional NAC designs its "
+                             "modules per sample)")
+        p = model.generator.processors
+        names = ("generator.processors.codes",) if p.signatures is None else \
+            ("generator.processors.signatures", "generator.processors.codes")
         return "num_processor_modules", names
     if isinstance(model, PerceiverIO):
         return "num_latents", ("latents",)
@@ -106,14 +131,14 @@ def _check_only_module_tensors_change(model: nn.Module, num_new: int) -> None:
     shapes = []
     with torch.device("meta"):
         for u in (u_old, u_other):
-            extra = {"frozen_graph": None} if base is NAC else {}  # no signature fitting for shapes
+            extra = {"frozen_graph": {"name": None}} if base is NAC else {}  # no signature fitting for shapes
             ref = base(model.config.replace(**{field: u}, **extra))
             shapes.append({k: tuple(v.shape) for k, v in ref.state_dict().items()})
     changed = {k for k in shapes[0] if shapes[0][k] != shapes[1].get(k)}
     if changed != set(names):
         raise RuntimeError(f"{type(model).__name__}: tensors depending on {field} are {sorted(changed)}, "
                            f"but only {list(names)} are index-selected")
-    actual = {k: tuple(v.shape) for k, v in model.state_dict().items() if k != "edge_mask"}
+    actual = {k: tuple(v.shape) for k, v in model.state_dict().items() if not k.startswith("propagator_kernel.")}
     if actual != shapes[0]:
         raise RuntimeError(f"{type(model).__name__}: state_dict does not match its config")
 
@@ -129,7 +154,7 @@ def module_importance(model: NAC) -> Tensor:
     with torch.no_grad():
         p = model.link_probs()
     if p is None:
-        raise ValueError("module_importance: this NAC has no kernel (use_kernel=False), so no P")
+        raise ValueError("module_importance: this NAC has no kernel (kernel.enabled=False), so no P")
     return p.sum(dim=1)
 
 
@@ -192,10 +217,10 @@ def keep_modules(model: nn.Module, keep: Sequence[int] | Tensor) -> nn.Module:
         for name in names:
             t = new.get_parameter(name)
             _set_tensor(new, name, t.index_select(0, keep.to(t.device)).clone())
-        if isinstance(new, NAC) and new.edge_mask is not None:
-            m = new.edge_mask
+        m = get_edge_mask(new)
+        if m is not None:
             idx = keep.to(m.device)
-            new.set_edge_mask(m.index_select(0, idx).index_select(1, idx))
+            set_edge_mask(new, m.index_select(0, idx).index_select(1, idx))
     return new
 
 
@@ -231,8 +256,8 @@ def edge_mask(model: NAC, fraction: float) -> Tensor:
     mask = torch.ones(u, u, dtype=torch.bool, device=p.device)
     mask[iu[drop], ju[drop]] = False
     mask[ju[drop], iu[drop]] = False
-    if model.edge_mask is not None:
-        mask &= model.edge_mask.to(mask.device)
+    if get_edge_mask(model) is not None:
+        mask &= get_edge_mask(model).to(mask.device)
     return mask
 
 
@@ -243,7 +268,7 @@ def eliminate_edges(model: NAC, fraction: float) -> tuple[NAC, Tensor]:
     with torch.inference_mode(False):
         mask = edge_mask(model, fraction)
     new = _fresh_copy(model)
-    new.set_edge_mask(mask)
+    set_edge_mask(new, mask)
     return new, mask
 
 
@@ -280,17 +305,18 @@ def block_sparse(model: NAC, block_size: int, groups: Tensor | None = None) -> N
     for inference only (its forward in train mode raises) and keeps its precomputed bias
     on the device ``model`` is on (make it there); ``model`` is untouched.
     """
-    from ..nn.block_sparse import BlockSparseBias, block_order, order_by_groups
+    from ..nn.block_sparse import BlockSparseBias, BlockSparseKernel, block_order, order_by_groups
 
-    if not isinstance(model, NAC) or model.edge_mask is None:
+    if not isinstance(model, NAC) or get_edge_mask(model) is None:
         raise ValueError("block_sparse needs an edge-eliminated NAC (see eliminate_edges)")
     if model.kernel.eval_mode == "sample":
-        raise ValueError("block_sparse needs a deterministic eval kernel (kernel_eval_mode 'expected' or "
+        raise ValueError("block_sparse needs a deterministic eval kernel (kernel.eval_mode 'expected' or "
                          "'threshold'), got 'sample'")
-    order = order_by_groups(groups) if groups is not None else block_order(model.edge_mask.cpu())
+    order = order_by_groups(groups) if groups is not None else block_order(get_edge_mask(model).cpu())
     new = keep_modules(model, order).eval()
     with torch.inference_mode(False), torch.no_grad():
-        s = new.processors.signatures
-        dense = new.kernel(s, s, 1, mask=new.edge_mask)
-        new.static_propagator_bias = BlockSparseBias.from_dense(dense.log_kernel, new.edge_mask, block_size)
-    return new
+        s, masked = new.generator.processors.signatures, new.propagator_kernel
+        bias, key_mask = masked(s, s, 1)
+        pattern = BlockSparseBias.from_dense(bias, masked.edge_mask, block_size, key_mask=key_mask)
+        new.propagator_kernel = BlockSparseKernel(masked, pattern)
+    return new.eval()

@@ -10,17 +10,20 @@ where ``σ`` (``σ[v]`` = the prior node assigned to module ``v``) solves the li
 assignment problem on ``C`` (Hungarian method, ``scipy.optimize.linear_sum_assignment``,
 on the CPU, once per call).
 
-**Relabelling invariance.** Eq. 9 compares row ``v`` of ``P`` with row ``w`` of ``P0``
-position by position, i.e. it pairs column ``i`` of ``P`` (module ``i``) with column
-``i`` of ``P0`` (prior node ``i``). Applied to ``P`` as labelled (``align="none"``, the
-authors' code) the result depends on how the modules happen to be numbered, although
-App. A ("Permutation over Graph Nodes") intends the loss not to. ``align="degree"``
-(default) first puts ``P``'s columns in the prior's frame: the module with the k-th
-largest degree ``q_v = Σ_i P_vi`` is paired with the prior node with the k-th largest
-degree of ``P0`` (stable sorts, ties by index), an assignment ``a0``; Eq. 9 is then
-evaluated on ``P[:, a0⁻¹]`` (column ``i`` ↔ module ``a0⁻¹(i)``). ``σ`` is then
-equivariant and the loss invariant to relabelling the modules (for ``P`` without tied
-degrees or tied optimal assignments).
+**Default: the paper's loss.** ``align="none"`` (default) evaluates Eq. 9 on ``P`` as
+labelled, exactly as App. A writes it and as the authors' code does: row ``v`` of ``P``
+is compared with row ``w`` of ``P0`` position by position, i.e. column ``i`` of ``P``
+(module ``i``) is paired with column ``i`` of ``P0`` (prior node ``i``). The result
+therefore depends on how the modules happen to be numbered, although App. A
+("Permutation over Graph Nodes") intends the loss not to.
+
+**Option: relabelling invariance.** ``align="degree"`` first puts ``P``'s columns in the
+prior's frame: the module with the k-th largest degree ``q_v = Σ_i P_vi`` is paired with
+the prior node with the k-th largest degree of ``P0`` (stable sorts, ties by index), an
+assignment ``a0``; Eq. 9 is then evaluated on ``P[:, a0⁻¹]`` (column ``i`` ↔ module
+``a0⁻¹(i)``). ``σ`` is then equivariant and the loss invariant to relabelling the
+modules (for ``P`` without tied degrees or tied optimal assignments). Its effect on the
+loss value is measured by ``experiments/graph_align.py``.
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ from .priors import _resolve, prior
 __all__ = ["GraphRegularizer", "graph_loss", "match", "matching_cost"]
 
 Align = Literal["degree", "none"]
-ALIGNS = ("degree", "none")
+ALIGNS = ("none", "degree")
 LOSSES = ("mse", "kl")
 REDUCTIONS = ("sum", "mean")
 KL_EPS = 1e-6
@@ -85,7 +88,7 @@ def _eq6(P: Tensor, P0: Tensor, sigma: Tensor) -> float:
 
 
 @torch.no_grad()
-def match(P: Tensor, P0: Tensor, align: Align = "degree", iterations: int = 1) -> Tensor:
+def match(P: Tensor, P0: Tensor, align: Align = "none", iterations: int = 1) -> Tensor:
     """The permutation ``σ`` of NAC App. A.1: ``LongTensor [U]`` on ``P``'s device,
     ``σ[v]`` = the prior node (row of ``P0``) assigned to module ``v``.
 
@@ -93,11 +96,12 @@ def match(P: Tensor, P0: Tensor, align: Align = "degree", iterations: int = 1) -
     (``matching_cost``), then moved to the CPU as float64 for
     ``scipy.optimize.linear_sum_assignment``.
 
-    ``align="degree"`` (default): Eq. 9 on ``P`` with its columns in the prior's frame,
-    given by a degree matching (see the module docstring); relabelling-equivariant.
-    ``align="none"``: Eq. 9 on ``P`` as labelled (the authors' code); NOT invariant to
-    relabelling the modules. ``iterations > 1``: each further Hungarian call re-aligns
-    ``P``'s columns by the previous ``σ``; the ``σ`` with the lowest Eq. 6 value is kept.
+    ``align="none"`` (default): Eq. 9 on ``P`` as labelled, as App. A writes it and the
+    authors' code computes it; NOT invariant to relabelling the modules.
+    ``align="degree"``: Eq. 9 on ``P`` with its columns in the prior's frame, given by a
+    degree matching (see the module docstring); relabelling-equivariant.
+    ``iterations > 1``: each further Hungarian call re-aligns ``P``'s columns by the
+    previous ``σ``; the ``σ`` with the lowest Eq. 6 value is kept.
     """
     U = _check_square(P)
     if P0.shape != P.shape:
@@ -172,7 +176,8 @@ class GraphRegularizer(nn.Module):
         prior: a prior name (``modwire.graphs.list_priors()``).
         params: keyword parameters of the prior (e.g. ``{"beta": 0.5}``).
         loss, reduction: see ``graph_loss``.
-        align, iterations: see ``match``.
+        align, iterations: see ``match``; the default ``align="none"`` is the paper's
+            loss (Eq. 6 with the Eq. 9 cost on ``P`` as labelled).
 
     ``forward(P)`` with ``P`` ``[U, U]`` (e.g. ``model.link_probs()``) returns a scalar.
     ``σ`` is found once per call without gradient; afterwards ``last_permutation``
@@ -182,7 +187,7 @@ class GraphRegularizer(nn.Module):
     """
 
     def __init__(self, prior: str, params: dict[str, Any] | None = None, loss: str = "mse",
-                 reduction: str = "sum", align: Align = "degree", iterations: int = 1) -> None:
+                 reduction: str = "sum", align: Align = "none", iterations: int = 1) -> None:
         super().__init__()
         self.prior_name, self.params = prior, dict(params or {})
         _validate_prior(prior, self.params)

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
+import re
 import tempfile
+import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from ..nn import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer
 
@@ -32,15 +35,19 @@ def check_choice(name: str, value: Any, choices: tuple) -> None:
 
 
 def check_positive(obj: Any, *names: str, allow_zero: bool = False) -> None:
+    """Each field must be a finite number > 0 (≥ 0 with ``allow_zero``); NaN and inf are refused."""
+    prefix = getattr(obj, "_prefix", "")
     for name in names:
         value = getattr(obj, name)
-        if value < 0 or (value == 0 and not allow_zero):
-            raise ValueError(f"config field {name!r}: got {value!r}, expected a {'non-negative' if allow_zero else 'positive'} number")
+        ok = value > 0 or (allow_zero and value == 0)
+        if not ok or not math.isfinite(value):
+            raise ValueError(f"config field {prefix + name!r}: got {value!r}, expected a finite "
+                             f"{'non-negative' if allow_zero else 'positive'} number")
 
 
 def _type_ok(value: Any, hint: Any) -> bool:
     origin = typing.get_origin(hint)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         return any(_type_ok(value, h) for h in typing.get_args(hint))
     if hint is type(None):
         return value is None
@@ -48,27 +55,49 @@ def _type_ok(value: Any, hint: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
+    if origin is dict:
+        return isinstance(value, dict)
     if isinstance(hint, type):
         return isinstance(value, hint)
     return True
 
 
 @dataclass
-class ModelConfig:
-    """Base of all model configs. Subclasses set ``model_type`` and implement ``validate``."""
+class ConfigBase:
+    """Typed, validated dataclass config. Fields that are themselves configs (sub-configs,
+    e.g. ``kernel``) accept a dict, which is merged into the default sub-config; the whole
+    tree is type-checked and validated from the root, so errors name the full path
+    (``'kernel.tau'``). Subclasses implement ``validate``."""
 
-    model_type: ClassVar[str] = ""
+    _prefix: ClassVar[str] = ""   # the field path of a sub-config, set while it is checked
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, int) and not isinstance(value, bool) and hints[f.name] is float:
+            hint, value = hints[f.name], getattr(self, f.name)
+            if _is_config(hint) and isinstance(value, dict):
+                default = f.default_factory() if f.default_factory is not dataclasses.MISSING else hint()
+                setattr(self, f.name, default.merged(value, path=f.name))
+        if isinstance(self, ModelConfig):
+            self._check("")
+
+    def _check(self, prefix: str) -> None:
+        object.__setattr__(self, "_prefix", prefix)
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            hint, value = hints[f.name], getattr(self, f.name)
+            if isinstance(value, int) and not isinstance(value, bool) and hint is float:
                 setattr(self, f.name, float(value))
-            elif not _type_ok(value, hints[f.name]):
-                raise TypeError(f"config field {f.name!r}: got {value!r} ({type(value).__name__}), "
-                                f"expected {hints[f.name]}")
+            elif not _type_ok(value, hint):
+                raise TypeError(f"config field {prefix + f.name!r}: got {value!r} ({type(value).__name__}), "
+                                f"expected {getattr(hint, '__name__', hint)}")
+            if isinstance(value, ConfigBase) and f.name not in self.unused_fields():
+                value._check(f"{prefix}{f.name}.")
         self.validate()
+
+    def unused_fields(self) -> tuple[str, ...]:
+        """Sub-configs that the current settings do not use (not validated)."""
+        return ()
 
     def validate(self) -> None:
         """Check values; raise ValueError naming the field and the allowed values."""
@@ -77,22 +106,74 @@ class ModelConfig:
     def field_names(cls) -> list[str]:
         return [f.name for f in dataclasses.fields(cls)]
 
+    def merged(self, overrides: dict[str, Any], path: str = "") -> "ConfigBase":
+        """A copy with ``overrides`` applied; nested dicts merge into sub-configs."""
+        _check_keys(type(self), overrides, path)
+        changes = {}
+        for key, value in overrides.items():
+            current = getattr(self, key)
+            if isinstance(current, ConfigBase) and isinstance(value, dict):
+                value = current.merged(value, path=f"{path}.{key}" if path else key)
+            changes[key] = value
+        return dataclasses.replace(self, **changes)
+
+
+def _is_config(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, ConfigBase)
+
+
+@dataclass
+class ModelConfig(ConfigBase):
+    """Base of all model configs. Subclasses set ``model_type``, implement ``validate`` and
+    list renamed fields in ``legacy_keys`` (old flat name → new dotted path), so configs
+    written by older versions keep loading."""
+
+    model_type: ClassVar[str] = ""
+    legacy_keys: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def normalize(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """Rewrite legacy flat keys into the current nested form (``{"tau": 1}`` →
+        ``{"kernel": {"tau": 1}}``); a string where a sub-config is expected sets its ``kind``
+        or ``name`` (``{"tokenizer": "conv"}`` → ``{"tokenizer": {"kind": "conv"}}``)."""
+        out: dict[str, Any] = {}
+        hints = typing.get_type_hints(cls)
+        for key, value in data.items():
+            sub = _is_config(hints.get(key))
+            if sub and isinstance(value, (dict, ConfigBase)):
+                path = [key]
+            elif sub:  # a string where a sub-config is expected: its kind (or name)
+                path = [key, "kind" if "kind" in hints[key].field_names() else "name"]
+            else:
+                path = cls.legacy_keys.get(key, key).split(".")
+            node = out
+            for part in path[:-1]:
+                node = node.setdefault(part, {})
+            leaf = node.get(path[-1])
+            if isinstance(value, ConfigBase):
+                value = dataclasses.asdict(value)
+            if isinstance(leaf, dict) and isinstance(value, dict):
+                leaf.update(value)
+            else:
+                node[path[-1]] = value
+        return out
+
     def replace(self, **overrides: Any) -> "ModelConfig":
-        """A copy with some fields changed (validated)."""
-        _check_keys(type(self), overrides)
-        return dataclasses.replace(self, **overrides)
+        """A copy with some fields changed (validated); sub-configs take partial dicts."""
+        return self.merged(self.normalize(overrides))
 
     def to_dict(self) -> dict[str, Any]:
         return {"model_type": self.model_type, **dataclasses.asdict(self)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        if not isinstance(data, dict):
+            raise ValueError(f"a model config must be a JSON object, got {type(data).__name__}")
         data = dict(data)
         kind = data.pop("model_type", cls.model_type)
         if kind != cls.model_type:
             raise ValueError(f"config is for model_type {kind!r}, not {cls.model_type!r}")
-        _check_keys(cls, data)
-        return cls(**data)
+        return cls().replace(**data)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -102,27 +183,28 @@ class ModelConfig:
         return cls.from_dict(json.loads(text))
 
 
-def _check_keys(cls: type, keys: dict[str, Any]) -> None:
+def _check_keys(cls: type, keys: dict[str, Any], path: str = "") -> None:
     unknown = sorted(set(keys) - set(cls.field_names()))
     if unknown:
-        raise KeyError(f"unknown {cls.__name__} field(s) {unknown}; valid fields: {cls.field_names()}")
+        where = f" in {path!r}" if path else ""
+        raise KeyError(f"unknown {cls.__name__} field(s) {unknown}{where}; valid fields: {cls.field_names()}")
 
 
 TOKENIZERS = ("conv", "linear", "embedding")
 
 
 @dataclass
-class TokenizerConfig:
-    """Input tokenizer settings shared by NAC and Perceiver IO (mixed into their configs).
+class TokenizerConfig(ConfigBase):
+    """How an input becomes the token set ``X`` (a sub-config: ``tokenizer``).
 
     ``conv``: NAC App. C preprocessor for ``[B, in_channels, image_size, image_size]``
     images; tokens are ``conv_channels + pos_dim`` wide. ``linear``: sets/sequences
     ``[B, N, input_dim]`` → ``token_dim``. ``embedding``: ids ``[B, N]`` <
     ``vocab_size`` → ``token_dim``. ``max_len > 0`` adds learned positions (linear,
-    embedding).
+    embedding); ``pad_id`` (embedding) is hidden from the attention that reads the tokens.
     """
 
-    tokenizer: str = "conv"
+    kind: str = "conv"
     image_size: int = 64
     in_channels: int = 3
     conv_channels: int = 320
@@ -131,30 +213,56 @@ class TokenizerConfig:
     vocab_size: int = 0
     token_dim: int = 384
     max_len: int = 0
-    pad_id: int = -1          # embedding: this id is padding, hidden from the read-in (-1: none)
+    pad_id: int = -1          # embedding: this id is padding (-1: none)
 
-    def validate_tokenizer(self) -> None:
-        check_choice("tokenizer", self.tokenizer, TOKENIZERS)
-        if self.tokenizer == "conv":
+    def validate(self) -> None:
+        p = self._prefix
+        check_choice(p + "kind", self.kind, TOKENIZERS)
+        if self.kind == "conv":
             check_positive(self, "image_size", "in_channels", "conv_channels", "pos_dim")
             if self.image_size % 8:
-                raise ValueError(f"config field 'image_size': got {self.image_size}, expected a multiple of 8")
-        elif self.tokenizer == "linear":
+                raise ValueError(f"config field {p + 'image_size'!r}: got {self.image_size}, expected a multiple of 8")
+        elif self.kind == "linear":
             check_positive(self, "input_dim", "token_dim")
         else:
             check_positive(self, "vocab_size", "token_dim")
             if not -1 <= self.pad_id < self.vocab_size:
-                raise ValueError(f"config field 'pad_id': got {self.pad_id}, expected -1 (none) or an id "
-                                 f"in [0, vocab_size={self.vocab_size})")
+                raise ValueError(f"config field {p + 'pad_id'!r}: got {self.pad_id}, expected -1 (none) or an "
+                                 f"id in [0, vocab_size={self.vocab_size})")
         check_positive(self, "max_len", allow_zero=True)
 
 
+TOKENIZER_LEGACY_KEYS = {"tokenizer": "tokenizer.kind", **{k: f"tokenizer.{k}" for k in (
+    "image_size", "in_channels", "conv_channels", "pos_dim", "input_dim", "vocab_size", "token_dim",
+    "max_len", "pad_id")}}
+
+
 def build_tokenizer(cfg: TokenizerConfig) -> nn.Module:
-    if cfg.tokenizer == "conv":
+    if cfg.kind == "conv":
         return ConvTokenizer(cfg.image_size, cfg.in_channels, cfg.conv_channels, cfg.pos_dim)
-    if cfg.tokenizer == "linear":
+    if cfg.kind == "linear":
         return LinearTokenizer(cfg.input_dim, cfg.token_dim, cfg.max_len)
     return EmbeddingTokenizer(cfg.vocab_size, cfg.token_dim, cfg.max_len, None if cfg.pad_id < 0 else cfg.pad_id)
+
+
+@dataclass
+class Intermediates:
+    """What one forward pass computed, for analysis (NAC Fig. 6, 8; App. F). Shapes for a
+    batch of ``B``: ``logits [B, C]``, ``states`` (final processor states) ``[B, U, d]``,
+    ``read_in_attention [B, H, U, N]``, ``propagator_attention`` one ``[B, H, U, U]`` per layer,
+    ``read_out_attention [B, H, U_o, U]``, ``readout_confidence [B, U_o]``; NAC only:
+    ``link_probs`` ``P`` of Eq. 2 ``[(B,) U, U]`` (per sample for a conditional NAC),
+    ``readout_link_probs [(B,) U_o, U]`` and the ``circuit`` design the generator produced."""
+
+    logits: Tensor
+    states: Tensor
+    read_in_attention: Tensor | None = None
+    propagator_attention: list[Tensor] = dataclasses.field(default_factory=list)
+    read_out_attention: Tensor | None = None
+    readout_confidence: Tensor | None = None
+    link_probs: Tensor | None = None
+    readout_link_probs: Tensor | None = None
+    circuit: Any = None
 
 
 def _atomic_write(path: Path, write: typing.Callable[[str], None]) -> None:
@@ -181,11 +289,27 @@ class PretrainedModel(nn.Module):
 
     def no_weight_decay(self) -> tuple[str, ...]:
         """Name fragments of parameters trained without weight decay (besides all 1-D ones)."""
-        return ("tokenizer.pos",)
+        return self.existing_names("tokenizer.pos")
+
+    def existing_names(self, *fragments: str) -> tuple[str, ...]:
+        """The ``fragments`` that occur in at least one parameter name of this model."""
+        names = [n for n, _ in self.named_parameters()]
+        return tuple(f for f in fragments if any(f in n for n in names))
+
+    # Weights saved by older versions: (regex, replacement) renames of state-dict keys, applied
+    # in order to a key that this model does not have.
+    legacy_state_keys: ClassVar[tuple[tuple[str, str], ...]] = (
+        (r"^(propagators\.\d+\.attn)\.attn\.", r"\1.fn."),     # v0.1 blocks → PreNorm
+        (r"^(.*\.ffn)\.ffn\.", r"\1.fn."),
+        (r"^(read_in|read_out)\.norm_q\.", r"\1.attn.norm."),
+        (r"^(read_in)\.norm_x\.", r"\1.attn.norm_context."),
+        (r"^(read_out)\.norm_kv\.", r"\1.attn.norm_context."),
+        (r"^(read_in|read_out)\.attn\.(q|k|v|o)\.", r"\1.attn.fn.\2."),
+    )
 
     def prepare_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Called before weights are loaded: a model whose optional buffers (e.g. a NAC's
-        edge mask after sparsification) are in ``state`` creates them here."""
+        """Called before weights are loaded: a model whose optional parts (e.g. a NAC's
+        edge-masked kernel after sparsification) are in ``state`` installs them here."""
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
@@ -232,7 +356,21 @@ def read_pretrained(directory: str | os.PathLike) -> tuple[ModelConfig, dict[str
     return config, state
 
 
+def upgrade_state_dict(model: "PretrainedModel", state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Rename the keys of weights saved by an older version (``legacy_state_keys``)."""
+    own = set(model.state_dict())
+    out = {}
+    for key, value in state.items():
+        for pattern, repl in model.legacy_state_keys:
+            if key in own:
+                break
+            key = re.sub(pattern, repl, key)
+        out[key] = value
+    return out
+
+
 def _load(model: nn.Module, state: dict[str, torch.Tensor], where: Any, map_location) -> nn.Module:
+    state = upgrade_state_dict(model, state)
     model.prepare_state_dict(state)
     missing, unexpected = set(model.state_dict()) - set(state), set(state) - set(model.state_dict())
     if missing or unexpected:

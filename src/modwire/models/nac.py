@@ -1,28 +1,25 @@
-"""Neural Attentive Circuits (NAC), unconditional variant — NAC §2, App. B-C.
+"""Neural Attentive Circuits (NAC) — NAC §2, App. B, C, G.
 
 Read top to bottom like the paper's method section:
 
-1. **Circuit design** (§2, "Circuit Design"; §2.2 unconditional generator): every
-   module ``u`` has a signature ``s_u`` (who talks to whom), a code ``c_u`` (what it
-   computes) and an initial state ``θ_u⁰ = MLP(c_u)``. Processor signatures and
-   codes are shared across depth; output modules have their own.
-2. **Tokenizer** (§2.1): input → token set ``X`` (App. C conv preprocessor for images).
-3. **Read-in** (Eq. 4-5): modules cross-attend to ``X`` with ModFC projections
-   conditioned on the receiver's code — computed factorized, never materialising
-   per-module keys/values.
-4. **Propagators** (§2.1): ``L`` layers of SKMDPA (Eq. 2-3) among processor modules,
-   then ModFFN; separate weights per layer, a fresh kernel sample per layer and
-   example during training.
-5. **Read-out** (§2.1): output modules attend to the final states with SKMDPA,
-   ModFFN, and a confidence-weighted sum of per-module logits.
+1. **Circuit generator** (§2.2): produces the circuit design — for every module ``u`` a
+   signature ``s_u`` (who talks to whom), a code ``c_u`` (what it computes) and an initial
+   state ``θ_u⁰``. *Unconditional*: free parameters, ``θ⁰ = MLP(c)``, shared by every
+   sample. *Conditional* (App. G): learned queries, one per module, cross-attend to a
+   conditioning input (e.g. a question), then an FFN, a self-attention layer and two
+   parallel FFNs emit each module's signature and code, per sample.
+2. **Circuit executor** (§2.1), given the design and the input:
+   tokenizer → read-in (Eq. 4-5) → ``L`` propagators (SKMDPA, Eq. 2-3, then ModFFN; a fresh
+   kernel sample per layer and example in training) → read-out (output modules attend to the
+   final states, ModFFN, confidence-weighted logits).
 
-Graph priors act on ``link_probs()`` from the training loop (``modwire.graphs``);
-``frozen_graph`` fixes the signatures to a sampled graph (Table 1); ``set_edge_mask``
-and ``static_propagator_bias`` carry inference-time sparsification (App. F,
-``modwire.analysis.sparsify``).
+Graph priors act on ``link_probs()`` through the trainer (``modwire.graphs``);
+``frozen_graph`` fixes the signatures to a sampled graph (Table 1). Inference-time
+sparsification (App. F) is installed from outside by ``modwire.analysis`` through
+``propagator_kernel``; nothing else in this file knows about it.
 
-Switching off the modulation (``modulation="none"``) and the kernel
-(``use_kernel=False``) leaves a Perceiver IO (App. B.2), which the tests check.
+With the modulation (``modulation="none"``) and the kernel (``kernel.enabled=False``) off,
+one output module and ``initial_state="code"``, NAC is a Perceiver IO (App. B.2; tested).
 """
 from __future__ import annotations
 
@@ -32,20 +29,77 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..nn import ProcessorLayer, ReadIn, ReadOut, SignatureKernel
+from ..nn import (PLAIN, EdgeMaskedKernel, ModulationSpec, PreNorm, ProcessorLayer, ReadIn, ReadOut,
+                  SelfAttention, SignatureKernel, mlp)
 from ..nn.attention import ReadInMethod
 from ..nn.kernel import KERNEL_MODES
-from ..nn.tokenizers import padding_bias
 from ..nn.modulated import ACTIVATIONS, MODULATIONS
-from .base import ModelConfig, PretrainedModel, TokenizerConfig, build_tokenizer, check_choice, check_positive
+from ..nn.tokenizers import padding_mask
+from .base import (TOKENIZER_LEGACY_KEYS, ConfigBase, Intermediates, ModelConfig, PretrainedModel,
+                   TokenizerConfig, build_tokenizer, check_choice, check_positive)
 from .registry import register_model_type, register_preset
 
 
+# ----------------------------------------------------------------------------- configuration
+
 @dataclass
-class NACConfig(TokenizerConfig, ModelConfig):
+class KernelConfig(ConfigBase):
+    """SKMDPA's signature kernel (NAC Eq. 2-3); defaults are Table 4."""
+
+    enabled: bool = True               # False: all-to-all attention (Table 1 "+ ModFC")
+    tau: float = 0.5                   # Concrete temperature τ
+    epsilon: float = 1.0               # bandwidth ε
+    learn_epsilon: bool = False        # ε is a hyperparameter in the paper
+    delta: float = 1e-6                # δ of Eq. 3
+    train_mode: str = "sample"         # sample | expected | threshold
+    eval_mode: str = "expected"
+    truncation: float | None = None    # keep pairs with d(s_i, s_j) ≤ truncation
+
+    def validate(self) -> None:
+        check_positive(self, "tau", "epsilon", "delta")
+        check_choice(self._prefix + "train_mode", self.train_mode, KERNEL_MODES)
+        check_choice(self._prefix + "eval_mode", self.eval_mode, KERNEL_MODES)
+        if self.truncation is not None:
+            check_positive(self, "truncation", allow_zero=True)
+
+
+@dataclass
+class FrozenGraphConfig(ConfigBase):
+    """Table 1 "+ Sparse graph (not learnable)": processor signatures fitted to one graph
+    sampled from prior ``name`` (``modwire.graphs``), then frozen. ``name=None``: learned."""
+
+    name: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+
+
+@dataclass
+class GeneratorConfig(ConfigBase):
+    """The circuit generator (NAC §2.2). ``kind="conditional"`` (App. G) reads the
+    ``condition`` input through ``tokenizer`` with ``num_heads`` attention heads."""
+
+    kind: str = "unconditional"
+    tokenizer: TokenizerConfig = field(default_factory=lambda: TokenizerConfig(kind="embedding"))
+    num_heads: int = 4
+
+    def validate(self) -> None:
+        check_choice(self._prefix + "kind", self.kind, ("unconditional", "conditional"))
+        check_positive(self, "num_heads")
+
+    def unused_fields(self) -> tuple[str, ...]:
+        return () if self.kind == "conditional" else ("tokenizer",)
+
+
+@dataclass
+class NACConfig(ModelConfig):
     """NAC hyperparameters; defaults are NAC Table 4 (Tiny-ImageNet)."""
 
     model_type = "nac"
+    legacy_keys = {**TOKENIZER_LEGACY_KEYS, "use_kernel": "kernel.enabled",
+                   "kernel_train_mode": "kernel.train_mode", "kernel_eval_mode": "kernel.eval_mode",
+                   **{k: f"kernel.{k}" for k in ("tau", "epsilon", "learn_epsilon", "delta", "truncation")},
+                   "frozen_graph": "frozen_graph.name", "frozen_graph_params": "frozen_graph.params",
+                   "frozen_graph_seed": "frozen_graph.seed"}
 
     num_classes: int = 200
     d_model: int = 384                 # state dimension
@@ -62,190 +116,238 @@ class NACConfig(TokenizerConfig, ModelConfig):
     initial_state: str = "mlp"         # "mlp": θ⁰ = MLP(c) (paper); "code": θ⁰ = c (authors' final configs)
     modulation: str = "nac"            # ModFC (Eq. 1); "none" switches conditioning off
     alpha_init: float = 0.1
-    use_kernel: bool = True            # SKMDPA; False gives all-to-all attention
-    tau: float = 0.5
-    epsilon: float = 1.0
-    learn_epsilon: bool = False        # ε is a hyperparameter in the paper
-    delta: float = 1e-6
-    kernel_train_mode: str = "sample"
-    kernel_eval_mode: str = "expected"
-    truncation: float | None = None    # keep pairs with d(s_i, s_j) ≤ truncation
-    # Table 1 "+ Sparse graph (not learnable)": processor signatures fitted to one graph
-    # sampled from this prior (modwire.graphs), then frozen. None: learned signatures.
-    frozen_graph: str | None = None
-    frozen_graph_params: dict[str, Any] = field(default_factory=dict)
-    frozen_graph_seed: int = 0
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    kernel: KernelConfig = field(default_factory=KernelConfig)
+    frozen_graph: FrozenGraphConfig = field(default_factory=FrozenGraphConfig)
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
 
     def validate(self) -> None:
-        self.validate_tokenizer()
         check_positive(self, "num_classes", "d_model", "num_layers", "num_processor_modules",
                        "num_output_modules", "num_heads", "read_in_heads", "read_out_heads",
-                       "ffn_hidden", "d_sig", "d_code", "tau", "epsilon", "delta")
+                       "ffn_hidden", "d_sig", "d_code")
         check_choice("activation", self.activation, ACTIVATIONS)
         check_choice("initial_state", self.initial_state, ("mlp", "code"))
         check_choice("modulation", self.modulation, MODULATIONS)
-        check_choice("kernel_train_mode", self.kernel_train_mode, KERNEL_MODES)
-        check_choice("kernel_eval_mode", self.kernel_eval_mode, KERNEL_MODES)
-        for name in ("num_heads", "read_in_heads", "read_out_heads"):
-            if self.d_model % getattr(self, name):
-                raise ValueError(f"config field {name!r}: d_model={self.d_model} is not divisible by "
-                                 f"{name}={getattr(self, name)}")
-        if self.frozen_graph is not None and not self.use_kernel:
-            raise ValueError("config field 'frozen_graph' needs use_kernel=True (a graph lives in the kernel)")
+        if self.modulation == "nac":
+            check_positive(self, "alpha_init", allow_zero=True)
+        conditional = self.generator.kind == "conditional"
+        for name in ("num_heads", "read_in_heads", "read_out_heads") + (("generator.num_heads",) * conditional):
+            heads = self.generator.num_heads if name.startswith("generator") else getattr(self, name)
+            if self.d_model % heads:
+                raise ValueError(f"config field {name!r}: d_model={self.d_model} is not divisible by {heads}")
+        if self.frozen_graph.name is not None and (not self.kernel.enabled or self.generator.kind != "unconditional"):
+            raise ValueError("config field 'frozen_graph.name' needs kernel.enabled=True and an unconditional "
+                             "generator (a frozen graph lives in free signatures)")
         if self.initial_state == "code" and self.d_code != self.d_model:
             raise ValueError(f"config field 'initial_state': 'code' needs d_code == d_model, "
                              f"got d_code={self.d_code}, d_model={self.d_model}")
 
+    @property
+    def modulation_spec(self) -> ModulationSpec:
+        return ModulationSpec(self.modulation, self.d_code, self.alpha_init)
 
-class CircuitDesign(nn.Module):
-    """Unconditional circuit generator (NAC §2.2): free signatures and codes for a group
-    of modules, and initial states from a two-layer MLP of the code (or the code itself)."""
 
-    def __init__(self, num_modules: int, d_sig: int, d_code: int, d_model: int,
-                 initial_state: str = "mlp", with_signatures: bool = True) -> None:
+# ----------------------------------------------------------------------------- 1. circuit generator
+
+@dataclass
+class ModuleDesign:
+    """The design of a group of modules (NAC §2): ``signatures [(B,) U, d_sig]`` (None without a
+    kernel), ``codes [(B,) U, d_code]``, initial ``states [(B,) U, d_model]``; the batch axis is
+    present for a conditional (per-sample) design."""
+
+    signatures: Tensor | None
+    codes: Tensor
+    states: Tensor
+
+
+@dataclass
+class Circuit:
+    """A circuit design: the processor modules and the output modules."""
+
+    processors: ModuleDesign
+    outputs: ModuleDesign
+
+
+def _state_mlp(c: NACConfig) -> nn.Module | None:
+    """``θ⁰ = MLP(c)`` (§2.2), or None for ``initial_state="code"`` (``θ⁰ = c``)."""
+    return mlp(c.d_code, c.d_model, c.d_model) if c.initial_state == "mlp" else None
+
+
+class FreeModules(nn.Module):
+    """Unconditional design of one group of modules (§2.2): free signatures and codes."""
+
+    def __init__(self, num_modules: int, c: NACConfig) -> None:
         super().__init__()
-        self.signatures = nn.Parameter(torch.randn(num_modules, d_sig)) if with_signatures else None
-        self.codes = nn.Parameter(torch.randn(num_modules, d_code))
-        self.state_mlp = (nn.Sequential(nn.Linear(d_code, d_model), nn.GELU(), nn.Linear(d_model, d_model))
-                          if initial_state == "mlp" else None)
+        self.signatures = nn.Parameter(torch.randn(num_modules, c.d_sig)) if c.kernel.enabled else None
+        self.codes = nn.Parameter(torch.randn(num_modules, c.d_code))
+        self.state_mlp = _state_mlp(c)
 
-    def initial_states(self) -> Tensor:
-        """``θ⁰``: ``[U, d_model]``."""
-        return self.codes if self.state_mlp is None else self.state_mlp(self.codes)
+    def forward(self) -> ModuleDesign:
+        states = self.codes if self.state_mlp is None else self.state_mlp(self.codes)
+        return ModuleDesign(self.signatures, self.codes, states)
 
+
+class UnconditionalGenerator(nn.Module):
+    """NAC §2.2, unconditional circuit generator: the design is learned by gradient descent
+    and shared by every sample (``[U, ·]`` tensors, no batch axis)."""
+
+    def __init__(self, c: NACConfig) -> None:
+        super().__init__()
+        self.processors = FreeModules(c.num_processor_modules, c)
+        self.outputs = FreeModules(c.num_output_modules, c)
+
+    def forward(self, condition: Tensor | None = None) -> Circuit:
+        if condition is not None:
+            raise ValueError("this NAC has an unconditional circuit generator: it takes no condition "
+                             "(set generator.kind='conditional' to condition the design on an input)")
+        return Circuit(self.processors(), self.outputs())
+
+
+class ConditionalGenerator(nn.Module):
+    """NAC §2.2 and App. G, conditional circuit generator: ``U_p + U_o`` learned queries (one per
+    module) cross-attend to the tokens of the condition, then an FFN; a self-attention layer;
+    then two FFNs in parallel emit each module's signature (``d_sig``) and code (``d_code``);
+    initial states from the codes as in the unconditional generator. (Pre-LN residual blocks,
+    as in the executor; App. G gives no more detail.)
+    ``condition`` ``[B, M]`` ids or ``[B, M, d]`` features → a per-sample :class:`Circuit`."""
+
+    def __init__(self, c: NACConfig) -> None:
+        super().__init__()
+        g, d = c.generator, c.d_model
+        self.num_processors = c.num_processor_modules
+        self.tokenizer = build_tokenizer(g.tokenizer)
+        self.queries = nn.Parameter(torch.randn(c.num_processor_modules + c.num_output_modules, d))
+        self.cross = ReadIn(d, self.tokenizer.out_dim, g.num_heads, c.ffn_hidden, activation=c.activation)
+        self.mix = PreNorm(d, SelfAttention(d, g.num_heads))
+        self.to_signature = PreNorm(d, mlp(d, c.ffn_hidden, c.d_sig), residual=False)
+        self.to_code = PreNorm(d, mlp(d, c.ffn_hidden, c.d_code), residual=False)
+        self.processor_state, self.output_state = _state_mlp(c), _state_mlp(c)
+
+    def forward(self, condition: Tensor | None = None) -> Circuit:
+        if condition is None:
+            raise ValueError("this NAC has a conditional circuit generator: call it as model(x, condition=c)")
+        tokens = self.tokenizer(condition)                                  # [B, M, token_dim]
+        h, _ = self.cross(self.queries, tokens, key_mask=padding_mask(self.tokenizer, condition))
+        h, _ = self.mix(h)                                                  # [B, U_p + U_o, d]
+        s, c = self.to_signature(h), self.to_code(h)
+        groups = []
+        for sl, state in ((slice(None, self.num_processors), self.processor_state),
+                          (slice(self.num_processors, None), self.output_state)):
+            codes = c[:, sl]
+            groups.append(ModuleDesign(s[:, sl], codes, codes if state is None else state(codes)))
+        return Circuit(*groups)
+
+
+# ----------------------------------------------------------------------------- 2. circuit executor
 
 class NAC(PretrainedModel):
-    """Neural Attentive Circuit classifier. ``forward(x) → logits [B, num_classes]``.
-
-    ``forward(x, return_intermediates=True)`` also returns a dict with the link
-    probabilities ``P`` (``link_probs`` ``[U_p, U_p]``, ``readout_link_probs``
-    ``[U_o, U_p]``), the attention weights of every stage (``read_in_attention``
-    ``[B, H, U_p, N]``, ``propagator_attention`` list of ``[B, H, U_p, U_p]``,
-    ``read_out_attention`` ``[B, H, U_o, U_p]``), the read-out confidences
-    ``[B, U_o]`` and the final processor ``states`` ``[B, U_p, d_model]``.
-    """
+    """Neural Attentive Circuit classifier: ``model(x) → logits [B, num_classes]``, or
+    ``model(x, condition=c)`` for a conditional NAC. ``forward_intermediates`` also returns
+    the circuit, ``P`` and the attention of every stage (:class:`~modwire.models.base.Intermediates`)."""
 
     config_class = NACConfig
+    legacy_state_keys = PretrainedModel.legacy_state_keys + (
+        (r"^(processors|outputs)\.", r"generator.\1."), (r"^edge_mask$", "propagator_kernel.edge_mask"))
 
     def __init__(self, config: NACConfig) -> None:
         super().__init__()
         self.config = c = config
-        mod = dict(code_dim=c.d_code, activation=c.activation, modulation=c.modulation, alpha_init=c.alpha_init)
-        # 1. circuit design
-        self.processors = CircuitDesign(c.num_processor_modules, c.d_sig, c.d_code, c.d_model,
-                                        c.initial_state, c.use_kernel)
-        self.outputs = CircuitDesign(c.num_output_modules, c.d_sig, c.d_code, c.d_model,
-                                     c.initial_state, c.use_kernel)
-        self.kernel = (SignatureKernel(c.epsilon, c.learn_epsilon, c.tau, c.delta, c.kernel_train_mode,
-                                       c.kernel_eval_mode, c.truncation) if c.use_kernel else None)
-        # 2-5. executor
-        self.tokenizer = build_tokenizer(c)
-        self.read_in = ReadIn(c.d_model, self.tokenizer.out_dim, c.read_in_heads, c.ffn_hidden, **mod)
+        spec, k = dict(mod=c.modulation_spec, activation=c.activation), c.kernel
+        self.generator = (UnconditionalGenerator(c) if c.generator.kind == "unconditional"
+                          else ConditionalGenerator(c))
+        self.kernel = (SignatureKernel(k.epsilon, k.learn_epsilon, k.tau, k.delta, k.train_mode, k.eval_mode,
+                                       k.truncation) if k.enabled else None)
+        # The propagators' kernel when sparsified (App. F), installed by modwire.analysis; None: self.kernel.
+        self.propagator_kernel: nn.Module | None = None
+        self.tokenizer = build_tokenizer(c.tokenizer)
+        self.read_in = ReadIn(c.d_model, self.tokenizer.out_dim, c.read_in_heads, c.ffn_hidden, **spec)
         self.propagators = nn.ModuleList(
-            ProcessorLayer(c.d_model, c.num_heads, c.ffn_hidden, **mod) for _ in range(c.num_layers))
+            ProcessorLayer(c.d_model, c.num_heads, c.ffn_hidden, **spec) for _ in range(c.num_layers))
         self.read_out = ReadOut(c.d_model, c.num_output_modules, c.read_out_heads, c.ffn_hidden,
-                                c.num_classes, **mod)
-        # Inference-time sparsification (NAC App. F, modwire.analysis.sparsify): a bool
-        # [U_p, U_p] mask of the edges the propagators may use (None: all), and optionally
-        # a precomputed block-sparse bias that replaces the dense kernel in eval mode.
-        self.register_buffer("edge_mask", None)
-        self.static_propagator_bias = None
-        if c.frozen_graph is not None:
-            self._freeze_graph(c.frozen_graph, c.frozen_graph_params, c.frozen_graph_seed)
+                                c.num_classes, **spec)
+        if c.frozen_graph.name is not None:
+            self._freeze_graph(c.frozen_graph)
 
-    def _freeze_graph(self, name: str, params: dict[str, Any], seed: int) -> None:
-        """NAC Table 1, "+ Sparse graph (not learnable)": fit the processor signatures so
-        that ``P`` (Eq. 2) matches one graph sampled from prior ``name``, then freeze them."""
+    def forward(self, x: Tensor, *, condition: Tensor | None = None) -> Tensor:
+        return self._run(x, condition, record=False).logits
+
+    def forward_intermediates(self, x: Tensor, *, condition: Tensor | None = None,
+                              read_in: ReadInMethod = "factorized") -> Intermediates:
+        """Logits plus everything the pass computed (attention weights of every stage, ``P``)."""
+        inter = self._run(x, condition, record=True, read_in=read_in)
+        if self.kernel is not None:
+            p, o = inter.circuit.processors.signatures, inter.circuit.outputs.signatures
+            inter.link_probs = self._kernel_for_propagators().link_probs(p, p)
+            inter.readout_link_probs = self.kernel.link_probs(o, p)
+        return inter
+
+    def _run(self, x: Tensor, condition: Tensor | None, *, record: bool,
+             read_in: ReadInMethod = "factorized") -> Intermediates:
+        circuit = self.generator(condition)                                 # §2.2: the circuit design
+        p = circuit.processors
+        tokens = self.tokenizer(x)                                          # [B, N, token_dim]
+        theta, w_in = self.read_in(p.states, tokens, codes=p.codes, return_weights=record, method=read_in,
+                                   key_mask=padding_mask(self.tokenizer, x))            # Eq. 4-5
+        theta, w_prop = self.propagate(theta, p, record)                    # Eq. 2-3, L layers
+        bias = None if self.kernel is None else self.kernel(circuit.outputs.signatures, p.signatures, len(x))
+        logits, w_out, conf = self.read_out(circuit.outputs.states, theta, out_codes=circuit.outputs.codes,
+                                            state_codes=p.codes, return_weights=record,
+                                            **_kernel_args(bias))                         # read-out
+        return Intermediates(logits, theta, w_in, w_prop, w_out, conf, circuit=circuit)
+
+    def propagate(self, theta: Tensor, p: ModuleDesign, record: bool = False) -> tuple[Tensor, list]:
+        """The propagators (§2.1): SKMDPA among processor modules (Eq. 2-3), then ModFFN, per layer.
+        A stochastic kernel is sampled afresh per layer (and example); a deterministic one once."""
+        kernel, bias, weights = self._kernel_for_propagators(), None, []
+        for layer in self.propagators:
+            if kernel is not None and (bias is None or not kernel.deterministic):
+                bias = kernel(p.signatures, p.signatures, theta.shape[0])
+            theta, w = layer(theta, p.codes, return_weights=record, **_kernel_args(bias))
+            weights.append(w)
+        return theta, weights
+
+    def _kernel_for_propagators(self) -> nn.Module | None:
+        return self.kernel if self.propagator_kernel is None else self.propagator_kernel
+
+    # ------------------------------------------------------------------------- graph and weights
+
+    def link_probs(self, condition: Tensor | None = None) -> Tensor | None:
+        """``P`` among processor modules (NAC Eq. 2): ``[U_p, U_p]``, or ``[B, U_p, U_p]`` for a
+        conditional NAC given ``condition``; eliminated edges (App. F) at 0; None without a kernel."""
+        if self.kernel is None:
+            return None
+        s = self.generator(condition).processors.signatures
+        return self._kernel_for_propagators().link_probs(s, s)
+
+    def _freeze_graph(self, frozen: FrozenGraphConfig) -> None:
+        """NAC Table 1, "+ Sparse graph (not learnable)": fit the processor signatures so that
+        ``P`` (Eq. 2) matches one graph sampled from prior ``name``, then freeze them."""
         from ..graphs import sample_adjacency
         from ..graphs.fit import fit_signatures
 
-        c = self.config
-        target = sample_adjacency(name, c.num_processor_modules, seed=seed, **params)
+        c, sig = self.config, self.generator.processors.signatures
+        target = sample_adjacency(frozen.name, c.num_processor_modules, seed=frozen.seed, **frozen.params)
         with torch.no_grad():
-            self.processors.signatures.copy_(fit_signatures(target, c.d_sig, c.epsilon, seed=seed))
-        self.processors.signatures.requires_grad_(False)
-
-    def set_edge_mask(self, mask: Tensor | None) -> None:
-        """Restrict the propagators to the edges where ``mask`` ``[U_p, U_p]`` (bool) is True
-        (NAC App. F, "Eliminating connections between modules"); None restores all edges."""
-        self.static_propagator_bias = None
-        if mask is None:
-            self.edge_mask = None
-            return
-        u = self.config.num_processor_modules
-        if self.kernel is None:
-            raise ValueError("set_edge_mask needs a NAC with a kernel (use_kernel=True)")
-        if mask.dtype != torch.bool or tuple(mask.shape) != (u, u):
-            raise ValueError(f"edge mask must be a bool tensor of shape ({u}, {u}), "
-                             f"got {mask.dtype} {tuple(mask.shape)}")
-        self.edge_mask = mask.to(self.processors.codes.device).clone()
+            sig.copy_(fit_signatures(target, c.d_sig, c.kernel.epsilon, seed=frozen.seed))
+        sig.requires_grad_(False)
 
     def prepare_state_dict(self, state: dict[str, Tensor]) -> None:
-        if "edge_mask" in state and self.edge_mask is None:  # a sparsified checkpoint
-            self.set_edge_mask(state["edge_mask"].to(torch.bool))
+        """A model saved with eliminated edges (App. F) reloads with its edge-masked kernel."""
+        if "propagator_kernel.edge_mask" in state and self.kernel is not None:
+            self.propagator_kernel = EdgeMaskedKernel(self.kernel, state["propagator_kernel.edge_mask"].bool())
 
     def no_weight_decay(self) -> tuple[str, ...]:
-        """NAC App. C: no weight decay on signatures, codes and positional encodings."""
-        return ("signatures", "codes", "tokenizer.pos")
+        """NAC App. C: no weight decay on signatures, codes and positional encodings (and the
+        conditional generator's module queries, which play the role of free codes)."""
+        return self.existing_names("signatures", "codes", "tokenizer.pos", "generator.queries")
 
-    def link_probs(self) -> Tensor | None:
-        """``P`` among processor modules (NAC Eq. 2), ``[U_p, U_p]``, with eliminated edges
-        (``edge_mask``) at 0; None without a kernel."""
-        if self.kernel is None:
-            return None
-        s = self.processors.signatures
-        p = self.kernel.link_probs(s, s)
-        return p if self.edge_mask is None else p.masked_fill(~self.edge_mask, 0.0)
 
-    def _kernel(self, receivers: CircuitDesign, batch: int):
-        if self.kernel is None:
-            return None
-        if receivers is self.processors:
-            if self.static_propagator_bias is not None:
-                if self.training:
-                    raise RuntimeError("this NAC has a precomputed block-sparse propagator bias, which is "
-                                       "for inference only: call .eval(), or set_edge_mask() to drop it")
-                return self.static_propagator_bias
-            return self.kernel(receivers.signatures, self.processors.signatures, batch, mask=self.edge_mask)
-        return self.kernel(receivers.signatures, self.processors.signatures, batch)
-
-    def forward_features(self, x: Tensor, intermediates: dict[str, Any] | None = None,
-                         read_in: ReadInMethod = "factorized") -> Tensor:
-        """Tokenize, read in and propagate: final processor states ``[B, U_p, d_model]``."""
-        want = intermediates is not None
-        tokens = self.tokenizer(x)                                   # [B, N, token_dim]
-        codes, theta = self.processors.codes, self.processors.initial_states()
-        theta, w = self.read_in(theta, tokens, codes, want, read_in, padding_bias(self.tokenizer, x))  # Eq. 4-5
-        weights, bias = [], None
-        resample = self.kernel is not None and self.kernel.mode == "sample"
-        for layer in self.propagators:                               # SKMDPA + ModFFN
-            if bias is None or resample:  # a fresh sample per layer; a deterministic kernel once
-                bias = self._kernel(self.processors, tokens.shape[0])
-            theta, w_l = layer(theta, codes, bias, want)
-            weights.append(w_l)
-        if want:
-            intermediates.update(read_in_attention=w, propagator_attention=weights, states=theta)
-        return theta
-
-    def forward_head(self, states: Tensor, intermediates: dict[str, Any] | None = None) -> Tensor:
-        """Read-out: logits ``[B, num_classes]`` from processor states ``[B, U_p, d_model]``."""
-        want = intermediates is not None
-        logits, w, conf = self.read_out(self.outputs.initial_states(), states, self.outputs.codes,
-                                        self.processors.codes, self._kernel(self.outputs, states.shape[0]), want)
-        if want:
-            intermediates.update(read_out_attention=w, readout_confidence=conf)
-        return logits
-
-    def forward(self, x: Tensor, return_intermediates: bool = False):
-        inter: dict[str, Any] | None = {} if return_intermediates else None
-        logits = self.forward_head(self.forward_features(x, inter), inter)
-        if not return_intermediates:
-            return logits
-        if self.kernel is not None:
-            inter["link_probs"] = self.link_probs()
-            inter["readout_link_probs"] = self.kernel.link_probs(self.outputs.signatures,
-                                                                 self.processors.signatures)
-        return logits, inter
+def _kernel_args(kernel_out) -> dict[str, Any]:
+    """A kernel's ``(bias, key_mask)`` as keyword arguments of the attention blocks."""
+    if kernel_out is None:
+        return {}
+    bias, key_mask = kernel_out
+    return {"bias": bias, "key_mask": key_mask}
 
 
 register_model_type(NAC)
@@ -255,13 +357,34 @@ register_model_type(NAC)
 # token (channels ⊕ 64-d position) is d_model wide.
 register_preset("nac_tiny_imagenet", NAC, lambda: NACConfig(), "NAC Table 4")
 register_preset("nac_imagenet", NAC, lambda: NACConfig(
-    num_classes=1000, image_size=224, conv_channels=448, d_model=512, num_processor_modules=960,
-    num_heads=8, read_out_heads=8, ffn_hidden=1024, d_code=512), "NAC Table 5")
+    num_classes=1000, tokenizer=TokenizerConfig(image_size=224, conv_channels=448), d_model=512,
+    num_processor_modules=960, num_heads=8, read_out_heads=8, ffn_hidden=1024, d_code=512), "NAC Table 5")
 register_preset("nac_small", NAC, lambda: NACConfig(
-    num_classes=10, image_size=32, conv_channels=64, pos_dim=32, d_model=96, num_layers=4,
-    num_processor_modules=64, num_output_modules=8, num_heads=4, read_out_heads=4, ffn_hidden=192,
-    d_sig=16, d_code=96), "CPU-sized NAC (Table 4 shape, scaled down)")
+    num_classes=10, tokenizer=TokenizerConfig(image_size=32, conv_channels=64, pos_dim=32), d_model=96,
+    num_layers=4, num_processor_modules=64, num_output_modules=8, num_heads=4, read_out_heads=4,
+    ffn_hidden=192, d_sig=16, d_code=96), "CPU-sized NAC (Table 4 shape, scaled down)")
 register_preset("nac_micro", NAC, lambda: NACConfig(
-    num_classes=5, tokenizer="linear", input_dim=8, token_dim=16, d_model=32, num_layers=2,
-    num_processor_modules=12, num_output_modules=3, num_heads=2, read_out_heads=2, ffn_hidden=48,
-    d_sig=8, d_code=24), "test-sized NAC on generic sets")
+    num_classes=5, tokenizer=TokenizerConfig(kind="linear", input_dim=8, token_dim=16), d_model=32,
+    num_layers=2, num_processor_modules=12, num_output_modules=3, num_heads=2, read_out_heads=2,
+    ffn_hidden=48, d_sig=8, d_code=24), "test-sized NAC on generic sets")
+# Conditional NAC (§2.2, App. G). The paper's NLVR2 model reads CLIP-base tokens (512-d) with
+# the Table 4 executor; the CPU preset reads Sort-of-CLEVR questions as 3 token ids.
+register_preset("nac_conditional_nlvr2", NAC, lambda: NACConfig(
+    num_classes=2, tokenizer=TokenizerConfig(kind="linear", input_dim=512, token_dim=384),
+    generator=GeneratorConfig(kind="conditional", num_heads=6,
+                              tokenizer=TokenizerConfig(kind="linear", input_dim=512, token_dim=384))),
+    "NAC §4.4 / App. G (conditional, CLIP-base features)")
+register_preset("nac_conditional_small", NAC, lambda: NACConfig(
+    num_classes=10, tokenizer=TokenizerConfig(kind="linear", input_dim=77, token_dim=64), d_model=64,
+    num_layers=3, num_processor_modules=32, num_output_modules=4, num_heads=4, read_out_heads=4,
+    ffn_hidden=128, d_sig=16, d_code=64,
+    generator=GeneratorConfig(kind="conditional", num_heads=4,
+                              tokenizer=TokenizerConfig(kind="embedding", vocab_size=16, max_len=3, token_dim=64))),
+    "CPU-sized conditional NAC (Sort-of-CLEVR: question → circuit, image → executor)")
+register_preset("nac_conditional_micro", NAC, lambda: NACConfig(
+    num_classes=5, tokenizer=TokenizerConfig(kind="linear", input_dim=8, token_dim=16), d_model=32,
+    num_layers=2, num_processor_modules=12, num_output_modules=3, num_heads=2, read_out_heads=2,
+    ffn_hidden=48, d_sig=8, d_code=24,
+    generator=GeneratorConfig(kind="conditional", num_heads=2,
+                              tokenizer=TokenizerConfig(kind="embedding", vocab_size=7, max_len=4, token_dim=16))),
+    "test-sized conditional NAC")

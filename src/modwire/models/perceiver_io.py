@@ -3,102 +3,97 @@
 Built from the same blocks as NAC with the modulation off and no kernel: learned
 latents (the NAC module initial states) cross-attend to the tokens, ``L`` latent
 self-attention layers with separate weights, and a decoder in which learned output
-queries attend to the latents (App. B.2: a NAC module generalises a PIO latent).
+queries attend to the latents (App. B.2: a NAC module generalises a PIO latent). Field
+names are NAC's where the hyperparameter is the same (``read_in_heads``,
+``read_out_heads``, ``num_output_modules``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
 from ..nn import ProcessorLayer, ReadIn, ReadOut
 from ..nn.modulated import ACTIVATIONS
-from ..nn.tokenizers import padding_bias
-from .base import ModelConfig, PretrainedModel, TokenizerConfig, build_tokenizer, check_choice, check_positive
+from ..nn.tokenizers import padding_mask
+from .base import (TOKENIZER_LEGACY_KEYS, Intermediates, ModelConfig, PretrainedModel, TokenizerConfig,
+                   build_tokenizer, check_choice, check_positive)
 from .registry import register_model_type, register_preset
 
 
 @dataclass
-class PerceiverIOConfig(TokenizerConfig, ModelConfig):
+class PerceiverIOConfig(ModelConfig):
     """Perceiver IO hyperparameters; defaults are NAC Table 4's PIO column (Tiny-ImageNet)."""
 
     model_type = "perceiver_io"
+    legacy_keys = {**TOKENIZER_LEGACY_KEYS, "cross_heads": "read_in_heads", "output_heads": "read_out_heads",
+                   "num_output_queries": "num_output_modules"}
 
     num_classes: int = 200
     d_model: int = 384
     num_layers: int = 8
     num_latents: int = 320
     num_heads: int = 6
-    cross_heads: int = 1
-    output_heads: int = 6
-    num_output_queries: int = 1
+    read_in_heads: int = 1             # cross-attention heads
+    read_out_heads: int = 6            # decoder heads
+    num_output_modules: int = 1        # decoder queries
     ffn_hidden: int = 1536
     activation: str = "geglu"
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
 
     def validate(self) -> None:
-        self.validate_tokenizer()
         check_positive(self, "num_classes", "d_model", "num_layers", "num_latents", "num_heads",
-                       "cross_heads", "output_heads", "num_output_queries", "ffn_hidden")
+                       "read_in_heads", "read_out_heads", "num_output_modules", "ffn_hidden")
         check_choice("activation", self.activation, ACTIVATIONS)
-        for name in ("num_heads", "cross_heads", "output_heads"):
+        for name in ("num_heads", "read_in_heads", "read_out_heads"):
             if self.d_model % getattr(self, name):
                 raise ValueError(f"config field {name!r}: d_model={self.d_model} is not divisible by "
                                  f"{name}={getattr(self, name)}")
 
 
 class PerceiverIO(PretrainedModel):
-    """Perceiver IO classifier. ``forward(x) → logits [B, num_classes]``;
-    ``return_intermediates=True`` adds attention weights and the final ``states``."""
+    """Perceiver IO classifier. ``model(x) → logits [B, num_classes]``;
+    ``forward_intermediates(x)`` adds the attention weights and the final ``states``."""
 
     config_class = PerceiverIOConfig
 
     def __init__(self, config: PerceiverIOConfig) -> None:
         super().__init__()
         self.config = c = config
-        plain = dict(activation=c.activation, modulation="none")
         self.latents = nn.Parameter(torch.randn(c.num_latents, c.d_model))
-        self.output_queries = nn.Parameter(torch.randn(c.num_output_queries, c.d_model))
-        self.tokenizer = build_tokenizer(c)
-        self.read_in = ReadIn(c.d_model, self.tokenizer.out_dim, c.cross_heads, c.ffn_hidden, **plain)
-        self.propagators = nn.ModuleList(
-            ProcessorLayer(c.d_model, c.num_heads, c.ffn_hidden, **plain) for _ in range(c.num_layers))
-        self.read_out = ReadOut(c.d_model, c.num_output_queries, c.output_heads, c.ffn_hidden,
-                                c.num_classes, **plain)
+        self.output_queries = nn.Parameter(torch.randn(c.num_output_modules, c.d_model))
+        self.tokenizer = build_tokenizer(c.tokenizer)
+        self.read_in = ReadIn(c.d_model, self.tokenizer.out_dim, c.read_in_heads, c.ffn_hidden,
+                              activation=c.activation)
+        self.propagators = nn.ModuleList(ProcessorLayer(c.d_model, c.num_heads, c.ffn_hidden, activation=c.activation)
+                                         for _ in range(c.num_layers))
+        self.read_out = ReadOut(c.d_model, c.num_output_modules, c.read_out_heads, c.ffn_hidden, c.num_classes,
+                                activation=c.activation)
 
-    def forward_features(self, x: Tensor, intermediates: dict[str, Any] | None = None) -> Tensor:
-        """Encoder and latent transformer: latent states ``[B, U, d_model]``."""
-        want = intermediates is not None
-        z, w = self.read_in(self.latents, self.tokenizer(x), return_weights=want,
-                            padding=padding_bias(self.tokenizer, x))
+    def forward(self, x: Tensor) -> Tensor:
+        return self._run(x, record=False).logits
+
+    def forward_intermediates(self, x: Tensor) -> Intermediates:
+        return self._run(x, record=True)
+
+    def _run(self, x: Tensor, *, record: bool) -> Intermediates:
+        z, w_in = self.read_in(self.latents, self.tokenizer(x), return_weights=record,
+                               key_mask=padding_mask(self.tokenizer, x))          # encoder
         weights = []
-        for layer in self.propagators:
-            z, w_l = layer(z, return_weights=want)
-            weights.append(w_l)
-        if want:
-            intermediates.update(read_in_attention=w, propagator_attention=weights, states=z)
-        return z
-
-    def forward_head(self, states: Tensor, intermediates: dict[str, Any] | None = None) -> Tensor:
-        """Decoder: logits ``[B, num_classes]``."""
-        logits, w, conf = self.read_out(self.output_queries, states, return_weights=intermediates is not None)
-        if intermediates is not None:
-            intermediates.update(read_out_attention=w, readout_confidence=conf)
-        return logits
-
-    def forward(self, x: Tensor, return_intermediates: bool = False):
-        inter: dict[str, Any] | None = {} if return_intermediates else None
-        logits = self.forward_head(self.forward_features(x, inter), inter)
-        return (logits, inter) if return_intermediates else logits
+        for layer in self.propagators:                                            # latent transformer
+            z, w = layer(z, return_weights=record)
+            weights.append(w)
+        logits, w_out, conf = self.read_out(self.output_queries, z, return_weights=record)  # decoder
+        return Intermediates(logits, z, w_in, weights, w_out, conf)
 
 
 register_model_type(PerceiverIO)
 
 register_preset("perceiver_io_tiny_imagenet", PerceiverIO, lambda: PerceiverIOConfig(), "NAC Table 4 (PIO)")
 register_preset("perceiver_io_small", PerceiverIO, lambda: PerceiverIOConfig(
-    num_classes=10, image_size=32, conv_channels=64, pos_dim=32, d_model=96, num_layers=4, num_latents=64,
-    num_heads=4, output_heads=4, ffn_hidden=192), "CPU-sized PIO matching nac_small")
+    num_classes=10, tokenizer=TokenizerConfig(image_size=32, conv_channels=64, pos_dim=32), d_model=96,
+    num_layers=4, num_latents=64, num_heads=4, read_out_heads=4, ffn_hidden=192), "CPU-sized PIO matching nac_small")
 register_preset("perceiver_io_micro", PerceiverIO, lambda: PerceiverIOConfig(
-    num_classes=5, tokenizer="linear", input_dim=8, token_dim=16, d_model=32, num_layers=2, num_latents=12,
-    num_heads=2, output_heads=2, ffn_hidden=48), "test-sized PIO matching nac_micro")
+    num_classes=5, tokenizer=TokenizerConfig(kind="linear", input_dim=8, token_dim=16), d_model=32, num_layers=2,
+    num_latents=12, num_heads=2, read_out_heads=2, ffn_hidden=48), "test-sized PIO matching nac_micro")

@@ -1,16 +1,19 @@
-"""Shared primitives: modulated linear layers, the signature kernel, attention, blocks, tokenizers."""
-from .attention import AttentionBlock, ModulatedAttention, attend
-from .block_sparse import (BlockSparseBias, BlockSparseLayout, block_order, block_sparse_attend,
-                           order_by_groups)
-from .blocks import ProcessorLayer, ReadIn, ReadOut
-from .kernel import KernelBias, SignatureKernel, cosine_distance
-from .modulated import FFNBlock, ModulatedFFN, ModulatedLinear
+"""Shared primitives of all four papers: the attention kernel, signature kernels, modulated
+linear layers, blocks, tokenizers."""
+from .attention import AttentionPattern, ModulatedAttention, attend, mask_value
+from .block_sparse import (BlockSparseBias, BlockSparseKernel, BlockSparseLayout, block_order,
+                           block_sparse_attend, order_by_groups)
+from .blocks import ProcessorLayer, ReadIn, ReadOut, SelfAttention
+from .kernel import (EdgeMaskedKernel, SignatureKernel, concrete_log_sample, cosine_distance,
+                     normalize_log_kernel, signature_log_kernel)
+from .modulated import PLAIN, ModulatedFFN, ModulatedLinear, ModulationSpec, PreNorm, mlp
 from .tokenizers import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer
 
 __all__ = [
-    "AttentionBlock", "BlockSparseBias", "BlockSparseLayout", "ConvTokenizer", "EmbeddingTokenizer",
-    "FFNBlock", "KernelBias", "LinearTokenizer",
-    "ModulatedAttention", "ModulatedFFN", "ModulatedLinear", "ProcessorLayer", "ReadIn", "ReadOut",
-    "SignatureKernel", "attend", "block_order", "block_sparse_attend", "cosine_distance",
-    "order_by_groups",
+    "PLAIN", "AttentionPattern", "BlockSparseBias", "BlockSparseKernel", "BlockSparseLayout",
+    "ConvTokenizer", "EdgeMaskedKernel", "EmbeddingTokenizer", "LinearTokenizer", "ModulatedAttention",
+    "ModulatedFFN", "ModulatedLinear", "ModulationSpec", "PreNorm", "ProcessorLayer", "ReadIn", "ReadOut",
+    "SelfAttention", "SignatureKernel", "attend", "block_order", "block_sparse_attend",
+    "concrete_log_sample", "cosine_distance", "mask_value", "mlp", "normalize_log_kernel",
+    "order_by_groups", "signature_log_kernel",
 ]

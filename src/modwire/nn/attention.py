@@ -1,102 +1,181 @@
-"""Attention: one kernel function, and one projection module around it.
+"""The one attention kernel of modwire: :func:`attend`.
 
-The split follows x-transformers: :func:`attend` is the attention kernel
-(``softmax(q kᵀ/√d + bias) v``, NAC Eq. 3 with ``bias = log K̂``), run through the
-fused ``F.scaled_dot_product_attention`` unless the weights are asked for;
-:class:`ModulatedAttention` owns the (code-modulated) projections.
+``softmax_j(scale · q_i·k_j + bias_ij) v_j`` over any leading batch axes, with the
+options the four papers need, each with one meaning:
 
-Keys and values can be conditioned on two different codes:
+* ``bias``: an additive logit bias, e.g. NAC Eq. 3's ``log K̂``.
+* ``key_mask``: bool, False where key ``j`` may not be read by query ``i``. A query with no
+  allowed key returns **zeros** (and finite, zero gradients). Derivation, done once here:
+  masked logits get a large *finite* negative value (:func:`mask_value`), so the softmax of
+  an all-masked row is finite (uniform) instead of the NaN of ``softmax(-inf, …)``; that
+  row's output is then multiplied by ``any_j key_mask_ij = 0``, which zeroes it and every
+  gradient flowing through it.
+* ``topk``: only the ``k`` highest scores of each row take part (NFM Algorithm 1, AiT
+  Eq. 3). Exactly ``min(k, allowed keys)`` keys are kept per row; a tie at the boundary is
+  broken by :func:`torch.topk` (implementation-defined). ``k ≥`` the number of keys is
+  plain attention.
+* ``null_kv``: a zero key and a zero value are prepended, so a query can read nothing (NFM
+  "Default Computation"): its score is 0, it is always allowed and competes in top-k.
+* ``row_scale``: multiplies each query's output (NI Eq. 7-10, ``C_ui``).
 
-* ``kv_code="sender"``: on each sender's own code (NAC propagators and read-out,
-  notes §1). Keys/values are projected once per sender, as in any transformer.
-* ``kv_code="receiver"``: on the *receiving* module's code (the NAC read-in,
-  NAC Eq. 4-5): every module sees its own keys ``k_uj = ModFC(x_j, c_u)`` and
-  values. Materialising them costs ``B·U·N·d`` memory. Because ModFC is linear in
-  ``x``, per head ``h``::
+The fused ``F.scaled_dot_product_attention`` runs whenever the options allow (no weights
+asked for, no top-k); the explicit softmax path only where needed.
 
-      q_u·k_uj   = ((W_k,hᵀ q_u) ⊙ m_u)·x_j + q_u·b_k,h
-      Σ_j a_uj v_uj = W_v,h ((Σ_j a_uj x_j) ⊙ m_u) + b_v,h        (Σ_j a_uj = 1)
+A precomputed sparse execution (e.g. :class:`modwire.nn.block_sparse.BlockSparseBias`) can
+be passed as ``bias``: any object with an ``attend(q, k, v, *, scale, return_weights)``
+method (:class:`AttentionPattern`); this module does not import it.
 
-  so the read-in is one attention of the folded queries over the raw tokens,
-  followed by a per-module value projection (``method="factorized"``, exact).
-  ``q_u·b_k,h`` is constant over ``j`` and cancels in the softmax, so these layers
-  have no key bias at all. The literal
-  form is kept as ``method="literal"`` (reference and benchmark baseline).
+:class:`ModulatedAttention` owns the (code-modulated) projections around :func:`attend`
+(the split of x-transformers' ``attend.py``). Keys and values can be conditioned on two
+different codes:
+
+* ``kv_code="sender"``: on each sender's own code (NAC propagators and read-out, notes §1).
+* ``kv_code="receiver"``: on the *receiving* module's code (the NAC read-in, Eq. 4-5): every
+  module sees its own keys ``k_uj = ModFC(x_j, c_u)`` and values. Materialising them costs
+  ``B·U·N·d``. Because ModFC is linear in ``x``, per head ``h``::
+
+      q_u·k_uj      = ((W_k,hᵀ q_u) ⊙ m_u)·x_j + q_u·b_k,h
+      Σ_j a_uj v_uj = W_v,h ((Σ_j a_uj x_j) ⊙ m_u) + (Σ_j a_uj) b_v,h
+
+  so the read-in is one attention of the folded queries over the raw tokens, followed by a
+  per-module value projection (``method="factorized"``, exact). ``q_u·b_k,h`` is constant
+  over ``j`` and cancels in the softmax, so these layers have no key bias. ``Σ_j a_uj`` is 1,
+  or 0 for a module that may read no token: it is read off a column of ones appended to the
+  values, so the "no allowed key → zero message" rule of :func:`attend` carries through.
+  The literal form is kept as ``method="literal"`` (reference and benchmark baseline).
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .block_sparse import BlockSparseBias
-from .kernel import KernelBias
-from .modulated import Modulation, ModulatedLinear
+from .modulated import PLAIN, ModulationSpec
+
+
+def mask_value(dtype: torch.dtype) -> float:
+    """A large finite negative logit bias: exp() of it is 0, adding scores stays finite."""
+    return -1e9 if dtype in (torch.float32, torch.float64) else torch.finfo(dtype).min / 4
+
+
+@runtime_checkable
+class AttentionPattern(Protocol):
+    """A precomputed, sparse way of running :func:`attend` (bias and mask folded in)."""
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, *, scale: float | None,
+               return_weights: bool) -> tuple[Tensor, Tensor | None]: ...
+
+
+def _check(q: Tensor, k: Tensor, v: Tensor, key_mask, topk) -> None:
+    if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim() or q.shape[-1] != k.shape[-1] \
+            or k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"attend expects q [..., Nq, dk], k [..., Nk, dk], v [..., Nk, dv]; got q "
+                         f"{list(q.shape)}, k {list(k.shape)}, v {list(v.shape)}")
+    if key_mask is not None and key_mask.dtype != torch.bool:
+        raise TypeError(f"attend: key_mask must be a bool tensor (True = allowed), got {key_mask.dtype}")
+    if topk is not None and (isinstance(topk, bool) or not isinstance(topk, int) or topk < 1):
+        raise ValueError(f"attend: topk must be a positive int, got {topk!r}")
+
+
+def _prepend_null(k: Tensor, v: Tensor, bias: Tensor | None, key_mask: Tensor | None):
+    """NFM "Default Computation": a zero key/value in front; its bias is 0, it is always allowed."""
+    k = F.pad(k, (0, 0, 1, 0))
+    v = F.pad(v, (0, 0, 1, 0))
+    if bias is not None:
+        bias = F.pad(bias, (1, 0))
+    if key_mask is not None:
+        key_mask = F.pad(key_mask, (1, 0), value=True)
+    return k, v, bias, key_mask
+
+
+def _select_topk(scores: Tensor, k: int) -> Tensor:
+    """Bool ``[..., Nq, Nk]``: the ``k`` highest entries of each row (already masked scores)."""
+    idx = scores.topk(k, dim=-1).indices
+    return torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, idx, True)
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern | None = None,
+           key_mask: Tensor | None = None, row_scale: Tensor | float | None = None, topk: int | None = None,
+           null_kv: bool = False, scale: float | None = None,
+           return_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    """``softmax_j(scale · q_i·k_j + bias_ij) v_j`` with the options of the module docstring.
+
+    Shapes: q ``[..., Nq, dk]``, k ``[..., Nk, dk]``, v ``[..., Nk, dv]``; ``bias`` (float) and
+    ``key_mask`` (bool) broadcastable to ``[..., Nq, Nk]``; ``row_scale`` to ``[..., Nq]``.
+    ``scale`` defaults to ``dk ** -0.5``.
+    Returns ``(out [..., Nq, dv], weights [..., Nq, Nk] or None)``; the weights cover the real
+    keys only (with ``null_kv`` the null slot's weight is one minus their sum) and include
+    ``row_scale``, so ``out = weights @ v``.
+    """
+    if bias is not None and not isinstance(bias, Tensor):  # a precomputed sparse pattern
+        if key_mask is not None or row_scale is not None or topk is not None or null_kv:
+            raise ValueError("attend: a precomputed attention pattern takes no other options")
+        return bias.attend(q, k, v, scale=scale, return_weights=return_weights)
+    _check(q, k, v, key_mask, topk)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    bias = None if bias is None else bias.to(q.dtype)
+    has_key = None if key_mask is None or null_kv else key_mask.any(dim=-1, keepdim=True)
+    if null_kv:
+        k, v, bias, key_mask = _prepend_null(k, v, bias, key_mask)
+    if key_mask is not None:  # finite fill: see the module docstring
+        fill = torch.zeros((), dtype=q.dtype, device=q.device) if bias is None else bias
+        bias = fill.masked_fill(~key_mask, mask_value(q.dtype))
+    n_keys = k.shape[-2]
+    if topk is not None and topk >= n_keys:
+        topk = None
+    weights = None
+    if return_weights or topk is not None:  # explicit path
+        scores = (q @ k.transpose(-1, -2)) * scale
+        if bias is not None:
+            scores = scores + bias
+        if topk is not None:
+            keep = _select_topk(scores.detach(), topk)
+            scores = scores.masked_fill(~keep, mask_value(q.dtype))
+            if key_mask is not None:  # rows with fewer allowed keys than k keep only those
+                keep = keep & key_mask
+        weights = scores.softmax(dim=-1)
+        if topk is not None:
+            weights = weights * keep
+        out = weights @ v
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+    if has_key is not None:  # a query with no allowed key reads nothing
+        out = out * has_key
+        weights = None if weights is None else weights * has_key
+    if row_scale is not None:
+        r = row_scale.unsqueeze(-1) if isinstance(row_scale, Tensor) else row_scale
+        out = out * r
+        weights = None if weights is None else weights * r
+    if weights is not None and null_kv:
+        weights = weights[..., 1:]
+    return out, (weights if return_weights else None)
+
 
 ReadInMethod = Literal["factorized", "literal"]
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, bias: KernelBias | Tensor | None = None,
-           scale: float | None = None, return_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-    """``softmax_j(q_i·k_j·scale + bias_ij) v_j`` (NAC Eq. 3 with ``bias = log K̂``).
-
-    Shapes: q ``[B, H, Nq, dk]``, k ``[B, H, Nk, dk]``, v ``[B, H, Nk, dv]``; bias
-    broadcastable to ``[B, H, Nq, Nk]``. A :class:`KernelBias` with ``has_sender``
-    zeroes the output (and weights) of receivers that have no allowed sender.
-    Returns ``(out [B, H, Nq, dv], weights [B, H, Nq, Nk] or None)``.
-    """
-    if isinstance(bias, BlockSparseBias):  # edge-eliminated propagators (modwire.nn.block_sparse)
-        return bias.attend(q, k, v, scale, return_weights)
-    has_sender = None
-    if isinstance(bias, KernelBias):
-        bias, has_sender = bias.log_kernel, bias.has_sender
-    if bias is not None:
-        bias = bias.to(q.dtype)
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    weights = None
-    if return_weights:  # reference path: explicit softmax
-        scores = (q @ k.transpose(-1, -2)) * scale
-        if bias is not None:
-            scores = scores + bias
-        weights = scores.softmax(dim=-1)
-        out = weights @ v
-    else:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
-    if has_sender is not None:
-        keep = has_sender[:, None, :, None].to(out.dtype)  # [B|1, 1, Nq, 1]
-        out = out * keep
-        weights = None if weights is None else weights * keep
-    return out, weights
-
-
-def _heads(x: Tensor, h: int) -> Tensor:
-    """``[B, N, H·d] → [B, H, N, d]``."""
+def split_heads(x: Tensor, h: int) -> Tensor:
+    """``[..., N, H·d] → [..., H, N, d]``."""
     return x.unflatten(-1, (h, -1)).transpose(-3, -2)
 
 
-def _merge(x: Tensor) -> Tensor:
-    """``[B, H, N, d] → [B, N, H·d]``."""
+def merge_heads(x: Tensor) -> Tensor:
+    """``[..., H, N, d] → [..., N, H·d]``."""
     return x.transpose(-3, -2).flatten(-2)
 
 
 class ModulatedAttention(nn.Module):
-    """Multi-head attention with ModFC projections (NAC Eq. 3-5; PIO when unmodulated).
+    """Multi-head attention with modulated projections (NAC Eq. 3-5; PIO when unmodulated).
 
-    Queries and the output projection are conditioned on the receiver's code; keys
-    and values on the sender's (``kv_code="sender"``) or the receiver's
-    (``kv_code="receiver"``, the factorized read-in) code.
-
-    Args:
-        dim: query/state width, also the attention width (heads split it).
-        num_heads: ``H``.
-        code_dim, modulation, alpha_init: as in :class:`ModulatedLinear`.
-        kv_dim: width of the key/value inputs (default ``dim``).
+    Queries and the output projection are conditioned on the receiver's code; keys and values
+    on the sender's (``kv_code="sender"``) or the receiver's (``kv_code="receiver"``, the
+    factorized read-in) code. ``dim``: query width and attention width (heads split it);
+    ``kv_dim``: width of the key/value inputs (default ``dim``); ``mod``: the conditioning.
     """
 
-    def __init__(self, dim: int, num_heads: int, code_dim: int = 0, modulation: Modulation = "nac",
-                 alpha_init: float = 0.1, kv_dim: int | None = None,
+    def __init__(self, dim: int, num_heads: int, *, mod: ModulationSpec = PLAIN, kv_dim: int | None = None,
                  kv_code: Literal["sender", "receiver"] = "sender") -> None:
         super().__init__()
         if dim % num_heads:
@@ -105,84 +184,64 @@ class ModulatedAttention(nn.Module):
             raise ValueError(f"kv_code must be 'sender' or 'receiver', got {kv_code!r}")
         kv_dim = dim if kv_dim is None else kv_dim
         self.num_heads, self.head_dim, self.kv_code = num_heads, dim // num_heads, kv_code
-        mod = lambda i, o, bias=True: ModulatedLinear(i, o, code_dim, modulation, alpha_init, bias)  # noqa: E731
-        # With receiver-conditioned keys, a key bias adds q_u·b_k to every score of row u:
-        # constant over j, it cancels in the softmax and would never receive a gradient
-        # (which DistributedDataParallel rejects). It is left out.
-        self.q, self.v, self.o = mod(dim, dim), mod(kv_dim, dim), mod(dim, dim)
-        self.k = mod(kv_dim, dim, bias=kv_code == "sender")
+        self.q, self.v, self.o = mod.linear(dim, dim), mod.linear(kv_dim, dim), mod.linear(dim, dim)
+        # A key bias with receiver-conditioned keys adds q_u·b_k to every score of row u: it
+        # cancels in the softmax and never gets a gradient (which DDP rejects): left out.
+        self.k = mod.linear(kv_dim, dim, bias=kv_code == "sender")
 
-    def forward(self, x_q: Tensor, x_kv: Tensor, code_q: Tensor | None = None,
-                code_kv: Tensor | None = None, bias: KernelBias | Tensor | None = None,
-                return_weights: bool = False, method: ReadInMethod = "factorized",
-                ) -> tuple[Tensor, Tensor | None]:
-        """x_q ``[B, Uq, dim]`` or batch-free ``[Uq, dim]``; x_kv ``[B, Nk, kv_dim]``;
-        code_q ``[(B,) Uq, d_code]``; code_kv ``[(B,) Nk, d_code]`` (sender codes).
-        Returns ``(y [B, Uq, dim], weights [B, H, Uq, Nk] or None)``."""
+    def forward(self, x_q: Tensor, x_kv: Tensor, *, code_q: Tensor | None = None,
+                code_kv: Tensor | None = None, bias: Tensor | AttentionPattern | None = None,
+                key_mask: Tensor | None = None, return_weights: bool = False,
+                method: ReadInMethod = "factorized") -> tuple[Tensor, Tensor | None]:
+        """x_q ``[(B,) Uq, dim]`` (batch-free: shared by the batch); x_kv ``[B, Nk, kv_dim]``;
+        code_q ``[(B,) Uq, d_code]``; code_kv ``[(B,) Nk, d_code]``; bias / key_mask as in
+        :func:`attend` over ``[B, H, Uq, Nk]``. Returns ``(y [B, Uq, dim], weights or None)``."""
         if self.kv_code == "receiver" and self.k.modulation != "none":
             read = self._receiver_factorized if method == "factorized" else self._receiver_literal
-            return read(x_q, x_kv, code_q, bias, return_weights)
+            return read(x_q, x_kv, code_q, bias, key_mask, return_weights)
         b, h = x_kv.shape[0], self.num_heads
-        q = _heads(self.q(x_q, code_q), h)
+        q = split_heads(self.q(x_q, code_q), h)                           # [(B,) H, Uq, dh]
         q = q.expand(b, *q.shape[-3:]) if q.dim() == 3 else q
-        code_kv = code_q if self.kv_code == "receiver" else code_kv  # unmodulated: ignored
-        k, v = _heads(self.k(x_kv, code_kv), h), _heads(self.v(x_kv, code_kv), h)
-        y, w = attend(q, k, v, bias, return_weights=return_weights)
-        return self.o(_merge(y), code_q), w
+        code_kv = code_q if self.kv_code == "receiver" else code_kv       # unmodulated: ignored
+        k, v = split_heads(self.k(x_kv, code_kv), h), split_heads(self.v(x_kv, code_kv), h)
+        y, w = attend(q, k, v, bias=bias, key_mask=key_mask, return_weights=return_weights)
+        return self.o(merge_heads(y), code_q), w
 
-    def _receiver_factorized(self, x_q, x, code, bias, return_weights):
+    def _receiver_factorized(self, x_q, x, code, bias, key_mask, return_weights):
         b, n, d_in = x.shape
         h, dh = self.num_heads, self.head_dim
-        q = self.q(x_q, code).unflatten(-1, (h, dh))                     # [(B,) U, H, dh]
-        w_k = self.k.weight.view(h, dh, d_in)
-        q_fold = torch.einsum("...uhe,hei->...hui", q, w_k)               # W_k,hᵀ q_u
-        q_fold = q_fold * self.k.modulation_factor(code).unsqueeze(-3)    # ⊙ m^k_u
+        q = self.q(x_q, code).unflatten(-1, (h, dh))                      # [(B,) U, H, dh]
+        q_fold = torch.einsum("...uhe,hei->...hui", q, self.k.weight.view(h, dh, d_in))  # W_k,hᵀ q_u
+        q_fold = q_fold * self.k.modulation_factor(code).unsqueeze(-3)    # ⊙ m^k_u   [(B,) H, U, d_in]
         q_fold = q_fold.expand(b, *q_fold.shape[-3:]) if q_fold.dim() == 3 else q_fold
         xs = x.unsqueeze(1).expand(b, h, n, d_in)
-        z, w = attend(q_fold, xs, xs, bias, scale=dh ** -0.5, return_weights=return_weights)
-        z = z * self.v.modulation_factor(code).unsqueeze(-3)              # [B, H, U, d_in] ⊙ m^v_u
+        # with a mask, Σ_j a_uj may be 0: read it off a column of ones (else it is 1)
+        vs = xs if key_mask is None else torch.cat([x, x.new_ones(b, n, 1)], -1).unsqueeze(1).expand(b, h, n, -1)
+        z, w = attend(q_fold, xs, vs, bias=bias, key_mask=key_mask, scale=dh ** -0.5,
+                      return_weights=return_weights)                      # [B, H, U, d_in (+ 1)]
+        mass = None if key_mask is None else z[..., d_in:].transpose(1, 2)  # Σ_j a_uj  [B, U, H, 1]
+        z = z[..., :d_in] * self.v.modulation_factor(code).unsqueeze(-3)  # (Σ_j a_uj x_j) ⊙ m^v_u
         y = torch.einsum("bhui,hei->buhe", z, self.v.weight.view(h, dh, d_in))
-        y = y + self.v.bias.view(h, dh)
-        if bias is not None and isinstance(bias, KernelBias) and bias.has_sender is not None:
-            y = y * bias.has_sender[..., None, None].to(y.dtype)          # no sender, no message
+        b_v = self.v.bias.view(h, dh)
+        y = y + (b_v if mass is None else mass * b_v)                     # [B, U, H, dh]
         return self.o(y.flatten(-2), code), w
 
-    def _receiver_literal(self, x_q, x, code, bias, return_weights):
+    def _receiver_literal(self, x_q, x, code, bias, key_mask, return_weights):
         """NAC Eq. 4-5 as written: per-module keys and values over all inputs."""
         b, h = x.shape[0], self.num_heads
-        q = _heads(self.q(x_q, code), h)                                  # [(B,) H, U, dh]
+        q = split_heads(self.q(x_q, code), h)                             # [(B,) H, U, dh]
         q = q.expand(b, *q.shape[-3:]) if q.dim() == 3 else q
-        m_k = self.k.modulation_factor(code).unsqueeze(-2)                # [(B,) U, 1, d_in]
-        m_v = self.v.modulation_factor(code).unsqueeze(-2)
         xs = x.unsqueeze(1)                                               # [B, 1, N, d_in]
-        k = F.linear(xs * m_k, self.k.weight)                             # [B, U, N, dim] (no key bias)
-        v = F.linear(xs * m_v, self.v.weight, self.v.bias)
+        k = F.linear(xs * self.k.modulation_factor(code).unsqueeze(-2), self.k.weight)  # [B, U, N, dim]
+        v = F.linear(xs * self.v.modulation_factor(code).unsqueeze(-2), self.v.weight, self.v.bias)
         k = k.unflatten(-1, (h, -1)).permute(0, 3, 1, 2, 4)               # [B, H, U, N, dh]
         v = v.unflatten(-1, (h, -1)).permute(0, 3, 1, 2, 4)
-        scores = torch.einsum("bhue,bhune->bhun", q, k) * self.head_dim ** -0.5
-        has_sender = None
-        if isinstance(bias, KernelBias):
-            bias, has_sender = bias.log_kernel, bias.has_sender
-        if bias is not None:
-            scores = scores + bias
-        w = scores.softmax(dim=-1)
-        y = torch.einsum("bhun,bhune->bhue", w, v)
-        if has_sender is not None:
-            y = y * has_sender[:, None, :, None].to(y.dtype)
-        return self.o(_merge(y), code), (w if return_weights else None)
+        y, w = attend(q.unsqueeze(-2), k, v, bias=_per_row(bias), key_mask=_per_row(key_mask),
+                      return_weights=return_weights)                      # [B, H, U, 1, dh]
+        w = None if w is None else w.squeeze(-2)
+        return self.o(merge_heads(y.squeeze(-2)), code), w
 
 
-class AttentionBlock(nn.Module):
-    """Pre-LN residual (self-)attention: ``x + Attn(LN(x), LN(x))``."""
-
-    def __init__(self, dim: int, num_heads: int, code_dim: int = 0, modulation: Modulation = "nac",
-                 alpha_init: float = 0.1) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(dim)
-        self.attn = ModulatedAttention(dim, num_heads, code_dim, modulation, alpha_init)
-
-    def forward(self, x: Tensor, code: Tensor | None = None, bias: KernelBias | Tensor | None = None,
-                return_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        h = self.norm(x)
-        y, w = self.attn(h, h, code, code, bias, return_weights)
-        return x + y, w
+def _per_row(t: Tensor | None) -> Tensor | None:
+    """``[.., Uq, Nk] → [.., Uq, 1, Nk]``: each receiver row becomes its own attention problem."""
+    return None if t is None else t.unsqueeze(-2)

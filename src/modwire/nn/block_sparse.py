@@ -8,12 +8,15 @@ modules, e.g. under an SBM prior), which "allows for the use of sparse attention
 The module axis ``[0, U)`` is cut into blocks of ``block_size`` (the last one padded).
 A (query block, key block) pair is *kept* if it contains at least one allowed edge; only
 kept pairs are computed. Query-block rows are grouped by their number ``c`` of kept key
-blocks, so each group is one fused ``F.scaled_dot_product_attention`` call on
-``rows·B·H`` problems of ``bs`` queries against ``c·bs`` gathered keys: the cost is
-proportional to the number of kept blocks. Disallowed pairs inside kept blocks get
-:func:`~modwire.nn.kernel.mask_value`, so the result equals the dense masked
-:func:`~modwire.nn.attention.attend` (up to rounding), receivers with no allowed sender
-included (their output is 0).
+blocks, so each group is one call of :func:`~modwire.nn.attention.attend` (fused) on
+``rows·B·H`` problems of ``bs`` queries against ``c·bs`` gathered keys, with the group's
+edge mask as ``key_mask``: the cost is proportional to the number of kept blocks, and the
+result equals the dense masked ``attend`` (up to rounding), receivers with no allowed sender
+included (their output is 0, by ``attend``'s own rule).
+
+:class:`BlockSparseBias` is an :class:`~modwire.nn.attention.AttentionPattern`: handed to
+``attend`` as ``bias`` it runs the attention; :class:`BlockSparseKernel` installs one in a
+model where a signature kernel was (``modwire.analysis.block_sparse``).
 
 The speed-up needs the kept edges to be blocky: order the modules first, with
 :func:`block_order` (reverse Cuthill-McKee) or :func:`order_by_groups` (e.g. the clusters
@@ -27,9 +30,9 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
-from .kernel import KernelBias, mask_value
+from .attention import attend
 
 # Gathered keys/values are processed in batch chunks of at most this many bytes: larger
 # temporaries are fresh mmaps with glibc malloc (threshold 32 MiB), page-faulted in on
@@ -56,6 +59,7 @@ class BlockGroup:
     mask: Tensor
     q_index: Tensor | None
     k_index: Tensor | None
+    full: bool = False  # every pair inside the kept blocks is allowed
 
 
 @dataclass
@@ -97,7 +101,7 @@ class BlockSparseLayout:
             cols = block_mask[rows].nonzero()[:, 1].view(len(rows), c)       # sorted per row
             inner = blocks[rows[:, None], cols].transpose(1, 2).reshape(len(rows), bs, c * bs)
             groups.append(BlockGroup(rows, cols, inner, _unless_arange(rows, nb),
-                                     _unless_arange(cols.flatten(), nb)))
+                                     _unless_arange(cols.flatten(), nb), bool(inner.all())))
         has_key = mask.any(dim=1)
         return cls(u, bs, block_mask, groups, None if bool(has_key.all()) else has_key)
 
@@ -113,79 +117,64 @@ class BlockSparseLayout:
 
     def gather(self, bias: Tensor | None, dtype: torch.dtype | None = None) -> list[Tensor | None]:
         """Per group, the additive bias ``[B|1, 1, r, bs, c·bs]`` of the kept blocks, from a
-        dense ``bias`` ``[B|1, 1, U, U]`` (or None: 0), with ``mask_value`` where no edge
-        is allowed. None for a group without bias and without masked pairs."""
+        dense ``bias`` ``[B|1, 1, U, U]``; None for all groups when ``bias`` is None. (Which
+        pairs inside the blocks are allowed is ``group.mask``.)"""
+        if bias is None:
+            return [None] * len(self.groups)
+        if bias.dim() != 4 or bias.shape[1] != 1 or bias.shape[-2:] != (self.size, self.size):
+            raise ValueError(f"bias must be [B|1, 1, {self.size}, {self.size}] (shared by all heads), "
+                             f"got {tuple(bias.shape)}")
         nb, bs = self.num_blocks, self.block_size
-        if bias is not None:
-            if bias.dim() != 4 or bias.shape[1] != 1 or bias.shape[-2:] != (self.size, self.size):
-                raise ValueError(f"bias must be [B|1, 1, {self.size}, {self.size}] (shared by all heads), "
-                                 f"got {tuple(bias.shape)}")
-            dtype, pad = dtype or bias.dtype, nb * bs - self.size
-            blocks = F.pad(bias.to(dtype), (0, pad, 0, pad)).view(-1, 1, nb, bs, nb, bs).transpose(3, 4)
-        dtype = dtype or torch.get_default_dtype()
-        out = []
-        for g in self.groups:
-            if bias is None:
-                if bool(g.mask.all()):
-                    out.append(None)
-                    continue
-                b = torch.zeros(1, 1, *g.mask.shape, dtype=dtype, device=g.mask.device)
-            else:  # [B, 1, r, c, bs, bs] -> [B, 1, r, bs, c·bs]
-                b = blocks[:, :, g.rows[:, None], g.cols].transpose(3, 4).flatten(4, 5)
-            out.append(b.masked_fill(~g.mask, mask_value(dtype)).contiguous())
-        return out
+        pad = nb * bs - self.size
+        blocks = F.pad(bias.to(dtype or bias.dtype), (0, pad, 0, pad)).view(-1, 1, nb, bs, nb, bs).transpose(3, 4)
+        # [B, 1, r, c, bs, bs] -> [B, 1, r, bs, c·bs]
+        return [blocks[:, :, g.rows[:, None], g.cols].transpose(3, 4).flatten(4, 5).contiguous()
+                for g in self.groups]
 
 
 @dataclass
 class BlockSparseBias:
-    """A layout with its bias already gathered: hand it to :func:`attend` as ``bias``.
+    """A layout with its bias already gathered: an
+    :class:`~modwire.nn.attention.AttentionPattern` to hand to :func:`attend` as ``bias``.
 
     For inference, where the kernel (eval mode: ``K = P``) and the edge mask are the same
     for every forward, build it once with :meth:`from_dense`.
-    ``blocks``: per group ``[B|1, 1, r, bs, c·bs]`` (see :meth:`BlockSparseLayout.gather`);
-    ``has_sender``: optional ``[B|1, U]`` bool (as in :class:`KernelBias`).
+    ``blocks``: per group ``[B|1, 1, r, bs, c·bs]`` or None (see :meth:`BlockSparseLayout.gather`).
     """
 
     layout: BlockSparseLayout
     blocks: list[Tensor | None]
-    has_sender: Tensor | None = None
 
     @classmethod
-    def from_dense(cls, log_kernel: Tensor | KernelBias | None, mask: Tensor, block_size: int,
-                   max_density: float = 0.5) -> "BlockSparseBias":
-        """From the dense log-kernel ``[B|1, 1, U, U]`` (a Tensor or :class:`KernelBias`; None for
-        no bias) and the bool edge mask ``[U, U]``. If more than ``max_density`` of the blocks
-        are kept, the layout is one ``U × U`` block instead, i.e. the dense masked attention:
-        on CPU, attention over small blocks costs about 3× more per score than dense attention
-        (see ``benchmarks/bench_block_sparse.py``), so dense wins there."""
-        has_sender = None
-        if isinstance(log_kernel, KernelBias):
-            log_kernel, has_sender = log_kernel.log_kernel, log_kernel.has_sender
+    def from_dense(cls, log_kernel: Tensor | None, mask: Tensor, block_size: int, *,
+                   key_mask: Tensor | None = None, max_density: float = 0.5) -> "BlockSparseBias":
+        """From the dense log-kernel ``[B|1, 1, U, U]`` (None for no bias), the bool edge mask
+        ``[U, U]`` and the kernel's own mask (``key_mask``, broadcastable to ``[U, U]``, e.g.
+        truncation; ANDed in). If more than ``max_density`` of the blocks are kept, the layout
+        is one ``U × U`` block instead, i.e. the dense masked attention: on CPU, attention over
+        small blocks costs about 3× more per score than dense attention (see
+        ``benchmarks/bench_block_sparse.py``), so dense wins there."""
+        if key_mask is not None:
+            mask = mask & key_mask.reshape(key_mask.shape[-2:])
         layout = BlockSparseLayout.from_mask(mask, block_size)
         if layout.density > max_density:
             layout = BlockSparseLayout.from_mask(mask, mask.shape[0])
-        return cls(layout, layout.gather(log_kernel), has_sender)
+        return cls(layout, layout.gather(log_kernel))
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, scale: float | None = None,
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None,
                return_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """Like :func:`~modwire.nn.attention.attend`: q, k ``[B, H, U, d]``, v ``[B, H, U, dv]``;
         returns ``(out [B, H, U, dv], weights or None)``. ``return_weights=True`` computes
         the kept blocks with an explicit softmax and scatters them into dense weights
         ``[B, H, U, U]`` (zero outside kept edges): for analysis, it costs ``O(U²)`` memory."""
-        lay, u = self.layout, self.layout.size
+        u = self.layout.size
         if q.dim() != 4 or k.shape[:-1] != q.shape[:-1] or v.shape[:-1] != q.shape[:-1] or q.shape[-2] != u:
             raise ValueError(f"q, k, v must be [B, H, U={u}, d] for this layout (v: [B, H, {u}, dv]), "
                              f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
         scale = q.shape[-1] ** -0.5 if scale is None else scale
-        out, weights = self._explicit(q, k, v, scale) if return_weights else (self._fused(q, k, v, scale), None)
-        keep = lay.has_key
-        if self.has_sender is not None:
-            keep = self.has_sender if keep is None else self.has_sender & keep
-        if keep is not None:
-            keep = keep.expand(q.shape[0], u)[:, None, :, None].to(out.dtype)
-            out = out * keep
-            weights = None if weights is None else weights * keep
-        return out, weights
+        if return_weights:
+            return self._explicit(q, k, v, scale)
+        return self._fused(q, k, v, scale), None
 
     def _fused(self, q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
         lay = self.layout
@@ -215,10 +204,11 @@ class BlockSparseBias:
                 kg, vg = blocks(x3[1][s:s + n], g.k_index, r, dq), blocks(x3[2][s:s + n], g.k_index, r, dv)
                 m = None
                 if bias is not None:                                      # [B|1, 1, r, bs, c·bs]
-                    m = bias.to(q.dtype) if bias.shape[0] == 1 else bias[s:s + n].to(q.dtype)
+                    m = bias if bias.shape[0] == 1 else bias[s:s + n]
                     m = m.transpose(1, 2).expand(n, -1, -1, -1, -1).flatten(0, 1)  # [n·r, 1, bs, c·bs]
+                km = None if g.full else g.mask[None, :, None].expand(n, -1, -1, -1, -1).flatten(0, 1)
                 # 4-D inputs: SDPA takes its fused kernel there (5-D ones fall back to the math path)
-                og = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=m, scale=scale)
+                og, _ = attend(qg, kg, vg, bias=m, key_mask=km, scale=scale)
                 og = og.transpose(1, 2).reshape(n, r, bs, h, dv)
                 if n == b and g.q_index is None:                          # all rows, in order: no copy
                     out = og
@@ -239,26 +229,47 @@ class BlockSparseBias:
         for g, bias in zip(lay.groups, self.blocks):
             r, c = g.cols.shape
             kg, vg = (x[:, :, g.cols].flatten(3, 4) for x in (kb, vb))    # [B, H, r, c·bs, d]
-            scores = (qb[:, :, g.rows] @ kg.transpose(-1, -2)) * scale
-            w = (scores if bias is None else scores + bias.to(q.dtype)).softmax(dim=-1)
-            out[:, :, g.rows] = w @ vg
+            o, w = attend(qb[:, :, g.rows], kg, vg, bias=bias, key_mask=g.mask, scale=scale,
+                          return_weights=True)
+            out[:, :, g.rows] = o
             weights[:, :, g.rows[:, None], g.cols] = w.view(b, h, r, bs, c, bs).transpose(3, 4)
         weights = weights.transpose(3, 4).reshape(b, h, nb * bs, nb * bs)[:, :, :u, :u]
         return out.flatten(2, 3)[:, :, :u], weights
 
 
 def block_sparse_attend(q: Tensor, k: Tensor, v: Tensor, layout: BlockSparseLayout,
-                        bias: Tensor | KernelBias | None = None, scale: float | None = None) -> Tensor:
+                        bias: Tensor | None = None, scale: float | None = None) -> Tensor:
     """``softmax_j(q_i·k_j·scale + bias_ij) v_j`` over the edges allowed by ``layout``.
 
     q, k ``[B, H, U, d]``, v ``[B, H, U, dv]``; bias: dense additive log-kernel
-    ``[B|1, 1, U, U]`` (or a :class:`KernelBias`, or None), gathered into the kept blocks.
-    Equals ``attend(q, k, v, KernelBias(bias.masked_fill(~mask, mask_value), mask.any(-1)))``;
-    receivers with no allowed sender get 0. Returns ``out [B, H, U, dv]``."""
-    has_sender = None
-    if isinstance(bias, KernelBias):
-        bias, has_sender = bias.log_kernel, bias.has_sender
-    return BlockSparseBias(layout, layout.gather(bias, q.dtype), has_sender).attend(q, k, v, scale)[0]
+    ``[B|1, 1, U, U]`` (or None), gathered into the kept blocks. Equals
+    ``attend(q, k, v, bias=bias, key_mask=mask)``; receivers with no allowed sender get 0.
+    Returns ``out [B, H, U, dv]``."""
+    return BlockSparseBias(layout, layout.gather(bias, q.dtype)).attend(q, k, v, scale=scale)[0]
+
+
+class BlockSparseKernel(nn.Module):
+    """A precomputed block-sparse propagator kernel for inference (NAC App. F): called like a
+    :class:`~modwire.nn.kernel.SignatureKernel`, it returns its :class:`BlockSparseBias` as the
+    attention bias. ``inner`` (the edge-masked kernel it was made from) keeps the edge mask
+    and answers ``link_probs``; a model saved with it installed reloads edge-masked, dense."""
+
+    def __init__(self, inner: nn.Module, pattern: BlockSparseBias) -> None:
+        super().__init__()
+        object.__setattr__(self, "inner", inner)   # the model owns it (see EdgeMaskedKernel)
+        self.pattern = pattern
+        self.register_buffer("edge_mask", inner.edge_mask)
+
+    deterministic = True
+
+    def link_probs(self, s_recv: Tensor, s_send: Tensor) -> Tensor:
+        return self.inner.link_probs(s_recv, s_send)
+
+    def forward(self, s_recv: Tensor, s_send: Tensor, batch_size: int = 1) -> tuple[BlockSparseBias, None]:
+        if self.training:
+            raise RuntimeError("this NAC has a precomputed block-sparse propagator kernel, which is for "
+                               "inference only: call .eval(), or re-install a kernel to train")
+        return self.pattern, None
 
 
 def block_order(mask: Tensor, method: str = "rcm") -> Tensor:

@@ -1,104 +1,104 @@
-"""The signature kernel of SKMDPA (NAC Eq. 2-3).
+"""Signature kernels as small functions (NAC Eq. 2-3; NI Eq. 2-3), and NAC's kernel module.
 
-Link probabilities from signatures (NAC Eq. 2)::
+Both papers connect things by a kernel of the cosine distance between unit vectors:
 
-    d(s_i, s_j) = 1 - cos(s_i, s_j),        P_ij = exp(-d(s_i, s_j) / ε)
+* NAC Eq. 2: ``P_ij = exp(-d(s_i, s_j)/ε)`` between module signatures, ``d = 1 - cos``;
+  Eq. 3: ``K_ij ~ Concrete(P_ij, τ)``, ``K̂_ij = K_ij / (δ + Σ_j K_ij)`` (over *senders*),
+  entering the attention logits as ``log K̂``.
+* NI Eq. 2-3: ``C̃_ui = exp(-d(s_u, t_i)/σ)`` where ``d ≤ τ`` (truncation), 0 elsewhere;
+  ``C_ui = C̃_ui / (ε + Σ_u C̃_ui)`` (over *functions*).
 
-A kernel ``K_ij ~ Concrete(P_ij, τ)`` (a RelaxedBernoulli, reparameterised) and its
-δ-normalised form ``K̂_ij = K_ij / (δ + Σ_j K_ij)`` (NAC Eq. 3), which enters the
-attention logits as the additive bias ``log K̂_ij``.
+The functions here compose into either: :func:`signature_log_kernel` (log-kernel and
+truncation mask), :func:`concrete_log_sample` (NAC's stochastic kernel),
+:func:`normalize_log_kernel` (δ-normalisation along any axis). Everything stays in the log
+domain, where ``log P = -d/ε`` and ``log K = logsigmoid(·)`` are exact and finite; a masked
+pair is a bool mask, never a distance of ∞, so gradients still reach the signatures through
+the kept pairs (the authors' straight-through truncation gives zero gradient there).
 
-Everything is computed in the log domain: ``log P = -d/ε`` and
-``log K = logsigmoid(z)`` are exact and finite, so no ``log(0)`` appears except
-where a pair is *masked* (truncation, or an explicit edge mask). Masked pairs get
-a large finite negative bias rather than ``-inf``, and receivers whose senders are
-all masked are reported so the attention can return a zero message instead of the
-NaN of a softmax over ``-inf`` (a bug of the authors' code). Because masking
-multiplies ``K`` by 0 instead of replacing the distance by ``∞``, gradients still
-reach the signatures through the kept pairs.
-
-Note: the row normaliser ``log(δ + Σ_j K_ij)`` is constant in ``j`` and therefore
-cancels in ``softmax_j``; it is kept so that the bias is literally ``log K̂``.
+:class:`SignatureKernel` is the thin NAC module over them: ε (log-parameterised, so it stays
+positive), τ, δ and the train / eval modes. It returns ``(bias, key_mask)`` for
+:func:`~modwire.nn.attention.attend`, which turns a receiver with no allowed sender into a
+zero message (the authors' code returns NaN there).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .attention import mask_value
+
 KernelMode = Literal["expected", "sample", "threshold"]
 KERNEL_MODES = ("expected", "sample", "threshold")
 
 
-def mask_value(dtype: torch.dtype) -> float:
-    """A large finite negative logit bias: exp() of it is 0, adding scores stays finite."""
-    return -1e9 if dtype in (torch.float32, torch.float64) else torch.finfo(dtype).min / 4
+def cosine_distance(a: Tensor, b: Tensor) -> Tensor:
+    """``d_ij = 1 - cos(a_i, b_j)``: ``[..., Uq, Uk]`` from ``[..., Uq, d]`` and ``[..., Uk, d]``."""
+    return (1.0 - F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).transpose(-1, -2)).clamp_min(0.0)
 
 
-def cosine_distance(s_recv: Tensor, s_send: Tensor) -> Tensor:
-    """``d_ij = 1 - cos(s_i, s_j)``: ``[..., Uq, Uk]`` from ``[..., Uq, d]`` and ``[..., Uk, d]``."""
-    a = F.normalize(s_recv, dim=-1)
-    b = F.normalize(s_send, dim=-1)
-    return (1.0 - a @ b.transpose(-1, -2)).clamp_min(0.0)
+def signature_log_kernel(s_recv: Tensor, s_send: Tensor, epsilon: float | Tensor, *,
+                         truncation: float | None = None) -> tuple[Tensor, Tensor | None]:
+    """``(log P, mask)`` with ``log P_ij = -d(s_i, s_j)/ε`` ``[..., Uq, Uk]`` (NAC Eq. 2; NI Eq. 3's
+    ``log C̃`` with σ as ε) and ``mask = d ≤ truncation`` (bool; None without truncation).
+    Signatures are shared ``[U, d]`` or per sample ``[B, U, d]``."""
+    d = cosine_distance(s_recv, s_send)
+    return -d / epsilon, (None if truncation is None else d <= truncation)
 
 
-@dataclass
-class KernelBias:
-    """What the kernel hands to the attention.
+def concrete_log_sample(log_p: Tensor, tau: float, *, generator: torch.Generator | None = None) -> Tensor:
+    """``log K`` for ``K ~ Concrete(P, τ)`` (RelaxedBernoulli, reparameterised; NAC Eq. 3):
+    ``K = σ((logit P + log u - log(1-u)) / τ)``, ``u ~ U(0, 1)``. Same shape as ``log_p``."""
+    log_p = log_p.clamp(max=-1e-6)  # P_ii = 1 (d = 0) would give logit P = ∞
+    logit_p = log_p - torch.log(-torch.expm1(log_p))  # log P - log(1 - P)
+    u = torch.rand(log_p.shape, generator=generator, device=log_p.device, dtype=log_p.dtype)
+    u = u.clamp_(1e-6, 1 - 1e-6)
+    return F.logsigmoid((logit_p + torch.log(u) - torch.log1p(-u)) / tau)
 
-    log_kernel: ``[B|1, 1, Uq, Uk]`` additive logit bias ``log K̂`` (broadcast over heads:
-        one kernel sample is shared by all heads).
-    has_sender: ``[B|1, Uq]`` bool, False for a receiver all of whose senders are
-        masked; None when no pair is masked.
-    """
 
-    log_kernel: Tensor
-    has_sender: Tensor | None = None
+def normalize_log_kernel(log_k: Tensor, *, dim: int = -1, delta: float = 1e-6,
+                         mask: Tensor | None = None) -> Tensor:
+    """``log K̂`` with ``K̂ = K·1[mask] / (δ + Σ_dim K·1[mask])`` (NAC Eq. 3 over senders, ``dim=-1``;
+    NI Eq. 3 over functions with ``δ = ε``). Masked entries get a large finite negative value
+    (their ``exp`` is 0), so a fully masked slice stays finite."""
+    if mask is not None:
+        log_k = log_k.masked_fill(~mask, mask_value(log_k.dtype))
+    log_sum = torch.logsumexp(log_k, dim=dim, keepdim=True)
+    return log_k - torch.logaddexp(log_sum, torch.full_like(log_sum, math.log(delta)))
 
 
 class SignatureKernel(nn.Module):
-    """Stochastic signature kernel (NAC Eq. 2-3).
+    """NAC's stochastic signature kernel (Eq. 2-3) for :func:`~modwire.nn.attention.attend`.
 
     Args:
-        epsilon: bandwidth ε (NAC Table 4: 1.0). Kept positive by a log parameterisation.
+        epsilon: bandwidth ε (NAC Table 4: 1.0), kept positive by a log parameterisation.
         learn_epsilon: make ε a parameter (the paper treats it as a hyperparameter).
-        tau: Concrete temperature τ (NAC Table 4: 0.5).
-        delta: δ of Eq. 3.
-        train_mode / eval_mode: how the kernel is formed in ``train()`` / ``eval()``:
-            ``"sample"`` (a fresh Concrete sample per example), ``"expected"``
-            (``K = P``, deterministic, the authors' evaluation default) or
+        tau: Concrete temperature τ (NAC Table 4: 0.5). delta: δ of Eq. 3.
+        train_mode / eval_mode: ``"sample"`` (a fresh Concrete sample per example),
+            ``"expected"`` (``K = P``, deterministic, the authors' evaluation default) or
             ``"threshold"`` (``K = 1[P > 0.5]``).
-        truncation: if set, keep only pairs with ``d ≤ truncation`` (mask the rest).
+        truncation: keep only pairs with ``d ≤ truncation`` (mask the rest).
     """
 
-    def __init__(
-        self,
-        epsilon: float = 1.0,
-        learn_epsilon: bool = False,
-        tau: float = 0.5,
-        delta: float = 1e-6,
-        train_mode: KernelMode = "sample",
-        eval_mode: KernelMode = "expected",
-        truncation: float | None = None,
-    ) -> None:
+    def __init__(self, epsilon: float = 1.0, learn_epsilon: bool = False, tau: float = 0.5,
+                 delta: float = 1e-6, train_mode: KernelMode = "sample", eval_mode: KernelMode = "expected",
+                 truncation: float | None = None) -> None:
         super().__init__()
         for name, mode in (("train_mode", train_mode), ("eval_mode", eval_mode)):
             if mode not in KERNEL_MODES:
                 raise ValueError(f"{name} must be one of {KERNEL_MODES}, got {mode!r}")
-        if epsilon <= 0 or tau <= 0 or delta <= 0:
+        if not (epsilon > 0 and tau > 0 and delta > 0):
             raise ValueError(f"epsilon, tau and delta must be > 0, got {epsilon}, {tau}, {delta}")
         log_eps = torch.tensor(math.log(epsilon))
         if learn_epsilon:
             self.log_epsilon = nn.Parameter(log_eps)
         else:
             self.register_buffer("log_epsilon", log_eps)
-        self.tau, self.delta = tau, delta
+        self.tau, self.delta, self.truncation = tau, delta, truncation
         self.train_mode, self.eval_mode = train_mode, eval_mode
-        self.truncation = truncation
 
     @property
     def epsilon(self) -> Tensor:
@@ -108,59 +108,67 @@ class SignatureKernel(nn.Module):
     def mode(self) -> KernelMode:
         return self.train_mode if self.training else self.eval_mode
 
-    def log_link_probs(self, s_recv: Tensor, s_send: Tensor) -> tuple[Tensor, Tensor]:
-        """``(log P, d)``, both ``[..., Uq, Uk]`` (NAC Eq. 2)."""
-        d = cosine_distance(s_recv, s_send)
-        return -d / self.epsilon, d
+    @property
+    def deterministic(self) -> bool:
+        """True when two calls give the same kernel (no sampling): compute it once per forward."""
+        return self.mode != "sample"
 
     def link_probs(self, s_recv: Tensor, s_send: Tensor) -> Tensor:
-        """``P_ij = exp(-d(s_i, s_j)/ε)``, ``[..., Uq, Uk]``."""
-        return self.log_link_probs(s_recv, s_send)[0].exp()
+        """``P_ij = exp(-d(s_i, s_j)/ε)`` ``[..., Uq, Uk]`` (NAC Eq. 2)."""
+        return signature_log_kernel(s_recv, s_send, self.epsilon)[0].exp()
 
-    def log_kernel(self, log_p: Tensor, batch_size: int, mode: KernelMode) -> Tensor:
-        """``log K`` under a mode; ``[B, Uq, Uk]`` when sampling, else like ``log_p``.
-        ``threshold`` returns 0 where ``P > 0.5`` and ``-inf`` elsewhere."""
-        if mode == "expected":
-            return log_p
-        if mode == "threshold":
-            return torch.zeros_like(log_p).masked_fill(log_p <= math.log(0.5), float("-inf"))
-        # Concrete(P, τ): K = σ((logit P + logistic noise) / τ). logit P = log P - log(1-P),
-        # with log(1-P) = log(-expm1(log P)); the clamp keeps P_ii = 1 (d = 0) finite.
-        log_p = log_p.clamp(max=-1e-6)
-        logit_p = log_p - torch.log(-torch.expm1(log_p))
-        shape = (batch_size, *logit_p.shape[-2:]) if logit_p.dim() == 2 else logit_p.shape
-        u = torch.rand(shape, device=log_p.device, dtype=log_p.dtype).clamp_(1e-6, 1 - 1e-6)
-        noise = torch.log(u) - torch.log1p(-u)
-        return F.logsigmoid((logit_p + noise) / self.tau)
-
-    def forward(self, s_recv: Tensor, s_send: Tensor, batch_size: int = 1,
-                mask: Tensor | None = None) -> KernelBias:
-        """Attention bias ``log K̂`` for receivers ``s_recv`` ``[(B,) Uq, d_sig]`` and
-        senders ``s_send`` ``[(B,) Uk, d_sig]``. ``mask``: optional bool ``[(B,) Uq, Uk]``,
-        True where an edge is allowed."""
-        log_p, d = self.log_link_probs(s_recv, s_send)
+    def forward(self, s_recv: Tensor, s_send: Tensor, batch_size: int = 1, *,
+                mask: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """``(bias, key_mask)`` for :func:`attend`: ``bias = log K̂`` ``[B|1, 1, Uq, Uk]`` (one kernel
+        shared by all heads) and a bool mask of the same shape, or None when nothing is masked.
+        Signatures ``[(B,) U, d_sig]``; a sampled kernel is drawn per example (``batch_size``).
+        ``mask``: optional bool ``[(B,) Uq, Uk]`` of allowed pairs (e.g. kept edges)."""
+        log_p, trunc = signature_log_kernel(s_recv, s_send, self.epsilon, truncation=self.truncation)
+        mask = trunc if mask is None else (mask if trunc is None else mask & trunc)
         mode = self.mode
-        log_k = self.log_kernel(log_p, batch_size, mode)
-        if mode == "threshold":
-            allowed = torch.isfinite(log_k)
-            mask = allowed if mask is None else mask & allowed
-        if self.truncation is not None:
-            keep = d <= self.truncation
-            mask = keep if mask is None else mask & keep
-        has_sender = None
-        if mask is not None:
-            # Finite fill (not -inf): keeps logsumexp and its gradient finite for empty rows.
-            log_k = log_k.masked_fill(~mask, mask_value(log_k.dtype))
-            has_sender = mask.any(dim=-1)
-        # log K̂ = log K - log(δ + Σ_j K)   (NAC Eq. 3)
-        log_delta = torch.full_like(log_k[..., :1], math.log(self.delta))
-        log_k_hat = log_k - torch.logaddexp(torch.logsumexp(log_k, dim=-1, keepdim=True), log_delta)
-        if log_k_hat.dim() == 2:
-            log_k_hat = log_k_hat.unsqueeze(0)
-        if has_sender is not None and has_sender.dim() == 1:
-            has_sender = has_sender.unsqueeze(0)
-        return KernelBias(log_k_hat.unsqueeze(1), has_sender)
+        if mode == "sample":
+            shape = (batch_size, *log_p.shape[-2:]) if log_p.dim() == 2 else log_p.shape
+            log_k = concrete_log_sample(log_p.expand(shape), self.tau)
+        elif mode == "threshold":
+            keep = log_p > math.log(0.5)
+            log_k, mask = torch.zeros_like(log_p), keep if mask is None else mask & keep
+        else:
+            log_k = log_p
+        log_k_hat = normalize_log_kernel(log_k, dim=-1, delta=self.delta, mask=mask)
+        return _heads_axis(log_k_hat), None if mask is None else _heads_axis(mask)
 
     def extra_repr(self) -> str:
         return (f"tau={self.tau}, delta={self.delta}, train_mode={self.train_mode}, "
                 f"eval_mode={self.eval_mode}, truncation={self.truncation}")
+
+
+def _heads_axis(x: Tensor) -> Tensor:
+    """``[(B,) Uq, Uk] → [B|1, 1, Uq, Uk]``: broadcast over heads."""
+    return (x if x.dim() == 3 else x.unsqueeze(0)).unsqueeze(1)
+
+
+class EdgeMaskedKernel(nn.Module):
+    """A kernel restricted to a fixed set of edges (NAC App. F, "Eliminating connections
+    between modules"): wraps a :class:`SignatureKernel` and ANDs its mask with ``edge_mask``
+    ``[U, U]`` (bool, True = kept, saved as a buffer). Installed on a model from outside
+    (:func:`modwire.analysis.eliminate_edges`); ``link_probs`` reports eliminated pairs as 0."""
+
+    def __init__(self, kernel: SignatureKernel, edge_mask: Tensor) -> None:
+        super().__init__()
+        if edge_mask.dtype != torch.bool or edge_mask.dim() != 2 or edge_mask.shape[0] != edge_mask.shape[1]:
+            raise ValueError(f"edge_mask must be a square bool [U, U] tensor, got {edge_mask.dtype} "
+                             f"{list(edge_mask.shape)}")
+        # Not registered as a submodule: the wrapped kernel belongs to (and is saved with) the
+        # model; this wrapper adds only the edge mask (state-dict key ``…edge_mask``).
+        object.__setattr__(self, "inner", kernel)
+        self.register_buffer("edge_mask", edge_mask.clone())
+
+    @property
+    def deterministic(self) -> bool:
+        return self.inner.deterministic
+
+    def link_probs(self, s_recv: Tensor, s_send: Tensor) -> Tensor:
+        return self.inner.link_probs(s_recv, s_send).masked_fill(~self.edge_mask, 0.0)
+
+    def forward(self, s_recv: Tensor, s_send: Tensor, batch_size: int = 1) -> tuple[Tensor, Tensor | None]:
+        return self.inner(s_recv, s_send, batch_size, mask=self.edge_mask)

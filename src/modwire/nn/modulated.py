@@ -15,6 +15,7 @@ LayerNorm inside the modulation has no affine parameters and ``W_c`` no bias
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -116,29 +117,50 @@ class ModulatedLinear(nn.Module):
         return f"{self.in_features}, {self.out_features}, modulation={self.modulation}"
 
 
+@dataclass(frozen=True)
+class ModulationSpec:
+    """How a block's linear layers are conditioned on module codes: one object handed to
+    every block instead of ``code_dim, modulation, alpha_init`` threaded through each
+    constructor (a layer factory, as timm passes ``norm_layer``).
+
+    kind: ``"nac"`` (ModFC, NAC Eq. 1), ``"ni"`` (ModLin, NI Eq. 4) or ``"none"`` (plain linear).
+    code_dim: ``d_code``. alpha_init: initial α of ModFC.
+    """
+
+    kind: Modulation = "none"
+    code_dim: int = 0
+    alpha_init: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.kind not in MODULATIONS:
+            raise ValueError(f"modulation must be one of {MODULATIONS}, got {self.kind!r}")
+        if self.kind != "none" and self.code_dim <= 0:
+            raise ValueError(f"code_dim must be positive for modulation={self.kind!r}, got {self.code_dim}")
+
+    def linear(self, in_features: int, out_features: int, *, bias: bool = True) -> ModulatedLinear:
+        """A :class:`ModulatedLinear` with this conditioning."""
+        return ModulatedLinear(in_features, out_features, self.code_dim, self.kind, self.alpha_init, bias)
+
+
+PLAIN = ModulationSpec("none")
+
+
 class ModulatedFFN(nn.Module):
-    """ModFFN: two modulated linears that share one code, with GEGLU or GELU between.
+    """ModFFN: two modulated linears that share one code, with GEGLU or GELU between
+    (NAC §2.1; NI Eq. 5's ModMLP with GELU).
 
     GEGLU (NAC Table 4): the first layer emits ``2·d_hidden`` features split into a
     value and a gate, ``h = a ⊙ GELU(g)``. Shapes as in :class:`ModulatedLinear`.
     """
 
-    def __init__(
-        self,
-        dim: int,
-        hidden_dim: int,
-        code_dim: int = 0,
-        activation: str = "geglu",
-        modulation: Modulation = "nac",
-        alpha_init: float = 0.1,
-    ) -> None:
+    def __init__(self, dim: int, hidden_dim: int, *, mod: ModulationSpec = PLAIN,
+                 activation: str = "geglu") -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
         self.activation = activation
-        width = 2 * hidden_dim if activation == "geglu" else hidden_dim
-        self.fc1 = ModulatedLinear(dim, width, code_dim, modulation, alpha_init)
-        self.fc2 = ModulatedLinear(hidden_dim, dim, code_dim, modulation, alpha_init)
+        self.fc1 = mod.linear(dim, 2 * hidden_dim if activation == "geglu" else hidden_dim)
+        self.fc2 = mod.linear(hidden_dim, dim)
 
     def forward(self, x: Tensor, code: Tensor | None = None) -> Tensor:
         h = self.fc1(x, code)
@@ -150,14 +172,29 @@ class ModulatedFFN(nn.Module):
         return self.fc2(h, code, inplace=True)  # h is ours: modulate it in place
 
 
-class FFNBlock(nn.Module):
-    """Pre-LN residual ModFFN: ``x + ModFFN(LN(x), c)``."""
+class PreNorm(nn.Module):
+    """The one pre-LN wrapper of every block: ``x + fn(LN(x), …)`` (perceiver-pytorch's
+    ``PreNorm``). ``context_dim``: ``fn`` also reads a normalised ``context`` (cross-attention).
+    ``residual=False`` returns ``fn``'s output alone (NAC read-out, authors' code).
+    ``fn`` may return ``(y, extra)``; the residual is added to ``y`` and ``extra`` passed on."""
 
-    def __init__(self, dim: int, hidden_dim: int, code_dim: int = 0, activation: str = "geglu",
-                 modulation: Modulation = "nac", alpha_init: float = 0.1) -> None:
+    def __init__(self, dim: int, fn: nn.Module, *, context_dim: int | None = None,
+                 residual: bool = True) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(dim)
-        self.ffn = ModulatedFFN(dim, hidden_dim, code_dim, activation, modulation, alpha_init)
+        self.norm_context = nn.LayerNorm(context_dim) if context_dim is not None else None
+        self.fn, self.residual = fn, residual
 
-    def forward(self, x: Tensor, code: Tensor | None = None) -> Tensor:
-        return x + self.ffn(self.norm(x), code)
+    def forward(self, x: Tensor, *args, context: Tensor | None = None, **kwargs):
+        if self.norm_context is not None:
+            args = (self.norm_context(context), *args)
+        out = self.fn(self.norm(x), *args, **kwargs)
+        y, extra = (out[0], out[1:]) if isinstance(out, tuple) else (out, None)
+        y = x + y if self.residual else y
+        return y if extra is None else (y, *extra)
+
+
+def mlp(d_in: int, d_hidden: int, d_out: int) -> nn.Sequential:
+    """Two-layer GELU MLP (NAC §2.2: initial states from codes; App. G: the conditional
+    generator's signature and code heads)."""
+    return nn.Sequential(nn.Linear(d_in, d_hidden), nn.GELU(), nn.Linear(d_hidden, d_out))

@@ -16,7 +16,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .kernel import mask_value
 
 
 class ChannelLayerNorm(nn.LayerNorm):
@@ -85,7 +84,7 @@ class LinearTokenizer(nn.Module):
 class EmbeddingTokenizer(nn.Module):
     """``[B, N]`` integer ids → ``[B, N, dim]``, plus learned positions.
 
-    With ``pad_id`` set, :meth:`padding_bias` marks the padding positions so that the
+    With ``pad_id`` set, :func:`padding_mask` marks the padding positions so that the
     read-in attention ignores them: a padded batch gives each sequence the output it
     would have alone."""
 
@@ -102,14 +101,11 @@ class EmbeddingTokenizer(nn.Module):
         return h if self.pos is None else h + _positions(self.pos, x.shape[1])
 
 
-def padding_bias(tokenizer: nn.Module, x: Tensor) -> Tensor | None:
-    """Additive attention bias ``[B, 1, 1, N]`` that hides padding ids from the read-in
-    (None when the tokenizer has no padding)."""
+def padding_mask(tokenizer: nn.Module, x: Tensor) -> Tensor | None:
+    """Key mask ``[B, 1, 1, N]`` (bool, True = a real token) that hides padding ids from the
+    read-in (:func:`~modwire.nn.attention.attend`'s ``key_mask``); None without padding."""
     pad_id = getattr(tokenizer, "pad_id", None)
-    if pad_id is None:
-        return None
-    return torch.zeros(x.shape, dtype=torch.float32, device=x.device).masked_fill(
-        x == pad_id, mask_value(torch.float32))[:, None, None, :]
+    return None if pad_id is None else (x != pad_id)[:, None, None, :]
 
 
 def _positions(table: nn.Embedding, n: int) -> Tensor:

@@ -3,7 +3,9 @@
 A task is registered once with :func:`register_task`: a :class:`TaskInfo` (what a
 model needs to know to be built for it, and how it is scored) and a ``build``
 function ``build(split, **params) -> torch.utils.data.Dataset`` whose items are
-``(input, target)`` tensors. Built-in generators need no files and make each sample
+``(input, target)`` tensors; a multimodal task for a conditional model (NAC §2.2, App. G)
+gives ``input`` as a dict ``{"x": executor input, "condition": circuit generator input}``,
+which a model takes as ``model(x, condition=c)``. Built-in generators need no files and make each sample
 a pure function of ``(seed, index)``, so a split is a fixed dataset; loaders read the
 official on-disk formats from ``root`` and never download.
 """
@@ -40,13 +42,19 @@ class TaskInfo:
     name: registry name. kind: ``"generator"`` (built in) or ``"loader"`` (reads files).
     num_classes: output width (1 for scalar regression).
     model_overrides: config fields that fit a model's tokenizer to the inputs, e.g.
-        ``{"tokenizer": "embedding", "vocab_size": 16, "max_len": 2000}``.
+        ``{"tokenizer": "embedding", "vocab_size": 16, "max_len": 2000}``, or grouped per component
+        for a conditional NAC: ``{"tokenizer": {"kind": ...}, "generator": {"kind": "conditional",
+        "tokenizer": {...}}}``.
     loss: one of ``LOSSES``. metrics: names from :mod:`modwire.tasks.metrics`.
     splits: the split names ``build`` accepts. params: defaults of ``build``'s keyword
         parameters (documented there). collate: optional batch collation (padding).
-    subsets: named masks over a batch of inputs (``inputs [B, ...] -> bool [B]``); every
+    subsets: named masks over a batch of inputs (``inputs [B, ...] -> bool [B]``; a dict of
+        batched tensors for the dict inputs of a conditional task); every
         metric is also reported on each subset as ``<metric>_<subset>`` (e.g. Sort-of-CLEVR's
         relational and non-relational questions).
+    categories: ``(label, names)``: a categorical label of each input of a batch
+        (``inputs -> LongTensor [B]`` indexing ``names``) that analyses colour samples by,
+        e.g. Sort-of-CLEVR's question type for NAC Fig. 6.
     """
 
     name: str
@@ -60,6 +68,7 @@ class TaskInfo:
     params: dict[str, Any] = field(default_factory=dict)
     collate: Callable | None = None
     subsets: dict[str, Callable] = field(default_factory=dict)
+    categories: tuple[Callable, tuple[str, ...]] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("generator", "loader"):

@@ -47,7 +47,7 @@ class GraphPriorSection:
     params: dict[str, Any] = field(default_factory=dict)  # graphon parameters, e.g. {beta: 0.5}
     loss: str = "mse"                             # mse (Eq. 6) | kl
     reduction: str = "sum"                        # sum over i≠j (Eq. 6) | mean
-    align: str = "degree"                         # degree (relabelling-invariant) | none (authors' code)
+    align: str = "none"                           # none (the paper's Eq. 6, 9) | degree (relabelling-invariant)
 
 
 @dataclass

@@ -22,9 +22,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from omegaconf import OmegaConf
+from torch import Tensor
 from torch.utils.data import DataLoader
 
-from ..models import create_model
+from ..models import create_model, get_config
 from ..models.base import PretrainedModel
 from ..tasks import build_dataset, compute_metrics, get_task
 from . import distributed
@@ -36,10 +38,36 @@ AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def build_model_for_task(cfg: TrainConfig) -> PretrainedModel:
-    """The preset ``cfg.model.name``, its tokenizer fitted to the task's inputs, then the user's overrides."""
+    """The preset ``cfg.model.name``, its input layers fitted to the task's inputs, then the user's
+    overrides (nested settings such as ``tokenizer`` merge: a user's ``tokenizer.max_len`` keeps
+    the task's tokenizer kind)."""
     info = get_task(cfg.data.task)
-    return create_model(cfg.model.name, **{**info.model_overrides, "num_classes": info.num_classes,
-                                           **cfg.model.overrides})
+    normalize = get_config(cfg.model.name).normalize
+    user = OmegaConf.to_container(cfg.model.overrides) if OmegaConf.is_config(cfg.model.overrides) \
+        else dict(cfg.model.overrides)
+    overrides = _deep_merge(normalize({**info.model_overrides, "num_classes": info.num_classes}), normalize(user))
+    return create_model(cfg.model.name, **overrides)
+
+
+def _deep_merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def to_device(x: Tensor | dict[str, Tensor], device: torch.device) -> Tensor | dict[str, Tensor]:
+    """A batch's inputs on ``device``: a tensor, or a dict of tensors (multimodal tasks)."""
+    return {k: v.to(device) for k, v in x.items()} if isinstance(x, dict) else x.to(device)
+
+
+def call_model(model: torch.nn.Module, x: Tensor | dict[str, Tensor]) -> Tensor:
+    """``model(x)``, or ``model(**x)`` for a multimodal batch (e.g. ``{"x": image, "condition": question}``)."""
+    return model(**x) if isinstance(x, dict) else model(x)
+
+
+def batch_len(x: Tensor | dict[str, Tensor]) -> int:
+    return len(next(iter(x.values()))) if isinstance(x, dict) else len(x)
 
 
 def build_graph_regularizer(cfg: TrainConfig, model: torch.nn.Module):
@@ -49,7 +77,7 @@ def build_graph_regularizer(cfg: TrainConfig, model: torch.nn.Module):
         return None
     if getattr(model, "link_probs", lambda: None)() is None:
         raise ValueError(f"config key 'graph_prior.name': {gp.name!r} needs a model with link probabilities "
-                         f"(a NAC with use_kernel=True); model {cfg.model.name!r} has none")
+                         f"(a NAC with kernel.enabled=True); model {cfg.model.name!r} has none")
     from ..graphs import GraphRegularizer
 
     return GraphRegularizer(gp.name, dict(gp.params), loss=gp.loss, reduction=gp.reduction, align=gp.align)
@@ -72,7 +100,7 @@ def evaluate(model: torch.nn.Module, loader: DataLoader, info, device: torch.dev
     outs, ys, masks = [], [], {name: [] for name in info.subsets}
     for x, y in loader:
         with _autocast(device, precision):
-            outs.append(model(x.to(device)).float().cpu())
+            outs.append(call_model(model, to_device(x, device)).float().cpu())
         ys.append(y)
         for name, select in info.subsets.items():
             masks[name].append(select(x))
@@ -94,15 +122,17 @@ def apply_augmentation(cfg: TrainConfig, model, info, train_set, val_set):
     from ..tasks.augment import AugmentedDataset, MixupCutmix, eval_transform, standard_train_transform
 
     mc = model.config
-    if getattr(mc, "tokenizer", None) != "conv" or info.loss != "cross_entropy":
+    kind = getattr(getattr(mc, "tokenizer", None), "kind", None)
+    if kind != "conv" or info.loss != "cross_entropy":
         raise ValueError(f"data.augment / data.mixup need an image classification task read by the conv "
-                         f"tokenizer; task {info.name!r} gives {getattr(mc, 'tokenizer', None)!r} inputs")
+                         f"tokenizer; task {info.name!r} gives {kind!r} inputs")
     mixer = MixupCutmix(num_classes=info.num_classes, label_smoothing=cfg.optim.label_smoothing) \
         if cfg.data.mixup else None
     if cfg.data.augment:
-        norm = {} if mc.in_channels == 3 else {"mean": (0.5,) * mc.in_channels, "std": (0.5,) * mc.in_channels}
-        train_set = AugmentedDataset(train_set, standard_train_transform(mc.image_size, **norm), cfg.seed)
-        val_set = AugmentedDataset(val_set, eval_transform(mc.image_size, **norm), cfg.seed)
+        tok = mc.tokenizer
+        norm = {} if tok.in_channels == 3 else {"mean": (0.5,) * tok.in_channels, "std": (0.5,) * tok.in_channels}
+        train_set = AugmentedDataset(train_set, standard_train_transform(tok.image_size, **norm), cfg.seed)
+        val_set = AugmentedDataset(val_set, eval_transform(tok.image_size, **norm), cfg.seed)
     return train_set, val_set, mixer
 
 
@@ -215,12 +245,12 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
                     g = torch.Generator().manual_seed(
                         hash((cfg.seed, dist_info.rank, state["epoch"], state["micro"])) % 2**62)
                     x, y = mixer(x, y, g)
-                x, y = x.to(device), y.to(device)
+                x, y = to_device(x, device), y.to(device)
                 last_micro = (state["micro"] + 1) % cfg.grad_accum == 0
                 sync = contextlib.nullcontext() if last_micro or world == 1 else net.no_sync()
                 with sync:
                     with _autocast(device, cfg.precision):
-                        out = net(x)
+                        out = call_model(net, x)
                     loss = compute_loss(info, out, y, cfg.optim.label_smoothing)
                     objective = loss / cfg.grad_accum
                     if regularizer is not None and last_micro:  # once per optimizer step (App. A.1)
@@ -228,7 +258,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
                         objective = objective + cfg.graph_prior.weight * graph_loss
                     scaler.scale(objective).backward()
                 state["micro"] += 1
-                seen += x.shape[0] * world
+                seen += batch_len(x) * world
                 if not last_micro:
                     continue
                 if cfg.optim.grad_clip > 0:

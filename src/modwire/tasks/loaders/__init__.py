@@ -9,5 +9,7 @@ Every loader needs ``root=`` (nothing is downloaded) and raises ``FileNotFoundEr
 - :mod:`.text`: ``imdb_bytes``, ``lra_listops`` (1-D id sequences, padded by ``collate``)
 - :mod:`.pointclouds`: ``modelnet40`` (OFF meshes or resampled text; [N, 3])
 - :mod:`.pgm`: ``pgm`` (PGM .npz; [16, 160, 160])
+- :mod:`.nlvr2`: ``nlvr2_features`` (NLVR2 JSON lines + precomputed token features in
+  safetensors / .npz; ``{"x": image tokens, "condition": sentence tokens}`` for a conditional NAC)
 """
-from . import cifar, images, mnist, pgm, pointclouds, text  # noqa: F401  (register the tasks)
+from . import cifar, images, mnist, nlvr2, pgm, pointclouds, text  # noqa: F401  (register the tasks)

@@ -6,6 +6,8 @@ Every sample is a pure function of ``(seed, split, index)`` (see ``_common``):
 * ``triangle`` (:mod:`.triangle`): equilateral or not, 64×64 images, 2 classes.
 * ``sort_of_clevr`` (:mod:`.sort_of_clevr`): one question about a 75×75 scene per item,
   patch tokens carrying the question, 10 answers.
+* ``sort_of_clevr_conditional`` (:mod:`.sort_of_clevr`): the same items for a conditional NAC
+  (NAC §4.4, App. G): ``{"x": image tokens, "condition": 3 question ids}``.
 * ``fuzzy_boolean`` / ``fuzzy_boolean_adapt`` (:mod:`.fuzzy_boolean`): NI's fuzzy Boolean
   regression, pre-training (functions 0-19) and adaptation (20-29).
 """

@@ -34,9 +34,44 @@ of tokens ``[N, d]`` (float32): the image (values in [0, 1]) cut into ``patch_si
 question can be read back from any token (:func:`is_relational`, :func:`question_kind`),
 which lets a trainer report relational and non-relational accuracy separately
 (:func:`accuracy_by_kind`). The target is a 0-d ``LongTensor`` answer index.
+
+Conditional variant (task ``sort_of_clevr_conditional``; the multimodal setting of the
+conditional NAC, NAC §2.2 "Conditional Circuit Generator", §4.4 and App. G): the same
+scenes, questions and answers (item ``i`` asks the same question about the same image
+and has the same target as item ``i`` of ``sort_of_clevr`` with the same ``seed``,
+``size`` and ``patch_size``), but the two modalities are split. The item is
+``({"x": float32 [N, 3 p² + 2], "condition": int64 [3]}, answer)``:
+
+* ``x`` (the executor's input): the patch tokens without the question, patch ⊕ position
+  (:func:`image_tokens`; 77 wide for ``p = 5``), i.e. the ``sort_of_clevr`` tokens with
+  the 11 question columns removed;
+* ``condition`` (the circuit generator's input): the question as 3 token ids of one
+  14-id vocabulary (:data:`CONDITION_VOCAB`, :func:`condition_ids`):
+
+  ====== =====================================================================
+  ids    meaning
+  ====== =====================================================================
+  0-5    colour, in ``COLORS`` order (red, green, blue, orange, gray, yellow)
+  6, 7   question type: 6 non-relational, 7 relational
+  8-10   non-relational subtype: 8 shape, 9 left, 10 top
+  11-13  relational subtype: 11 nearest_shape, 12 farthest_shape, 13 count_same_shape
+  ====== =====================================================================
+
+  so ``condition = [colour, 6 + relational, 8 + 3·relational + subtype]`` and a subtype id
+  alone identifies its type. :func:`question_type` maps it to one of 6 classes
+  (``subtype id - 8``, named by :data:`QUESTION_TYPE_NAMES`), for colouring circuit
+  embeddings by question type as in NAC Fig. 6.
+
+:func:`question_ids`, :func:`is_relational`, :func:`question_type` and
+:func:`question_kind` read the question from either representation: the tokens of
+``sort_of_clevr`` (``[N, d]`` / ``[B, N, d]`` float), condition ids (``[3]`` / ``[B, 3]``
+integer) or the (batched) ``{"x", "condition"}`` dict of ``sort_of_clevr_conditional``.
 """
 from __future__ import annotations
 
+import dataclasses
+
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,6 +97,16 @@ QUESTION_DIM = len(COLORS) + 2 + 3  # 11
 POS_DIM = 2
 TYPE_OFFSET = len(COLORS)  # q[6] = non-relational, q[7] = relational
 SUBTYPE_OFFSET = len(COLORS) + 2
+
+# Condition vocabulary of ``sort_of_clevr_conditional`` (see the module docstring).
+TYPE_ID = len(COLORS)  # 6 + relational: 6 non-relational, 7 relational
+SUBTYPE_ID = TYPE_ID + 2  # 8 + 3 * relational + subtype: 8-10 non-relational, 11-13 relational
+CONDITION_VOCAB = (COLORS + ("non_relational", "relational")
+                   + NON_RELATIONAL_SUBTYPES + RELATIONAL_SUBTYPES)  # id -> name, 14 ids
+CONDITION_VOCAB_SIZE = len(CONDITION_VOCAB)
+CONDITION_LEN = 3  # (colour, type, subtype)
+QUESTION_TYPE_NAMES = tuple(f"non_relational/{n}" for n in NON_RELATIONAL_SUBTYPES) + tuple(
+    f"relational/{n}" for n in RELATIONAL_SUBTYPES)  # class of question_type(): 3 * relational + subtype
 
 
 @dataclass(frozen=True)
@@ -158,10 +203,22 @@ def patch_positions(n: int) -> np.ndarray:
     return ((np.stack([i, j], -1).reshape(-1, 2) + 0.5) / n).astype(np.float32)
 
 
+def image_tokens(img: np.ndarray, patch_size: int) -> np.ndarray:
+    """Patch tokens without the question: ``[N, 3 p²]`` pixels ⊕ ``[N, 2]`` positions → ``[N, 3 p² + 2]``."""
+    return np.concatenate([patchify(img, patch_size), patch_positions(IMAGE_SIZE // patch_size)], axis=1)
+
+
 def tokens(img: np.ndarray, q: np.ndarray, patch_size: int) -> np.ndarray:
-    patches = patchify(img, patch_size)
-    pos = patch_positions(IMAGE_SIZE // patch_size)
-    return np.concatenate([patches, np.broadcast_to(q, (len(patches), QUESTION_DIM)), pos], axis=1)
+    """Patch tokens carrying the question: pixels ⊕ ``q`` (11) ⊕ position → ``[N, 3 p² + 13]``."""
+    t = image_tokens(img, patch_size)
+    q = np.broadcast_to(q, (len(t), QUESTION_DIM))
+    return np.concatenate([t[:, :-POS_DIM], q, t[:, -POS_DIM:]], axis=1)
+
+
+def condition_ids(color: int, relational: int, subtype: int) -> np.ndarray:
+    """The question as ``int64 [3]`` ids of :data:`CONDITION_VOCAB`: (colour, type, subtype)."""
+    rel = int(relational)
+    return np.array([color, TYPE_ID + rel, SUBTYPE_ID + 3 * rel + subtype], dtype=np.int64)
 
 
 def question_of(x: Tensor) -> Tensor:
@@ -169,25 +226,63 @@ def question_of(x: Tensor) -> Tensor:
     return x[..., 0, -(QUESTION_DIM + POS_DIM):-POS_DIM]
 
 
-def is_relational(x: Tensor) -> Tensor:
-    """Bool mask: is the question of each input relational? ``[N, d]`` → 0-d, ``[B, N, d]`` → ``[B]``."""
-    return question_of(x)[..., TYPE_OFFSET + 1] > 0.5
+def question_ids(inputs: Tensor | Mapping[str, Tensor]) -> Tensor:
+    """The question(s) as condition ids ``int64 [..., 3]`` (colour, type, subtype; see the module docstring).
+
+    ``inputs``: ``sort_of_clevr`` tokens ``[N, d]`` / ``[B, N, d]`` (float), condition ids
+    ``[3]`` / ``[B, 3]`` (integer), or a ``{"x", "condition"}`` (batched) dict. Ids out of the
+    vocabulary, or whose type and subtype disagree, raise ``ValueError``.
+    """
+    if isinstance(inputs, Mapping):
+        inputs = inputs["condition"]
+    if inputs.is_floating_point() and inputs.shape[-1] != CONDITION_LEN:  # tokens: decode the one-hot question
+        q = question_of(inputs)
+        rel = (q[..., TYPE_OFFSET + 1] > 0.5).long()
+        sub = q[..., SUBTYPE_OFFSET:].argmax(-1)
+        return torch.stack([q[..., :len(COLORS)].argmax(-1), TYPE_ID + rel, SUBTYPE_ID + 3 * rel + sub], -1)
+    if inputs.shape[-1:] != (CONDITION_LEN,):
+        raise ValueError(f"condition ids must be [..., {CONDITION_LEN}], got {list(inputs.shape)}")
+    color, typ, sub = inputs.long().unbind(-1)
+    ok = ((color >= 0) & (color < len(COLORS)) & ((typ == TYPE_ID) | (typ == TYPE_ID + 1))
+          & (sub >= SUBTYPE_ID + 3 * (typ - TYPE_ID)) & (sub < SUBTYPE_ID + 3 * (typ - TYPE_ID) + 3))
+    if not bool(ok.all()):
+        raise ValueError(f"not a question of CONDITION_VOCAB (colour 0-5, type 6-7, subtype 8-10 for type 6 "
+                         f"and 11-13 for type 7): {inputs[~ok][:4].tolist()}")
+    return inputs.long()
 
 
-def question_kind(x: Tensor) -> str:
-    """``"relational"`` or ``"non_relational"`` for one input ``[N, d]``."""
-    if x.dim() != 2:
-        raise ValueError(f"question_kind takes one input [N, d]; use is_relational for a batch, got {list(x.shape)}")
-    return "relational" if bool(is_relational(x)) else "non_relational"
+def is_relational(x: Tensor | Mapping[str, Tensor]) -> Tensor:
+    """Bool mask: is the question of each input relational? One input → 0-d, a batch → ``[B]``.
+    ``x``: anything :func:`question_ids` reads (tokens, condition ids or the dict input)."""
+    return question_ids(x)[..., 1] == TYPE_ID + 1
 
 
-def accuracy_by_kind(logits: Tensor, targets: Tensor, inputs_or_mask: Tensor) -> dict[str, float]:
+def question_type(condition: Tensor | Mapping[str, Tensor]) -> Tensor:
+    """Type-and-subtype class of each question, ``int64``, ``[3]`` → 0-d, ``[B, 3]`` → ``[B]``:
+    0-2 the non-relational subtypes, 3-5 the relational ones (``3·relational + subtype``), named
+    by :data:`QUESTION_TYPE_NAMES` (NAC Fig. 6 colours circuit embeddings by such a label).
+    Also reads what :func:`question_ids` reads."""
+    return question_ids(condition)[..., 2] - SUBTYPE_ID
+
+
+def question_kind(x: Tensor | Mapping[str, Tensor]) -> str:
+    """``"relational"`` or ``"non_relational"`` for one input (tokens ``[N, d]``, ids ``[3]`` or its dict)."""
+    rel = is_relational(x)
+    if rel.dim() != 0:
+        raise ValueError(f"question_kind takes one input; use is_relational for a batch, "
+                         f"got {list(rel.shape)} questions")
+    return "relational" if bool(rel) else "non_relational"
+
+
+def accuracy_by_kind(logits: Tensor, targets: Tensor,
+                     inputs_or_mask: Tensor | Mapping[str, Tensor]) -> dict[str, float]:
     """Top-1 accuracy overall and on relational / non-relational questions.
 
-    ``inputs_or_mask``: the inputs ``[B, N, d]`` or an :func:`is_relational` mask ``[B]``.
-    A kind without questions gets ``nan``.
+    ``inputs_or_mask``: the inputs (``[B, N, d]`` tokens or the batched dict of the conditional
+    task) or an :func:`is_relational` mask ``[B]``. A kind without questions gets ``nan``.
     """
-    rel = inputs_or_mask if inputs_or_mask.dtype == torch.bool else is_relational(inputs_or_mask)
+    is_mask = isinstance(inputs_or_mask, Tensor) and inputs_or_mask.dtype == torch.bool
+    rel = inputs_or_mask if is_mask else is_relational(inputs_or_mask)
     correct = (logits.argmax(-1) == targets).float()
     out = {"top1": correct.mean().item()}
     for name, mask in (("top1_relational", rel), ("top1_non_relational", ~rel)):
@@ -212,12 +307,27 @@ class SortOfClevrDataset(GeneratedDataset):
             self._cache = (image_index, scene, render(scene))
         return self._cache[1], self._cache[2]
 
-    def item(self, index: int) -> tuple[Tensor, Tensor]:
+    def question(self, index: int) -> tuple[np.ndarray, tuple[int, int, int], Tensor]:
+        """Item ``index``'s image ``[75, 75, 3]``, question (colour, relational, subtype) and answer (0-d)."""
         scene, img = self._image(index // NUM_QUESTIONS)
         color, rel, sub = (int(v) for v in scene.questions[index % NUM_QUESTIONS])
-        x = tokens(img, question_vector(color, rel, sub), self.patch_size)
         y = answer(scene.centers, scene.shapes, color, rel, sub)
-        return torch.from_numpy(np.ascontiguousarray(x)), torch.tensor(y, dtype=torch.long)
+        return img, (color, rel, sub), torch.tensor(y, dtype=torch.long)
+
+    def item(self, index: int) -> tuple[Tensor, Tensor]:
+        img, q, y = self.question(index)
+        x = tokens(img, question_vector(*q), self.patch_size)
+        return torch.from_numpy(np.ascontiguousarray(x)), y
+
+
+class SortOfClevrConditionalDataset(SortOfClevrDataset):
+    """The same items split by modality (NAC §4.4, App. G): ``({"x": image tokens [N, 3 p² + 2],
+    "condition": question ids int64 [3]}, answer)``."""
+
+    def item(self, index: int) -> tuple[dict[str, Tensor], Tensor]:
+        img, q, y = self.question(index)
+        x = torch.from_numpy(np.ascontiguousarray(image_tokens(img, self.patch_size)))
+        return {"x": x, "condition": torch.from_numpy(condition_ids(*q))}, y
 
 
 DEFAULT_SIZE = {"train": 9_800, "val": 200, "test": 200}  # images (Santoro et al.: 10k images)
@@ -229,25 +339,62 @@ def build(split: str, seed: int = 0, size=None, patch_size: int = 5) -> SortOfCl
     return SortOfClevrDataset(split, check_seed(seed), DEFAULT_SIZE if size is None else size, patch_size)
 
 
+def build_conditional(split: str, seed: int = 0, size=None, patch_size: int = 5) -> SortOfClevrConditionalDataset:
+    """Conditional Sort-of-CLEVR split; parameters as :func:`build`. Image tokens are ``3·p² + 2`` wide."""
+    return SortOfClevrConditionalDataset(split, check_seed(seed), DEFAULT_SIZE if size is None else size, patch_size)
+
+
 def input_dim(patch_size: int = 5) -> int:
     return 3 * patch_size ** 2 + QUESTION_DIM + POS_DIM
 
 
-INFO = TaskInfo(
-    name="sort_of_clevr",
-    kind="generator",
-    description=("Sort-of-CLEVR: answer one question (10 answers) about a 75x75 image of 6 coloured "
-                 "squares/circles. Input: 225 tokens = 5x5 patch (75) + question (11) + position (2). "
-                 "Report accuracy split by question kind (relational / non-relational): see "
-                 "modwire.tasks.synthetic.sort_of_clevr.accuracy_by_kind / is_relational. size counts images "
-                 "(20 items each); model input_dim must be 3*patch_size**2 + 13 if patch_size changes."),
-    num_classes=len(ANSWERS),
-    model_overrides={"tokenizer": "linear", "input_dim": input_dim(5)},
-    loss="cross_entropy",
-    metrics=("top1",),
-    splits=("train", "val", "test"),
-    params={"seed": 0, "size": dict(DEFAULT_SIZE), "patch_size": 5},
-    subsets={"relational": is_relational, "non_relational": lambda x: ~is_relational(x)},
+def image_input_dim(patch_size: int = 5) -> int:
+    """Width of the conditional task's image tokens (no question columns): ``3·p² + 2``."""
+    return 3 * patch_size ** 2 + POS_DIM
+
+
+def conditional_model_overrides(patch_size: int = 5) -> dict:
+    """Grouped model config of a conditional NAC for ``sort_of_clevr_conditional``: a linear
+    executor tokenizer on the image tokens, a conditional generator (App. G) embedding the
+    3 question ids with learned positions."""
+    return {"tokenizer": {"kind": "linear", "input_dim": image_input_dim(patch_size)},
+            "generator": {"kind": "conditional",
+                          "tokenizer": {"kind": "embedding", "vocab_size": CONDITION_VOCAB_SIZE,
+                                        "max_len": CONDITION_LEN}}}
+
+
+def _non_relational(x: Tensor | Mapping[str, Tensor]) -> Tensor:
+    return ~is_relational(x)
+
+
+def _info(name: str, description: str, model_overrides: dict) -> TaskInfo:
+    """The TaskInfo of both variants: same answers, splits, parameters and subsets."""
+    return TaskInfo(
+        name=name, kind="generator", description=description, num_classes=len(ANSWERS),
+        model_overrides=model_overrides, loss="cross_entropy", metrics=("top1",), splits=("train", "val", "test"),
+        params={"seed": 0, "size": dict(DEFAULT_SIZE), "patch_size": 5},
+        subsets={"relational": is_relational, "non_relational": _non_relational},
+    )
+
+
+INFO = _info(
+    "sort_of_clevr",
+    ("Sort-of-CLEVR: answer one question (10 answers) about a 75x75 image of 6 coloured "
+     "squares/circles. Input: 225 tokens = 5x5 patch (75) + question (11) + position (2). "
+     "Report accuracy split by question kind (relational / non-relational): see "
+     "modwire.tasks.synthetic.sort_of_clevr.accuracy_by_kind / is_relational. size counts images "
+     "(20 items each); model input_dim must be 3*patch_size**2 + 13 if patch_size changes."),
+    {"tokenizer": "linear", "input_dim": input_dim(5)},
 )
+CONDITIONAL_INFO = _info(
+    "sort_of_clevr_conditional",
+    ("Sort-of-CLEVR for a conditional NAC (NAC 4.4 / App. G): the same items as sort_of_clevr, "
+     "input {'x': 225 image tokens = 5x5 patch (75) + position (2), 'condition': the question as 3 "
+     "ids (colour 0-5, type 6-7, subtype 8-13)}; 10 answers; relational / non-relational subsets. "
+     "If patch_size changes, set model tokenizer input_dim to 3*patch_size**2 + 2."),
+    conditional_model_overrides(5),
+)
+CONDITIONAL_INFO = dataclasses.replace(CONDITIONAL_INFO, categories=(question_type, QUESTION_TYPE_NAMES))
 
 register_task(INFO, build)
+register_task(CONDITIONAL_INFO, build_conditional)

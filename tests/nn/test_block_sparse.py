@@ -2,9 +2,8 @@
 import pytest
 import torch
 
-from modwire.nn import (BlockSparseBias, BlockSparseLayout, KernelBias, ProcessorLayer, attend, block_order,
-                        block_sparse_attend, order_by_groups)
-from modwire.nn.kernel import mask_value
+from modwire.nn import (BlockSparseBias, BlockSparseLayout, ModulationSpec, ProcessorLayer, attend, block_order,
+                        block_sparse_attend, mask_value, order_by_groups)
 
 
 def block_mask(sizes, extra=0, perm=False, seed=0):
@@ -32,12 +31,11 @@ def qkv(u, b=2, h=3, d=8, dv=5, dtype=torch.float64, seed=1, heads_inner=False):
     return [torch.randn(b, h, u, n, generator=g, dtype=dtype) for n in (d, d, dv)]
 
 
-def dense(q, k, v, mask, bias=None):
-    """What an edge-eliminated NAC computes now: the masked bias through ``attend``."""
+def dense(q, k, v, mask, bias=None, **kwargs):
+    """What an edge-eliminated NAC computes now: the bias and the edge mask through ``attend``."""
     u = mask.shape[0]
     log_k = torch.zeros(1, 1, u, u, dtype=q.dtype) if bias is None else bias
-    kb = KernelBias(log_k.masked_fill(~mask, mask_value(q.dtype)), mask.any(dim=-1)[None])
-    return attend(q, k, v, kb)
+    return attend(q, k, v, bias=log_k, key_mask=mask, **kwargs)
 
 
 @pytest.mark.parametrize("sizes,bs", [([8, 8, 8], 8), ([5, 9, 4, 5], 8), ([10, 10, 10], 7), ([6, 11], 32)])
@@ -76,7 +74,7 @@ def test_float32_and_custom_scale():
     layout = BlockSparseLayout.from_mask(mask, 16)
     ref = dense(q, k, v, mask, bias)[0]
     torch.testing.assert_close(block_sparse_attend(q, k, v, layout, bias), ref, atol=2e-6, rtol=1e-5)
-    ref = attend(q, k, v, KernelBias(bias.masked_fill(~mask, mask_value(q.dtype))), scale=0.3)[0]
+    ref = attend(q, k, v, bias=bias.masked_fill(~mask, mask_value(q.dtype)), scale=0.3)[0]
     torch.testing.assert_close(block_sparse_attend(q, k, v, layout, bias, scale=0.3), ref, atol=2e-6, rtol=1e-5)
 
 
@@ -106,7 +104,7 @@ def test_mask_without_any_edge_gives_zeros():
     out = block_sparse_attend(q, k, v, layout)
     assert out.shape == (2, 3, 10, 5) and out.abs().max() == 0
     torch.testing.assert_close(out, dense(q, k, v, mask)[0])
-    out, w = attend(q, k, v, BlockSparseBias.from_dense(None, mask, 4), return_weights=True)
+    out, w = attend(q, k, v, bias=BlockSparseBias.from_dense(None, mask, 4), return_weights=True)
     assert out.abs().max() == 0 and w.abs().max() == 0
 
 
@@ -117,7 +115,7 @@ def test_all_true_mask_is_plain_attention():
     assert layout.density == 1.0 and layout.num_blocks == 3
     torch.testing.assert_close(block_sparse_attend(q, k, v, layout), attend(q, k, v)[0], atol=1e-12, rtol=1e-12)
     bias = torch.randn(1, 1, u, u, dtype=q.dtype)
-    torch.testing.assert_close(block_sparse_attend(q, k, v, layout, bias), attend(q, k, v, bias)[0],
+    torch.testing.assert_close(block_sparse_attend(q, k, v, layout, bias), attend(q, k, v, bias=bias)[0],
                                atol=1e-12, rtol=1e-12)
 
 
@@ -128,17 +126,16 @@ def test_block_sparse_bias_through_attend_dispatch_and_weights():
     q, k, v = qkv(u)
     log_k = torch.randn(1, 1, u, u, dtype=q.dtype)
     sparse = BlockSparseBias.from_dense(log_k, mask, 8)
-    kb = KernelBias(log_k.masked_fill(~mask, mask_value(q.dtype)), mask.any(dim=-1)[None])
-    ref_out, ref_w = attend(q, k, v, kb, return_weights=True)
-    out, w = attend(q, k, v, sparse)
+    ref_out, ref_w = dense(q, k, v, mask, log_k, return_weights=True)
+    out, w = attend(q, k, v, bias=sparse)
     assert w is None
     torch.testing.assert_close(out, ref_out, atol=1e-12, rtol=1e-12)
-    out, w = attend(q, k, v, sparse, return_weights=True)
+    out, w = attend(q, k, v, bias=sparse, return_weights=True)
     torch.testing.assert_close(out, ref_out, atol=1e-12, rtol=1e-12)
     torch.testing.assert_close(w, ref_w, atol=1e-12, rtol=1e-12)
-    # the has_sender of a KernelBias is honoured too
-    sparse = BlockSparseBias.from_dense(kb, mask, 5)
-    torch.testing.assert_close(attend(q, k, v, sparse)[0], ref_out, atol=1e-12, rtol=1e-12)
+    # the kernel's own mask (key_mask [1, 1, U, U], e.g. truncation) is honoured too
+    sparse = BlockSparseBias.from_dense(log_k, torch.ones_like(mask), 5, key_mask=mask[None, None])
+    torch.testing.assert_close(attend(q, k, v, bias=sparse)[0], ref_out, atol=1e-12, rtol=1e-12)
 
 
 def test_from_dense_falls_back_to_one_block_when_dense():
@@ -151,21 +148,20 @@ def test_from_dense_falls_back_to_one_block_when_dense():
     assert fallback.layout.num_blocks == 1 and fallback.layout.block_size == 24
     ref = dense(q, k, v, mask, log_k)[0]
     for sparse in (forced, fallback):
-        torch.testing.assert_close(attend(q, k, v, sparse)[0], ref, atol=1e-12, rtol=1e-12)
+        torch.testing.assert_close(attend(q, k, v, bias=sparse)[0], ref, atol=1e-12, rtol=1e-12)
 
 
 def test_processor_layer_and_gradients():
     torch.manual_seed(0)
     u, dim = 20, 16
     mask = block_mask([10, 10], extra=3)
-    layer = ProcessorLayer(dim, 2, 32, code_dim=8).double()
+    layer = ProcessorLayer(dim, 2, 32, mod=ModulationSpec("nac", 8)).double()
     x = torch.randn(3, u, dim, dtype=torch.float64, requires_grad=True)
     codes = torch.randn(u, 8, dtype=torch.float64)
     log_k = torch.randn(1, 1, u, u, dtype=torch.float64)
-    kb = KernelBias(log_k.masked_fill(~mask, mask_value(torch.float64)), mask.any(dim=-1)[None])
-    y_ref = layer(x, codes, kb)[0]
+    y_ref = layer(x, codes, bias=log_k, key_mask=mask)[0]
     g_ref = torch.autograd.grad(y_ref.square().sum(), x)[0]
-    y = layer(x, codes, BlockSparseBias.from_dense(log_k, mask, 8))[0]
+    y = layer(x, codes, bias=BlockSparseBias.from_dense(log_k, mask, 8))[0]
     g = torch.autograd.grad(y.square().sum(), x)[0]
     torch.testing.assert_close(y, y_ref, atol=1e-12, rtol=1e-12)
     torch.testing.assert_close(g, g_ref, atol=1e-10, rtol=1e-10)

@@ -49,11 +49,11 @@ def test_nac_on_byte_sequences():
 
 
 def test_tokenizer_config_errors_name_the_field():
-    with pytest.raises(ValueError, match="'tokenizer'.*'patch'.*conv"):
+    with pytest.raises(ValueError, match="'tokenizer.kind'.*'patch'.*conv"):
         modwire.create_model("nac_micro", tokenizer="patch")
-    with pytest.raises(ValueError, match="'vocab_size'"):
+    with pytest.raises(ValueError, match="'tokenizer.vocab_size'"):
         modwire.create_model("nac_micro", tokenizer="embedding")
-    with pytest.raises(ValueError, match="'image_size'.*multiple of 8"):
+    with pytest.raises(ValueError, match="'tokenizer.image_size'.*multiple of 8"):
         modwire.create_model("nac_small", image_size=30)
 
 
@@ -74,5 +74,5 @@ def test_padding_is_hidden_from_the_read_in(name):
 
 
 def test_pad_id_is_validated():
-    with pytest.raises(ValueError, match="'pad_id'.*vocab_size=16"):
+    with pytest.raises(ValueError, match="'tokenizer.pad_id'.*vocab_size=16"):
         modwire.create_model("nac_micro", tokenizer="embedding", vocab_size=16, pad_id=16)

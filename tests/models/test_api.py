@@ -5,6 +5,7 @@ import torch
 
 import modwire
 from modwire.models import NACConfig, PerceiverIOConfig
+from modwire.models.nac import KernelConfig
 
 
 def test_list_models_and_sources():
@@ -27,7 +28,8 @@ def test_unknown_override_names_valid_fields():
 
 @pytest.mark.parametrize("cls", [NACConfig, PerceiverIOConfig])
 def test_config_json_round_trip(cls):
-    cfg = cls(num_classes=7, d_model=48, truncation=0.3) if cls is NACConfig else cls(num_classes=7)
+    cfg = cls(num_classes=7, d_model=48, kernel=KernelConfig(truncation=0.3)) if cls is NACConfig \
+        else cls(num_classes=7)
     again = cls.from_json(cfg.to_json())
     assert again == cfg
     assert json.loads(cfg.to_json())["model_type"] == cls.model_type
@@ -38,6 +40,29 @@ def test_config_from_dict_rejects_other_model_type_and_unknown_keys():
         NACConfig.from_dict({"model_type": "perceiver_io"})
     with pytest.raises(KeyError, match="bogus"):
         NACConfig.from_dict({"bogus": 1})
+
+
+def test_overrides_accept_nested_and_legacy_flat_names():
+    nested = modwire.get_config("nac_micro", kernel={"tau": 1.0, "eval_mode": "sample", "enabled": True},
+                                tokenizer={"max_len": 9})
+    flat = modwire.get_config("nac_micro", tau=1.0, kernel_eval_mode="sample", use_kernel=True, max_len=9)
+    assert nested == flat
+    assert flat.kernel.tau == 1.0 and flat.kernel.eval_mode == "sample" and flat.tokenizer.max_len == 9
+    assert flat.tokenizer.kind == "linear" and flat.tokenizer.input_dim == 8   # partial dicts merge
+    assert NACConfig().replace(truncation=0.3) == NACConfig(kernel=KernelConfig(truncation=0.3))
+    assert not modwire.get_config("nac_micro", use_kernel=False).kernel.enabled
+    pio = modwire.get_config("perceiver_io_micro", cross_heads=2, output_heads=4, num_output_queries=3)
+    assert (pio.read_in_heads, pio.read_out_heads, pio.num_output_modules) == (2, 4, 3)
+    with pytest.raises(TypeError):
+        NACConfig(tau=1.0)  # the dataclass constructor takes only the new names
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 0.0, -1.0])
+def test_non_finite_or_non_positive_values_are_refused_with_the_full_path(value):
+    with pytest.raises(ValueError, match="'kernel.tau'"):
+        modwire.create_model("nac_micro", tau=value)
+    with pytest.raises(ValueError, match="'kernel.epsilon'"):
+        NACConfig(kernel=KernelConfig(epsilon=value))
 
 
 @pytest.mark.parametrize("name", ["nac_micro", "perceiver_io_micro"])

@@ -12,6 +12,7 @@ import modwire
 from modwire import cli
 from modwire.analysis import count_flops, graph_from_link_probs, load_run
 from modwire.analysis.report import _frame, _Run
+from modwire.models.nac import FrozenGraphConfig
 from modwire.training import load_config, train
 from modwire.training.trainer import evaluate, make_loader
 
@@ -234,7 +235,7 @@ def test_link_probs_frame_follows_the_prior_matching(monkeypatch):
     monkeypatch.setitem(sys.modules, "modwire.graphs", fake)
     cfg = types.SimpleNamespace(graph_prior=types.SimpleNamespace(name="ring_of_cliques", params={"num_cliques": 2},
                                                                   align="none"))
-    model = types.SimpleNamespace(config=types.SimpleNamespace(frozen_graph=None))
+    model = types.SimpleNamespace(config=types.SimpleNamespace(frozen_graph=FrozenGraphConfig()))  # name=None
     run = _Run(None, "r", cfg, model, None, None, "nac", u, True)
     p = torch.rand(u, u)
     order, shown_prior, name, _ = _frame(run, p)

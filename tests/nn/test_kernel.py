@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from literal import link_prob, skmdpa_weights
-from modwire.nn import SignatureKernel, attend
+from reference.nac import link_prob, skmdpa_weights
+from modwire.nn import SignatureKernel, attend, concrete_log_sample
 
 
 @pytest.fixture(autouse=True)
@@ -14,6 +14,12 @@ def _seed():
 
 def _probs(kernel, s):
     return kernel.link_probs(s, s)
+
+
+def _attend(q, k, v, kernel_out, **kwargs):
+    """``attend`` with a kernel's ``(bias, key_mask)``."""
+    bias, key_mask = kernel_out
+    return attend(q, k, v, bias=bias, key_mask=key_mask, **kwargs)
 
 
 def test_link_probs_match_nac_eq2():
@@ -30,10 +36,12 @@ def test_expected_mode_bias_is_log_k_hat_of_p():
     k = SignatureKernel(eval_mode="expected", delta=1e-3).eval()
     s = torch.randn(6, 8)
     P = _probs(k, s)
-    bias = k(s, s).log_kernel[0, 0]
-    torch.testing.assert_close(bias, torch.log(P / (1e-3 + P.sum(-1, keepdim=True))), atol=1e-5, rtol=1e-5)
+    bias, key_mask = k(s, s)
+    assert key_mask is None  # nothing is masked
+    torch.testing.assert_close(bias[0, 0], torch.log(P / (1e-3 + P.sum(-1, keepdim=True))), atol=1e-5, rtol=1e-5)
     # and it is deterministic
-    torch.testing.assert_close(k(s, s).log_kernel, k(s, s).log_kernel)
+    assert k.deterministic
+    torch.testing.assert_close(k(s, s)[0], k(s, s)[0])
 
 
 def test_threshold_mode_keeps_exactly_pairs_with_p_above_half():
@@ -41,7 +49,7 @@ def test_threshold_mode_keeps_exactly_pairs_with_p_above_half():
     s = torch.randn(12, 3)
     P = _probs(k, s)
     q, kk, v = torch.randn(1, 1, 12, 4), torch.randn(1, 1, 12, 4), torch.randn(1, 1, 12, 4)
-    _, w = attend(q, kk, v, k(s, s), return_weights=True)
+    _, w = _attend(q, kk, v, k(s, s), return_weights=True)
     assert ((w[0, 0] > 0) == (P > 0.5)).all()
     assert (P > 0.5).any() and (P <= 0.5).any()  # the test exercises both sides
 
@@ -51,7 +59,7 @@ def test_concrete_samples_in_unit_interval_with_bernoulli_p_marginal():
     k = SignatureKernel(tau=0.5, train_mode="sample").train()
     s = torch.randn(6, 5)
     P = _probs(k, s)
-    log_k = k.log_kernel(P.log(), batch_size=20000, mode="sample")
+    log_k = concrete_log_sample(P.log().expand(20000, 6, 6), k.tau)
     # K ∈ (0, 1) strictly; checked in the log domain, where fp32 can represent it
     # (exp(log K) rounds to 1.0 on the diagonal, P_ii = 1).
     assert torch.isfinite(log_k).all() and (log_k < 0).all()
@@ -67,7 +75,7 @@ def test_concrete_samples_harden_as_tau_goes_to_zero():
     fractions = []
     for tau in (2.0, 0.5, 0.05):
         k = SignatureKernel(tau=tau).train()
-        K = k.log_kernel(_probs(k, s).log(), 2000, "sample").exp()
+        K = concrete_log_sample(_probs(k, s).log().expand(2000, 8, 8), k.tau).exp()
         fractions.append(((K < 0.01) | (K > 0.99)).float().mean().item())
     assert fractions[0] < fractions[1] < fractions[2] and fractions[2] > 0.9
 
@@ -80,10 +88,10 @@ def test_skmdpa_attention_matches_nac_eq3_literally():
     torch.manual_seed(1)
     bias = k(s, s, batch_size=B)
     torch.manual_seed(1)
-    K = k.log_kernel(_probs(k, s).log(), B, "sample").exp()  # the same draw
+    K = concrete_log_sample(_probs(k, s).log().expand(B, U, U), k.tau).exp()  # the same draw
     q, kk, v = (torch.randn(B, H, U, dh) for _ in range(3))
-    out_fused, _ = attend(q, kk, v, bias)
-    out_ref, w = attend(q, kk, v, bias, return_weights=True)
+    out_fused, _ = _attend(q, kk, v, bias)
+    out_ref, w = _attend(q, kk, v, bias, return_weights=True)
     for b in range(B):
         for h in range(H):
             W = skmdpa_weights(q[b, h], kk[b, h], K[b], delta=1e-2)
@@ -96,10 +104,12 @@ def test_train_stochastic_eval_deterministic():
     k = SignatureKernel()
     s = torch.randn(6, 4)
     k.train()
-    assert not torch.equal(k(s, s, 2).log_kernel, k(s, s, 2).log_kernel)
-    assert k(s, s, 3).log_kernel.shape == (3, 1, 6, 6)  # a fresh sample per example
+    assert not k.deterministic
+    assert not torch.equal(k(s, s, 2)[0], k(s, s, 2)[0])
+    assert k(s, s, 3)[0].shape == (3, 1, 6, 6)  # a fresh sample per example
     k.eval()
-    assert torch.equal(k(s, s, 2).log_kernel, k(s, s, 2).log_kernel)
+    assert k.deterministic
+    assert torch.equal(k(s, s, 2)[0], k(s, s, 2)[0])
 
 
 def test_truncation_masks_far_pairs_and_gradients_still_reach_signatures():
@@ -107,7 +117,7 @@ def test_truncation_masks_far_pairs_and_gradients_still_reach_signatures():
     s = torch.randn(10, 3, requires_grad=True)
     bias = k(s, s)
     q, kk, v = torch.randn(1, 2, 10, 4), torch.randn(1, 2, 10, 4), torch.randn(1, 2, 10, 4)
-    out, w = attend(q, kk, v, bias, return_weights=True)
+    out, w = _attend(q, kk, v, bias, return_weights=True)
     d = 1 - torch.nn.functional.cosine_similarity(s[:, None], s[None], dim=-1)
     assert (w[0, :, d > 0.8] == 0).all() and (w[0, :, d <= 0.8] > 0).all()
     assert (d > 0.8).any()
@@ -124,7 +134,7 @@ def test_all_senders_masked_gives_finite_zero_message_and_finite_gradients():
     bias = k(s_r, s_s, batch_size=2, mask=mask)
     q, kk, v = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4)
     for return_weights in (False, True):
-        out, _ = attend(q, kk, v, bias, return_weights=return_weights)
+        out, _ = _attend(q, kk, v, bias, return_weights=return_weights)
         assert torch.isfinite(out).all()
         assert (out[:, :, 1] == 0).all() and (out[:, :, [0, 2]] != 0).any()
     out.sum().backward()
@@ -140,7 +150,7 @@ def test_learnable_epsilon_stays_positive_and_gets_gradients():
     with torch.no_grad():
         k.log_epsilon.fill_(math.log(0.5))
     s = torch.randn(4, 3)
-    k(s, s, 2).log_kernel.sum().backward()
+    k(s, s, 2)[0].sum().backward()
     assert k.log_epsilon.grad is not None and k.log_epsilon.grad.abs() > 0
 
 

@@ -6,6 +6,7 @@ import torch
 import modwire
 from modwire.analysis import (drop_modules, edge_mask, eliminate_edges, keep_modules,
                               module_importance, modules_to_keep)
+from modwire.analysis.sparsify import get_edge_mask, set_edge_mask
 
 torch.manual_seed(0)
 
@@ -44,7 +45,7 @@ def reference(model, keep):
     and all shared weights of ``model``."""
     if isinstance(model, modwire.NAC):
         cfg = model.config.replace(num_processor_modules=len(keep))
-        names = ("processors.signatures", "processors.codes")
+        names = ("generator.processors.signatures", "generator.processors.codes")
     else:
         cfg = model.config.replace(num_latents=len(keep))
         names = ("latents",)
@@ -83,14 +84,14 @@ def test_drop_modules_removes_least_important(nac, x, k):
     assert len(dropped) == k and keep.tolist() == sorted(keep.tolist())
     assert q[dropped].max() <= q[keep].min()
     assert small.config.num_processor_modules == u - k
-    assert torch.equal(small.processors.signatures, nac.processors.signatures[keep])
-    assert torch.equal(small.processors.codes, nac.processors.codes[keep])
-    assert isinstance(small.processors.codes, torch.nn.Parameter)
+    assert torch.equal(small.generator.processors.signatures, nac.generator.processors.signatures[keep])
+    assert torch.equal(small.generator.processors.codes, nac.generator.processors.codes[keep])
+    assert isinstance(small.generator.processors.codes, torch.nn.Parameter)
     # really smaller: states and attention are over U_p - k modules
-    logits, inter = small(x, return_intermediates=True)
-    assert inter["states"].shape == (3, u - k, nac.config.d_model)
-    assert inter["propagator_attention"][0].shape[-2:] == (u - k, u - k)
-    torch.testing.assert_close(logits, small(x))  # weights path vs fused attention
+    inter = small.forward_intermediates(x)
+    assert inter.states.shape == (3, u - k, nac.config.d_model)
+    assert inter.propagator_attention[0].shape[-2:] == (u - k, u - k)
+    torch.testing.assert_close(inter.logits, small(x))  # weights path vs fused attention
     assert torch.equal(small(x), reference(nac, keep)(x))
     assert_untouched(nac, snap, modwire.NAC, u)
 
@@ -129,7 +130,7 @@ def test_perceiver_io_latents(pio, x):
 @torch.inference_mode()
 def test_eliminate_zero_edges_is_exact(nac, x):
     masked, mask = eliminate_edges(nac, 0.0)
-    assert mask.all() and masked.edge_mask is not None and nac.edge_mask is None
+    assert mask.all() and get_edge_mask(masked) is not None and get_edge_mask(nac) is None
     assert torch.equal(masked(x), nac(x))
 
 
@@ -140,7 +141,7 @@ def test_eliminate_edges(nac, x, f):
     p, y0 = nac.link_probs(), nac(x)
     ps = (p + p.T) / 2
     masked, mask = eliminate_edges(nac, f)
-    assert torch.equal(masked.edge_mask, mask) and mask.dtype == torch.bool
+    assert torch.equal(get_edge_mask(masked), mask) and mask.dtype == torch.bool
     assert mask.diagonal().all() and torch.equal(mask, mask.T)        # symmetric, diagonal kept
     off = ~torch.eye(u, dtype=torch.bool)
     n_pairs = u * (u - 1) // 2
@@ -148,14 +149,14 @@ def test_eliminate_edges(nac, x, f):
     assert kept_pairs == n_pairs - round(f * n_pairs)                 # (1 - f) of each triangle
     if 0 < kept_pairs < n_pairs:                                      # the largest P are kept
         assert ps[mask & off].min() >= ps[~mask].max()
-    logits, inter = masked(x, return_intermediates=True)
-    for w in inter["propagator_attention"]:                            # [B, H, U, U]
+    inter = masked.forward_intermediates(x)
+    for w in inter.propagator_attention:                               # [B, H, U, U]
         assert (w[..., ~mask] == 0).all()
         assert (w[..., mask] > 0).all()
         torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
-    assert torch.equal(inter["link_probs"], p.masked_fill(~mask, 0))
+    assert torch.equal(inter.link_probs, p.masked_fill(~mask, 0))
     if f > 0:
-        assert not torch.allclose(logits, nac(x))
+        assert not torch.allclose(inter.logits, nac(x))
     assert_untouched(nac, snap, modwire.NAC, u)
     assert torch.equal(nac(x), y0)
 
@@ -164,29 +165,29 @@ def test_edge_mask_in_train_mode_and_composition(nac, x):
     masked, mask = eliminate_edges(nac, 0.6)
     masked.train()
     torch.manual_seed(0)
-    _, inter = masked(x, return_intermediates=True)
-    for w in inter["propagator_attention"]:
+    inter = masked.forward_intermediates(x)
+    for w in inter.propagator_attention:
         assert (w[..., ~mask] == 0).all()
     masked.eval()
     with torch.inference_mode():
         # dropping modules from an edge-eliminated model selects the mask too
         small = drop_modules(masked, 4)
         keep = modules_to_keep(masked, 4)
-        assert torch.equal(small.edge_mask, mask[keep][:, keep])
-        _, inter = small(x, return_intermediates=True)
-        assert (inter["propagator_attention"][0][..., ~small.edge_mask] == 0).all()
+        assert torch.equal(get_edge_mask(small), mask[keep][:, keep])
+        inter = small.forward_intermediates(x)
+        assert (inter.propagator_attention[0][..., ~get_edge_mask(small)] == 0).all()
         # eliminating again ANDs the masks
         again, mask2 = eliminate_edges(masked, 0.8)
         assert not (mask2 & ~mask).any() and torch.equal(edge_mask(masked, 0.0), mask)
-    assert nac.edge_mask is None and type(nac) is modwire.NAC
+    assert get_edge_mask(nac) is None and type(nac) is modwire.NAC
 
 
 def test_edge_mask_round_trips_through_save_pretrained(nac, x, tmp_path):
     masked, mask = eliminate_edges(nac, 0.7)
     masked.save_pretrained(tmp_path)
     loaded = modwire.from_pretrained(tmp_path).eval()
-    assert torch.equal(loaded.edge_mask, mask)
+    assert torch.equal(get_edge_mask(loaded), mask)
     with torch.inference_mode():
         assert torch.equal(loaded(x), masked(x))
     with pytest.raises(ValueError, match=r"shape \(12, 12\)"):
-        nac.set_edge_mask(torch.ones(3, 3, dtype=torch.bool))
+        set_edge_mask(nac, torch.ones(3, 3, dtype=torch.bool))

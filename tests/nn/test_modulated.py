@@ -2,8 +2,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from literal import layer_norm, modfc, modlin
-from modwire.nn import ModulatedFFN, ModulatedLinear
+from reference.nac import layer_norm, modfc, modlin
+from modwire.nn import ModulatedFFN, ModulatedLinear, ModulationSpec
 
 
 @pytest.fixture(autouse=True)
@@ -75,7 +75,7 @@ def test_modfc_errors_name_what_is_wrong():
 @pytest.mark.parametrize("activation", ["gelu", "geglu"])
 def test_modffn_is_two_modfcs_sharing_the_code(activation):
     d, h, d_c, U = 6, 10, 5, 4
-    ffn = ModulatedFFN(d, h, d_c, activation)
+    ffn = ModulatedFFN(d, h, mod=ModulationSpec("nac", d_c), activation=activation)
     x, codes = torch.randn(2, U, d), torch.randn(U, d_c)
     y = ffn(x, codes)
     f1, f2 = ffn.fc1, ffn.fc2
@@ -92,7 +92,8 @@ def test_modffn_is_two_modfcs_sharing_the_code(activation):
 
 def _ffn_stack_weight_count(L, d_in, d_h, d_c, U):
     """Weights (not biases, not α) of L plain-GELU ModFFNs plus U codes."""
-    stack = torch.nn.ModuleList(ModulatedFFN(d_in, d_h, d_c, "gelu") for _ in range(L))
+    stack = torch.nn.ModuleList(ModulatedFFN(d_in, d_h, mod=ModulationSpec("nac", d_c), activation="gelu")
+                                for _ in range(L))
     n = sum(p.numel() for name, p in stack.named_parameters() if name.endswith(("weight", "code_proj")))
     return n + U * d_c, stack
 

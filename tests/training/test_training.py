@@ -102,9 +102,9 @@ def test_param_groups_exclude_signatures_codes_and_1d(tmp_path):
     decay, no_decay = param_groups(model, 0.05)
     names = {id(p): n for n, p in model.named_parameters()}
     no = {names[id(p)] for p in no_decay["params"]}
-    assert {"processors.signatures", "processors.codes", "outputs.codes"} <= no
+    assert {"generator.processors.signatures", "generator.processors.codes", "generator.outputs.codes"} <= no
     assert all(model.get_parameter(n).ndim <= 1 or "signatures" in n or "codes" in n for n in no)
-    assert "propagators.0.ffn.ffn.fc1.weight" in {names[id(p)] for p in decay["params"]}
+    assert "propagators.0.ffn.fn.fc1.weight" in {names[id(p)] for p in decay["params"]}
 
 
 def test_cosine_schedule_with_warmup():

@@ -2,13 +2,13 @@
 import pytest
 import torch
 
-import literal
-from modwire.nn import ModulatedAttention
+from reference import nac as literal
+from modwire.nn import ModulatedAttention, ModulationSpec
 
 
 def _attn(d, H, d_in, d_c):
     torch.manual_seed(0)
-    attn = ModulatedAttention(d, H, d_c, "nac", kv_dim=d_in, kv_code="receiver").double()
+    attn = ModulatedAttention(d, H, mod=ModulationSpec("nac", d_c), kv_dim=d_in, kv_code="receiver").double()
     with torch.no_grad():  # non-trivial α and biases, so every term of the identity is exercised
         for lin in (attn.q, attn.k, attn.v, attn.o):
             lin.alpha.uniform_(0.2, 0.9)
@@ -25,8 +25,8 @@ def test_factorized_read_in_equals_literal_eq4_5(heads):
     x = torch.randn(B, N, d_in, dtype=torch.float64)
     codes = torch.randn(U, d_c, dtype=torch.float64)
     ref = literal.read_in(attn, theta0, x, codes)
-    fact, _ = attn(theta0, x, codes, method="factorized")
-    lit, _ = attn(theta0, x, codes, method="literal")
+    fact, _ = attn(theta0, x, code_q=codes, method="factorized")
+    lit, _ = attn(theta0, x, code_q=codes, method="literal")
     torch.testing.assert_close(fact, ref, atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(lit, ref, atol=1e-10, rtol=1e-10)
 
@@ -42,7 +42,7 @@ def test_factorized_read_in_fp32_outputs_and_gradients_within_1e_5():
     def grads(method):
         attn.zero_grad()
         leaves = [t.clone().requires_grad_() for t in (theta0, x, codes)]
-        out, _ = attn(*leaves, method=method)
+        out, _ = attn(leaves[0], leaves[1], code_q=leaves[2], method=method)
         ((out - target) ** 2).sum().backward()
         return out.detach(), [l.grad for l in leaves] + [p.grad.clone() for p in attn.parameters()]
 
@@ -59,8 +59,8 @@ def test_read_in_per_sample_codes_and_attention_weights():
     theta0 = torch.randn(B, U, d, dtype=torch.float64)
     x = torch.randn(B, N, d_in, dtype=torch.float64)
     codes = torch.randn(B, U, d_c, dtype=torch.float64)
-    fact, w_f = attn(theta0, x, codes, method="factorized", return_weights=True)
-    lit, w_l = attn(theta0, x, codes, method="literal", return_weights=True)
+    fact, w_f = attn(theta0, x, code_q=codes, method="factorized", return_weights=True)
+    lit, w_l = attn(theta0, x, code_q=codes, method="literal", return_weights=True)
     torch.testing.assert_close(fact, lit)
     torch.testing.assert_close(w_f, w_l)
     for b in range(B):  # each sample against the literal loop with its own codes
@@ -72,6 +72,6 @@ def test_every_module_sees_its_own_keys():
     # Two modules with the same initial state but different codes attend differently.
     attn = _attn(8, 1, 6, 4)
     theta0 = torch.randn(1, 8, dtype=torch.float64).expand(2, 8)
-    _, w = attn(theta0, torch.randn(1, 5, 6, dtype=torch.float64), torch.randn(2, 4, dtype=torch.float64),
+    _, w = attn(theta0, torch.randn(1, 5, 6, dtype=torch.float64), code_q=torch.randn(2, 4, dtype=torch.float64),
                 return_weights=True)
     assert (w[0, 0, 0] - w[0, 0, 1]).abs().max() > 1e-3

@@ -176,10 +176,11 @@ def test_match_none_is_optimal_assignment(U):
 
 def test_match_degree_is_a_permutation_and_iterations_do_not_hurt():
     P, P0 = link_probs(30, seed=2), prior("planted_partition", 30, num_clusters=3).double()
-    s1 = match(P, P0)
-    s3 = match(P, P0, iterations=3)
-    assert sorted(s1.tolist()) == list(range(30)) and s1.dtype == torch.long
-    assert graph_loss(P, P0, s3) <= graph_loss(P, P0, s1) + 1e-12
+    for align in ("none", "degree"):
+        s1 = match(P, P0, align=align)
+        s3 = match(P, P0, align=align, iterations=3)
+        assert sorted(s1.tolist()) == list(range(30)) and s1.dtype == torch.long
+        assert graph_loss(P, P0, s3) <= graph_loss(P, P0, s1) + 1e-12
 
 
 def test_loss_invariant_to_relabelling_with_degree_alignment_only():
@@ -187,7 +188,7 @@ def test_loss_invariant_to_relabelling_with_degree_alignment_only():
     P = link_probs(U, seed=0)
     pi = torch.randperm(U, generator=torch.Generator().manual_seed(1))
     Pp = relabel(P, pi)
-    deg = GraphRegularizer("scale_free")
+    deg = GraphRegularizer("scale_free", align="degree")
     loss_p, sigma_p = deg(Pp).item(), deg.last_permutation
     assert deg(P).item() == pytest.approx(loss_p, abs=1e-9)
     assert torch.equal(sigma_p[pi], deg.last_permutation)      # σ is equivariant: σ'(π(v)) = σ(v)
@@ -202,7 +203,7 @@ def test_recovers_a_relabelled_prior():
     assert len(set(P0.sum(1).tolist())) == U                    # distinct degrees
     pi = torch.randperm(U, generator=torch.Generator().manual_seed(2))
     P = relabel(P0, pi)                                         # module pi[v] plays prior node v
-    reg = GraphRegularizer("scale_free")
+    reg = GraphRegularizer("scale_free", align="degree")
     assert reg(P.float()).item() < 1e-8
     assert torch.equal(reg.last_permutation, torch.argsort(pi))  # σ = pi⁻¹
 
@@ -258,7 +259,7 @@ def test_graph_loss_ignores_diagonal_and_kl_is_finite_on_exact_zeros_and_ones():
 
 def test_regularizer_caches_prior_records_permutation_and_checks_shape():
     reg = GraphRegularizer("planted_partition", {"num_clusters": 4}, reduction="mean")
-    assert "planted_partition" in repr(reg) and "align='degree'" in repr(reg)
+    assert "planted_partition" in repr(reg) and "align='none'" in repr(reg)
     P = link_probs(20, dtype=torch.float32).requires_grad_()
     loss = reg(P)
     assert loss.dim() == 0 and loss.requires_grad

@@ -3,7 +3,8 @@ import torch
 
 import modwire
 from modwire.models import NACConfig, PerceiverIO, PerceiverIOConfig
-from modwire.models.nac import NAC
+from modwire.models.base import Intermediates, TokenizerConfig
+from modwire.models.nac import NAC, KernelConfig
 
 
 @pytest.fixture(autouse=True)
@@ -15,19 +16,28 @@ def micro(**overrides):
     return modwire.create_model("nac_micro", **overrides)
 
 
-TABLE_4 = dict(d_model=384, num_layers=8, num_processor_modules=320, num_heads=6, read_in_heads=1,
-               activation="geglu", ffn_hidden=1536, num_output_modules=64, d_sig=64, d_code=384,
-               tau=0.5, epsilon=1.0, alpha_init=0.1, num_classes=200, image_size=64)
-TABLE_5 = dict(d_model=512, num_layers=8, num_processor_modules=960, num_heads=8, read_in_heads=1,
-               activation="geglu", ffn_hidden=1024, num_output_modules=64, d_sig=64, d_code=512,
-               tau=0.5, epsilon=1.0, alpha_init=0.1, num_classes=1000, image_size=224)
+TABLE_4 = {"d_model": 384, "num_layers": 8, "num_processor_modules": 320, "num_heads": 6, "read_in_heads": 1,
+           "activation": "geglu", "ffn_hidden": 1536, "num_output_modules": 64, "d_sig": 64, "d_code": 384,
+           "kernel.tau": 0.5, "kernel.epsilon": 1.0, "alpha_init": 0.1, "num_classes": 200,
+           "tokenizer.image_size": 64}
+TABLE_5 = {"d_model": 512, "num_layers": 8, "num_processor_modules": 960, "num_heads": 8, "read_in_heads": 1,
+           "activation": "geglu", "ffn_hidden": 1024, "num_output_modules": 64, "d_sig": 64, "d_code": 512,
+           "kernel.tau": 0.5, "kernel.epsilon": 1.0, "alpha_init": 0.1, "num_classes": 1000,
+           "tokenizer.image_size": 224}
+
+
+def field(config, path):
+    """``config.kernel.tau`` for ``path="kernel.tau"``."""
+    for part in path.split("."):
+        config = getattr(config, part)
+    return config
 
 
 def test_table4_preset_maps_images_to_finite_logits():
     model = modwire.create_model("nac_tiny_imagenet").eval()
     for key, value in TABLE_4.items():
-        assert getattr(model.config, key) == value, key
-    assert len(model.propagators) == 8 and model.processors.codes.shape == (320, 384)
+        assert field(model.config, key) == value, key
+    assert len(model.propagators) == 8 and model.generator.processors.codes.shape == (320, 384)
     assert model.tokenizer.num_tokens == 64  # 64×64 → 8×8 tokens (App. C)
     with torch.no_grad():
         logits = model(torch.randn(2, 3, 64, 64))
@@ -38,7 +48,7 @@ def test_table4_preset_maps_images_to_finite_logits():
 def test_table5_preset_config():
     cfg = modwire.get_config("nac_imagenet")
     for key, value in TABLE_5.items():
-        assert getattr(cfg, key) == value, key
+        assert field(cfg, key) == value, key
 
 
 def test_eval_is_deterministic_and_train_is_stochastic():
@@ -54,8 +64,8 @@ def test_gradients_reach_signatures_codes_alpha_and_epsilon():
     model = micro(learn_epsilon=True).train()
     model(torch.randn(4, 7, 8)).logsumexp(-1).sum().backward()
     named = dict(model.named_parameters())
-    for name in ("processors.signatures", "outputs.signatures", "processors.codes", "outputs.codes",
-                 "kernel.log_epsilon"):
+    for name in ("generator.processors.signatures", "generator.outputs.signatures", "generator.processors.codes",
+                 "generator.outputs.codes", "kernel.log_epsilon"):
         assert named[name].grad is not None and named[name].grad.abs().sum() > 0, name
     alphas = [n for n in named if n.endswith(".alpha")]
     assert len(alphas) > 10
@@ -75,24 +85,29 @@ def test_output_invariant_to_token_order_without_positions():
 def test_intermediates_expose_link_probs_and_attention():
     model = micro(kernel_eval_mode="threshold").eval()
     x = torch.randn(2, 5, 8)
-    logits, inter = model(x, return_intermediates=True)  # reference (explicit softmax) path
-    torch.testing.assert_close(logits, model(x), atol=1e-5, rtol=1e-5)  # fused SDPA path
-    P = inter["link_probs"]
-    s = model.processors.signatures
+    inter = model.forward_intermediates(x)  # reference (explicit softmax) path
+    assert isinstance(inter, Intermediates)
+    torch.testing.assert_close(inter.logits, model(x), atol=1e-5, rtol=1e-5)  # fused SDPA path
+    P = inter.link_probs
+    s = model.generator.processors.signatures
     cos = torch.nn.functional.cosine_similarity(s[:, None], s[None], dim=-1)
-    torch.testing.assert_close(P, torch.exp(-(1 - cos) / model.config.epsilon), atol=1e-5, rtol=1e-5)
-    assert len(inter["propagator_attention"]) == model.config.num_layers
-    for w in inter["propagator_attention"]:
+    torch.testing.assert_close(P, torch.exp(-(1 - cos) / model.config.kernel.epsilon), atol=1e-5, rtol=1e-5)
+    assert len(inter.propagator_attention) == model.config.num_layers
+    for w in inter.propagator_attention:
         torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)), atol=1e-5, rtol=0)
         assert (w[:, :, P <= 0.5] == 0).all()  # threshold mode: no message along unlikely edges
-    assert inter["read_in_attention"].shape == (2, 1, 12, 5)
-    assert inter["readout_link_probs"].shape == (3, 12)
-    torch.testing.assert_close(inter["readout_confidence"].sum(-1), torch.ones(2))
+    assert inter.read_in_attention.shape == (2, 1, 12, 5)
+    assert inter.readout_link_probs.shape == (3, 12)
+    torch.testing.assert_close(inter.readout_confidence.sum(-1), torch.ones(2))
 
 
 def test_read_out_with_no_reachable_sender_stays_finite():
-    # truncation 0 keeps only identical signatures: output modules reach no processor.
-    model = micro(truncation=0.0).train()
+    # A (near-)zero truncation keeps only identical signatures: output modules reach no processor.
+    # (The config refuses truncation=0.0 since the refactor: kernel.truncation must be > 0.)
+    model = micro(truncation=1e-6).train()
+    g = model.generator
+    _, reachable = model.kernel(g.outputs.signatures, g.processors.signatures, 2)
+    assert not reachable.any()
     logits = model(torch.randn(2, 5, 8))
     assert torch.isfinite(logits).all()
     logits.sum().backward()
@@ -101,8 +116,8 @@ def test_read_out_with_no_reachable_sender_stays_finite():
 
 def test_initial_state_code_option():
     model = micro(initial_state="code", d_code=32).eval()
-    assert model.processors.state_mlp is None
-    torch.testing.assert_close(model.processors.initial_states(), model.processors.codes)
+    assert model.generator.processors.state_mlp is None
+    torch.testing.assert_close(model.generator.processors().states, model.generator.processors.codes)
     with pytest.raises(ValueError, match="d_code == d_model"):
         micro(initial_state="code")
 
@@ -113,11 +128,12 @@ def test_nac_reduces_to_perceiver_io():
                 d_code=32).eval()
     c = nac.config
     pio = PerceiverIO(PerceiverIOConfig(
-        num_classes=c.num_classes, tokenizer="linear", input_dim=c.input_dim, token_dim=c.token_dim,
+        num_classes=c.num_classes,
+        tokenizer=TokenizerConfig(kind="linear", input_dim=c.tokenizer.input_dim, token_dim=c.tokenizer.token_dim),
         d_model=c.d_model, num_layers=c.num_layers, num_latents=c.num_processor_modules,
-        num_heads=c.num_heads, cross_heads=c.read_in_heads, output_heads=c.read_out_heads,
-        num_output_queries=1, ffn_hidden=c.ffn_hidden, activation=c.activation)).eval()
-    rename = {"processors.codes": "latents", "outputs.codes": "output_queries"}
+        num_heads=c.num_heads, read_in_heads=c.read_in_heads, read_out_heads=c.read_out_heads,
+        num_output_modules=1, ffn_hidden=c.ffn_hidden, activation=c.activation)).eval()
+    rename = {"generator.processors.codes": "latents", "generator.outputs.codes": "output_queries"}
     state = {rename.get(k, k): v for k, v in nac.state_dict().items()}
     pio.load_state_dict(state, strict=True)  # same parameters, name for name
     assert nac.num_parameters() == pio.num_parameters()
@@ -131,15 +147,15 @@ def test_nac_reduces_to_perceiver_io():
 def test_read_in_factorized_equals_literal_inside_the_model():
     model = micro().eval()
     x = torch.randn(2, 5, 8)
-    a = model.forward_features(x, read_in="factorized")
-    b = model.forward_features(x, read_in="literal")
+    a = model.forward_intermediates(x, read_in="factorized").states
+    b = model.forward_intermediates(x, read_in="literal").states
     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
 def test_nac_config_is_typed_and_validated():
     with pytest.raises(ValueError, match="'activation'.*'relu'.*geglu"):
         micro(activation="relu")
-    with pytest.raises(ValueError, match="'kernel_eval_mode'"):
+    with pytest.raises(ValueError, match="'kernel.eval_mode'"):
         micro(kernel_eval_mode="mean")
     with pytest.raises(TypeError, match="'num_layers'.*'eight'"):
         micro(num_layers="eight")
@@ -147,7 +163,7 @@ def test_nac_config_is_typed_and_validated():
         micro(num_heads=5)
     with pytest.raises(ValueError, match="'d_model'"):
         micro(d_model=-4)
-    assert isinstance(NACConfig(epsilon=1).epsilon, float)
+    assert isinstance(NACConfig(kernel=KernelConfig(epsilon=1)).kernel.epsilon, float)
 
 
 def test_bad_input_shapes_are_reported():
@@ -170,9 +186,9 @@ def test_fresh_kernel_sample_per_layer_in_training_one_deterministic_kernel_in_e
     calls = []
     original = type(model.kernel).forward
 
-    def spy(self, s_recv, s_send, batch_size=1, mask=None):
-        out = original(self, s_recv, s_send, batch_size, mask)
-        calls.append(out.log_kernel)
+    def spy(self, s_recv, s_send, batch_size=1, *, mask=None):
+        out = original(self, s_recv, s_send, batch_size, mask=mask)
+        calls.append(out[0])  # the bias log K̂
         return out
 
     monkeypatch.setattr(type(model.kernel), "forward", spy)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-TOY_CLI = str(Path(__file__).parent / "toy_cli.py")
+TOY_CLI = str(Path(__file__).resolve().parents[1] / "toy_cli.py")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 

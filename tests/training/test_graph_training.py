@@ -14,7 +14,7 @@ from modwire.graphs import GraphRegularizer, prior, sample_adjacency
 from modwire.training import build_model_for_task, load_config, train
 from modwire.training.optim import build_optimizer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cfg(tmp_path, *extra):
@@ -49,12 +49,12 @@ def test_graph_prior_weight_is_what_is_added_to_the_loss(tmp_path):
     w times the regularizer's gradient (lr at step 0 is optim.lr: no warm-up)."""
     sgd = ["max_steps=1", "optim.name=sgd", "optim.betas=[0.0, 0.0]", "optim.grad_clip=0", "optim.weight_decay=0"]
     torch.manual_seed(0)  # as train() does with seed 0: the same initial signatures
-    start = build_model_for_task(cfg(tmp_path)).processors.signatures.detach()
+    start = build_model_for_task(cfg(tmp_path)).generator.processors.signatures.detach()
     a = train(cfg(tmp_path / "a", *sgd, "graph_prior.name=erdos_renyi", "graph_prior.weight=100"))["model"]
     b = train(cfg(tmp_path / "b", *sgd))["model"]
     s = start.clone().requires_grad_()
     (g,) = torch.autograd.grad(100 * GraphRegularizer("erdos_renyi")(a.kernel.link_probs(s, s)), s)
-    diff = b.processors.signatures.detach() - a.processors.signatures.detach()
+    diff = b.generator.processors.signatures.detach() - a.generator.processors.signatures.detach()
     assert diff.abs().max() > 1e-2  # well above float32 rounding of the signatures
     torch.testing.assert_close(diff, 3e-3 * g, rtol=1e-4, atol=1e-6)
 
@@ -71,8 +71,9 @@ def test_table1_configs_cover_the_rows():
     assert len(rows) == 7
     cfgs = [load_config(str(p)) for p in rows]
     assert cfgs[0].model.name == "perceiver_io_tiny_imagenet"
-    assert cfgs[1].model.overrides == {"use_kernel": False}
-    assert cfgs[2].model.overrides["frozen_graph"] == "scale_free" and cfgs[2].graph_prior.name is None
+    row2, row3 = (modwire.get_config(c.model.name, **c.model.overrides) for c in cfgs[1:3])
+    assert len(cfgs[1].model.overrides) == 1 and row2.kernel.enabled is False      # "+ ModFC": kernel off
+    assert row3.frozen_graph.name == "scale_free" and cfgs[2].graph_prior.name is None
     assert [c.graph_prior.name for c in cfgs[3:]] == ["scale_free", "planted_partition", "ring_of_cliques",
                                                       "erdos_renyi"]
     assert len({c.out_dir for c in cfgs}) == 7
@@ -85,12 +86,12 @@ def test_frozen_graph_signatures_fit_the_sampled_graph_and_do_not_train(tmp_path
     p = m.link_probs().detach()
     off = ~torch.eye(24, dtype=torch.bool)
     assert p[(a > 0) & off].min() > 0.9 and p[(a == 0)].max() < 0.3     # three separated cliques
-    assert not m.processors.signatures.requires_grad
+    assert not m.generator.processors.signatures.requires_grad
     opt = build_optimizer(m, load_config(None).optim)
-    assert all(q is not m.processors.signatures for g in opt.param_groups for q in g["params"])
+    assert all(q is not m.generator.processors.signatures for g in opt.param_groups for q in g["params"])
     again = modwire.create_model("nac_micro", num_processor_modules=24, frozen_graph="planted_partition",
                                  frozen_graph_params={"num_clusters": 3, "p_in": 1.0, "p_out": 0.0})
-    assert torch.equal(again.processors.signatures, m.processors.signatures)   # deterministic
+    assert torch.equal(again.generator.processors.signatures, m.generator.processors.signatures)   # deterministic
     with pytest.raises(ValueError, match="frozen_graph"):
         modwire.create_model("nac_micro", use_kernel=False, frozen_graph="scale_free")
 
@@ -104,7 +105,7 @@ def clustered_nac():
     perm = torch.randperm(24)
     from modwire.graphs.fit import fit_signatures
     with torch.no_grad():
-        m.processors.signatures.copy_(fit_signatures(target[perm][:, perm], 8))
+        m.generator.processors.signatures.copy_(fit_signatures(target[perm][:, perm], 8))
     return m
 
 
@@ -114,7 +115,7 @@ def test_block_sparse_nac_equals_the_dense_edge_eliminated_nac(clustered_nac):
     groups = prior_groups(masked, "planted_partition", num_clusters=4, p_in=1.0, p_out=0.0)
     assert torch.equal(torch.bincount(groups), torch.full((4,), 6))
     fast = block_sparse(masked, block_size=6, groups=groups)
-    layout = fast.static_propagator_bias.layout
+    layout = fast.propagator_kernel.pattern.layout
     assert layout.density <= 0.5                              # kept edges fall in few blocks
     with torch.inference_mode():
         torch.testing.assert_close(fast(x), masked(x), rtol=1e-5, atol=1e-5)

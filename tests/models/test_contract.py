@@ -1,0 +1,136 @@
+"""The contract every registered preset keeps (in the style of timm's ``test_models.py``):
+it builds; a valid input made from its config (and, for a conditional NAC, a condition made
+from its generator's tokenizer config) gives finite logits ``[B, num_classes]``; backward gives
+finite gradients to every trainable parameter (all of them are used); save_pretrained /
+from_pretrained gives identical eval outputs; two eval forwards are equal; every name fragment
+of ``no_weight_decay()`` names a parameter; the config survives JSON.
+
+The paper-sized presets (``BIG``) are checked on the ``meta`` device in the default run
+(construction, shapes, gradient flow; no arithmetic); their real CPU forward, backward and
+round trip are marked slow."""
+import copy
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import modwire
+
+BIG = {"nac_tiny_imagenet", "nac_imagenet", "perceiver_io_tiny_imagenet", "nac_conditional_nlvr2"}
+PRESETS = modwire.list_models()
+REAL = [pytest.param(name, marks=pytest.mark.slow) if name in BIG else name for name in PRESETS]
+BATCH = 2
+
+
+def make_input(tok, batch, *, device="cpu", seed=0):
+    """A valid input for a tokenizer config: images ``[B, C, S, S]`` (conv), sets ``[B, N, input_dim]``
+    (linear) or ids ``[B, N]`` < vocab_size (embedding); ``N`` within ``max_len`` when positions are learned."""
+    g = None if device == "meta" else torch.Generator().manual_seed(seed)
+    n = min(5, tok.max_len) if tok.max_len > 0 else 5
+    if tok.kind == "conv":
+        return torch.randn(batch, tok.in_channels, tok.image_size, tok.image_size, generator=g, device=device)
+    if tok.kind == "linear":
+        return torch.randn(batch, n, tok.input_dim, generator=g, device=device)
+    if tok.kind == "embedding":
+        return torch.randint(0, tok.vocab_size, (batch, n), generator=g, device=device)
+    raise AssertionError(f"no test input for tokenizer kind {tok.kind!r}")
+
+
+def make_inputs(config, batch=BATCH, *, device="cpu", seed=0):
+    """``(x, kwargs)`` for ``model(x, **kwargs)``."""
+    kwargs = {}
+    generator = getattr(config, "generator", None)
+    if generator is not None and generator.kind == "conditional":
+        kwargs["condition"] = make_input(generator.tokenizer, batch, device=device, seed=seed + 1)
+    return make_input(config.tokenizer, batch, device=device, seed=seed), kwargs
+
+
+@pytest.fixture(scope="module")
+def build():
+    """``build(name)``: a fresh copy of the preset (each built once per module, seed 0)."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            torch.manual_seed(0)
+            cache[name] = modwire.create_model(name)
+        return copy.deepcopy(cache[name])
+
+    yield get
+    cache.clear()
+
+
+def test_big_presets_are_registered():
+    assert BIG <= set(PRESETS)  # a renamed preset would otherwise silently lose its checks
+
+
+# ----------------------------------------------------------------------------- every preset, no arithmetic
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_config_json_round_trip(name):
+    cfg = modwire.get_config(name)
+    again = type(cfg).from_json(cfg.to_json())
+    assert again == cfg
+    assert json.loads(cfg.to_json())["model_type"] == cfg.model_type
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_builds_on_meta_with_output_shape_and_gradient_flow(name):
+    with torch.device("meta"):
+        model = modwire.create_model(name).train()
+        x, kwargs = make_inputs(model.config, device="meta")
+        logits = model(x, **kwargs)
+        assert logits.shape == (BATCH, model.config.num_classes)
+        logits.sum().backward()
+    assert model.num_parameters() > 0
+    no_grad = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert no_grad == []
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_no_weight_decay_names_existing_parameters(name):
+    with torch.device("meta"):
+        model = modwire.create_model(name)
+    names = [n for n, _ in model.named_parameters()]
+    unmatched = [f for f in model.no_weight_decay() if not any(f in n for n in names)]
+    assert unmatched == []
+
+
+# ----------------------------------------------------------------------------- real forward and backward (CPU)
+
+@pytest.mark.parametrize("name", REAL)
+def test_forward_gives_finite_logits_and_eval_is_deterministic(name, build):
+    model = build(name).eval()
+    x, kwargs = make_inputs(model.config)
+    with torch.no_grad():
+        logits = model(x, **kwargs)
+        again = model(x, **kwargs)
+    assert logits.shape == (BATCH, model.config.num_classes)
+    assert logits.dtype == torch.float32 and torch.isfinite(logits).all()
+    torch.testing.assert_close(again, logits, atol=0, rtol=0)   # two eval forwards are equal
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_backward_gives_finite_gradients_to_every_trainable_parameter(name, build):
+    model = build(name).train()
+    x, kwargs = make_inputs(model.config)
+    y = torch.arange(BATCH) % model.config.num_classes
+    loss = F.cross_entropy(model(x, **kwargs), y)
+    assert torch.isfinite(loss)
+    loss.backward()
+    trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable
+    assert [n for n, p in trainable.items() if p.grad is None] == []
+    assert [n for n, p in trainable.items() if not torch.isfinite(p.grad).all()] == []
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_save_load_round_trip_gives_identical_eval_outputs(name, build, tmp_path):
+    model = build(name).eval()
+    model.save_pretrained(tmp_path)
+    loaded = modwire.from_pretrained(tmp_path).eval()
+    assert type(loaded) is type(model) and loaded.config == model.config
+    x, kwargs = make_inputs(model.config)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x, **kwargs), model(x, **kwargs), atol=0, rtol=0)
