@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..nn import (PLAIN, EdgeMaskedKernel, ModulationSpec, PreNorm, ProcessorLayer, ReadIn, ReadOut,
+from ..nn import (EdgeMaskedKernel, ModulationSpec, PreNorm, ProcessorLayer, ReadIn, ReadOut,
                   SelfAttention, SignatureKernel, mlp)
 from ..nn.attention import ReadInMethod
 from ..nn.kernel import KERNEL_MODES
@@ -363,10 +363,13 @@ register_preset("nac_small", NAC, lambda: NACConfig(
     num_classes=10, tokenizer=TokenizerConfig(image_size=32, conv_channels=64, pos_dim=32), d_model=96,
     num_layers=4, num_processor_modules=64, num_output_modules=8, num_heads=4, read_out_heads=4,
     ffn_hidden=192, d_sig=16, d_code=96), "CPU-sized NAC (Table 4 shape, scaled down)")
-register_preset("nac_micro", NAC, lambda: NACConfig(
-    num_classes=5, tokenizer=TokenizerConfig(kind="linear", input_dim=8, token_dim=16), d_model=32,
-    num_layers=2, num_processor_modules=12, num_output_modules=3, num_heads=2, read_out_heads=2,
-    ffn_hidden=48, d_sig=8, d_code=24), "test-sized NAC on generic sets")
+def _micro() -> NACConfig:
+    return NACConfig(num_classes=5, tokenizer=TokenizerConfig(kind="linear", input_dim=8, token_dim=16),
+                     d_model=32, num_layers=2, num_processor_modules=12, num_output_modules=3, num_heads=2,
+                     read_out_heads=2, ffn_hidden=48, d_sig=8, d_code=24)
+
+
+register_preset("nac_micro", NAC, _micro, "test-sized NAC on generic sets")
 # Conditional NAC (§2.2, App. G). The paper's NLVR2 model reads CLIP-base tokens (512-d) with
 # the Table 4 executor; the CPU preset reads Sort-of-CLEVR questions as 3 token ids.
 register_preset("nac_conditional_nlvr2", NAC, lambda: NACConfig(
@@ -381,10 +384,6 @@ register_preset("nac_conditional_small", NAC, lambda: NACConfig(
     generator=GeneratorConfig(kind="conditional", num_heads=4,
                               tokenizer=TokenizerConfig(kind="embedding", vocab_size=16, max_len=3, token_dim=64))),
     "CPU-sized conditional NAC (Sort-of-CLEVR: question → circuit, image → executor)")
-register_preset("nac_conditional_micro", NAC, lambda: NACConfig(
-    num_classes=5, tokenizer=TokenizerConfig(kind="linear", input_dim=8, token_dim=16), d_model=32,
-    num_layers=2, num_processor_modules=12, num_output_modules=3, num_heads=2, read_out_heads=2,
-    ffn_hidden=48, d_sig=8, d_code=24,
-    generator=GeneratorConfig(kind="conditional", num_heads=2,
-                              tokenizer=TokenizerConfig(kind="embedding", vocab_size=7, max_len=4, token_dim=16))),
-    "test-sized conditional NAC")
+register_preset("nac_conditional_micro", NAC, lambda: _micro().replace(generator={
+    "kind": "conditional", "num_heads": 2, "tokenizer": {"kind": "embedding", "vocab_size": 7, "max_len": 4,
+                                                         "token_dim": 16}}), "test-sized conditional NAC")
