@@ -109,3 +109,12 @@ def test_padding_in_the_condition_is_hidden_from_the_generator():
     c = c.clamp_min(1)
     padded = torch.cat([c, torch.zeros(len(c), 1, dtype=c.dtype)], dim=1)
     torch.testing.assert_close(m.link_probs(c), m.link_probs(padded), atol=1e-6, rtol=1e-6)
+
+
+def test_a_graph_prior_on_a_conditional_nac_is_a_clear_error():
+    from modwire.training import load_config
+    from modwire.training.trainer import build_graph_regularizer
+
+    cfg = load_config(None, ["model.name=nac_conditional_micro", "graph_prior.name=scale_free"])
+    with pytest.raises(ValueError, match="per sample"):
+        build_graph_regularizer(cfg, _model())

@@ -75,6 +75,11 @@ def build_graph_regularizer(cfg: TrainConfig, model: torch.nn.Module):
     gp = cfg.graph_prior
     if gp.name is None or gp.weight == 0:
         return None
+    generator = getattr(getattr(getattr(model, "config", None), "generator", None), "kind", "unconditional")
+    if generator != "unconditional":
+        raise ValueError(f"config key 'graph_prior.name': a graph prior needs one learned graph, but model "
+                         f"{cfg.model.name!r} designs a circuit per sample (conditional generator; the paper "
+                         f"trains conditional NACs without a graph prior)")
     if getattr(model, "link_probs", lambda: None)() is None:
         raise ValueError(f"config key 'graph_prior.name': {gp.name!r} needs a model with link probabilities "
                          f"(a NAC with kernel.enabled=True); model {cfg.model.name!r} has none")
