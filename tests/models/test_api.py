@@ -114,3 +114,12 @@ def test_save_is_atomic_no_temporary_files_left(tmp_path):
     for _ in range(2):  # overwriting an existing save
         model.save_pretrained(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+
+
+def test_overrides_never_modify_the_callers_dicts():
+    tok = {"kind": "linear", "input_dim": 8}
+    gen = {"kind": "conditional", "tokenizer": {"kind": "embedding", "vocab_size": 9}}
+    cfg = modwire.get_config("nac_micro", tokenizer=tok, token_dim=12, generator=gen)
+    assert cfg.tokenizer.token_dim == 12 and cfg.generator.tokenizer.vocab_size == 9
+    assert tok == {"kind": "linear", "input_dim": 8}
+    assert gen == {"kind": "conditional", "tokenizer": {"kind": "embedding", "vocab_size": 9}}

@@ -118,3 +118,9 @@ def test_a_graph_prior_on_a_conditional_nac_is_a_clear_error():
     cfg = load_config(None, ["model.name=nac_conditional_micro", "graph_prior.name=scale_free"])
     with pytest.raises(ValueError, match="per sample"):
         build_graph_regularizer(cfg, _model())
+
+
+def test_condition_and_input_of_different_batch_sizes_is_a_clear_error():
+    x, c = _inputs()
+    with pytest.raises(ValueError, match="same samples"):
+        _model()(x, condition=c[:2])

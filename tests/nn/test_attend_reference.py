@@ -360,3 +360,24 @@ def test_non_bool_key_mask_raises_naming_key_mask(dtype):
     attend(x["q"], x["k"], x["v"], key_mask=x["key_mask"])  # a bool mask is accepted
     with pytest.raises((TypeError, ValueError), match="key_mask"):
         attend(x["q"], x["k"], x["v"], key_mask=x["key_mask"].to(dtype))
+
+
+def test_bias_that_is_neither_a_tensor_nor_a_pattern_is_a_clear_error():
+    q = torch.randn(1, 2, 3, 4)
+    with pytest.raises(TypeError, match="AttentionPattern"):
+        modwire.nn.attend(q, q, q, bias=[[0.0]])
+
+
+def test_null_slot_with_a_mask_and_bias_broadcast_over_keys():
+    """A key_mask / bias of size 1 on the key axis (broadcast) is expanded before the null
+    column is prepended: the same result as the explicitly expanded inputs."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 4, 5, generator=g, dtype=torch.float64) for _ in range(3))
+    row_mask = torch.tensor([True, False, True, True]).view(1, 1, 4, 1)   # row 1 may read no real key
+    row_bias = torch.randn(1, 1, 4, 1, generator=g, dtype=torch.float64)
+    out, w = modwire.nn.attend(q, k, v, key_mask=row_mask, bias=row_bias, null_kv=True, return_weights=True)
+    ref, w_ref = attend_literal(q, k, v, key_mask=row_mask.expand(2, 3, 4, 4), bias=row_bias.expand(2, 3, 4, 4),
+                                null_kv=True)
+    torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(w, w_ref, atol=1e-10, rtol=1e-10)
+    assert (w[:, :, 1] == 0).all()

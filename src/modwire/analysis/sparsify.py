@@ -73,9 +73,9 @@ def set_edge_mask(model: NAC, mask: Tensor | None) -> None:
     if mask is None:
         model.propagator_kernel = None
         return
-    u = model.config.num_processor_modules
     if not isinstance(model, NAC) or model.kernel is None or model.config.generator.kind != "unconditional":
         raise ValueError("edge masks need an unconditional NAC with a kernel (kernel.enabled=True)")
+    u = model.config.num_processor_modules
     if mask.dtype != torch.bool or tuple(mask.shape) != (u, u):
         raise ValueError(f"edge mask must be a bool tensor of shape ({u}, {u}), got {mask.dtype} {tuple(mask.shape)}")
     model.propagator_kernel = EdgeMaskedKernel(model.kernel, mask.to(model.kernel.log_epsilon.device))

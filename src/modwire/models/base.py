@@ -9,6 +9,7 @@ atomically (temporary file, then rename); ``from_pretrained(dir)`` never unpickl
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -118,6 +119,15 @@ class ConfigBase:
         return dataclasses.replace(self, **changes)
 
 
+def deep_merge(base: dict, extra: dict) -> dict:
+    """``base`` updated by ``extra``, nested dicts merged key by key (both left unchanged)."""
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
+            else copy.deepcopy(value)
+    return out
+
+
 def _is_config(hint: Any) -> bool:
     return isinstance(hint, type) and issubclass(hint, ConfigBase)
 
@@ -149,13 +159,11 @@ class ModelConfig(ConfigBase):
             node = out
             for part in path[:-1]:
                 node = node.setdefault(part, {})
-            leaf = node.get(path[-1])
             if isinstance(value, ConfigBase):
                 value = dataclasses.asdict(value)
-            if isinstance(leaf, dict) and isinstance(value, dict):
-                leaf.update(value)
-            else:
-                node[path[-1]] = value
+            leaf = node.get(path[-1])
+            node[path[-1]] = deep_merge(leaf, value) if isinstance(leaf, dict) and isinstance(value, dict) \
+                else copy.deepcopy(value)   # the caller's dicts are never modified
         return out
 
     def replace(self, **overrides: Any) -> "ModelConfig":

@@ -283,6 +283,9 @@ class NAC(PretrainedModel):
 
     def _run(self, x: Tensor, condition: Tensor | None, *, record: bool,
              read_in: ReadInMethod = "factorized") -> Intermediates:
+        if condition is not None and len(condition) != len(x):
+            raise ValueError(f"condition and x must hold the same samples: got {len(condition)} conditions "
+                             f"for {len(x)} inputs")
         circuit = self.generator(condition)                                 # §2.2: the circuit design
         p = circuit.processors
         tokens = self.tokenizer(x)                                          # [B, N, token_dim]

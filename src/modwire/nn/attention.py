@@ -80,7 +80,13 @@ def _check(q: Tensor, k: Tensor, v: Tensor, key_mask, topk) -> None:
 
 
 def _prepend_null(k: Tensor, v: Tensor, bias: Tensor | None, key_mask: Tensor | None):
-    """NFM "Default Computation": a zero key/value in front; its bias is 0, it is always allowed."""
+    """NFM "Default Computation": a zero key/value in front; its bias is 0, it is always allowed.
+    (A bias or mask broadcast over the keys is expanded first, so the pad adds one column.)"""
+    n = k.shape[-2]
+    if bias is not None and bias.shape[-1] != n:
+        bias = bias.expand(*bias.shape[:-1], n)
+    if key_mask is not None and key_mask.shape[-1] != n:
+        key_mask = key_mask.expand(*key_mask.shape[:-1], n)
     k = F.pad(k, (0, 0, 1, 0))
     v = F.pad(v, (0, 0, 1, 0))
     if bias is not None:
@@ -110,6 +116,9 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern |
     ``row_scale``, so ``out = weights @ v``.
     """
     if bias is not None and not isinstance(bias, Tensor):  # a precomputed sparse pattern
+        if not isinstance(bias, AttentionPattern):
+            raise TypeError(f"attend: bias must be a float tensor or an AttentionPattern (an object with an "
+                            f"attend(q, k, v, *, scale, return_weights) method), got {type(bias).__name__}")
         if key_mask is not None or row_scale is not None or topk is not None or null_kv:
             raise ValueError("attend: a precomputed attention pattern takes no other options")
         return bias.attend(q, k, v, scale=scale, return_weights=return_weights)

@@ -27,7 +27,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from ..models import create_model, get_config
-from ..models.base import PretrainedModel
+from ..models.base import PretrainedModel, deep_merge
 from ..tasks import build_dataset, compute_metrics, get_task
 from . import distributed
 from .checkpoint import load_state, save_checkpoint
@@ -45,15 +45,8 @@ def build_model_for_task(cfg: TrainConfig) -> PretrainedModel:
     normalize = get_config(cfg.model.name).normalize
     user = OmegaConf.to_container(cfg.model.overrides) if OmegaConf.is_config(cfg.model.overrides) \
         else dict(cfg.model.overrides)
-    overrides = _deep_merge(normalize({**info.model_overrides, "num_classes": info.num_classes}), normalize(user))
+    overrides = deep_merge(normalize({**info.model_overrides, "num_classes": info.num_classes}), normalize(user))
     return create_model(cfg.model.name, **overrides)
-
-
-def _deep_merge(base: dict, extra: dict) -> dict:
-    out = dict(base)
-    for key, value in extra.items():
-        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
 
 
 def to_device(x: Tensor | dict[str, Tensor], device: torch.device) -> Tensor | dict[str, Tensor]:
