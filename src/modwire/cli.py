@@ -1,6 +1,7 @@
 """The ``modwire`` command.
 
-    modwire train CONFIG.yaml [--set key=value ...] [--resume]
+    modwire train CONFIG.yaml [--set key=value ...] [--resume] [--allow-change KEYS] [--overwrite]
+    modwire train --resume RUN_DIR [--set key=value ...] [--allow-change KEYS]
     modwire eval RUN_DIR_OR_CHECKPOINT [--task NAME] [--split SPLIT]
     modwire list models|tasks
     modwire analyze RUN_DIR [--baseline RUN_DIR ...] [--out DIR] [--drop FRACTIONS] [--edges FRACTIONS] [--block-size N]
@@ -8,7 +9,9 @@
 
 Also ``python -m modwire ...`` and ``torchrun --nproc-per-node N -m modwire train ...``.
 Misuse exits with code 2 and a usage message; bad configs, names and files exit 2
-with a message naming what was expected.
+with a message naming what was expected. ``train`` exits 1 when its run directory is
+locked by another run or a checkpoint cannot be written, 130 after SIGINT and 143 after
+SIGTERM (a ``last`` checkpoint is written first; resume with ``--resume RUN_DIR``).
 """
 from __future__ import annotations
 
@@ -26,7 +29,15 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("config", nargs="?", help="YAML file (see configs/); omitted: defaults + --set")
     t.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
                    help="override config keys, e.g. --set optim.lr=1e-3 model.overrides.num_layers=4")
-    t.add_argument("--resume", action="store_true", help="continue from OUT_DIR/checkpoints/last")
+    t.add_argument("--resume", nargs="?", const=True, default=None, metavar="RUN_DIR",
+                   help="continue a run from its checkpoints/last with the run's own config.yaml: "
+                        "`--resume RUN_DIR`, or `CONFIG --resume` (CONFIG must match the run's config)")
+    t.add_argument("--allow-change", default="", metavar="KEYS",
+                   help="on resume, let these harmless keys differ from the run's config (comma-separated; "
+                        "epochs, max_steps, log_every, progress, checkpoint_every, data.num_workers, device, "
+                        "compile); recorded in RUN_DIR/resumes.jsonl")
+    t.add_argument("--overwrite", action="store_true",
+                   help="start afresh in an out_dir that holds an earlier run, discarding its checkpoints")
     e = sub.add_parser("eval", help="evaluate a saved run or checkpoint")
     e.add_argument("path", help="run directory (uses its best, else last checkpoint) or checkpoint directory")
     e.add_argument("--task", help="task name (default: the run's task)")
@@ -65,26 +76,49 @@ def _parser() -> argparse.ArgumentParser:
 
 def cmd_train(args) -> int:
     from .training import load_config, train
+    from .training.checkpoint import CheckpointWriteError
+    from .training.feedback import dumps
+    from .training.lock import RunLockedError
+    from .training.resume import run_config
 
-    cfg = load_config(args.config, args.overrides)
-    result = train(cfg, resume=args.resume)
-    print(json.dumps({k: result[k] for k in ("status", "step", "val", "best", "run_dir")}))
-    return 130 if result["status"] == "interrupted" else 0
+    resume, config = args.resume, args.config
+    if isinstance(resume, str) and Path(resume).is_file() and config is None:
+        config, resume = resume, True           # `train --resume CONFIG.yaml`: the config form
+    if isinstance(resume, str):
+        if config is not None:
+            raise ValueError(f"give either CONFIG --resume or --resume RUN_DIR, not both ({config}, {resume})")
+        cfg = run_config(resume, args.overrides)
+    else:
+        cfg = load_config(config, args.overrides)
+    allow = [k.strip() for k in args.allow_change.split(",") if k.strip()]
+    if allow and not resume:
+        raise ValueError("--allow-change only applies with --resume")
+    try:
+        result = train(cfg, resume=bool(resume), allow_change=allow, overwrite=args.overwrite)
+    except (RunLockedError, CheckpointWriteError, PermissionError) as e:
+        print(f"modwire train: error: {e}", file=sys.stderr)
+        return 1
+    print(dumps({k: result[k] for k in ("status", "step", "val", "best", "run_dir")}))
+    return result["exit_code"]
 
 
 def cmd_eval(args) -> int:
     import torch
 
     from .analysis.report import load_run
-    from .training.checkpoint import resolve_checkpoint
-    from .training.trainer import evaluate, make_loader
+    from .training import evaluate, make_loader
+    from .training.checkpoint import checkpoint_step, choose_checkpoint
+    from .training.feedback import dumps
 
+    ckpt, why = choose_checkpoint(args.path)
+    tag, step = ckpt.name.split("-", 1)[0], checkpoint_step(ckpt)
+    print(f"modwire eval: scoring checkpoint {tag!r} (step {step}) at {ckpt}: {why}", file=sys.stderr)
     cfg, model, info, dataset = load_run(args.path, args.overrides, task=args.task, split=args.split)
     device = torch.device("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")
     loader = make_loader(dataset, cfg.data.batch_size, None, info, cfg.data.num_workers, drop_last=False)
     metrics = evaluate(model.to(device), loader, info, device, cfg.precision)
-    print(json.dumps({"checkpoint": str(resolve_checkpoint(args.path)), "task": args.task or cfg.data.task,
-                      "split": args.split or cfg.data.val_split, **metrics}))
+    print(dumps({"checkpoint": str(ckpt), "tag": tag, "step": step, "task": args.task or cfg.data.task,
+                 "split": args.split or cfg.data.val_split, **metrics}))
     return 0
 
 

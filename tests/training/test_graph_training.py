@@ -25,7 +25,7 @@ def cfg(tmp_path, *extra):
 
 def graph_losses(run):
     records = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
-    return [r["graph_loss"] for r in records if "graph_loss" in r]
+    return [r["aux/graph"] for r in records if "aux/graph" in r]
 
 
 def test_training_with_a_graph_prior_logs_and_reduces_the_regularizer(tmp_path):
@@ -64,6 +64,57 @@ def test_graph_prior_needs_link_probabilities(tmp_path):
         train(cfg(tmp_path, "model.name=perceiver_io_micro", "graph_prior.name=scale_free"))
     with pytest.raises(ValueError, match="graph_prior.loss"):
         cfg(tmp_path, "graph_prior.loss=l1")
+    with pytest.raises(ValueError, match="graph_prior.name.*link probabilities"):
+        modwire.create_model("nac_micro", use_kernel=False, graph_prior="scale_free")
+    with pytest.raises(ValueError, match="graph_prior.name.*conditional generator"):
+        modwire.create_model("nac_micro", generator={"kind": "conditional", "tokenizer": {"vocab_size": 5}},
+                             graph_prior="scale_free")
+    with pytest.raises(ValueError, match="graph_prior.align.*'degree'"):
+        modwire.create_model("nac_micro", graph_prior={"name": "scale_free", "align": "sideways"})
+
+
+LEGACY = ["graph_prior.name=planted_partition", "graph_prior.weight=10", "graph_prior.loss=kl",
+          "graph_prior.params={num_clusters: 3, p_in: 0.9, p_out: 0.05}"]
+CURRENT = ["model.overrides.graph_prior={name: planted_partition, loss: kl, "
+           "params: {num_clusters: 3, p_in: 0.9, p_out: 0.05}}", "aux_loss_weights.graph=10"]
+
+
+def test_legacy_graph_prior_section_trains_exactly_like_the_model_config_form(tmp_path):
+    """configs/table1/* and configs/cpu/nac_fashion_mnist_prior.yaml use the top-level section;
+    it maps onto the NAC's graph_prior sub-config plus aux_loss_weights.graph."""
+    a = train(cfg(tmp_path / "a", "max_steps=3", *LEGACY))
+    b = train(cfg(tmp_path / "b", "max_steps=3", *CURRENT))
+    assert graph_losses(tmp_path / "a" / "run") == graph_losses(tmp_path / "b" / "run") != []
+    for k, v in a["model"].state_dict().items():
+        assert torch.equal(v, b["model"].state_dict()[k]), k
+    saved = json.loads((tmp_path / "a" / "run" / "checkpoints" / "last" / "config.json").read_text())
+    assert saved["graph_prior"]["name"] == "planted_partition" and saved["graph_prior"]["loss"] == "kl"
+    with pytest.raises(ValueError, match="not both"):
+        train(cfg(tmp_path / "c", *LEGACY, *CURRENT))
+    prior_cfg = load_config(str(ROOT / "configs" / "cpu" / "nac_fashion_mnist_prior.yaml"))
+    from modwire.training.legacy import map_legacy_graph_prior
+    mapped = map_legacy_graph_prior(prior_cfg)
+    assert mapped.aux_loss_weights == {"graph": 5e-3} and mapped.graph_prior.name is None
+    assert mapped.model.overrides["graph_prior"]["params"] == {"num_clusters": 8, "p_in": 0.9, "p_out": 0.05}
+
+
+def test_a_reported_aux_loss_needs_a_weight_and_a_weight_needs_a_loss(tmp_path):
+    with pytest.raises(ValueError, match=r"\['graph'\].*no weight: set aux_loss_weights.graph"):
+        train(cfg(tmp_path / "a", "model.overrides.graph_prior=scale_free"))
+    with pytest.raises(ValueError, match="'aux_loss_weights.balance'.*no auxiliary loss named 'balance'"):
+        train(cfg(tmp_path / "b", "aux_loss_weights.balance=0.1"))
+
+
+def test_the_model_reports_the_graph_loss_only_in_training():
+    m = modwire.create_model("nac_micro", graph_prior="erdos_renyi")
+    x = torch.randn(2, 5, 8)
+    m.train()(x)
+    (loss,) = m.auxiliary_losses().values()
+    expected = GraphRegularizer("erdos_renyi")(m.link_probs())
+    torch.testing.assert_close(loss, expected)
+    assert loss.requires_grad
+    m.eval()(x)
+    assert m.auxiliary_losses() == {}
 
 
 def test_table1_configs_cover_the_rows():

@@ -1,4 +1,6 @@
 import json
+import os
+import signal
 
 import pytest
 import torch
@@ -26,7 +28,7 @@ def test_train_logs_checkpoints_and_eval_reproduces_the_metric(tmp_path, capsys)
     assert len(vals) == 3 and vals[-1] == {"step": 12, "epoch": 3, **{f"val_{k}": v for k, v in result["val"].items()}}
     for tag in ("last", "best"):
         d = run / "checkpoints" / tag
-        assert {p.name for p in d.iterdir()} == {"config.json", "model.safetensors", "state.pt"}
+        assert {p.name for p in d.iterdir()} == {"config.json", "model.safetensors", "state.pt", "manifest.json"}
     assert (run / "config.yaml").is_file()
     # `modwire eval` on the last checkpoint reproduces the metric the run reported for it
     assert cli.main(["eval", str(run / "checkpoints" / "last")]) == 0
@@ -45,36 +47,36 @@ def _same_weights(a, b):
         assert torch.equal(x, y), n
 
 
-def test_interrupted_run_saves_and_resume_continues_exactly(tmp_path, monkeypatch):
+def stop_after(monkeypatch, step: int, signum=signal.SIGINT):
+    """Deliver ``signum`` to this process right after optimizer step ``step`` (a real signal)."""
     from modwire.training import trainer
 
+    real = trainer.optimizer_step
+
+    def step_then_signal(run, state):
+        real(run, state)
+        if state.step == step:
+            os.kill(os.getpid(), signum)
+
+    monkeypatch.setattr(trainer, "optimizer_step", step_then_signal)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_run_saves_and_resume_continues_exactly(tmp_path, monkeypatch, signum):
     full = train(cfg(tmp_path / "a", "checkpoint_every=3"))["model"]
-
-    class StopAfter5(trainer._Stop):  # as if SIGINT arrived during step 5
-        reads = 0
-
-        @property
-        def requested(self):
-            StopAfter5.reads += 1
-            return StopAfter5.reads >= 5
-
-        @requested.setter
-        def requested(self, value):
-            pass
-
-    monkeypatch.setattr(trainer, "_Stop", StopAfter5)
+    stop_after(monkeypatch, 5, signum)
     stopped = train(cfg(tmp_path / "b", "checkpoint_every=3"))
     assert stopped["status"] == "interrupted" and stopped["step"] == 5
+    assert stopped["exit_code"] == 128 + signum          # 130 (SIGINT), 143 (SIGTERM)
     monkeypatch.undo()
     state = torch.load(tmp_path / "b" / "run" / "checkpoints" / "last" / "state.pt", weights_only=True)
     assert state["step"] == 5 and state["epoch"] == 1 and state["micro"] == 1
     resumed = train(cfg(tmp_path / "b", "checkpoint_every=3"), resume=True)
     assert resumed["status"] == "finished" and resumed["step"] == 12
     _same_weights(full.state_dict(), resumed["model"].state_dict())
-    log = (tmp_path / "b" / "run" / "metrics.jsonl").read_text()
-    assert log == (tmp_path / "a" / "run" / "metrics.jsonl").read_text().replace(str(tmp_path / "a"), "") or \
-        [json.loads(l)["step"] for l in log.splitlines()] == \
-        [json.loads(l)["step"] for l in (tmp_path / "a" / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [[json.loads(l)["step"] for l in (tmp_path / d / "run" / "metrics.jsonl").read_text().splitlines()]
+             for d in ("a", "b")]
+    assert steps[0] == steps[1]
 
 
 def test_grad_accumulation_matches_a_full_batch_step(tmp_path, monkeypatch):
@@ -147,11 +149,20 @@ def test_resume_rejects_a_tampered_state_file(tmp_path):
     train(cfg(tmp_path, "epochs=1"))
     state = tmp_path / "run" / "checkpoints" / "last" / "state.pt"
     state.write_bytes(state.read_bytes()[:100])  # truncated
+    with pytest.raises(ValueError, match="state.pt is corrupted"):          # caught by the sha256 manifest
+        train(cfg(tmp_path, "epochs=2"), resume=True, allow_change=["epochs"])
+    (tmp_path / "run" / "checkpoints" / "last" / "manifest.json").unlink()   # an older checkpoint: no manifest
     with pytest.raises(ValueError, match="not a readable modwire training state"):
-        train(cfg(tmp_path, "epochs=2"), resume=True)
+        train(cfg(tmp_path, "epochs=2"), resume=True, allow_change=["epochs"])
 
 
-def test_progress_bar_shows_loss_throughput_and_metrics(tmp_path, capsys):
-    train(cfg(tmp_path, "progress=true", "epochs=2"))
+def test_progress_without_a_tty_is_plain_lines_with_loss_throughput_and_metrics(tmp_path, capsys):
+    train(cfg(tmp_path, "progress=true", "epochs=2", "log_every=2"))
     err = capsys.readouterr().err
-    assert "nac_micro on toy_sets" in err and "samples_per_s=" in err and "val_top1=" in err
+    assert "\r" not in err                                        # no progress-bar redraws in a log file
+    steps = [l for l in err.splitlines() if l.startswith("nac_micro on toy_sets: step")]
+    assert [l.split()[4] for l in steps] == ["2/8", "4/8", "6/8", "8/8"]   # every log_every steps
+    assert "samples_per_s=" in steps[0] and "val_top1=" in steps[-1]
+    assert "validation 1/4 batches" in err and "validation 4/4 batches" in err
+    for item in ("run directory:", "64 train / 64 val samples", "parameters:", "4 per epoch", "cpu", "fp32"):
+        assert item in err, item

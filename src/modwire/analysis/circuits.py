@@ -29,7 +29,7 @@ def is_conditional(model: torch.nn.Module) -> bool:
 @torch.no_grad()
 def collect_link_probs(model, dataset, info, *, max_samples: int = 1000, batch: int = 64):
     """``(P [S, U, U], labels [S], names)`` over the first ``max_samples`` samples of ``dataset``."""
-    from ..training.trainer import make_loader
+    from ..training import make_loader
 
     n = min(max_samples, len(dataset))
     loader = make_loader(torch.utils.data.Subset(dataset, range(n)), batch, None, info, 0, drop_last=False)

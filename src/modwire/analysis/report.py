@@ -61,7 +61,7 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
     from ..tasks import build_dataset, get_task
     from ..training import load_config
     from ..training.checkpoint import resolve_checkpoint
-    from ..training.trainer import apply_augmentation
+    from ..training import apply_augmentation
 
     p = Path(path)
     if not p.exists():
@@ -157,7 +157,7 @@ def _metric_keys(metrics: dict[str, float], info) -> list[str]:
 
 
 def _evaluate(run: _Run, model, batch_size: int | None = None) -> dict[str, float]:
-    from ..training.trainer import evaluate, make_loader
+    from ..training import evaluate, make_loader
 
     cfg = run.cfg
     loader = make_loader(run.dataset, batch_size or cfg.data.batch_size, None, run.info, cfg.data.num_workers,
@@ -168,18 +168,18 @@ def _evaluate(run: _Run, model, batch_size: int | None = None) -> dict[str, floa
 
 def _timing_batch(run: _Run, batch: int, device) -> torch.Tensor:
     """The first ``batch`` samples of the split (cycled if it is smaller), collated like the loader."""
-    from ..training.trainer import make_loader
+    from ..training import make_loader
 
     idx = [i % len(run.dataset) for i in range(batch)]
     loader = make_loader(torch.utils.data.Subset(run.dataset, idx), batch, None, run.info, 0, drop_last=False)
-    from ..training.trainer import to_device
+    from ..training import to_device
 
     x = next(iter(loader))[0]
     return to_device(x, device)
 
 
 def _autocast(device, precision: str):
-    from ..training.trainer import _autocast as autocast
+    from ..training import autocast
 
     return autocast(device, precision)
 
@@ -359,7 +359,7 @@ def _block_plan(run: _Run, block_size: int | None) -> tuple[torch.Tensor | None,
 
 
 def _forward(model, x, device, precision):
-    from ..training.trainer import call_model
+    from ..training import call_model
 
     with _autocast(device, precision):
         return call_model(model, x)
@@ -400,7 +400,9 @@ def _link_probs(run: _Run) -> torch.Tensor:
 def _prior_of(run: _Run) -> tuple[str | None, dict[str, Any]]:
     """The run's graph prior: ``graph_prior`` of the training config, else the model's
     ``frozen_graph`` (NAC Table 1 "sparse graph, not learnable"); (None, {}) if none."""
-    gp = getattr(run.cfg, "graph_prior", None)
+    gp = getattr(run.model.config, "graph_prior", None)      # the NAC's own (current form)
+    if not getattr(gp, "name", None):
+        gp = getattr(run.cfg, "graph_prior", None)            # legacy top-level section
     name = getattr(gp, "name", None)
     if name:
         return name, dict(getattr(gp, "params", None) or {})
@@ -421,7 +423,9 @@ def _frame(run: _Run, p: torch.Tensor):
     from ..graphs import match, prior
 
     p0 = prior(name, p.shape[0], **params).float().cpu()
-    gp = getattr(run.cfg, "graph_prior", None)
+    gp = getattr(run.model.config, "graph_prior", None)
+    if getattr(gp, "name", None) != name:
+        gp = getattr(run.cfg, "graph_prior", None)
     align = getattr(gp, "align", None) if getattr(gp, "name", None) == name else None
     sigma = match(p, p0) if align is None else match(p, p0, align=align)   # as the regularizer matched
     sigma = torch.as_tensor(sigma, dtype=torch.long).cpu()

@@ -319,6 +319,16 @@ class PretrainedModel(nn.Module):
         """Called before weights are loaded: a model whose optional parts (e.g. a NAC's
         edge-masked kernel after sparsification) are in ``state`` installs them here."""
 
+    def auxiliary_losses(self) -> dict[str, Tensor]:
+        """Named auxiliary losses of the last forward pass in training mode: scalars that carry
+        gradient, e.g. NAC's graph structure regularizer ``{"graph": L_graph(P, P0)}`` (NAC App. A,
+        Eq. 6-9) or an Associative Transformer's balance loss. The trainer adds
+        ``Σ_name weight[name] · loss`` (weights from the training config's ``aux_loss_weights``;
+        a reported loss without a weight is an error), scales it like the task loss under
+        gradient accumulation and logs each as ``aux/<name>``. A model computes them inside
+        ``forward`` and returns them here; in eval mode it returns ``{}``. Default: none."""
+        return {}
+
     def num_parameters(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
@@ -357,6 +367,9 @@ def read_pretrained(directory: str | os.PathLike) -> tuple[ModelConfig, dict[str
     except json.JSONDecodeError as e:
         raise ValueError(f"{d / CONFIG_FILE} is not valid JSON: {e}") from e
     config = config_class(data.get("model_type", "")).from_dict(data)
+    from ..manifest import verify_manifest
+
+    verify_manifest(d)   # a checkpoint's sha256 manifest, when there is one (modwire.training)
     try:
         state = load_file(str(d / WEIGHTS_FILE))
     except (SafetensorError, OSError) as e:

@@ -13,8 +13,10 @@ Read top to bottom like the paper's method section:
    kernel sample per layer and example in training) → read-out (output modules attend to the
    final states, ModFFN, confidence-weighted logits).
 
-Graph priors act on ``link_probs()`` through the trainer (``modwire.graphs``);
-``frozen_graph`` fixes the signatures to a sampled graph (Table 1). Inference-time
+A ``graph_prior`` (NAC §2.2, App. A Eq. 6-9) makes a training-mode forward compute the graph
+structure regularizer ``L_graph(P, P0)`` on the link probabilities, reported as the auxiliary
+loss ``"graph"`` (``auxiliary_losses()``; its weight is the training config's
+``aux_loss_weights.graph``). ``frozen_graph`` fixes the signatures to a sampled graph (Table 1). Inference-time
 sparsification (App. F) is installed from outside by ``modwire.analysis`` through
 ``propagator_kernel``; nothing else in this file knows about it.
 
@@ -74,6 +76,31 @@ class FrozenGraphConfig(ConfigBase):
 
 
 @dataclass
+class GraphPriorConfig(ConfigBase):
+    """The graph structure regularizer (NAC §2.2, App. A Eq. 6-9; ``modwire.graphs.GraphRegularizer``):
+    in training, the NAC reports ``L_graph(P, P0)`` of its link probabilities ``P`` (Eq. 2) against
+    prior ``name`` (Eq. 7-8) as the auxiliary loss ``"graph"``. ``name=None``: no prior."""
+
+    name: str | None = None            # erdos_renyi | scale_free | planted_partition | ring_of_cliques
+    params: dict[str, Any] = field(default_factory=dict)   # graphon parameters, e.g. {beta: 0.5}
+    loss: str = "mse"                  # mse (Eq. 6) | kl
+    reduction: str = "sum"             # sum over i≠j (Eq. 6) | mean
+    align: str = "none"                # none (the paper's Eq. 6, 9) | degree (relabelling-invariant)
+
+    def validate(self) -> None:
+        if self.name is None:
+            return
+        from ..graphs import list_priors
+        from ..graphs.regularizer import ALIGNS, LOSSES, REDUCTIONS
+
+        p = self._prefix
+        check_choice(p + "name", self.name, tuple(list_priors()))
+        check_choice(p + "loss", self.loss, LOSSES)
+        check_choice(p + "reduction", self.reduction, REDUCTIONS)
+        check_choice(p + "align", self.align, ALIGNS)
+
+
+@dataclass
 class GeneratorConfig(ConfigBase):
     """The circuit generator (NAC §2.2). ``kind="conditional"`` (App. G) reads the
     ``condition`` input through ``tokenizer`` with ``num_heads`` attention heads."""
@@ -120,6 +147,7 @@ class NACConfig(ModelConfig):
     kernel: KernelConfig = field(default_factory=KernelConfig)
     frozen_graph: FrozenGraphConfig = field(default_factory=FrozenGraphConfig)
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    graph_prior: GraphPriorConfig = field(default_factory=GraphPriorConfig)
 
     def validate(self) -> None:
         check_positive(self, "num_classes", "d_model", "num_layers", "num_processor_modules",
@@ -138,6 +166,13 @@ class NACConfig(ModelConfig):
         if self.frozen_graph.name is not None and (not self.kernel.enabled or self.generator.kind != "unconditional"):
             raise ValueError("config field 'frozen_graph.name' needs kernel.enabled=True and an unconditional "
                              "generator (a frozen graph lives in free signatures)")
+        if self.graph_prior.name is not None and conditional:
+            raise ValueError("config field 'graph_prior.name': a graph prior needs one learned graph, but this "
+                             "NAC designs a circuit per sample (conditional generator; the paper trains "
+                             "conditional NACs without a graph prior)")
+        if self.graph_prior.name is not None and not self.kernel.enabled:
+            raise ValueError("config field 'graph_prior.name': a graph prior needs link probabilities "
+                             "(kernel.enabled=True); this NAC has none")
         if self.initial_state == "code" and self.d_code != self.d_model:
             raise ValueError(f"config field 'initial_state': 'code' needs d_code == d_model, "
                              f"got d_code={self.d_code}, d_model={self.d_model}")
@@ -267,6 +302,14 @@ class NAC(PretrainedModel):
                                 c.num_classes, **spec)
         if c.frozen_graph.name is not None:
             self._freeze_graph(c.frozen_graph)
+        self.graph_regularizer = None          # App. A: L_graph, reported by auxiliary_losses()
+        if c.graph_prior.name is not None:
+            from ..graphs import GraphRegularizer
+
+            gp = c.graph_prior
+            self.graph_regularizer = GraphRegularizer(gp.name, dict(gp.params), loss=gp.loss,
+                                                      reduction=gp.reduction, align=gp.align)
+        self._aux: dict[str, Tensor] = {}
 
     def forward(self, x: Tensor, *, condition: Tensor | None = None) -> Tensor:
         return self._run(x, condition, record=False).logits
@@ -288,6 +331,10 @@ class NAC(PretrainedModel):
                              f"for {len(x)} inputs")
         circuit = self.generator(condition)                                 # §2.2: the circuit design
         p = circuit.processors
+        self._aux = {}
+        if self.training and self.graph_regularizer is not None:            # App. A, Eq. 6-9
+            P = self._kernel_for_propagators().link_probs(p.signatures, p.signatures)
+            self._aux = {"graph": self.graph_regularizer(P)}
         tokens = self.tokenizer(x)                                          # [B, N, token_dim]
         theta, w_in = self.read_in(p.states, tokens, codes=p.codes, return_weights=record, method=read_in,
                                    key_mask=padding_mask(self.tokenizer, x))            # Eq. 4-5
@@ -308,6 +355,11 @@ class NAC(PretrainedModel):
             theta, w = layer(theta, p.codes, return_weights=record, **_kernel_args(bias))
             weights.append(w)
         return theta, weights
+
+    def auxiliary_losses(self) -> dict[str, Tensor]:
+        """``{"graph": L_graph(P, P0)}`` (NAC App. A, Eq. 6-9) of the last training-mode forward
+        when the config has a ``graph_prior``; else ``{}``."""
+        return dict(self._aux)
 
     def _kernel_for_propagators(self) -> nn.Module | None:
         return self.kernel if self.propagator_kernel is None else self.propagator_kernel

@@ -1,5 +1,11 @@
-"""Training: typed config, optimizer and schedule, atomic checkpoints, the loop, torchrun support."""
+"""Training: typed config, optimizer and schedule, a TrainState with atomic, checksummed
+checkpoints, the loop, resume rules, run locks, signals, torchrun support; and the public
+runtime helpers (``autocast``, ``make_loader``, ``evaluate``, ``to_device``, ``call_model``)
+that evaluation and ``modwire.analysis`` share with the trainer."""
 from .config import TrainConfig, load_config
-from .trainer import build_model_for_task, evaluate, train
+from .runtime import autocast, call_model, evaluate, make_loader, to_device
+from .state import TrainState
+from .trainer import apply_augmentation, build_datasets, build_model_for_task, train
 
-__all__ = ["TrainConfig", "build_model_for_task", "evaluate", "load_config", "train"]
+__all__ = ["TrainConfig", "TrainState", "apply_augmentation", "autocast", "build_datasets", "build_model_for_task",
+           "call_model", "evaluate", "load_config", "make_loader", "to_device", "train"]

@@ -1,71 +1,161 @@
-"""Checkpoints: a directory per save, swapped in atomically.
+"""Checkpoints: a directory per save, swapped in atomically, checksummed.
 
 ``<run>/checkpoints/<tag>`` is a symbolic link to ``<run>/checkpoints/<tag>-<step>/``,
 which holds ``model.safetensors`` + ``config.json`` (what ``from_pretrained`` reads),
-``ema.safetensors`` when an EMA is kept, and ``state.pt`` (optimizer, scheduler,
-step, epoch, RNG states, metrics; tensors and plain containers only, read back with
-``torch.load(weights_only=True)``, so no pickled code is ever executed). The
-directory is complete before the link is replaced with ``os.replace``: a crash at any
-moment leaves the previous checkpoint intact.
+``ema.safetensors`` when an EMA is kept, ``state.pt`` (optimizer, scheduler, step,
+epoch, RNG states, metrics; tensors and plain containers only, read back with
+``torch.load(weights_only=True)``, so no pickled code is ever executed) and
+``manifest.json`` (the sha256 of every other file, verified before a load).
+
+The directory is complete before the link is replaced with ``os.replace``: a crash at
+any moment leaves the previous checkpoint intact. A write that fails (disk full,
+read-only directory) removes its temporary directory, keeps the previous checkpoint and
+raises :class:`CheckpointWriteError` naming the path and the cause.
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..models.base import WEIGHTS_FILE
+from ..manifest import MANIFEST_FILE, verify_manifest, write_manifest
+from ..models.base import CONFIG_FILE, WEIGHTS_FILE
+
+STATE_FILE, EMA_FILE = "state.pt", "ema.safetensors"
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written; the previous one is intact."""
 
 
 def save_checkpoint(run_dir: str | os.PathLike, tag: str, model, state: dict[str, Any],
                     ema_state: dict[str, torch.Tensor] | None = None) -> Path:
-    from safetensors.torch import save_file
-
+    """Write ``<run>/checkpoints/<tag>-<step>/`` and point ``<tag>`` at it (atomically)."""
     root = Path(run_dir) / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
-    target = root / f"{tag}-{state['step']:08d}"
-    tmp = root / f".{target.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    if ema_state is not None:
-        save_file({k: v.detach().contiguous().cpu() for k, v in ema_state.items()}, str(tmp / "ema.safetensors"))
-    torch.save(state, tmp / "state.pt")
     link = root / tag
     old = link.resolve() if link.is_symlink() else None
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
-    tmp_link = root / f".{tag}.link"
-    if tmp_link.is_symlink() or tmp_link.exists():
-        tmp_link.unlink()
-    tmp_link.symlink_to(target.name)
-    os.replace(tmp_link, link)                       # the atomic switch
-    if old is not None and old != target.resolve() and old.exists():
+    base = f"{tag}-{state['step']:08d}"
+    # Saving the same step again (e.g. SIGINT right after a periodic save) alternates between
+    # two names, so the directory the link points to is never touched before the switch.
+    target = root / (f"{base}.1" if old is not None and old.name == base else base)
+    tmp = root / f".{target.name}.tmp"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        _write_files(tmp, model, state, ema_state)
+        if target.exists():  # a leftover no link points to
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+        _point(root, tag, target.name)               # the atomic switch
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        kept = f"the previous checkpoint {old} is kept" if old is not None and old.exists() else \
+            "no earlier checkpoint exists"
+        raise CheckpointWriteError(e.errno, f"could not write checkpoint {target}: "
+                                   f"{e.strerror or e} ({e.filename or tmp}); {kept}") from None
+    if old is not None and old != target and old.exists() and not _linked_from_other_tag(root, old, tag):
         shutil.rmtree(old, ignore_errors=True)
     return target
 
 
+def _write_files(d: Path, model, state: dict[str, Any], ema_state: dict[str, torch.Tensor] | None) -> None:
+    from safetensors.torch import save_file
+
+    model.save_pretrained(d)
+    names = [WEIGHTS_FILE, CONFIG_FILE, STATE_FILE]
+    if ema_state is not None:
+        save_file({k: v.detach().contiguous().cpu() for k, v in ema_state.items()}, str(d / EMA_FILE))
+        names.append(EMA_FILE)
+    torch.save(state, d / STATE_FILE)
+    write_manifest(d, names)
+
+
+def _point(root: Path, tag: str, name: str) -> None:
+    tmp_link = root / f".{tag}.link"
+    if tmp_link.is_symlink() or tmp_link.exists():
+        tmp_link.unlink()
+    tmp_link.symlink_to(name)
+    os.replace(tmp_link, root / tag)
+
+
+def _linked_from_other_tag(root: Path, directory: Path, tag: str) -> bool:
+    return any(p.is_symlink() and p.name != tag and p.resolve() == directory for p in root.iterdir())
+
+
 def resolve_checkpoint(path: str | os.PathLike) -> Path:
     """A run directory (→ its best, else last checkpoint) or a checkpoint directory."""
+    return choose_checkpoint(path)[0]
+
+
+def checkpoint_step(ckpt: Path) -> int | None:
+    """The step a checkpoint directory was saved at (from its name ``<tag>-<step>``)."""
+    m = re.search(r"-(\d+)(\.1)?$", ckpt.name)
+    return int(m.group(1)) if m else None
+
+
+def choose_checkpoint(path: str | os.PathLike) -> tuple[Path, str]:
+    """``(checkpoint directory, why it was chosen)`` for a run or checkpoint directory.
+
+    A run's ``best`` is scored unless its ``last`` is newer (a run interrupted after its
+    best validation, or one whose final steps were never validated): then ``last``."""
     p = Path(path)
     if (p / WEIGHTS_FILE).is_file():
-        return p
-    for tag in ("best", "last"):
-        if (p / "checkpoints" / tag / WEIGHTS_FILE).is_file():
-            return (p / "checkpoints" / tag).resolve()
-    raise FileNotFoundError(
-        f"no checkpoint at {p}: expected a run directory with checkpoints/best/ or checkpoints/last/, "
-        f"or a checkpoint directory holding {WEIGHTS_FILE}, config.json and state.pt")
+        return p.resolve(), "the checkpoint directory given"
+    found = {tag: (p / "checkpoints" / tag).resolve() for tag in ("best", "last")
+             if (p / "checkpoints" / tag / WEIGHTS_FILE).is_file()}
+    if not found:
+        raise FileNotFoundError(
+            f"no checkpoint at {p}: expected a run directory with checkpoints/best/ or checkpoints/last/, "
+            f"or a checkpoint directory holding {WEIGHTS_FILE}, config.json and state.pt")
+    if "best" in found and "last" in found:
+        best, last = checkpoint_step(found["best"]) or 0, checkpoint_step(found["last"]) or 0
+        if last > best:
+            return found["last"], f"'last' (step {last}) is newer than 'best' (step {best})"
+        return found["best"], f"'best' (step {best}) is the run's best validation score"
+    tag = next(iter(found))
+    return found[tag], f"the run has only '{tag}'"
 
 
 def load_state(ckpt_dir: str | os.PathLike) -> dict[str, Any]:
-    """The training state of a checkpoint, loaded without unpickling code."""
-    path = Path(ckpt_dir) / "state.pt"
+    """The training state of a checkpoint, verified and loaded without unpickling code."""
+    path = Path(ckpt_dir) / STATE_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: {ckpt_dir} is not a training checkpoint")
+    verify_manifest(ckpt_dir)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated file, or a pickle with globals outside the allow-list
         raise ValueError(f"{path} is not a readable modwire training state ({type(e).__name__}: {e})") from None
+
+
+def load_weights(module: torch.nn.Module, path: str | os.PathLike) -> None:
+    """Load a safetensors file into ``module``; a mismatch is ONE line naming the keys."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        state = load_file(str(path), device=str(next(module.parameters()).device))
+    except (SafetensorError, OSError) as e:
+        raise ValueError(f"{path} is not a readable safetensors file ({e})") from None
+    own = module.state_dict()
+    missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+    shapes = [f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in sorted(set(own) & set(state))
+              if state[k].shape != own[k].shape]
+    if missing or unexpected or shapes:
+        parts = [f"{label} {_few(keys)}" for label, keys in
+                 (("missing", missing), ("unexpected", unexpected), ("shape (saved vs model)", shapes)) if keys]
+        raise ValueError(f"checkpoint {path} does not match the model: " + "; ".join(parts))
+    module.load_state_dict(state)
+
+
+def _few(keys: list[str], n: int = 4) -> str:
+    shown = ", ".join(keys[:n])
+    return f"[{shown}{f', … ({len(keys)} in all)' if len(keys) > n else ''}]"
+
+
+__all__ = ["CheckpointWriteError", "MANIFEST_FILE", "checkpoint_step", "choose_checkpoint", "load_state",
+           "load_weights", "resolve_checkpoint", "save_checkpoint"]

@@ -40,8 +40,10 @@ class OptimSection:
 
 @dataclass
 class GraphPriorSection:
-    """The graph structure regularizer (NAC §2.2, App. A Eq. 6-9) on the NAC's link
-    probabilities ``P``: ``loss += weight · L_graph(P, P0)``. ``name: null`` switches it off."""
+    """Legacy form of NAC's graph prior (NAC §2.2, App. A Eq. 6-9): ``loss += weight · L_graph(P, P0)``.
+    Mapped when a run starts (``modwire.training.legacy``) onto the current form, the NAC's
+    ``model.overrides.graph_prior`` sub-config plus ``aux_loss_weights.graph = weight``.
+    ``name: null`` switches it off."""
     name: Optional[str] = None                    # erdos_renyi | scale_free | planted_partition | ring_of_cliques
     weight: float = 1e-4                          # the paper does not state it; see configs/table1/
     params: dict[str, Any] = field(default_factory=dict)  # graphon parameters, e.g. {beta: 0.5}
@@ -55,7 +57,10 @@ class TrainConfig:
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
     optim: OptimSection = field(default_factory=OptimSection)
-    graph_prior: GraphPriorSection = field(default_factory=GraphPriorSection)
+    graph_prior: GraphPriorSection = field(default_factory=GraphPriorSection)  # legacy; see above
+    # Weight of each auxiliary loss a model reports (``model.auxiliary_losses()``, e.g. NAC's
+    # "graph"): the objective is task loss + Σ weight·loss. Every reported loss needs one.
+    aux_loss_weights: dict[str, float] = field(default_factory=dict)
     epochs: int = 1
     max_steps: int = 0                            # > 0 stops early (optimizer steps)
     grad_accum: int = 1

@@ -8,6 +8,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
+from ..seeding import torch_generator
+
 
 @dataclass
 class DistInfo:
@@ -43,7 +45,7 @@ def teardown() -> None:
 class EpochSampler(Sampler[int]):
     """Shuffles ``n`` indices by ``(seed, epoch)``, gives rank ``r`` every ``world``-th one,
     and can start part-way through an epoch (exact resume). The order depends only on
-    ``(seed, epoch)``, never on global RNG state."""
+    ``(seed, epoch)`` (``modwire.seeding.derive_seed``), never on global RNG state."""
 
     def __init__(self, n: int, seed: int, rank: int = 0, world: int = 1, shuffle: bool = True) -> None:
         self.n, self.seed, self.rank, self.world, self.shuffle = n, seed, rank, world, shuffle
@@ -54,8 +56,7 @@ class EpochSampler(Sampler[int]):
 
     def _indices(self) -> list[int]:
         if self.shuffle:
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-            order = torch.randperm(self.n, generator=g).tolist()
+            order = torch.randperm(self.n, generator=torch_generator(self.seed, self.epoch)).tolist()
         else:
             order = list(range(self.n))
         per_rank = -(-self.n // self.world)

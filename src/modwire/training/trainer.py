@@ -1,41 +1,67 @@
-"""The training loop, in plain PyTorch (nanoGPT/timm style).
+"""The training loop, in plain PyTorch, in nanoGPT's shape.
 
-``train(config)`` builds the model for the task, then runs epochs of optimizer steps
-(gradient accumulation, clipping, autocast, optional ``torch.compile`` and EMA),
-evaluates each epoch, logs to ``metrics.jsonl`` (and TensorBoard when installed) and
-writes ``last``/``best`` checkpoints atomically. ``train(config, resume=True)``
-continues exactly where the last checkpoint left off: data order is a function of
-``(seed, epoch)``, the position inside the epoch and every RNG state are saved, so a
-run killed between checkpoints and resumed ends with the same weights as one never
-interrupted. SIGINT saves a checkpoint before stopping. A ``graph_prior`` section adds
-NAC's graph structure regularizer (App. A, Eq. 6-9) on the link probabilities once per
-optimizer step.
+``train(config)`` builds the model for the task and its data (:func:`build_run`), then
+runs one iteration per optimizer step, in commented sections: evaluate / checkpoint at
+the end of each epoch → micro-steps (gradient accumulation as an inner loop; autocast,
+optional ``torch.compile``) → clip and step (EMA) → log. Everything that must survive a
+restart lives in a :class:`~modwire.training.state.TrainState` (model, optimizer,
+scheduler, scaler, EMA, counters, RNG states), saved atomically and checksummed as the
+``last`` / ``best`` checkpoints. ``metrics.jsonl`` logs every ``log_every`` steps.
+
+Auxiliary losses: the objective is the task loss plus ``Σ weight · loss`` over the losses
+the model reports (``model.auxiliary_losses()``, e.g. NAC's graph regularizer, App. A)
+with weights from ``aux_loss_weights``, each logged as ``aux/<name>``. No model-specific
+code here.
+
+Resume and faults (see the README, "Resuming and stopping runs"):
+
+- ``train(config, resume=True)`` continues exactly where the last checkpoint left off:
+  data order and mixup draws are functions of ``(seed, epoch, position)``
+  (``modwire.seeding``), the position inside the epoch and every RNG state are saved, so
+  a run killed between checkpoints and resumed ends with the same weights as one never
+  interrupted. The run's ``config.yaml`` decides; differences are refused
+  (``modwire.training.resume``).
+- The run directory is locked while a run writes it (``modwire.training.lock``).
+- SIGINT and SIGTERM (what cluster schedulers such as Slurm send before SIGKILL) finish
+  the current step or validation batch, write ``last`` and return exit code 130 / 143
+  (``modwire.training.signals``).
 """
 from __future__ import annotations
 
 import contextlib
-import json
-import signal
+import math
+import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import torch
-import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import Tensor
 from torch.utils.data import DataLoader
 
 from ..models import create_model, get_config
 from ..models.base import PretrainedModel, deep_merge
-from ..tasks import build_dataset, compute_metrics, get_task
+from ..seeding import torch_generator
+from ..tasks import build_dataset, get_task
 from . import distributed
-from .checkpoint import load_state, save_checkpoint
-from .config import TrainConfig, to_yaml
+from .config import TrainConfig
+from .feedback import Feedback, MetricsLog
+from .legacy import map_legacy_graph_prior
+from .lock import RunLock
 from .optim import build_optimizer, build_scheduler
+from .resume import (CONFIG_NAME, RESUMES_NAME, check_resume, config_changes, record_resume, run_config,
+                     write_config_once)
+from .runtime import (autocast, batch_len, call_model, check_labels, compute_loss, evaluate, make_loader,
+                      to_device)
+from .signals import StopSignals
+from .state import TrainState
 
-AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+__all__ = ["apply_augmentation", "build_datasets", "build_model_for_task", "evaluate", "make_loader", "train"]
 
+
+# ----------------------------------------------------------------------------- building a run
 
 def build_model_for_task(cfg: TrainConfig) -> PretrainedModel:
     """The preset ``cfg.model.name``, its input layers fitted to the task's inputs, then the user's
@@ -49,67 +75,11 @@ def build_model_for_task(cfg: TrainConfig) -> PretrainedModel:
     return create_model(cfg.model.name, **overrides)
 
 
-def to_device(x: Tensor | dict[str, Tensor], device: torch.device) -> Tensor | dict[str, Tensor]:
-    """A batch's inputs on ``device``: a tensor, or a dict of tensors (multimodal tasks)."""
-    return {k: v.to(device) for k, v in x.items()} if isinstance(x, dict) else x.to(device)
-
-
-def call_model(model: torch.nn.Module, x: Tensor | dict[str, Tensor]) -> Tensor:
-    """``model(x)``, or ``model(**x)`` for a multimodal batch (e.g. ``{"x": image, "condition": question}``)."""
-    return model(**x) if isinstance(x, dict) else model(x)
-
-
-def batch_len(x: Tensor | dict[str, Tensor]) -> int:
-    return len(next(iter(x.values()))) if isinstance(x, dict) else len(x)
-
-
-def build_graph_regularizer(cfg: TrainConfig, model: torch.nn.Module):
-    """The graph structure regularizer of ``cfg.graph_prior`` (NAC App. A), or None."""
-    gp = cfg.graph_prior
-    if gp.name is None or gp.weight == 0:
-        return None
-    generator = getattr(getattr(getattr(model, "config", None), "generator", None), "kind", "unconditional")
-    if generator != "unconditional":
-        raise ValueError(f"config key 'graph_prior.name': a graph prior needs one learned graph, but model "
-                         f"{cfg.model.name!r} designs a circuit per sample (conditional generator; the paper "
-                         f"trains conditional NACs without a graph prior)")
-    if getattr(model, "link_probs", lambda: None)() is None:
-        raise ValueError(f"config key 'graph_prior.name': {gp.name!r} needs a model with link probabilities "
-                         f"(a NAC with kernel.enabled=True); model {cfg.model.name!r} has none")
-    from ..graphs import GraphRegularizer
-
-    return GraphRegularizer(gp.name, dict(gp.params), loss=gp.loss, reduction=gp.reduction, align=gp.align)
-
-
-def compute_loss(info, out: torch.Tensor, y: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
-    if info.loss == "mse":
-        return F.mse_loss(out.float(), y.float().view_as(out))
-    if y.dim() == 2:  # soft targets (mixup / cutmix)
-        return torch.sum(-y * F.log_softmax(out.float(), dim=-1), dim=-1).mean()
-    return F.cross_entropy(out.float(), y, label_smoothing=label_smoothing)
-
-
-@torch.no_grad()
-def evaluate(model: torch.nn.Module, loader: DataLoader, info, device: torch.device,
-             precision: str = "fp32") -> dict[str, float]:
-    """Loss and the task's metrics over a whole split."""
-    was_training = model.training
-    model.eval()
-    outs, ys, masks = [], [], {name: [] for name in info.subsets}
-    for x, y in loader:
-        with _autocast(device, precision):
-            outs.append(call_model(model, to_device(x, device)).float().cpu())
-        ys.append(y)
-        for name, select in info.subsets.items():
-            masks[name].append(select(x))
-    model.train(was_training)
-    out, y = torch.cat(outs), torch.cat(ys)
-    metrics = {"loss": compute_loss(info, out, y).item(), **compute_metrics(info.metrics, out, y)}
-    for name, parts in masks.items():
-        m = torch.cat(parts)
-        if m.any():
-            metrics.update({f"{k}_{name}": v for k, v in compute_metrics(info.metrics, out[m], y[m]).items()})
-    return metrics
+def build_datasets(cfg: TrainConfig) -> tuple[Any, Any]:
+    """The run's training and validation datasets (``data.params`` go to the task's build)."""
+    train_set = build_dataset(cfg.data.task, cfg.data.train_split, **cfg.data.params)
+    val_set = build_dataset(cfg.data.task, cfg.data.val_split, **cfg.data.params)
+    return train_set, val_set
 
 
 def apply_augmentation(cfg: TrainConfig, model, info, train_set, val_set):
@@ -134,270 +104,298 @@ def apply_augmentation(cfg: TrainConfig, model, info, train_set, val_set):
     return train_set, val_set, mixer
 
 
-def _autocast(device: torch.device, precision: str):
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=AUTOCAST[precision])
+@dataclass
+class Run:
+    """What the loop needs besides the :class:`TrainState`, built once per process."""
+
+    cfg: TrainConfig
+    dist: distributed.DistInfo
+    dir: Path
+    info: Any                                   # the task's TaskInfo
+    train_set: Any
+    sampler: distributed.EpochSampler
+    train_loader: DataLoader
+    val_loader: DataLoader
+    mixer: Any                                  # MixupCutmix or None
+    local_batch: int                            # micro-batch per process
+    steps_per_epoch: int
+    total: int                                  # optimizer steps of the whole run
+    net: torch.nn.Module | None = None          # the model as called: DDP- and compile-wrapped
+    log: MetricsLog | None = None
+    feedback: Feedback | None = None
+    batches: Any = None                         # the current epoch's batch iterator
+    seen: int = 0                               # samples since the last log record
+    tick: float = 0.0
+    aux_checked: bool = False
+
+    @property
+    def device(self) -> torch.device:
+        return self.dist.device
+
+    @property
+    def micro_used(self) -> int:
+        """Micro-batches per epoch that fill whole steps (a ragged tail is skipped)."""
+        return self.steps_per_epoch * self.cfg.grad_accum
 
 
-def make_loader(dataset, batch: int, sampler, info, workers: int, drop_last: bool) -> DataLoader:
-    # Its own generator: a DataLoader otherwise draws a seed from the global RNG at every
-    # epoch start, which would make the model's kernel samples depend on where a run resumed.
-    return DataLoader(dataset, batch_size=batch, sampler=sampler, drop_last=drop_last, num_workers=workers,
-                      collate_fn=info.collate, generator=torch.Generator().manual_seed(0))
-
-
-class _Stop:
-    """Turns SIGINT into a flag checked after each optimizer step."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous = None
-
-    def __enter__(self):
-        try:
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        except ValueError:  # not the main thread
-            self._previous = None
-        return self
-
-    def _handle(self, *_):
-        self.requested = True
-
-    def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-
-
-def _rng_state() -> dict[str, Any]:
-    state = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
-    """Run (or resume) training; returns ``{"status", "step", "val": metrics, "best": ...}``."""
-    dist_info = distributed.setup(cfg.device)
-    device, world = dist_info.device, dist_info.world
+def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path) -> tuple[Run, TrainState]:
+    """Model, data, loaders, optimizer, schedule: a :class:`Run` and a fresh :class:`TrainState`."""
+    world = dist_info.world
     if cfg.data.batch_size % (world * cfg.grad_accum):
         raise ValueError(f"data.batch_size={cfg.data.batch_size} must be divisible by processes × grad_accum "
                          f"= {world} × {cfg.grad_accum}")
     local_batch = cfg.data.batch_size // (world * cfg.grad_accum)
-    run = Path(cfg.out_dir)
     info = get_task(cfg.data.task)
-
     torch.manual_seed(cfg.seed)
-    model = build_model_for_task(cfg).to(device)
-    train_set = build_dataset(cfg.data.task, cfg.data.train_split, **cfg.data.params)
-    val_set = build_dataset(cfg.data.task, cfg.data.val_split, **cfg.data.params)
-    train_set, val_set, mixer = apply_augmentation(cfg, model, info, train_set, val_set)
+    model = build_model_for_task(cfg).to(dist_info.device)
+    train_set, val_set, mixer = apply_augmentation(cfg, model, info, *build_datasets(cfg))
     sampler = distributed.EpochSampler(len(train_set), cfg.seed, dist_info.rank, world)
     train_loader = make_loader(train_set, local_batch, sampler, info, cfg.data.num_workers, drop_last=True)
     val_loader = make_loader(val_set, local_batch, None, info, cfg.data.num_workers, drop_last=False)
-    micro_per_epoch = len(train_loader)
-    if micro_per_epoch < cfg.grad_accum:
+    if len(train_loader) < cfg.grad_accum:
         raise ValueError(f"the {cfg.data.train_split} split ({len(train_set)} samples) is smaller than one "
                          f"global batch ({cfg.data.batch_size})")
-    steps_per_epoch = micro_per_epoch // cfg.grad_accum
+    steps_per_epoch = len(train_loader) // cfg.grad_accum
     total = cfg.epochs * steps_per_epoch if cfg.max_steps <= 0 else min(cfg.max_steps, cfg.epochs * steps_per_epoch)
-
-    regularizer = build_graph_regularizer(cfg, model)
+    run = Run(cfg, dist_info, run_dir, info, train_set, sampler, train_loader, val_loader, mixer, local_batch,
+              steps_per_epoch, total)
     optimizer = build_optimizer(model, cfg.optim)
-    scheduler = build_scheduler(optimizer, total, cfg.optim)
     ema = None
     if cfg.ema_decay > 0:
         from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
         ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay))
-    state: dict[str, Any] = {"step": 0, "epoch": 0, "micro": 0, "best": None, "val": {}}
-    if resume:
-        state = _restore(run, model, optimizer, scheduler, ema)
-    scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
-    net = model
-    if world > 1:
-        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    if cfg.compile:
-        net = torch.compile(net)
+    scaler = torch.amp.GradScaler(dist_info.device.type, enabled=cfg.precision == "fp16")
+    return run, TrainState(model, optimizer, build_scheduler(optimizer, total, cfg.optim), scaler, ema)
 
-    logger = _Logger(run, dist_info.main, resume_step=state["step"] if resume else None)
-    if dist_info.main:
-        run.mkdir(parents=True, exist_ok=True)
-        (run / "config.yaml").write_text(to_yaml(cfg))
-    bar = _progress(cfg, dist_info, total, state["step"])
-    status, seen, tick = "finished", 0, time.perf_counter()
-    model.train()
-    micro_used = steps_per_epoch * cfg.grad_accum  # a ragged tail that cannot fill a step is skipped
-    with _Stop() as stop:
-        while status == "finished" and state["step"] < total:
-            sampler.set_epoch(state["epoch"], start=state["micro"] * local_batch)
-            if hasattr(train_set, "set_epoch"):
-                train_set.set_epoch(state["epoch"])
-            for x, y in train_loader:
-                if mixer is not None:  # a draw that depends only on (seed, rank, epoch, position)
-                    g = torch.Generator().manual_seed(
-                        hash((cfg.seed, dist_info.rank, state["epoch"], state["micro"])) % 2**62)
-                    x, y = mixer(x, y, g)
-                x, y = to_device(x, device), y.to(device)
-                last_micro = (state["micro"] + 1) % cfg.grad_accum == 0
-                sync = contextlib.nullcontext() if last_micro or world == 1 else net.no_sync()
-                with sync:
-                    with _autocast(device, cfg.precision):
-                        out = call_model(net, x)
-                    loss = compute_loss(info, out, y, cfg.optim.label_smoothing)
-                    objective = loss / cfg.grad_accum
-                    if regularizer is not None and last_micro:  # once per optimizer step (App. A.1)
-                        graph_loss = regularizer(model.link_probs())
-                        objective = objective + cfg.graph_prior.weight * graph_loss
-                    scaler.scale(objective).backward()
-                state["micro"] += 1
-                seen += batch_len(x) * world
-                if not last_micro:
+
+# ----------------------------------------------------------------------------- the loop
+
+def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str] = (),
+          overwrite: bool = False) -> dict[str, Any]:
+    """Run (or resume) training in ``cfg.out_dir``.
+
+    ``resume``: continue from ``checkpoints/last``; ``cfg`` must equal the run's config
+    except for the harmless keys named in ``allow_change`` (``modwire.training.resume``).
+    ``overwrite``: discard an earlier run in ``out_dir`` (otherwise refused).
+    Returns ``{"status": "finished" | "interrupted", "step", "val", "best", "model",
+    "run_dir", "exit_code"}`` (exit code 0, or 130 / 143 after SIGINT / SIGTERM)."""
+    cfg = map_legacy_graph_prior(cfg)
+    dist_info = distributed.setup(cfg.device)
+    run_dir = Path(cfg.out_dir)
+    with (RunLock(run_dir) if dist_info.main else contextlib.nullcontext()), StopSignals() as stop:
+        changes = prepare_directory(cfg, run_dir, resume=resume, allow=allow_change, overwrite=overwrite) \
+            if dist_info.main else {}
+        run, state = build_run(cfg, dist_info, run_dir)
+        if resume:
+            state.load(run_dir / "checkpoints" / "last")
+        if dist_info.main:
+            write_config_once(run_dir, cfg)        # never replaced (resume.py)
+            if resume:
+                record_resume(run_dir, state.step, changes)
+        start(run, state, resumed=resume)
+        try:
+            while not stop.requested:
+                # ---- evaluate and checkpoint when an epoch (or the run) has ended
+                if state.val_pending:
+                    validate_and_save(run, state, stop)
                     continue
-                if cfg.optim.grad_clip > 0:
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
-                scaler.step(optimizer)
-                scaler.update()
-                optimizer.zero_grad(set_to_none=True)
-                scheduler.step()
-                if ema is not None:
-                    ema.update_parameters(model)
-                state["step"] += 1
-                rate = seen / max(time.perf_counter() - tick, 1e-9)
-                if state["step"] % cfg.log_every == 0 or state["step"] == total:
-                    shown = loss.detach().clone()
-                    if world > 1:  # log the global batch's loss, not rank 0's share
-                        torch.distributed.all_reduce(shown)  # gloo has no AVG: sum, then divide
-                        shown /= world
-                    record = {"step": state["step"], "epoch": state["epoch"], "loss": shown.item(),
-                              "lr": scheduler.get_last_lr()[0], "samples_per_s": rate}
-                    if regularizer is not None:
-                        record["graph_loss"] = graph_loss.item()
-                    logger.log(record)
-                    seen, tick = 0, time.perf_counter()
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{loss.item():.4f}", lr=f"{scheduler.get_last_lr()[0]:.2e}",
-                                    samples_per_s=f"{rate:.0f}", **{f"val_{k}": f"{v:.3f}" for k, v in state["val"].items()})
-                if stop.requested:
-                    status = "interrupted"
+                if state.step >= run.total:
                     break
-                if state["micro"] == micro_used or state["step"] >= total:
-                    break
-                if cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0:
-                    _save(run, "last", model, optimizer, scheduler, ema, state, dist_info)
-            if status != "finished":
-                break
-            if state["micro"] == micro_used:
-                state["epoch"], state["micro"] = state["epoch"] + 1, 0
-            state["val"] = _validate(ema.module if ema is not None else model, val_loader, info, device,
-                                     cfg, dist_info, logger, state)
-            is_best = _is_best(state, info)
-            _save(run, "last", model, optimizer, scheduler, ema, state, dist_info)
-            if is_best:
-                _save(run, "best", model, optimizer, scheduler, ema, state, dist_info)
-    if status == "interrupted":
-        _save(run, "last", model, optimizer, scheduler, ema, state, dist_info)
-    if bar is not None:
-        bar.close()
-    logger.close()
+                # ---- learning rate: LambdaLR (warm-up, cosine), stepped after each optimizer step
+                # ---- micro-steps: forward and backward over grad_accum micro-batches
+                losses = accumulate(run, state)
+                # ---- clip the gradient, step the optimizer, the schedule and the EMA
+                optimizer_step(run, state)
+                # ---- log; checkpoint every checkpoint_every steps
+                log_step(run, state, losses)
+                if run.cfg.checkpoint_every and state.step % run.cfg.checkpoint_every == 0 \
+                        and not (state.val_pending or stop.requested):
+                    save(run, state, "last")
+            if stop.requested:  # SIGINT / SIGTERM: keep everything up to the last finished step
+                save(run, state, "last")
+        finally:
+            finish(run)
+    return {"status": "interrupted" if stop.requested else "finished", "step": state.step, "val": state.val,
+            "best": state.best, "model": state.model, "run_dir": str(run_dir), "exit_code": stop.exit_code}
+
+
+def prepare_directory(cfg: TrainConfig, run_dir: Path, *, resume: bool, allow: Iterable[str],
+                      overwrite: bool) -> dict[str, tuple]:
+    """Check that ``run_dir`` may be (re)used; returns the allowed config changes of a resume.
+    Called with the run directory locked."""
+    last = run_dir / "checkpoints" / "last"
+    if resume:
+        if not (last / "state.pt").is_file():
+            raise FileNotFoundError(f"--resume: no checkpoint at {last} (expected {last}/state.pt)")
+        return check_resume(run_dir, cfg, allow) if (run_dir / CONFIG_NAME).is_file() else {}
+    if overwrite:
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        for name in (CONFIG_NAME, RESUMES_NAME, "metrics.jsonl"):
+            (run_dir / name).unlink(missing_ok=True)
+    elif last.is_symlink():
+        raise ValueError(f"out_dir {run_dir} already holds a run (checkpoint {last.resolve().name}): continue it "
+                         f"with `modwire train --resume {run_dir}`, choose another out_dir, or pass --overwrite "
+                         f"to discard it")
+    elif (run_dir / CONFIG_NAME).is_file():
+        differ = config_changes(map_legacy_graph_prior(run_config(run_dir)), cfg)
+        if differ:
+            raise ValueError(f"out_dir {run_dir} holds another run's {CONFIG_NAME} (differing keys: "
+                             f"{', '.join(differ)}): choose another out_dir, or pass --overwrite to discard it")
+    return {}
+
+
+def start(run: Run, state: TrainState, *, resumed: bool) -> None:
+    """Wrap the model (DDP, compile), open the logs and print the run's summary."""
+    cfg, main = run.cfg, run.dist.main
+    run.net = state.model
+    if run.dist.world > 1:
+        run.net = torch.nn.parallel.DistributedDataParallel(
+            state.model, device_ids=[run.device.index] if run.device.type == "cuda" else None)
+    if cfg.compile:
+        run.net = torch.compile(run.net)
+    run.log = MetricsLog(run.dir, main, resume_step=state.step if resumed else None)
+    run.feedback = Feedback(title=f"{cfg.model.name} on {cfg.data.task}", total=run.total, start=state.step,
+                            enabled=cfg.progress, main=main)
+    run.feedback.summary({
+        "run directory": f"{run.dir} ({f'resumed at step {state.step}' if resumed else 'new run'})",
+        "data": f"{len(run.train_set)} {cfg.data.train_split} / {len(run.val_loader.dataset)} "
+                f"{cfg.data.val_split} samples",
+        "parameters": f"{state.model.num_parameters():,} ({state.model.num_parameters(True):,} trainable)",
+        "steps": f"{run.steps_per_epoch} per epoch, {run.total} in all (batch {cfg.data.batch_size} = "
+                 f"{run.dist.world} × {cfg.grad_accum} × {run.local_batch})",
+        "device": f"{run.device} × {run.dist.world}, precision {cfg.precision}"})
+    state.model.train()
+    run.tick = time.perf_counter()
+
+
+def finish(run: Run) -> None:
+    if run.feedback is not None:
+        run.feedback.close()
+    if run.log is not None:
+        run.log.close()
     distributed.teardown()
-    return {"status": status, "step": state["step"], "val": state["val"], "best": state["best"],
-            "model": model, "run_dir": str(run)}
 
 
-def _validate(model, loader, info, device, cfg, dist_info, logger, state) -> dict[str, float]:
-    metrics = evaluate(model, loader, info, device, cfg.precision) if dist_info.main else {}
-    if dist_info.world > 1:
+def next_batch(run: Run, state: TrainState) -> tuple[Any, Tensor]:
+    """The next micro-batch on the device: labels checked, mixup applied. An epoch's iterator
+    starts at ``state.micro`` (exact resume part-way through an epoch)."""
+    if run.batches is None:
+        run.sampler.set_epoch(state.epoch, start=state.micro * run.local_batch)
+        if hasattr(run.train_set, "set_epoch"):
+            run.train_set.set_epoch(state.epoch)
+        run.batches = iter(run.train_loader)
+    x, y = next(run.batches)
+    check_labels(y, run.info, state.model.num_classes)
+    if run.mixer is not None:  # a draw that depends only on (seed, rank, epoch, position)
+        x, y = run.mixer(x, y, torch_generator(run.cfg.seed, run.dist.rank, state.epoch, state.micro))
+    return to_device(x, run.device), y.to(run.device)
+
+
+def accumulate(run: Run, state: TrainState) -> dict[str, Tensor]:
+    """``grad_accum`` micro-steps of forward and backward. Returns the step's losses (the task's
+    as ``loss``, each auxiliary one unweighted as ``aux/<name>``), averaged over micro-batches."""
+    cfg, n = run.cfg, run.cfg.grad_accum
+    shown: dict[str, Tensor] = {}
+    for i in range(n):
+        x, y = next_batch(run, state)
+        sync = run.net.no_sync() if i < n - 1 and run.dist.world > 1 else contextlib.nullcontext()
+        with sync:
+            with autocast(run.device, cfg.precision):
+                out = call_model(run.net, x)
+            loss = compute_loss(run.info, out, y, cfg.optim.label_smoothing)
+            aux = auxiliary_losses(run, state.model)
+            objective = loss / n                                   # each micro-batch's share of the step
+            if aux:
+                objective = objective + sum(cfg.aux_loss_weights[k] * v for k, v in aux.items()) / n
+            state.scaler.scale(objective).backward()
+        state.micro += 1
+        run.seen += batch_len(x) * run.dist.world
+        for k, v in {"loss": loss, **{f"aux/{k}": v for k, v in aux.items()}}.items():
+            shown[k] = shown.get(k, 0) + v.detach().float() / n
+    return shown
+
+
+def auxiliary_losses(run: Run, model: torch.nn.Module) -> dict[str, Tensor]:
+    """The auxiliary losses the model reported for this forward pass, each with a configured
+    weight (``aux_loss_weights``): none is added or dropped silently."""
+    aux = model.auxiliary_losses() if hasattr(model, "auxiliary_losses") else {}
+    weights = run.cfg.aux_loss_weights
+    missing = sorted(set(aux) - set(weights))
+    if missing:
+        raise ValueError(f"model {run.cfg.model.name!r} reports the auxiliary loss(es) {missing} but the training "
+                         f"config gives no weight: set aux_loss_weights.{missing[0]} (e.g. --set "
+                         f"aux_loss_weights.{missing[0]}=0.01; 0 logs it without training on it)")
+    if not run.aux_checked:
+        unused = sorted(set(weights) - set(aux))
+        if unused:
+            raise ValueError(f"config key 'aux_loss_weights.{unused[0]}': model {run.cfg.model.name!r} reports no "
+                             f"auxiliary loss named {unused[0]!r} (it reports {sorted(aux) or 'none'})")
+        run.aux_checked = True
+    return aux
+
+
+def optimizer_step(run: Run, state: TrainState) -> None:
+    """Clip, step (through the fp16 scaler), schedule, EMA; then advance the counters."""
+    if run.cfg.optim.grad_clip > 0:
+        state.scaler.unscale_(state.optimizer)
+        torch.nn.utils.clip_grad_norm_(state.model.parameters(), run.cfg.optim.grad_clip)
+    state.scaler.step(state.optimizer)
+    state.scaler.update()
+    state.optimizer.zero_grad(set_to_none=True)
+    state.scheduler.step()
+    if state.ema is not None:
+        state.ema.update_parameters(state.model)
+    state.step += 1
+    if state.micro == run.micro_used:               # the epoch is over (a ragged tail is skipped)
+        state.epoch, state.micro, run.batches = state.epoch + 1, 0, None
+        state.val_pending = True
+    state.val_pending |= state.step >= run.total
+
+
+def log_step(run: Run, state: TrainState, losses: dict[str, Tensor]) -> None:
+    """A ``metrics.jsonl`` record every ``log_every`` steps (the global batch's losses), progress."""
+    rate = run.seen / max(time.perf_counter() - run.tick, 1e-9)
+    record = None
+    if state.step % run.cfg.log_every == 0 or state.step == run.total:
+        values = torch.stack(list(losses.values()))
+        if run.dist.world > 1:  # the global batch's losses, not rank 0's share (gloo has no AVG)
+            torch.distributed.all_reduce(values)
+            values /= run.dist.world
+        record = {"step": state.step, "epoch": state.epoch, **dict(zip(losses, values.tolist())),
+                  "lr": state.scheduler.get_last_lr()[0], "samples_per_s": rate}
+        run.log.log(record)
+        run.seen, run.tick = 0, time.perf_counter()
+    run.feedback.step(record, state.val)
+
+
+def validate_and_save(run: Run, state: TrainState, stop: StopSignals) -> None:
+    """Validate (rank 0), log, write ``last`` and, when the metric improved, ``best``. An
+    interrupt between validation batches leaves the validation pending (redone on resume)."""
+    metrics = evaluate(state.eval_model, run.val_loader, run.info, run.device, run.cfg.precision,
+                       stop=stop, progress=run.feedback.validation) if run.dist.main else {}
+    if run.dist.world > 1:
         torch.distributed.barrier()
-    logger.log({"step": state["step"], "epoch": state["epoch"], **{f"val_{k}": v for k, v in metrics.items()}})
-    return metrics
+    if metrics is None:
+        return
+    state.val, state.val_pending = metrics, False
+    run.log.log({"step": state.step, "epoch": state.epoch, **{f"val_{k}": v for k, v in metrics.items()}})
+    improved = _improves_best(state, run.info)
+    save(run, state, "last")
+    if improved:
+        save(run, state, "best")
 
 
-def _is_best(state: dict[str, Any], info) -> bool:
-    if not state["val"]:
-        return False
+def _improves_best(state: TrainState, info) -> bool:
     key = info.metrics[0]
-    value = state["val"][key]
-    if state["best"] is None or value > state["best"][key]:
-        state["best"] = {key: value, "step": state["step"]}
+    value = (state.val or {}).get(key)
+    if value is None or not math.isfinite(value):
+        return False
+    if state.best is None or value > state.best[key]:
+        state.best = {key: value, "step": state.step}
         return True
     return False
 
 
-def _save(run, tag, model, optimizer, scheduler, ema, state, dist_info) -> None:
-    if not dist_info.main:
-        return
-    full = {**state, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "rng": _rng_state()}
-    if ema is not None:
-        full["ema_n_averaged"] = ema.n_averaged
-    save_checkpoint(run, tag, model, full, ema.module.state_dict() if ema is not None else None)
-
-
-def _restore(run: Path, model, optimizer, scheduler, ema) -> dict[str, Any]:
-    from safetensors.torch import load_file
-
-    ckpt = run / "checkpoints" / "last"
-    if not (ckpt / "state.pt").is_file():
-        raise FileNotFoundError(f"--resume: no checkpoint at {ckpt} (expected {ckpt}/state.pt)")
-    full = load_state(ckpt)
-    model.load_state_dict(load_file(str(ckpt / "model.safetensors"), device=str(next(model.parameters()).device)))
-    optimizer.load_state_dict(full.pop("optimizer"))
-    scheduler.load_state_dict(full.pop("scheduler"))
-    if ema is not None:
-        ema.module.load_state_dict(load_file(str(ckpt / "ema.safetensors")))
-        ema.n_averaged.copy_(full.pop("ema_n_averaged"))
-    _set_rng_state(full.pop("rng"))
-    return full
-
-
-def _progress(cfg, dist_info, total, start):
-    if not (cfg.progress and dist_info.main):
-        return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, initial=start, desc=f"{cfg.model.name} on {cfg.data.task}", unit="step")
-
-
-class _Logger:
-    """metrics.jsonl (always) and TensorBoard (when installed), rank 0 only. On resume,
-    records after the resumed step are dropped so the log matches an uninterrupted run."""
-
-    def __init__(self, run: Path, main: bool, resume_step: int | None) -> None:
-        self.path, self.main, self.tb = run / "metrics.jsonl", main, None
-        if not main:
-            return
-        run.mkdir(parents=True, exist_ok=True)
-        if resume_step is not None and self.path.exists():
-            keep = [l for l in self.path.read_text().splitlines() if json.loads(l).get("step", 0) <= resume_step]
-            self.path.write_text("".join(l + "\n" for l in keep))
-        elif resume_step is None:
-            self.path.write_text("")
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-            self.tb = SummaryWriter(str(run / "tensorboard"))
-        except ImportError:
-            self.tb = None
-
-    def log(self, record: dict[str, Any]) -> None:
-        if not self.main:
-            return
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-        if self.tb is not None:
-            for k, v in record.items():
-                if k not in ("step", "epoch") and isinstance(v, (int, float)):
-                    self.tb.add_scalar(k, v, record["step"])
-
-    def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
+def save(run: Run, state: TrainState, tag: str) -> None:
+    if run.dist.main:
+        state.save(run.dir, tag)

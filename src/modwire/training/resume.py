@@ -1,0 +1,111 @@
+"""Resume trusts the run, not the command line.
+
+A run directory's ``config.yaml`` is written once, when the run starts, and never
+rewritten. ``modwire train --resume RUN_DIR`` continues with that config; the config form
+(``modwire train CFG --resume``) must agree with it. Any difference is listed key by key
+(``old → new``) and refused, unless every differing key is harmless (it changes neither the
+model, the data nor the optimizer: :data:`HARMLESS`) and named in ``--allow-change``. Allowed
+changes are appended to ``RUN_DIR/resumes.jsonl`` (one record per resume: step, time,
+changes), and the run's effective config is ``config.yaml`` with those changes applied in
+order.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from .config import TrainConfig, load_config, to_yaml
+
+CONFIG_NAME, RESUMES_NAME = "config.yaml", "resumes.jsonl"
+HARMLESS = ("epochs", "max_steps", "log_every", "progress", "checkpoint_every", "data.num_workers", "device",
+            "compile")
+IGNORED = ("out_dir",)     # the run directory is the run's identity; it may have been moved
+
+
+def flat_config(cfg: TrainConfig) -> dict[str, Any]:
+    """``{"optim.lr": 3e-4, "model.overrides.tokenizer.max_len": 64, ...}``: every leaf by its key path."""
+    from omegaconf import OmegaConf
+
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, dict) and node:
+            for k, v in node.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            out[prefix] = node
+
+    walk("", OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True))
+    return out
+
+
+def config_changes(old: TrainConfig, new: TrainConfig) -> dict[str, tuple[Any, Any]]:
+    a, b = flat_config(old), flat_config(new)
+    missing = object()
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b))
+            if k not in IGNORED and a.get(k, missing) != b.get(k, missing)}
+
+
+def recorded_changes(run_dir: str | os.PathLike) -> list[str]:
+    """The allowed changes of earlier resumes, as ``key=value`` overrides in order."""
+    path = Path(run_dir) / RESUMES_NAME
+    if not path.is_file():
+        return []
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            out += [f"{k}={json.dumps(new)}" for k, (_, new) in json.loads(line)["changes"].items()]
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{path}, line {n}: not a resume record ({type(e).__name__}: {e})") from None
+    return out
+
+
+def run_config(run_dir: str | os.PathLike, overrides: Iterable[str] = ()) -> TrainConfig:
+    """The run's effective config (``config.yaml`` + recorded changes), then ``overrides``."""
+    run = Path(run_dir)
+    path = run / CONFIG_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"--resume {run}: no {path} (expected a run directory written by modwire train)")
+    return load_config(str(path), [*recorded_changes(run), *overrides, f"out_dir={json.dumps(str(run))}"])
+
+
+def check_resume(run_dir: str | os.PathLike, cfg: TrainConfig, allow: Iterable[str] = ()) -> dict[str, tuple]:
+    """The allowed differences between the run's config and ``cfg``; anything else is refused."""
+    from .legacy import map_legacy_graph_prior
+
+    allow = set(allow)
+    not_harmless = sorted(allow - set(HARMLESS))
+    if not_harmless:
+        raise ValueError(f"--allow-change {','.join(not_harmless)}: only keys that change neither the model, "
+                         f"the data nor the optimizer may change on resume: {', '.join(HARMLESS)}")
+    changes = config_changes(map_legacy_graph_prior(run_config(run_dir)), cfg)
+    refused = {k: v for k, v in changes.items() if k not in allow}
+    if refused:
+        listed = "; ".join(f"{k}: {old!r} → {new!r}" for k, (old, new) in refused.items())
+        hard = [k for k in refused if k not in HARMLESS]
+        soft = [k for k in refused if k in HARMLESS]
+        why = (f"{', '.join(hard)} would change the model, data or optimizer of a run already under way: "
+               f"start a new run (another out_dir) instead" if hard else "")
+        hint = f"allow {', '.join(soft)} with --allow-change {','.join(soft)}" if soft else ""
+        raise ValueError(f"--resume {run_dir}: the config differs from the run's {CONFIG_NAME}: {listed}. "
+                         + ". ".join(s for s in (why, hint) if s))
+    return changes
+
+
+def record_resume(run_dir: str | os.PathLike, step: int, changes: dict[str, tuple]) -> None:
+    record = {"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "changes": {k: [old, new] for k, (old, new) in changes.items()}}
+    with (Path(run_dir) / RESUMES_NAME).open("a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def write_config_once(run_dir: str | os.PathLike, cfg: TrainConfig) -> None:
+    """Write ``config.yaml`` if the run has none; it is never replaced."""
+    path = Path(run_dir) / CONFIG_NAME
+    if not path.exists():
+        tmp = path.with_name(f".{CONFIG_NAME}.tmp")
+        tmp.write_text(to_yaml(cfg))
+        os.replace(tmp, path)

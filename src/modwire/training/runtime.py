@@ -1,0 +1,103 @@
+"""What training, evaluation and analysis share: putting a batch on a device, calling a
+model on it, mixed precision, loaders, the task loss, label checks and ``evaluate``.
+Public, so ``modwire.analysis`` and the CLI import nothing private from the trainer."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils.data import DataLoader
+
+from ..tasks import compute_metrics
+
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+Batch = Tensor | dict[str, Tensor]
+
+
+def to_device(x: Batch, device: torch.device) -> Batch:
+    """A batch's inputs on ``device``: a tensor, or a dict of tensors (multimodal tasks)."""
+    return {k: v.to(device) for k, v in x.items()} if isinstance(x, dict) else x.to(device)
+
+
+def call_model(model: torch.nn.Module, x: Batch) -> Tensor:
+    """``model(x)``, or ``model(**x)`` for a multimodal batch (e.g. ``{"x": image, "condition": question}``)."""
+    return model(**x) if isinstance(x, dict) else model(x)
+
+
+def batch_len(x: Batch) -> int:
+    return len(next(iter(x.values()))) if isinstance(x, dict) else len(x)
+
+
+def autocast(device: torch.device, precision: str):
+    """``torch.autocast`` for ``bf16`` / ``fp16``; a no-op context for ``fp32``."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=AUTOCAST[precision])
+
+
+def make_loader(dataset, batch: int, sampler, info, workers: int, drop_last: bool) -> DataLoader:
+    """A DataLoader with the task's collation and its own generator: a DataLoader otherwise
+    draws a seed from the global RNG at every epoch start, which would make the model's
+    kernel samples depend on where a run resumed."""
+    return DataLoader(dataset, batch_size=batch, sampler=sampler, drop_last=drop_last, num_workers=workers,
+                      collate_fn=info.collate, generator=torch.Generator().manual_seed(0))
+
+
+def compute_loss(info, out: Tensor, y: Tensor, label_smoothing: float = 0.0) -> Tensor:
+    """The task loss: MSE for regression, cross-entropy against labels ``[B]`` or soft targets
+    ``[B, C]`` (mixup / cutmix)."""
+    if info.loss == "mse":
+        return F.mse_loss(out.float(), y.float().view_as(out))
+    if y.dim() == 2:
+        return torch.sum(-y * F.log_softmax(out.float(), dim=-1), dim=-1).mean()
+    return F.cross_entropy(out.float(), y, label_smoothing=label_smoothing)
+
+
+def check_labels(y: Tensor, info, num_classes: int) -> None:
+    """Class labels must lie in ``[0, num_classes)``: cross-entropy on the CPU would fail with
+    an opaque IndexError and on a GPU with a device-side assert. Cheap: run on the CPU batch."""
+    if info.loss != "cross_entropy" or y.dtype.is_floating_point or y.numel() == 0:
+        return
+    lo, hi = int(y.min()), int(y.max())
+    if lo < 0 or hi >= num_classes:
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"task {info.name!r} gave label {bad}, but the model has {num_classes} classes "
+                         f"(labels must lie in [0, {num_classes})); check the task's data or "
+                         f"model.overrides.num_classes")
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, loader: DataLoader, info, device: torch.device, precision: str = "fp32",
+             *, stop: Callable[[], bool] | None = None,
+             progress: Callable[[int, int], None] | None = None) -> dict[str, float] | None:
+    """Loss and the task's metrics over a whole split.
+
+    ``stop()`` is asked between batches: when it says True the pass is abandoned and None
+    returned (an interrupt during validation is honoured within a batch). ``progress(done,
+    total)`` is called after each batch."""
+    was_training = model.training
+    model.eval()
+    outs, ys, masks = [], [], {name: [] for name in info.subsets}
+    try:
+        for i, (x, y) in enumerate(loader):
+            if stop is not None and stop():
+                return None
+            with autocast(device, precision):
+                outs.append(call_model(model, to_device(x, device)).float().cpu())
+            ys.append(y)
+            for name, select in info.subsets.items():
+                masks[name].append(select(x))
+            if progress is not None:
+                progress(i + 1, len(loader))
+    finally:
+        model.train(was_training)
+    out, y = torch.cat(outs), torch.cat(ys)
+    metrics: dict[str, Any] = {"loss": compute_loss(info, out, y).item(), **compute_metrics(info.metrics, out, y)}
+    for name, parts in masks.items():
+        m = torch.cat(parts)
+        if m.any():
+            metrics.update({f"{k}_{name}": v for k, v in compute_metrics(info.metrics, out[m], y[m]).items()})
+    return metrics

@@ -1,0 +1,85 @@
+"""Everything a run needs to continue exactly: :class:`TrainState`.
+
+The counters locate the run: ``step`` (optimizer steps taken), ``epoch`` (epochs
+completed), ``micro`` (micro-batches consumed inside the current epoch). ``val`` holds the
+last validation metrics, ``best`` the best one (``{metric: value, "step": n}``) and
+``val_pending`` says that an epoch ended (or training did) but its validation has not
+finished yet (a run stopped during validation redoes it first on resume). ``save`` also
+records every RNG state, so a resumed run draws what an uninterrupted one would.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .checkpoint import EMA_FILE, load_state, load_weights, save_checkpoint
+from ..models.base import WEIGHTS_FILE
+
+COUNTERS = ("step", "epoch", "micro", "best", "val", "val_pending")
+
+
+@dataclass
+class TrainState:
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any                                  # torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+    ema: Any = None                                 # torch.optim.swa_utils.AveragedModel or None
+    step: int = 0
+    epoch: int = 0
+    micro: int = 0
+    best: dict[str, float] | None = None
+    val: dict[str, float] | None = None
+    val_pending: bool = False
+
+    @property
+    def eval_model(self) -> torch.nn.Module:
+        """The weights that are validated and called "best": the EMA's when one is kept."""
+        return self.ema.module if self.ema is not None else self.model
+
+    def save(self, run_dir: str | os.PathLike, tag: str) -> Path:
+        """Write ``<run_dir>/checkpoints/<tag>`` (atomic, checksummed; see ``checkpoint.py``)."""
+        full = {k: getattr(self, k) for k in COUNTERS}
+        full.update(optimizer=self.optimizer.state_dict(), scheduler=self.scheduler.state_dict(),
+                    scaler=self.scaler.state_dict(), rng=rng_state())
+        if self.ema is not None:
+            full["ema_n_averaged"] = self.ema.n_averaged
+        ema = self.ema.module.state_dict() if self.ema is not None else None
+        return save_checkpoint(run_dir, tag, self.model, full, ema)
+
+    def load(self, ckpt_dir: str | os.PathLike) -> "TrainState":
+        """Restore weights, optimizer, schedule, scaler, EMA, counters and RNG states from a
+        checkpoint directory (its checksums verified first)."""
+        ckpt = Path(ckpt_dir)
+        full = load_state(ckpt)                     # verifies manifest.json
+        load_weights(self.model, ckpt / WEIGHTS_FILE)
+        self.optimizer.load_state_dict(full["optimizer"])
+        self.scheduler.load_state_dict(full["scheduler"])
+        if full.get("scaler"):
+            self.scaler.load_state_dict(full["scaler"])
+        if self.ema is not None:
+            if not (ckpt / EMA_FILE).is_file():
+                raise ValueError(f"{ckpt} holds no {EMA_FILE}, but the config keeps an EMA (ema_decay > 0)")
+            load_weights(self.ema.module, ckpt / EMA_FILE)
+            self.ema.n_averaged.copy_(full["ema_n_averaged"])
+        for k in COUNTERS:
+            setattr(self, k, full.get(k, getattr(self, k)))
+        set_rng_state(full["rng"])
+        return self
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
