@@ -1,6 +1,7 @@
-"""Training across processes: SIGKILL + resume, SIGINT, and 2-process DDP (gloo, CPU)."""
+"""Training across processes: SIGKILL / SIGTERM + resume, SIGINT, the run lock, and 2-process DDP (gloo, CPU)."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,7 +27,7 @@ def run(*a, **kw):
 
 def last_step(out: Path) -> int:
     link = out / "checkpoints" / "last"
-    return int(os.readlink(link).rsplit("-", 1)[1]) if link.is_symlink() else -1
+    return int(re.search(r"-(\d+)", os.readlink(link)).group(1)) if link.is_symlink() else -1
 
 
 def start_and_wait_for_checkpoint(out, min_step, *extra):
@@ -44,29 +45,48 @@ def weights(out):
     return load_file(str(out / "checkpoints" / "last" / "model.safetensors"))
 
 
-def test_sigkill_between_checkpoints_then_resume_equals_uninterrupted(tmp_path):
-    common = ("epochs=6", "checkpoint_every=2")  # 24 steps
-    ref = run(*args(tmp_path / "ref", *common))
+COMMON = ("epochs=6", "checkpoint_every=2")  # 24 steps
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref")
+    ref = run(*args(out, *COMMON))
     assert ref.returncode == 0, ref.stderr
-    out = tmp_path / "killed"
-    proc = start_and_wait_for_checkpoint(out, 4, *common, "data.params.delay=0.004")
+    return out
+
+
+# SIGTERM in-process (cheaper) is in test_training.py; this one runs the real CLI process.
+@pytest.mark.parametrize("signum", [signal.SIGKILL, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])
+def test_stopped_between_checkpoints_then_resumed_equals_uninterrupted(tmp_path, uninterrupted, signum):
+    """SIGKILL: the last checkpoint survives. SIGTERM (a cluster scheduler's stop): a checkpoint
+    of the last finished step is written and the process exits 143. Both resume bit-identically."""
+    out = tmp_path / "stopped"
+    proc = start_and_wait_for_checkpoint(out, 4, *COMMON, "data.params.delay=0.004")
     time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    killed_at = last_step(out)
-    assert 4 <= killed_at < 24, "the kill landed mid-run"
-    resumed = run(*args(out, *common), "--resume")
+    proc.send_signal(signum)
+    proc.wait(timeout=60)
+    assert proc.returncode == (-9 if signum == signal.SIGKILL else 143)
+    stopped_at = last_step(out)
+    assert 4 <= stopped_at < 24, "the signal landed mid-run"
+    if signum == signal.SIGKILL:    # the config form ...
+        resumed = run(*args(out, *COMMON, "data.params.delay=0.004"), "--resume")
+    else:                           # ... and the run-directory form (the run's own config.yaml)
+        resumed = run("train", "--resume", str(out))
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["step"] == 24
-    a, b = weights(tmp_path / "ref"), weights(out)
+    a, b = weights(uninterrupted), weights(out)
     for k in a:
         assert torch.equal(a[k], b[k]), k
     assert not any(p.name.endswith(".tmp") for p in (out / "checkpoints").iterdir())
 
 
-def test_sigint_saves_a_checkpoint_and_exits_130(tmp_path):
+def test_second_run_on_a_directory_refuses_and_sigint_saves_and_exits_130(tmp_path):
     out = tmp_path / "run"
     proc = start_and_wait_for_checkpoint(out, 2, "epochs=50", "checkpoint_every=2", "data.params.delay=0.004")
+    second = run(*args(out, "epochs=50", "checkpoint_every=2", "data.params.delay=0.004"), "--resume")
+    assert second.returncode == 1
+    assert f"is in use by another run (pid={proc.pid} host=" in second.stderr
     proc.send_signal(signal.SIGINT)
     stdout, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130

@@ -45,7 +45,8 @@ def save_checkpoint(run_dir: str | os.PathLike, tag: str, model, state: dict[str
     tmp = root / f".{target.name}.tmp"
     try:
         root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        for stale in root.glob(f".{tag}-*.tmp"):   # left by a process killed mid-save (the run is locked)
+            shutil.rmtree(stale, ignore_errors=True)
         _write_files(tmp, model, state, ema_state)
         if target.exists():  # a leftover no link points to
             shutil.rmtree(target)
