@@ -166,3 +166,22 @@ def test_progress_without_a_tty_is_plain_lines_with_loss_throughput_and_metrics(
     assert "validation 1/4 batches" in err and "validation 4/4 batches" in err
     for item in ("run directory:", "64 train / 64 val samples", "parameters:", "4 per epoch", "cpu", "fp32"):
         assert item in err, item
+
+
+def test_progress_on_a_terminal_is_a_bar_for_steps_and_one_for_validation(tmp_path, monkeypatch, capsys):
+    import io
+
+    from modwire.training import feedback
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    term = Terminal()
+    real = feedback.Feedback.__init__
+    monkeypatch.setattr(feedback.Feedback, "__init__", lambda self, **k: real(self, **k, stream=term))
+    train(cfg(tmp_path, "progress=true", "epochs=2"), )
+    out = term.getvalue()
+    assert "nac_micro on toy_sets: 100%" in out and "8/8" in out and "val_top1=" in out
+    assert "validation" in out and "batch" in out and "run directory:" in out
+    assert capsys.readouterr().out == ""                  # stdout stays for the result (JSON)

@@ -56,8 +56,10 @@ def save_checkpoint(run_dir: str | os.PathLike, tag: str, model, state: dict[str
         shutil.rmtree(tmp, ignore_errors=True)
         kept = f"the previous checkpoint {old} is kept" if old is not None and old.exists() else \
             "no earlier checkpoint exists"
-        raise CheckpointWriteError(e.errno, f"could not write checkpoint {target}: "
-                                   f"{e.strerror or e} ({e.filename or tmp}); {kept}") from None
+        error = CheckpointWriteError(f"could not write checkpoint {target}: {e.strerror or e} "
+                                     f"({e.filename or tmp}); {kept}")
+        error.errno = e.errno
+        raise error from None
     if old is not None and old != target and old.exists() and not _linked_from_other_tag(root, old, tag):
         shutil.rmtree(old, ignore_errors=True)
     return target

@@ -50,7 +50,10 @@ class Feedback:
 
     def print(self, text: str) -> None:
         if self.main:
-            (self.bar.write if self.bar is not None else lambda t: print(t, file=self.stream, flush=True))(text)
+            if self.bar is not None:
+                self.bar.write(text, file=self.stream)
+            else:
+                print(text, file=self.stream, flush=True)
 
     def summary(self, items: dict[str, Any]) -> None:
         """The one-time summary of a run, one ``key: value`` per line."""
@@ -96,9 +99,7 @@ def _step_items(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.3g}" if abs(v) >= 1e3 or (v != 0 and abs(v) < 1e-2) else f"{v:.4f}"
-    return str(v)
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def _isatty(stream) -> bool:

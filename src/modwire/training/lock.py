@@ -36,8 +36,10 @@ class RunLock:
             self.run.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
-            raise PermissionError(e.errno, f"cannot write the run directory {self.run}: "
-                                  f"{e.strerror} ({e.filename or self.path})") from None
+            error = PermissionError(f"cannot write the run directory {self.run}: {e.strerror or e} "
+                                    f"({e.filename or self.path})")
+            error.errno = e.errno
+            raise error from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
