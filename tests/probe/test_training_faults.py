@@ -208,7 +208,17 @@ def test_eval_scores_last_when_it_is_newer_than_best_and_says_so(tmp_path, monke
     captured = capsys.readouterr()
     out = json.loads(captured.out.splitlines()[-1])
     assert out["tag"] == "last" and out["step"] == 6 and out["checkpoint"].endswith("last-00000006")
-    assert "'last' (step 6) is newer than 'best' (step 4)" in captured.err
+    assert "'last' (step 6) is newer than 'best' (step 4) and its latest steps were never validated" in captured.err
+    # a finished run whose final validation scored lower keeps scoring 'best', and says why
+    finished = tmp_path / "finished"
+    result = train(cfg(finished, "epochs=3", "optim.lr=0.05"))
+    assert result["best"]["step"] == 8 and result["step"] == 12    # epoch 3 did not improve on epoch 2
+    capsys.readouterr()
+    assert cli.main(["eval", str(finished)]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out.splitlines()[-1])
+    assert out["tag"] == "best" and out["step"] == 8
+    assert "'last' (step 12) was validated and scored lower" in captured.err
 
 
 def test_eval_json_is_valid_when_a_metric_is_nan(tmp_path, monkeypatch, capsys):

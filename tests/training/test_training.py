@@ -28,7 +28,7 @@ def test_train_logs_checkpoints_and_eval_reproduces_the_metric(tmp_path, capsys)
     assert len(vals) == 3 and vals[-1] == {"step": 12, "epoch": 3, **{f"val_{k}": v for k, v in result["val"].items()}}
     for tag in ("last", "best"):
         d = run / "checkpoints" / tag
-        assert {p.name for p in d.iterdir()} == {"config.json", "model.safetensors", "state.pt", "manifest.json"}
+        assert {p.name for p in d.iterdir()} == {"config.json", "model.safetensors", "state.pt", "checkpoint.json", "manifest.json"}
     assert (run / "config.yaml").is_file()
     # `modwire eval` on the last checkpoint reproduces the metric the run reported for it
     assert cli.main(["eval", str(run / "checkpoints" / "last")]) == 0

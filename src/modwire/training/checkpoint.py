@@ -4,8 +4,10 @@
 which holds ``model.safetensors`` + ``config.json`` (what ``from_pretrained`` reads),
 ``ema.safetensors`` when an EMA is kept, ``state.pt`` (optimizer, scheduler, step,
 epoch, RNG states, metrics; tensors and plain containers only, read back with
-``torch.load(weights_only=True)``, so no pickled code is ever executed) and
-``manifest.json`` (the sha256 of every other file, verified before a load).
+``torch.load(weights_only=True)``, so no pickled code is ever executed),
+``checkpoint.json`` (tag, step, epoch, the last validation and the step it was measured
+at: readable without loading tensors) and ``manifest.json`` (the sha256 of every other
+file, verified before a load).
 
 The directory is complete before the link is replaced with ``os.replace``: a crash at
 any moment leaves the previous checkpoint intact. A write that fails (disk full,
@@ -25,7 +27,7 @@ import torch
 from ..manifest import MANIFEST_FILE, verify_manifest, write_manifest
 from ..models.base import CONFIG_FILE, WEIGHTS_FILE
 
-STATE_FILE, EMA_FILE = "state.pt", "ema.safetensors"
+STATE_FILE, EMA_FILE, SUMMARY_FILE = "state.pt", "ema.safetensors", "checkpoint.json"
 
 
 class CheckpointWriteError(OSError):
@@ -33,7 +35,8 @@ class CheckpointWriteError(OSError):
 
 
 def save_checkpoint(run_dir: str | os.PathLike, tag: str, model, state: dict[str, Any],
-                    ema_state: dict[str, torch.Tensor] | None = None) -> Path:
+                    ema_state: dict[str, torch.Tensor] | None = None, *,
+                    summary: dict[str, Any] | None = None) -> Path:
     """Write ``<run>/checkpoints/<tag>-<step>/`` and point ``<tag>`` at it (atomically)."""
     root = Path(run_dir) / "checkpoints"
     link = root / tag
@@ -47,7 +50,7 @@ def save_checkpoint(run_dir: str | os.PathLike, tag: str, model, state: dict[str
         root.mkdir(parents=True, exist_ok=True)
         for stale in root.glob(f".{tag}-*.tmp"):   # left by a process killed mid-save (the run is locked)
             shutil.rmtree(stale, ignore_errors=True)
-        _write_files(tmp, model, state, ema_state)
+        _write_files(tmp, model, state, ema_state, summary)
         if target.exists():  # a leftover no link points to
             shutil.rmtree(target)
         os.replace(tmp, target)
@@ -65,11 +68,17 @@ def save_checkpoint(run_dir: str | os.PathLike, tag: str, model, state: dict[str
     return target
 
 
-def _write_files(d: Path, model, state: dict[str, Any], ema_state: dict[str, torch.Tensor] | None) -> None:
+def _write_files(d: Path, model, state: dict[str, Any], ema_state: dict[str, torch.Tensor] | None,
+                 summary: dict[str, Any] | None) -> None:
     from safetensors.torch import save_file
+
+    from .feedback import dumps
 
     model.save_pretrained(d)
     names = [WEIGHTS_FILE, CONFIG_FILE, STATE_FILE]
+    if summary is not None:
+        (d / SUMMARY_FILE).write_text(dumps(summary) + "\n")
+        names.append(SUMMARY_FILE)
     if ema_state is not None:
         save_file({k: v.detach().contiguous().cpu() for k, v in ema_state.items()}, str(d / EMA_FILE))
         names.append(EMA_FILE)
@@ -116,11 +125,28 @@ def choose_checkpoint(path: str | os.PathLike) -> tuple[Path, str]:
             f"or a checkpoint directory holding {WEIGHTS_FILE}, config.json and state.pt")
     if "best" in found and "last" in found:
         best, last = checkpoint_step(found["best"]) or 0, checkpoint_step(found["last"]) or 0
-        if last > best:
-            return found["last"], f"'last' (step {last}) is newer than 'best' (step {best})"
-        return found["best"], f"'best' (step {best}) is the run's best validation score"
+        if last <= best:
+            return found["best"], f"'best' (step {best}) is also the run's latest checkpoint"
+        info = _summary(found["last"])
+        validated = info.get("val_step")
+        if info and not info.get("val_pending") and validated is not None and validated >= last:
+            return found["best"], (f"'best' (step {best}) has the run's best validation score; 'last' (step "
+                                   f"{last}) was validated and scored lower")
+        return found["last"], (f"'last' (step {last}) is newer than 'best' (step {best}) and its latest steps "
+                               f"were never validated (an interrupted run)")
     tag = next(iter(found))
     return found[tag], f"the run has only '{tag}'"
+
+
+def _summary(ckpt: Path) -> dict[str, Any]:
+    """``checkpoint.json`` of a checkpoint ({} for checkpoints written before it existed)."""
+    import json
+
+    try:
+        data = json.loads((ckpt / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def load_state(ckpt_dir: str | os.PathLike) -> dict[str, Any]:

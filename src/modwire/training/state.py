@@ -2,7 +2,7 @@
 
 The counters locate the run: ``step`` (optimizer steps taken), ``epoch`` (epochs
 completed), ``micro`` (micro-batches consumed inside the current epoch). ``val`` holds the
-last validation metrics, ``best`` the best one (``{metric: value, "step": n}``) and
+last validation metrics (measured at ``val_step``), ``best`` the best one (``{metric: value, "step": n}``) and
 ``val_pending`` says that an epoch ended (or training did) but its validation has not
 finished yet (a run stopped during validation redoes it first on resume). ``save`` also
 records every RNG state, so a resumed run draws what an uninterrupted one would.
@@ -19,7 +19,7 @@ import torch
 from .checkpoint import EMA_FILE, load_state, load_weights, save_checkpoint
 from ..models.base import WEIGHTS_FILE
 
-COUNTERS = ("step", "epoch", "micro", "best", "val", "val_pending")
+COUNTERS = ("step", "epoch", "micro", "best", "val", "val_step", "val_pending")
 
 
 @dataclass
@@ -34,6 +34,7 @@ class TrainState:
     micro: int = 0
     best: dict[str, float] | None = None
     val: dict[str, float] | None = None
+    val_step: int | None = None                     # the step ``val`` was measured at
     val_pending: bool = False
 
     @property
@@ -49,7 +50,9 @@ class TrainState:
         if self.ema is not None:
             full["ema_n_averaged"] = self.ema.n_averaged
         ema = self.ema.module.state_dict() if self.ema is not None else None
-        return save_checkpoint(run_dir, tag, self.model, full, ema)
+        summary = {"tag": tag, **{k: getattr(self, k) for k in ("step", "epoch", "val", "val_step", "val_pending",
+                                                               "best")}}
+        return save_checkpoint(run_dir, tag, self.model, full, ema, summary=summary)
 
     def load(self, ckpt_dir: str | os.PathLike) -> "TrainState":
         """Restore weights, optimizer, schedule, scaler, EMA, counters and RNG states from a

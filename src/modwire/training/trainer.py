@@ -377,7 +377,7 @@ def validate_and_save(run: Run, state: TrainState, stop: StopSignals) -> None:
         torch.distributed.barrier()
     if metrics is None:
         return
-    state.val, state.val_pending = metrics, False
+    state.val, state.val_step, state.val_pending = metrics, state.step, False
     run.log.log({"step": state.step, "epoch": state.epoch, **{f"val_{k}": v for k, v in metrics.items()}})
     improved = _improves_best(state, run.info)
     save(run, state, "last")
