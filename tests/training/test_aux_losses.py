@@ -43,9 +43,16 @@ class ToyAux(PretrainedModel):
         return dict(self._aux)
 
 
-if "toy_aux_micro" not in list_models():
+@pytest.fixture(autouse=True)
+def toy_aux_registered(monkeypatch):
+    """Registered for these tests only (the registry's tables are restored afterwards)."""
+    from modwire.models import registry
+
+    monkeypatch.setattr(registry, "_PRESETS", dict(registry._PRESETS))
+    monkeypatch.setattr(registry, "_MODEL_TYPES", dict(registry._MODEL_TYPES))
     register_model_type(ToyAux)
     register_preset("toy_aux_micro", ToyAux, ToyAuxConfig, "test model with an auxiliary loss")
+    assert "toy_aux_micro" in list_models()
 
 
 def cfg(out, *extra):

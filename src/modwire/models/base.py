@@ -336,8 +336,11 @@ class PretrainedModel(nn.Module):
         """Write ``config.json`` and ``model.safetensors`` (each atomically) into ``directory``."""
         from safetensors.torch import save_file
 
+        from ..manifest import MANIFEST_FILE
+
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
+        (d / MANIFEST_FILE).unlink(missing_ok=True)   # a checkpoint's checksums no longer describe the files
         tensors = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
         _atomic_write(d / WEIGHTS_FILE, lambda p: save_file(tensors, p, metadata={"format": "pt"}))
         _atomic_write(d / CONFIG_FILE, lambda p: Path(p).write_text(self.config.to_json()))
