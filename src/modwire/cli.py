@@ -16,7 +16,6 @@ SIGTERM (a ``last`` checkpoint is written first; resume with ``--resume RUN_DIR`
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 

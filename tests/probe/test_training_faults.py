@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import toy_task  # noqa: F401  (registers "toy_sets")
+from training_helpers import signal_after_step
 from modwire import cli, from_pretrained
 from modwire.tasks import TaskInfo, register_task
 from modwire.training import load_config, train
@@ -20,19 +21,6 @@ from modwire.training.lock import RunLock, RunLockedError
 def cfg(out, *extra):
     return load_config(None, [f"out_dir={out}", "model.name=nac_micro", "data.task=toy_sets", "data.batch_size=16",
                               "epochs=2", "optim.lr=3e-3", "progress=false", "log_every=1", *extra])
-
-
-def signal_after_step(monkeypatch, step, signum=signal.SIGINT):
-    from modwire.training import trainer
-
-    real = trainer.optimizer_step
-
-    def hooked(run, state):
-        real(run, state)
-        if state.step == step:
-            os.kill(os.getpid(), signum)
-
-    monkeypatch.setattr(trainer, "optimizer_step", hooked)
 
 
 def same_weights(a, b):

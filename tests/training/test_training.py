@@ -1,5 +1,4 @@
 import json
-import os
 import signal
 
 import pytest
@@ -7,6 +6,7 @@ import torch
 from safetensors.torch import load_file
 
 import toy_task  # noqa: F401  (registers "toy_sets")
+from training_helpers import signal_after_step
 from modwire import cli
 from modwire.training import load_config, train
 from modwire.training.optim import lr_at, param_groups
@@ -47,24 +47,10 @@ def _same_weights(a, b):
         assert torch.equal(x, y), n
 
 
-def stop_after(monkeypatch, step: int, signum=signal.SIGINT):
-    """Deliver ``signum`` to this process right after optimizer step ``step`` (a real signal)."""
-    from modwire.training import trainer
-
-    real = trainer.optimizer_step
-
-    def step_then_signal(run, state):
-        real(run, state)
-        if state.step == step:
-            os.kill(os.getpid(), signum)
-
-    monkeypatch.setattr(trainer, "optimizer_step", step_then_signal)
-
-
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_run_saves_and_resume_continues_exactly(tmp_path, monkeypatch, signum):
     full = train(cfg(tmp_path / "a", "checkpoint_every=3"))["model"]
-    stop_after(monkeypatch, 5, signum)
+    signal_after_step(monkeypatch, 5, signum)
     stopped = train(cfg(tmp_path / "b", "checkpoint_every=3"))
     assert stopped["status"] == "interrupted" and stopped["step"] == 5
     assert stopped["exit_code"] == 128 + signum          # 130 (SIGINT), 143 (SIGTERM)

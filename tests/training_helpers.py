@@ -1,0 +1,18 @@
+"""Helpers shared by the training tests and the training probe."""
+import os
+import signal
+
+
+def signal_after_step(monkeypatch, step: int, signum: int = signal.SIGINT) -> None:
+    """Deliver ``signum`` to this process right after optimizer step ``step`` (a real signal,
+    handled by the trainer like one from a user or a cluster scheduler)."""
+    from modwire.training import trainer
+
+    real = trainer.optimizer_step
+
+    def step_then_signal(run, state):
+        real(run, state)
+        if state.step == step:
+            os.kill(os.getpid(), signum)
+
+    monkeypatch.setattr(trainer, "optimizer_step", step_then_signal)
