@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from ..nn import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer
+from .inputs import InputSpec, Inputs, check_inputs
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 
@@ -166,6 +167,22 @@ class ModelConfig(ConfigBase):
                 else copy.deepcopy(value)   # the caller's dicts are never modified
         return out
 
+    def input_overrides(self, inputs: Inputs, num_classes: int) -> dict[str, Any]:
+        """The config fields (nested form) that fit this model to a task's ``inputs`` (an
+        :class:`~modwire.models.inputs.InputSpec` or a mapping of named specs) and class count.
+        Each model type implements it for its own input layer; an input it cannot read is a
+        ValueError that says so."""
+        raise ValueError(f"model type {self.model_type!r} does not say how it reads a task's inputs "
+                         f"(its config class implements no input_overrides)")
+
+    def input_names(self) -> tuple[str, ...]:
+        """The names of the inputs this configured model takes (``("x",)``: one input, ``model(x)``)."""
+        return ("x",)
+
+    def for_inputs(self, inputs: Inputs, num_classes: int) -> "ModelConfig":
+        """This config fitted to a task's inputs and class count: ``replace(**input_overrides(...))``."""
+        return self.replace(**self.input_overrides(check_inputs(inputs), num_classes))
+
     def replace(self, **overrides: Any) -> "ModelConfig":
         """A copy with some fields changed (validated); sub-configs take partial dicts."""
         return self.merged(self.normalize(overrides))
@@ -238,6 +255,39 @@ class TokenizerConfig(ConfigBase):
                 raise ValueError(f"config field {p + 'pad_id'!r}: got {self.pad_id}, expected -1 (none) or an "
                                  f"id in [0, vocab_size={self.vocab_size})")
         check_positive(self, "max_len", allow_zero=True)
+
+
+    @staticmethod
+    def for_input(spec: InputSpec) -> dict[str, Any]:
+        """The tokenizer fields that read ``spec`` (NAC/Perceiver IO's input layer): images →
+        ``conv`` (NAC App. C), token ids → ``embedding`` with learned positions up to the spec's
+        length and its padding id, vectors → ``linear`` with learned positions only for an ordered
+        sequence (a set stays permutation-invariant). Widths (``token_dim``, ``conv_channels``,
+        ``pos_dim``) are the model's own and are left alone."""
+        if spec.kind == "image":
+            if spec.height != spec.width or spec.height % 8:
+                raise ValueError(f"the conv tokenizer reads square images whose side is a multiple of 8 "
+                                 f"(two downsamplings, 4 then 2); the task gives {spec.channels}x{spec.height}"
+                                 f"x{spec.width} images (resize or pad them, e.g. mnist's pad_to=32)")
+            return {"kind": "conv", "image_size": spec.height, "in_channels": spec.channels}
+        if spec.kind == "tokens":
+            return {"kind": "embedding", "vocab_size": spec.vocab_size, "max_len": spec.length,
+                    "pad_id": -1 if spec.pad_id is None else spec.pad_id}
+        if spec.ordered and spec.length is None:
+            raise ValueError("the linear tokenizer needs the length of an ordered sequence of vectors "
+                             "(for its learned positions); the task gives length=None")
+        return {"kind": "linear", "input_dim": spec.dim, "max_len": spec.length if spec.ordered else 0}
+
+
+def single_input(inputs: Inputs, model_type: str) -> InputSpec:
+    """The one input of a single-input model, or a ValueError naming the inputs it was given."""
+    if isinstance(inputs, InputSpec):
+        return inputs
+    if list(inputs) == ["x"]:
+        return inputs["x"]
+    raise ValueError(f"a {model_type!r} model reads one input, but the task gives the named inputs "
+                     f"{sorted(inputs)} (a multimodal task: use a model that takes them, e.g. a "
+                     f"conditional NAC for {{'x', 'condition'}})")
 
 
 TOKENIZER_LEGACY_KEYS = {"tokenizer": "tokenizer.kind", **{k: f"tokenizer.{k}" for k in (

@@ -37,6 +37,7 @@ from ..nn.modulated import ACTIVATIONS, MODULATIONS
 from ..nn.tokenizers import padding_mask
 from .base import (TOKENIZER_LEGACY_KEYS, ConfigBase, Intermediates, ModelConfig, PretrainedModel,
                    TokenizerConfig, build_tokenizer, check_choice, check_positive)
+from .inputs import Inputs, named_inputs
 from .registry import register_model_type, register_preset
 
 
@@ -141,6 +142,21 @@ class NACConfig(ModelConfig):
         if self.initial_state == "code" and self.d_code != self.d_model:
             raise ValueError(f"config field 'initial_state': 'code' needs d_code == d_model, "
                              f"got d_code={self.d_code}, d_model={self.d_model}")
+
+    def input_overrides(self, inputs: Inputs, num_classes: int) -> dict[str, Any]:
+        """The executor's tokenizer reads ``x`` (§2.1); a ``condition`` input makes the circuit
+        generator conditional (§2.2, App. G) and sets the tokenizer it reads the condition with."""
+        named = named_inputs(inputs)
+        if "x" not in named or set(named) - {"x", "condition"}:
+            raise ValueError(f"a NAC reads an input 'x' and optionally a 'condition' (NAC §2.2, App. G), "
+                             f"but the task gives the named inputs {sorted(named)}")
+        out: dict[str, Any] = {"tokenizer": TokenizerConfig.for_input(named["x"]), "num_classes": num_classes}
+        if "condition" in named:
+            out["generator"] = {"kind": "conditional", "tokenizer": TokenizerConfig.for_input(named["condition"])}
+        return out
+
+    def input_names(self) -> tuple[str, ...]:
+        return ("x", "condition") if self.generator.kind == "conditional" else ("x",)
 
     @property
     def modulation_spec(self) -> ModulationSpec:

@@ -10,6 +10,7 @@ names are NAC's where the hyperparameter is the same (``read_in_heads``,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -18,7 +19,8 @@ from ..nn import ProcessorLayer, ReadIn, ReadOut
 from ..nn.modulated import ACTIVATIONS
 from ..nn.tokenizers import padding_mask
 from .base import (TOKENIZER_LEGACY_KEYS, Intermediates, ModelConfig, PretrainedModel, TokenizerConfig,
-                   build_tokenizer, check_choice, check_positive)
+                   build_tokenizer, check_choice, check_positive, single_input)
+from .inputs import Inputs
 from .registry import register_model_type, register_preset
 
 
@@ -41,6 +43,11 @@ class PerceiverIOConfig(ModelConfig):
     ffn_hidden: int = 1536
     activation: str = "geglu"
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+
+    def input_overrides(self, inputs: Inputs, num_classes: int) -> dict[str, Any]:
+        """Perceiver IO reads one input through its tokenizer (the encoder's key/value array)."""
+        return {"tokenizer": TokenizerConfig.for_input(single_input(inputs, self.model_type)),
+                "num_classes": num_classes}
 
     def validate(self) -> None:
         check_positive(self, "num_classes", "d_model", "num_layers", "num_latents", "num_heads",

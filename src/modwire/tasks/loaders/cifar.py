@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import TaskInfo, register_task
+from ..base import InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset, malformed, missing, require_root
 
 CIFAR10_LAYOUT = """\
@@ -162,14 +162,14 @@ def build_cifar100(split: str, root: Any = None, transform: Callable | None = No
     return _build("cifar100", split, root, transform)
 
 
-_OVERRIDES = {"tokenizer": "conv", "image_size": 32, "in_channels": 3}
+_INPUTS = InputSpec.image(3, 32, 32)
 register_task(TaskInfo(
     name="cifar10", kind="loader", description="CIFAR-10 from the python pickle batches (safe unpickling)",
-    num_classes=10, model_overrides=dict(_OVERRIDES), splits=("train", "test"),
+    num_classes=10, inputs=_INPUTS, splits=("train", "test"),
     params={"root": None, "transform": None},
 ), build_cifar10)
 register_task(TaskInfo(
     name="cifar100", kind="loader", description="CIFAR-100 (fine labels) from the python pickles (safe unpickling)",
-    num_classes=100, model_overrides=dict(_OVERRIDES), metrics=("top1", "top5"), splits=("train", "test"),
+    num_classes=100, inputs=_INPUTS, metrics=("top1", "top5"), splits=("train", "test"),
     params={"root": None, "transform": None},
 ), build_cifar100)

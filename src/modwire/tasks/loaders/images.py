@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import TaskInfo, register_task
+from ..base import InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset, first_dir, malformed, missing, require_root
 
 TINY_LAYOUT = """\
@@ -210,17 +210,24 @@ def build_imagenet(split: str, root: Any = None, image_size: int = 224, resize: 
                             image_size, resize, transform)
 
 
+def _resized_rgb(num_classes: int):
+    """The description of a task whose RGB images are brought to ``params["image_size"]``."""
+    def describe(params: dict) -> tuple[InputSpec, int]:
+        return InputSpec.image(3, params["image_size"], params["image_size"]), num_classes
+    return describe
+
+
 register_task(TaskInfo(
     name="tiny_imagenet", kind="loader",
     description="Tiny-ImageNet (200 classes, 64x64 RGB in [0,1], not normalised) from the official folder layout",
-    num_classes=200, model_overrides={"tokenizer": "conv", "image_size": 64, "in_channels": 3},
+    num_classes=200, inputs=InputSpec.image(3, 64, 64),
     metrics=("top1", "top5"), splits=("train", "val"), params={"root": None, "transform": None},
 ), build_tiny_imagenet)
 
 register_task(TaskInfo(
     name="tiny_imagenet_r", kind="loader",
     description="ImageNet-R-style renditions <root>/<wnid>/*.jpg on Tiny-ImageNet class indices, resized to 64x64",
-    num_classes=200, model_overrides={"tokenizer": "conv", "image_size": 64, "in_channels": 3},
+    describe=_resized_rgb(200),
     metrics=("top1", "top5"), splits=("test",),
     params={"root": None, "wnids": None, "image_size": 64, "resize": "center_crop", "transform": None},
 ), build_tiny_imagenet_r)
@@ -228,7 +235,7 @@ register_task(TaskInfo(
 register_task(TaskInfo(
     name="imagenet", kind="loader",
     description="ImageNet-1k (NAC Table 5) from train/<wnid>/ and val/<wnid>/ class folders, at 224x224",
-    num_classes=1000, model_overrides={"tokenizer": "conv", "image_size": 224, "in_channels": 3},
+    describe=_resized_rgb(1000),
     metrics=("top1", "top5"), splits=("train", "val"),
     params={"root": None, "image_size": 224, "resize": "center_crop", "transform": None},
 ), build_imagenet)

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..base import TaskInfo, register_task
+from ..base import InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset, malformed, missing, require_root
 
 DEBIAN_FASHION_MNIST = "/usr/share/datasets/fashion-mnist/"
@@ -135,15 +135,20 @@ def build_fashion_mnist(split: str, root: Any = None, pad_to: int | None = 32, t
     return _build("fashion_mnist", split, root, pad_to, transform)
 
 
-_OVERRIDES = {"tokenizer": "conv", "image_size": 32, "in_channels": 1}
+def _describe(params: dict) -> tuple[InputSpec, int]:
+    """Grayscale digits ``[1, S, S]``: ``S = pad_to`` (28 when None); 10 classes."""
+    side = 28 if params["pad_to"] is None else params["pad_to"]
+    return InputSpec.image(1, side, side), 10
+
+
 register_task(TaskInfo(
     name="mnist", kind="loader", description="MNIST digits from idx files, zero-padded 28->32",
-    num_classes=10, model_overrides=dict(_OVERRIDES), splits=("train", "test"),
+    describe=_describe, splits=("train", "test"),
     params={"root": None, "pad_to": 32, "transform": None},
 ), build_mnist)
 register_task(TaskInfo(
     name="fashion_mnist", kind="loader",
     description=f"Fashion-MNIST from idx files (default root {DEBIAN_FASHION_MNIST} if present), padded 28->32",
-    num_classes=10, model_overrides=dict(_OVERRIDES), splits=("train", "test"),
+    describe=_describe, splits=("train", "test"),
     params={"root": None, "pad_to": 32, "transform": None},
 ), build_fashion_mnist)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import TaskInfo, register_task
+from ..base import InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset, malformed, missing, require_root
 
 MODELNET40_CLASSES = (
@@ -261,7 +261,7 @@ def build_modelnet40(split: str, root: Any = None, format: str = "auto", num_poi
 register_task(TaskInfo(
     name="modelnet40", kind="loader",
     description="ModelNet40 point clouds [N, 3] (OFF meshes sampled by area, or resampled text), unit sphere",
-    num_classes=40, model_overrides={"tokenizer": "linear", "input_dim": 3},
+    describe=lambda p: (InputSpec.vectors(p["num_points"], 3), 40),  # an unordered set of xyz points
     splits=("train", "test"),
     params={"root": None, "format": "auto", "num_points": 1024, "seed": 0, "pick": "first", "normalize": True,
             "transform": None},

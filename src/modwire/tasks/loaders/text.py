@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import TaskInfo, register_task
+from ..base import InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset, malformed, missing, pad_collate, require_root
 
 IMDB_LAYOUT = """\
@@ -154,10 +154,17 @@ def build_lra_listops(split: str, root: Any = None, max_len: int = 2000,
     return ListOpsDataset(flat, offsets, torch.tensor(targets, dtype=torch.long), transform)
 
 
+def _token_ids(vocab_size: int, num_classes: int):
+    """Ids ``[L ≤ max_len]`` (0 = padding, right-padded per batch) of a ``vocab_size``-id vocabulary."""
+    def describe(params: dict) -> tuple[InputSpec, int]:
+        return InputSpec.tokens(params["max_len"], vocab_size, pad_id=0, padded=True), num_classes
+    return describe
+
+
 register_task(TaskInfo(
     name="imdb_bytes", kind="loader",
     description="LRA Text: IMDB reviews as byte ids (byte+1, 0 = pad), truncated to max_len; padded per batch",
-    num_classes=2, model_overrides={"tokenizer": "embedding", "vocab_size": 257, "max_len": 4096, "pad_id": 0},
+    describe=_token_ids(257, 2),
     splits=("train", "test"), params={"root": None, "max_len": 4096, "transform": None},
     collate=pad_collate,
 ), build_imdb_bytes)
@@ -165,8 +172,7 @@ register_task(TaskInfo(
 register_task(TaskInfo(
     name="lra_listops", kind="loader",
     description="LRA ListOps from basic_{train,val,test}.tsv; 16-id vocabulary (0 = pad); padded per batch",
-    num_classes=10, model_overrides={"tokenizer": "embedding", "vocab_size": len(LISTOPS_VOCAB), "max_len": 2000,
-                                 "pad_id": 0},
+    describe=_token_ids(len(LISTOPS_VOCAB), 10),
     splits=("train", "val", "test"), params={"root": None, "max_len": 2000, "transform": None},
     collate=pad_collate,
 ), build_lra_listops)
