@@ -96,6 +96,10 @@ class TaskInfo:
             object.__setattr__(self, "inputs", inputs)
             if self.num_classes is None:
                 object.__setattr__(self, "num_classes", num_classes)
+        if isinstance(self.inputs, Mapping) and "tokenizer" in self.inputs:
+            raise TypeError(f"task {self.name!r}: inputs describe the data, not a model: got model fields "
+                            f"{dict(self.inputs)}; give e.g. InputSpec.image(3, 32, 32), InputSpec.tokens(2000, 16, "
+                            f"pad_id=0) or InputSpec.vectors(6, 8) (TaskInfo.model_overrides is gone)")
         object.__setattr__(self, "inputs", check_inputs(self.inputs, f"task {self.name!r}: inputs"))
         if self.num_classes is None and self.describe is None:
             raise ValueError(f"task {self.name!r}: num_classes is required without describe=")
