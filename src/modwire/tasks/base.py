@@ -131,7 +131,9 @@ class TaskInfo:
     def _described(self, params: dict[str, Any]) -> tuple[Inputs, int | None]:
         try:
             return self.describe(params)
-        except (TypeError, ValueError) as e:  # a parameter the description cannot use
+        except (TypeError, ValueError) as e:  # a parameter the description cannot use: name the task once
+            if str(e).startswith((self.name, f"task {self.name!r}")):
+                raise
             raise type(e)(f"task {self.name!r}: {e}") from e
 
 
