@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 from modwire.nn import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer
 from modwire.tasks import build_dataset, get_task, list_tasks
-from modwire.tasks.loaders import text
+from modwire.tasks.loaders import images, text
 from modwire.tasks.loaders.mnist import DEBIAN_FASHION_MNIST
 
 LOADERS = ["cifar10", "cifar100", "fashion_mnist", "imdb_bytes", "lra_listops", "mnist", "modelnet40", "pgm",
@@ -48,7 +48,8 @@ def _decoded(path: Path) -> torch.Tensor:
 
 
 @pytest.fixture
-def tiny_root(tmp_path):
+def tiny_root(tmp_path, monkeypatch):
+    monkeypatch.setattr(images, "TINY_CLASSES", 2)  # a two-class copy (the real check: test_real_files.py)
     root = tmp_path / "tiny-imagenet-200"
     root.mkdir()
     (root / "wnids.txt").write_text("n02000002\nn01000001\n")  # file order, not sorted order, gives the index
@@ -93,6 +94,10 @@ def test_tiny_imagenet_errors_show_the_layout(tiny_root):
     with pytest.raises(ValueError, match="n09999999"):
         build_dataset("tiny_imagenet", "val", root=tiny_root)
     (tiny_root / "wnids.txt").write_text("n02000002\nn01000001\nn03000003\n")
+    (tiny_root / "train" / "n03000003").mkdir()
+    with pytest.raises(ValueError, match="3 WordNet ids with a train/<wnid>/ folder, expected 2"):
+        build_dataset("tiny_imagenet", "train", root=tiny_root)
+    images.TINY_CLASSES = 3
     with pytest.raises(FileNotFoundError, match="train/n03000003/images"):
         build_dataset("tiny_imagenet", "train", root=tiny_root)
 
