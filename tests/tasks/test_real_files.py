@@ -200,3 +200,16 @@ def test_pgm_and_off_files_that_are_html(tmp_path):
 def test_text_problem(head, expected):
     got = text_problem(head, "X")
     assert got == expected if expected is None else expected in got
+
+
+def test_tiny_imagenet_r_reads_wnids_as_training_does(tmp_path):
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    _tiny(tiny, WNIDS[:201], WNIDS[1:201])            # wnids.txt has one extra id, n00000000
+    r = tmp_path / "imagenet-r"
+    for w in (WNIDS[0], WNIDS[1]):
+        (r / w).mkdir(parents=True)
+        Image.new("RGB", (80, 60), (0, 0, 200)).save(r / w / "a.jpg")
+    with pytest.warns(UserWarning, match="dropped 1 of the 201 ids"):
+        ds = build_dataset("tiny_imagenet_r", "test", root=r, wnids=str(tiny / "wnids.txt"))
+    assert len(ds) == 1 and int(ds[0][1]) == 0     # n00000001 is class 0, as in training

@@ -185,7 +185,8 @@ def build_tiny_imagenet_r(split: str, root: Any = None, wnids: Any = None, image
                           resize: str = "center_crop", transform: Callable | None = None) -> ImageListDataset:
     """ImageNet-R-style folders ``<root>/<wnid>/*`` as an evaluation set for Tiny-ImageNet models.
 
-    ``wnids``: a path to Tiny-ImageNet's ``wnids.txt`` or a sequence of wnids; labels are
+    ``wnids``: a path to Tiny-ImageNet's ``wnids.txt`` (read as :func:`tiny_imagenet_classes` does,
+    so the labels match a model trained on that folder) or a sequence of wnids; labels are
     positions in it and folders of other classes are skipped (ImageNet-R and
     Tiny-ImageNet share only some classes). ``None``: the folders themselves, sorted,
     are the classes. Images are resized to ``image_size`` (see :func:`load_rgb`).
@@ -198,7 +199,7 @@ def build_tiny_imagenet_r(split: str, root: Any = None, wnids: Any = None, image
     if wnids is None:
         classes = folders
     elif isinstance(wnids, (str, Path)):
-        classes = read_wnids(Path(wnids), task, R_LAYOUT)
+        classes = tiny_imagenet_classes(Path(wnids).parent, task)  # the same 200 ids, in the same order, as training
     else:
         classes = [str(w) for w in wnids]
     return ImageListDataset(_folder_samples(task, path, folders, classes, R_LAYOUT), classes, image_size, resize,
