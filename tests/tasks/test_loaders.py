@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 from modwire.nn import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer
 from modwire.tasks import InputSpec, build_dataset, get_task, list_tasks
-from modwire.tasks.loaders import text
+from modwire.tasks.loaders import images, text
 from modwire.tasks.loaders.mnist import DEBIAN_FASHION_MNIST
 
 LOADERS = ["cifar10", "cifar100", "fashion_mnist", "imdb_bytes", "lra_listops", "mnist", "modelnet40", "pgm",
@@ -48,7 +48,8 @@ def _decoded(path: Path) -> torch.Tensor:
 
 
 @pytest.fixture
-def tiny_root(tmp_path):
+def tiny_root(tmp_path, monkeypatch):
+    monkeypatch.setattr(images, "TINY_CLASSES", 2)  # a two-class copy (the real check: test_real_files.py)
     root = tmp_path / "tiny-imagenet-200"
     root.mkdir()
     (root / "wnids.txt").write_text("n02000002\nn01000001\n")  # file order, not sorted order, gives the index
@@ -93,6 +94,10 @@ def test_tiny_imagenet_errors_show_the_layout(tiny_root):
     with pytest.raises(ValueError, match="n09999999"):
         build_dataset("tiny_imagenet", "val", root=tiny_root)
     (tiny_root / "wnids.txt").write_text("n02000002\nn01000001\nn03000003\n")
+    (tiny_root / "train" / "n03000003").mkdir()
+    with pytest.raises(ValueError, match="3 WordNet ids with a train/<wnid>/ folder, expected 2"):
+        build_dataset("tiny_imagenet", "train", root=tiny_root)
+    images.TINY_CLASSES = 3
     with pytest.raises(FileNotFoundError, match="train/n03000003/images"):
         build_dataset("tiny_imagenet", "train", root=tiny_root)
 
@@ -192,7 +197,7 @@ def test_cifar_missing_and_truncated_batches(tmp_path):
     with pytest.raises(ValueError, match="malformed file .*test_batch") as e:
         build_dataset("cifar10", "test", root=root)
     assert "data_batch_1 ... data_batch_5" in str(e.value)
-    with pytest.raises(FileNotFoundError, match="data_batch_1 not found") as e:
+    with pytest.raises(FileNotFoundError, match="no batch file data_batch_1; tried:") as e:
         build_dataset("cifar10", "train", root=root)
     assert "test_batch" in str(e.value).split("Found:")[1]
     d = _cifar_batch(2, 0, "labels")
@@ -329,13 +334,13 @@ def test_lra_listops_vocabulary_tsv_and_errors(tmp_path):
     ids, y = info.collate([ds[0], ds[2]])
     assert ids.tolist() == [[12, 3, 10, 11, 5, 8, 15, 1, 15], [8] + [0] * 8] and y.tolist() == [9, 7]
     (tmp_path / "basic_val.tsv").write_text("Input\tLabel\n7\t7\n")
-    with pytest.raises(ValueError, match="header 'Source<TAB>Target'") as e:
+    with pytest.raises(ValueError, match="header naming the TAB-separated columns Source and Target") as e:
         build_dataset("lra_listops", "val", root=tmp_path)
     assert "basic_test.tsv" in str(e.value)
     (tmp_path / "basic_val.tsv").write_text("Source\tTarget\n( [MAX 1 [FOO 2 ] )\t1\n")
     with pytest.raises(ValueError, match="line 2: unknown ListOps token '\\[FOO'"):
         build_dataset("lra_listops", "val", root=tmp_path)
-    with pytest.raises(FileNotFoundError, match="no file basic_test.tsv") as e:
+    with pytest.raises(FileNotFoundError, match="no basic_test.tsv; tried:") as e:
         build_dataset("lra_listops", "test", root=tmp_path)
     assert "basic_train.tsv" in str(e.value).split("Found:")[1]
 
@@ -496,7 +501,7 @@ def test_pgm_malformed_files(tmp_path):
     assert "PGM_<regime>_<split>_<i>.npz" in str(e.value)
     with pytest.raises(ValueError, match="PGM_neutral_test_2.npz"):
         ds[2]  # object arrays are never unpickled
-    with pytest.raises(ValueError, match="not a readable .npz"):
+    with pytest.raises(ValueError, match=r"a text file, not a .npz \(zip\) archive"):
         ds[3]
 
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch import Tensor
 
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
 
 from ..models.inputs import Inputs, InputSpec, check_inputs  # noqa: F401  (InputSpec re-exported)
 
@@ -169,12 +169,36 @@ def describe_task(name: str, params: Mapping[str, Any] | None = None) -> TaskInf
     return get_task(name).resolve(params)
 
 
-def build_dataset(name: str, split: str, **params: Any) -> Dataset:
-    """The dataset of one split of task ``name``; ``params`` override the task's defaults."""
+class FirstN(Subset):
+    """The first ``n`` items of ``dataset``: a ``Subset`` that also forwards the dataset's other
+    attributes (``set_epoch``, ``classes``, ...), so a wrapped dataset keeps working as before."""
+
+    def __init__(self, dataset: Dataset, n: int) -> None:
+        super().__init__(dataset, range(n))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("dataset", "indices"):  # unpickling: no recursion
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+
+def build_dataset(name: str, split: str, *, max_samples: int | None = None, **params: Any) -> Dataset:
+    """The dataset of one split of task ``name``; ``params`` override the task's defaults.
+
+    ``max_samples``: keep only the first N items (a :class:`FirstN` view; all of them when the
+    split is smaller); ``None`` or 0 = all (``data.max_samples`` in a training config).
+    """
+    if max_samples is not None and (isinstance(max_samples, bool) or not isinstance(max_samples, int)):
+        raise TypeError(f"max_samples must be an int (0 = all), got {max_samples!r} ({type(max_samples).__name__})")
+    if max_samples is not None and max_samples < 0:
+        raise ValueError(f"max_samples must be >= 0 (0 = all), got {max_samples}")
     info = get_task(name)
     if split not in info.splits:
         raise ValueError(f"task {name!r} has splits {list(info.splits)}, got {split!r}")
     unknown = sorted(set(params) - set(info.params))
     if unknown:
         raise KeyError(f"unknown parameter(s) {unknown} for task {name!r}; valid: {sorted(info.params)}")
-    return _TASKS[name][1](split, **{**info.params, **params})
+    dataset = _TASKS[name][1](split, **{**info.params, **params})
+    if max_samples and max_samples < len(dataset):
+        return FirstN(dataset, max_samples)
+    return dataset

@@ -55,7 +55,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from ..base import InputSpec, TaskInfo, register_task
-from ._common import FormatError, malformed, missing, require_root
+from ._common import FormatError, first_existing, malformed, require_root, text_problem
 
 TASK = "nlvr2_features"
 CLIP_B32_IMAGE_DIM, CLIP_B32_TEXT_DIM = 768, 512  # CLIP ViT-B/32 token widths before the projections
@@ -85,16 +85,6 @@ def describe(params: dict) -> tuple[dict[str, InputSpec], int]:
 # ----------------------------------------------------------------------------- feature files
 
 
-def _looks_like_text(head: bytes) -> bool:
-    """UTF-8 without control characters (a multi-byte character cut at the end is allowed)."""
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if exc.start < len(head) - 3:
-            return False
-    return not any(b < 32 and b not in b"\t\r\n" for b in head)
-
-
 def sniff_format(path: Path) -> str:
     """``"npz"`` or ``"safetensors"`` from the file's first bytes; anything else (an HTML page
     saved by a failed download, a text file, a pickle, a bare .npy) raises ``FormatError``."""
@@ -104,15 +94,11 @@ def sniff_format(path: Path) -> str:
         return "npz"
     if head[8:9] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= 100_000_000:  # header size, JSON header
         return "safetensors"
-    if not head:
-        problem = "the file is empty"
-    elif head.startswith(b"\x93NUMPY"):
+    if head.startswith(b"\x93NUMPY"):
         problem = "a single .npy array, not a keyed archive (save the arrays with numpy.savez)"
-    elif _looks_like_text(head):
-        problem = (f"a text file (HTML from a failed download?), not binary features: it starts with "
-                   f"{head[:40].decode('utf-8', 'replace')!r}")
     else:
-        problem = f"neither safetensors nor .npz (it starts with the bytes {head[:12]!r})"
+        problem = (text_problem(head, "binary features (safetensors or .npz)")
+                   or f"neither safetensors nor .npz (it starts with the bytes {head[:12]!r})")
     raise malformed(TASK, path, problem, LAYOUT)
 
 
@@ -224,11 +210,7 @@ def image_names(identifier: str) -> tuple[str, str]:
 
 def find_file(root: Path, what: str, candidates: Sequence[Path]) -> Path:
     """The first existing file of ``candidates``, or a ``LayoutError`` listing every path tried."""
-    for c in candidates:
-        if c.is_file():
-            return c
-    tried = "\n".join(f"  {c}" for c in candidates)
-    raise missing(TASK, f"no {what} file; tried:\n{tried}", LAYOUT, root)
+    return first_existing(TASK, f"{what} file", candidates, LAYOUT, root)
 
 
 def feature_candidates(root: Path, stem: str, kind: str, given: Any) -> list[Path]:

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
-from ._common import FormatError, LoaderDataset, malformed, missing, require_root
+from ._common import FormatError, LoaderDataset, malformed, missing, require_root, text_problem
 
 PANELS, SIZE = 16, 160
 
@@ -54,8 +54,10 @@ class PGMDataset(LoaderDataset):
     def _load(self, index: int) -> dict[str, np.ndarray]:
         path = self.files[index]
         with open(path, "rb") as f:
-            if f.read(4) != b"PK\x03\x04":
-                raise malformed("pgm", path, "not a readable .npz (zip) archive", LAYOUT)
+            head = f.read(64)
+        if not head.startswith(b"PK\x03\x04"):
+            raise malformed("pgm", path, text_problem(head, "a .npz (zip) archive")
+                            or "not a readable .npz (zip) archive", LAYOUT)
         try:
             with np.load(path, allow_pickle=False) as z:
                 missing_keys = [k for k in ("image", "target") if k not in z.files]
@@ -94,18 +96,19 @@ class PGMDataset(LoaderDataset):
 def build_pgm(split: str, root: Any = None, regime: str = "neutral", flatten: bool = False,
               transform: Callable | None = None) -> PGMDataset:
     """The ``PGM_<regime>_<split>_*.npz`` files of ``root`` (or ``root/<regime>/``), ordered by ``i``."""
-    path = require_root("pgm", root, LAYOUT)
-    if (path / regime).is_dir():
-        path = path / regime
+    root_path = require_root("pgm", root, LAYOUT)
     pattern = re.compile(rf"^PGM_{re.escape(regime)}_{split}_(\d+)\.npz$")
+    searched = [p for p in (root_path / regime, root_path) if p.is_dir()]
     found = []
-    with os.scandir(path) as it:
-        for entry in it:
-            m = pattern.match(entry.name)
-            if m:
-                found.append((int(m.group(1)), path / entry.name))
+    for path in searched:  # the regime's folder first; the first folder holding the files is used
+        with os.scandir(path) as it:
+            found = [(int(m.group(1)), path / e.name) for e in it if (m := pattern.match(e.name))]
+        if found:
+            break
     if not found:
-        raise missing("pgm", f"no files PGM_{regime}_{split}_<i>.npz (regime={regime!r})", LAYOUT, path)
+        tried = "\n".join(f"  {p}/PGM_{regime}_{split}_<i>.npz" for p in (root_path / regime, root_path))
+        raise missing("pgm", f"no files PGM_{regime}_{split}_<i>.npz (regime={regime!r}); tried:\n{tried}", LAYOUT,
+                      searched[0])
     return PGMDataset([p for _, p in sorted(found)], flatten, transform)
 
 
