@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from modwire.tasks import TaskInfo, build_dataset, get_task, register_task
+from modwire.tasks import InputSpec, TaskInfo, build_dataset, get_task, register_task
 
 
 class Epochal(Dataset):
@@ -30,7 +30,7 @@ try:
     get_task("epochal_test")
 except KeyError:
     register_task(TaskInfo("epochal_test", "generator", "test task with set_epoch", 2,
-                           {"tokenizer": "linear", "input_dim": 1}, params={"size": 10}), Epochal)
+                           InputSpec.vectors(1, 1), params={"size": 10}), Epochal)
 
 
 def test_first_n_items_identical_to_the_full_split():
