@@ -415,16 +415,37 @@ def read_pretrained(directory: str | os.PathLike) -> tuple[ModelConfig, dict[str
     layout = f"expected {d}/{CONFIG_FILE} and {d}/{WEIGHTS_FILE} (written by save_pretrained)"
     if not (d / CONFIG_FILE).is_file() or not (d / WEIGHTS_FILE).is_file():
         raise FileNotFoundError(f"not a saved modwire model: {layout}")
-    try:
-        data = json.loads((d / CONFIG_FILE).read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{d / CONFIG_FILE} is not valid JSON: {e}") from e
-    config = config_class(data.get("model_type", "")).from_dict(data)
+    config = _read_config(d / CONFIG_FILE, config_class)
     try:
         state = load_file(str(d / WEIGHTS_FILE))
     except (SafetensorError, OSError) as e:
         raise ValueError(f"{d / WEIGHTS_FILE} is not a readable safetensors file ({e}); {layout}") from e
     return config, state
+
+
+_JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",
+               type(None): "null"}
+
+
+def _read_config(path: Path, config_class: typing.Callable[[str], type[ModelConfig]]) -> ModelConfig:
+    """``config.json`` → its config; every error is one line naming ``path`` and what was expected."""
+    expected = "a JSON object with a 'model_type' key (as written by save_pretrained)"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text (byte {e.start}); expected {expected}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
+                         f"expected {expected}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected {expected}, got {_JSON_KINDS.get(type(data), type(data).__name__)}")
+    if not isinstance(data.get("model_type"), str):
+        got = f"model_type {data['model_type']!r}" if "model_type" in data else "no 'model_type' key"
+        raise ValueError(f"{path}: expected {expected}, got {got}")
+    try:
+        return config_class(data["model_type"]).from_dict(data)
+    except (KeyError, ValueError, TypeError) as e:   # a field's error, prefixed with the file
+        raise type(e)(f"{path}: {e.args[0] if e.args else e}") from None
 
 
 def upgrade_state_dict(model: "PretrainedModel", state: dict[str, Tensor]) -> dict[str, Tensor]:
