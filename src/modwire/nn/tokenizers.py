@@ -64,7 +64,7 @@ def _check_float(x: Tensor, name: str, expected: str, weight: Tensor) -> None:
         raise TypeError(f"{name}: expected {weight.dtype} (the model's weights) {expected}, got {x.dtype}; "
                         f"convert with x.to({weight.dtype}) or run under torch.autocast")
     if _values_checkable(x):
-        lo, hi = (float(v) for v in torch.aminmax(x.detach()))   # one reduction; NaN propagates
+        lo, hi = _min_max(x)             # NaN propagates into min and max
         if not (math.isfinite(lo) and math.isfinite(hi)):
             bad = "NaN" if math.isnan(lo) or math.isnan(hi) else "inf"
             raise ValueError(f"{name}: expected finite values, got {bad} (min {lo}, max {hi}) in {list(x.shape)}")
@@ -73,6 +73,11 @@ def _check_float(x: Tensor, name: str, expected: str, weight: Tensor) -> None:
 def _values_checkable(x: Tensor) -> bool:
     """Value checks read the data: not while torch.compile traces, nor on the meta device."""
     return not torch.compiler.is_compiling() and not x.is_meta
+
+
+def _min_max(x: Tensor) -> list:
+    """``[min, max]`` of ``x``: one reduction, one device-to-host copy."""
+    return torch.stack(torch.aminmax(x.detach())).tolist()
 
 
 def _check_device(x: Tensor, name: str, weight: Tensor) -> None:
@@ -189,7 +194,7 @@ class EmbeddingTokenizer(nn.Module):
         if x.dtype not in (torch.int32, torch.int64):
             x = x.long()                               # lossless: nn.Embedding reads int32/int64 only
         if _values_checkable(x):
-            lo, hi = (int(v) for v in torch.aminmax(x))   # one reduction
+            lo, hi = _min_max(x)
             if lo < 0 or hi >= self.vocab_size:
                 raise ValueError(f"{name}: token id {lo if lo < 0 else hi} is outside the vocabulary "
                                  f"[0, vocab_size={self.vocab_size})")
