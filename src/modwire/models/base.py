@@ -61,7 +61,7 @@ class Bounds:
               and (lo is None or (value > lo if self.lo_open else value >= lo))
               and (hi is None or (value < hi if self.hi_open else value <= hi))
               and (self.multiple_of is None or value % self.multiple_of == 0)
-              and (self.divides is None or value > 0 and getattr(cfg, self.divides) % value == 0))
+              and (self.divides is None or (value > 0 and getattr(cfg, self.divides) % value == 0)))
         if not ok:
             raise ValueError(f"config field {prefix + name!r}: got {value!r}, expected "
                              f"{self.describe(cfg, isinstance(value, int))}")
@@ -92,8 +92,7 @@ class Bounds:
 
 COUNT = Bounds(lo=1)                                 # sizes, dims, heads, layers, module counts
 POSITIVE = Bounds(lo=0, lo_open=True)                # temperatures, bandwidths, δ
-NON_NEGATIVE = Bounds(lo=0)
-FRACTION = Bounds(lo=0, hi=1, hi_open=True)          # dropout-like rates
+# (a dropout-like rate would be Bounds(lo=0, hi=1, hi_open=True))
 
 
 def heads_of(dim: str) -> Bounds:
