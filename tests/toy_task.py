@@ -4,7 +4,7 @@ import time
 import torch
 from torch.utils.data import Dataset
 
-from modwire.tasks import TaskInfo, get_task, register_task
+from modwire.tasks import InputSpec, TaskInfo, get_task, register_task
 
 
 class ToySets(Dataset):
@@ -27,4 +27,4 @@ try:
     get_task("toy_sets")
 except KeyError:
     register_task(TaskInfo("toy_sets", "generator", "test task: sign of a feature sum over a set", 2,
-                           {"tokenizer": "linear", "input_dim": 8}, params={"size": 64, "seed": 0, "delay": 0.0}), ToySets)
+                           InputSpec.vectors(6, 8), params={"size": 64, "seed": 0, "delay": 0.0}), ToySets)

@@ -38,7 +38,7 @@ def test_embedding_tokenizer_for_bytes():
     tok = EmbeddingTokenizer(256, 8, max_len=32)
     ids = torch.tensor([list(b"hello world")])
     torch.testing.assert_close(tok(ids), tok.embed.weight[ids] + tok.pos.weight[:11])
-    with pytest.raises(ValueError, match="integer ids"):
+    with pytest.raises(TypeError, match=r"integer token ids \[B, N\].*got torch.float32"):
         tok(torch.randn(1, 5))
 
 

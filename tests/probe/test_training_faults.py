@@ -12,7 +12,7 @@ import torch
 import toy_task  # noqa: F401  (registers "toy_sets")
 from training_helpers import signal_after_step
 from modwire import cli, from_pretrained
-from modwire.tasks import TaskInfo, register_task
+from modwire.tasks import InputSpec, TaskInfo, register_task
 from modwire.training import load_config, train
 from modwire.training.checkpoint import CheckpointWriteError, load_weights
 from modwire.training.lock import RunLock, RunLockedError
@@ -245,6 +245,6 @@ def test_a_label_outside_the_class_range_names_task_label_and_class_count(tmp_pa
 
     monkeypatch.setattr(base, "_TASKS", dict(base._TASKS))      # registered for this test only
     register_task(TaskInfo("toy_bad_labels", "generator", "test task with a label out of range", 2,
-                           {"tokenizer": "linear", "input_dim": 8}, params={"label": 2}), BadLabels)
+                           InputSpec.vectors(6, 8), params={"label": 2}), BadLabels)
     with pytest.raises(ValueError, match=rf"task 'toy_bad_labels' gave label {label}, but the model has 2 classes"):
         train(cfg(tmp_path / "run", "data.task=toy_bad_labels", f"data.params.label={label}"))

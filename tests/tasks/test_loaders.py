@@ -11,8 +11,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from modwire.nn import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer
-from modwire.tasks import build_dataset, get_task, list_tasks
-from modwire.tasks.loaders import text
+from modwire.tasks import InputSpec, build_dataset, get_task, list_tasks
+from modwire.tasks.loaders import images, text
 from modwire.tasks.loaders.mnist import DEBIAN_FASHION_MNIST
 
 LOADERS = ["cifar10", "cifar100", "fashion_mnist", "imdb_bytes", "lra_listops", "mnist", "modelnet40", "pgm",
@@ -48,7 +48,8 @@ def _decoded(path: Path) -> torch.Tensor:
 
 
 @pytest.fixture
-def tiny_root(tmp_path):
+def tiny_root(tmp_path, monkeypatch):
+    monkeypatch.setattr(images, "TINY_CLASSES", 2)  # a two-class copy (the real check: test_real_files.py)
     root = tmp_path / "tiny-imagenet-200"
     root.mkdir()
     (root / "wnids.txt").write_text("n02000002\nn01000001\n")  # file order, not sorted order, gives the index
@@ -78,7 +79,7 @@ def test_tiny_imagenet_pixels_labels_and_grayscale(tiny_root):
     val = build_dataset("tiny_imagenet", "val", root=tiny_root)
     assert len(val) == 2 and [int(val[i][1]) for i in range(2)] == [1, 0]
     torch.testing.assert_close(val[0][0][:, 3, 3], torch.tensor([5, 5, 250]) / 255, rtol=0, atol=3 / 255)
-    assert get_task("tiny_imagenet").model_overrides == {"tokenizer": "conv", "image_size": 64, "in_channels": 3}
+    assert get_task("tiny_imagenet").inputs == InputSpec.image(3, 64, 64)
     assert ConvTokenizer(64, 3, channels=8, pos_dim=4)(val[0][0][None]).shape == (1, 64, 12)
     flipped = build_dataset("tiny_imagenet", "val", root=tiny_root, transform=lambda t: t.flip(-1))
     torch.testing.assert_close(flipped[0][0], val[0][0].flip(-1))
@@ -93,6 +94,10 @@ def test_tiny_imagenet_errors_show_the_layout(tiny_root):
     with pytest.raises(ValueError, match="n09999999"):
         build_dataset("tiny_imagenet", "val", root=tiny_root)
     (tiny_root / "wnids.txt").write_text("n02000002\nn01000001\nn03000003\n")
+    (tiny_root / "train" / "n03000003").mkdir()
+    with pytest.raises(ValueError, match="3 WordNet ids with a train/<wnid>/ folder, expected 2"):
+        build_dataset("tiny_imagenet", "train", root=tiny_root)
+    images.TINY_CLASSES = 3
     with pytest.raises(FileNotFoundError, match="train/n03000003/images"):
         build_dataset("tiny_imagenet", "train", root=tiny_root)
 
@@ -192,7 +197,7 @@ def test_cifar_missing_and_truncated_batches(tmp_path):
     with pytest.raises(ValueError, match="malformed file .*test_batch") as e:
         build_dataset("cifar10", "test", root=root)
     assert "data_batch_1 ... data_batch_5" in str(e.value)
-    with pytest.raises(FileNotFoundError, match="data_batch_1 not found") as e:
+    with pytest.raises(FileNotFoundError, match="no batch file data_batch_1; tried:") as e:
         build_dataset("cifar10", "train", root=root)
     assert "test_batch" in str(e.value).split("Found:")[1]
     d = _cifar_batch(2, 0, "labels")
@@ -234,7 +239,7 @@ def test_mnist_idx_gz_and_plain_padding_to_32(tmp_path, task):
             assert x[:, :2].abs().sum() == 0 and x[:, 30:].abs().sum() == 0 and x[:, :, :2].abs().sum() == 0
     x28 = build_dataset(task, "train", root=tmp_path, pad_to=28)[1][0]
     assert x28.shape == (1, 28, 28) and torch.equal(x28, train[1][0][:, 2:30, 2:30])
-    assert get_task(task).model_overrides == {"tokenizer": "conv", "image_size": 32, "in_channels": 1}
+    assert get_task(task).inputs == InputSpec.image(1, 32, 32)
     xb, yb = next(iter(DataLoader(train, batch_size=3)))
     assert ConvTokenizer(32, 1, channels=8, pos_dim=4)(xb).shape == (3, 16, 12) and yb.dtype == torch.long
 
@@ -299,7 +304,7 @@ def test_imdb_bytes_round_trip_truncation_and_collate(tmp_path):
     short = build_dataset("imdb_bytes", "train", root=tmp_path / "aclImdb", max_len=4)
     assert [len(short[i][0]) for i in range(4)] == [4, 4, 2, 4]
     info = get_task("imdb_bytes")
-    assert info.model_overrides == {"tokenizer": "embedding", "vocab_size": 257, "max_len": 4096, "pad_id": 0}
+    assert info.inputs == InputSpec.tokens(4096, 257, pad_id=0, padded=True)
     ids, y = next(iter(DataLoader(ds, batch_size=4, collate_fn=info.collate)))
     assert ids.shape == (4, len("Great film<br />!")) and y.tolist() == [0, 1, 1, 1]
     assert ids[2, 2:].eq(0).all() and ids[2, :2].tolist() == [ord("o") + 1, ord("k") + 1]
@@ -325,17 +330,17 @@ def test_lra_listops_vocabulary_tsv_and_errors(tmp_path):
     assert ds[1][0].tolist() == [14, 4, 13, 2, 3, 9, 15, 15] and ds[-1][0].tolist() == [8]
     assert build_dataset("lra_listops", "train", root=tmp_path, max_len=3)[0][0].tolist() == [12, 3, 10]
     info = get_task("lra_listops")
-    assert info.model_overrides["vocab_size"] == 16 and info.splits == ("train", "val", "test")
+    assert info.inputs.vocab_size == 16 and info.splits == ("train", "val", "test")
     ids, y = info.collate([ds[0], ds[2]])
     assert ids.tolist() == [[12, 3, 10, 11, 5, 8, 15, 1, 15], [8] + [0] * 8] and y.tolist() == [9, 7]
     (tmp_path / "basic_val.tsv").write_text("Input\tLabel\n7\t7\n")
-    with pytest.raises(ValueError, match="header 'Source<TAB>Target'") as e:
+    with pytest.raises(ValueError, match="header naming the TAB-separated columns Source and Target") as e:
         build_dataset("lra_listops", "val", root=tmp_path)
     assert "basic_test.tsv" in str(e.value)
     (tmp_path / "basic_val.tsv").write_text("Source\tTarget\n( [MAX 1 [FOO 2 ] )\t1\n")
     with pytest.raises(ValueError, match="line 2: unknown ListOps token '\\[FOO'"):
         build_dataset("lra_listops", "val", root=tmp_path)
-    with pytest.raises(FileNotFoundError, match="no file basic_test.tsv") as e:
+    with pytest.raises(FileNotFoundError, match="no basic_test.tsv; tried:") as e:
         build_dataset("lra_listops", "test", root=tmp_path)
     assert "basic_train.tsv" in str(e.value).split("Found:")[1]
 
@@ -393,7 +398,7 @@ def test_modelnet40_off_points_on_the_surface_uniform_and_deterministic(off_root
     torch.testing.assert_close(pts.double(), centred / centred.norm(dim=1).max(), rtol=0, atol=1e-6)
     test = build_dataset("modelnet40", "test", root=off_root)
     assert len(test) == 1 and int(test[0][1]) == 0
-    assert get_task("modelnet40").model_overrides == {"tokenizer": "linear", "input_dim": 3}
+    assert get_task("modelnet40").inputs == InputSpec.vectors(1024, 3)
     xb, _ = next(iter(DataLoader(norm, batch_size=3)))
     assert LinearTokenizer(3, 8)(xb).shape == (3, 1024, 8)
 
@@ -474,8 +479,8 @@ def test_pgm_npz_panels_targets_and_order(tmp_path):
     assert len(build_dataset("pgm", "val", root=folder)) == 1
     flat = build_dataset("pgm", "train", root=folder, flatten=True)[3][0]
     assert flat.shape == (16, 25600) and torch.equal(flat[9], x[9].flatten())
-    overrides = get_task("pgm").model_overrides
-    assert overrides == {"tokenizer": "conv", "image_size": 160, "in_channels": 16}
+    assert get_task("pgm").inputs == InputSpec.image(16, 160, 160)
+    assert get_task("pgm").resolve({"flatten": True}).inputs == InputSpec.vectors(16, 25600, ordered=True)
     assert ConvTokenizer(160, 16, channels=4, pos_dim=2)(x[None]).shape == (1, 400, 6)
     assert LinearTokenizer(25600, 4, max_len=16)(flat[None]).shape == (1, 16, 4)
     with pytest.raises(FileNotFoundError, match="no files PGM_extrapolation_train_<i>.npz") as e:
@@ -496,7 +501,7 @@ def test_pgm_malformed_files(tmp_path):
     assert "PGM_<regime>_<split>_<i>.npz" in str(e.value)
     with pytest.raises(ValueError, match="PGM_neutral_test_2.npz"):
         ds[2]  # object arrays are never unpickled
-    with pytest.raises(ValueError, match="not a readable .npz"):
+    with pytest.raises(ValueError, match=r"a text file, not a .npz \(zip\) archive"):
         ds[3]
 
 

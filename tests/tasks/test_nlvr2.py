@@ -9,7 +9,7 @@ import torch
 from safetensors.numpy import save_file
 from torch.utils.data import DataLoader
 
-from modwire.tasks import build_dataset, get_task
+from modwire.tasks import InputSpec, build_dataset, get_task
 from modwire.tasks.loaders import nlvr2
 
 NAME = "nlvr2_features"
@@ -60,16 +60,13 @@ def small(root, split="dev", **kw):
     return build_dataset(NAME, split, **{"root": root, "image_dim": D_IMG, "text_dim": D_TXT, **kw})
 
 
-def test_task_info_and_model_overrides():
+def test_task_info_and_inputs():
     info = get_task(NAME)
     assert info.kind == "loader" and info.num_classes == 2 and info.collate is nlvr2.collate
     assert info.params["root"] is None and set(info.splits) >= {"train", "val", "dev", "test1"}
-    assert info.model_overrides == {
-        "tokenizer": {"kind": "linear", "input_dim": 769},
-        "generator": {"kind": "conditional", "tokenizer": {"kind": "linear", "input_dim": 512}}}
-    assert nlvr2.model_overrides(1024, 768, side_column=False) == {
-        "tokenizer": {"kind": "linear", "input_dim": 1024},
-        "generator": {"kind": "conditional", "tokenizer": {"kind": "linear", "input_dim": 768}}}
+    assert info.inputs == {"x": InputSpec.vectors(None, 769), "condition": InputSpec.vectors(None, 512, padded=True)}
+    assert info.resolve({"image_dim": 1024, "text_dim": 768, "side_column": False}).inputs == {
+        "x": InputSpec.vectors(None, 1024), "condition": InputSpec.vectors(None, 768, padded=True)}
 
 
 def test_items_equal_the_fixture_features_and_labels(root):
@@ -229,7 +226,9 @@ def test_widths_and_shapes_are_checked(root):
     path, images, texts = root
     with pytest.raises(ValueError, match="data.params.image_dim=4 data.params.text_dim=3") as e:
         build_dataset(NAME, "dev", root=path)  # defaults: CLIP widths 768 / 512
-    assert "'input_dim': 5" in str(e.value) and "'input_dim': 3" in str(e.value)
+    assert "model.overrides" not in str(e.value)  # the model follows the task's description
+    fixed = get_task(NAME).resolve({"image_dim": 4, "text_dim": 3}).inputs
+    assert (fixed["x"].dim, fixed["condition"].dim) == (5, 3)  # + the side column
     images["dev-851-3-img1.png"] = np.zeros((N_TOK + 1, D_IMG), np.float32)  # a later image, other token count
     images["dev-852-1-img0.png"] = np.zeros((N_TOK, D_IMG), np.int64)
     texts["dev-850-0-1"] = np.zeros((0, D_TXT), np.float32)

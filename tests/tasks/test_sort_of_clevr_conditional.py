@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from modwire.tasks import build_dataset, get_task
+from modwire.tasks import InputSpec, build_dataset, get_task
 from modwire.tasks.synthetic import sort_of_clevr as soc
 
 NAME = "sort_of_clevr_conditional"
@@ -19,13 +19,11 @@ def test_task_info():
     info = get_task(NAME)
     assert info.kind == "generator" and info.num_classes == 10 and info.loss == "cross_entropy"
     assert info.params == get_task("sort_of_clevr").params
-    assert info.model_overrides == {
-        "tokenizer": {"kind": "linear", "input_dim": 77},
-        "generator": {"kind": "conditional", "tokenizer": {"kind": "embedding", "vocab_size": 14, "max_len": 3}}}
-    assert soc.conditional_model_overrides(15)["tokenizer"]["input_dim"] == 3 * 15 * 15 + 2
+    assert info.inputs == {"x": InputSpec.vectors(225, 77), "condition": InputSpec.tokens(3, 14)}
+    assert info.resolve({"patch_size": 15}).inputs["x"] == InputSpec.vectors(25, 3 * 15 * 15 + 2)
     assert set(info.subsets) == {"relational", "non_relational"}
     # the old task is unchanged
-    assert get_task("sort_of_clevr").model_overrides == {"tokenizer": "linear", "input_dim": 88}
+    assert get_task("sort_of_clevr").inputs == InputSpec.vectors(225, 88)
 
 
 def test_vocabulary():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import modwire.tasks as tasks
-from modwire.tasks import build_dataset, get_task, list_tasks, r2_score
+from modwire.tasks import InputSpec, build_dataset, get_task, list_tasks, r2_score
 from modwire.tasks.synthetic import fuzzy_boolean as fb
 from modwire.tasks.synthetic import listops as lo
 from modwire.tasks.synthetic import sort_of_clevr as soc
@@ -42,7 +42,7 @@ def test_registry_lists_generators():
         assert {"seed", "size"} <= set(info.params)
     assert get_task("listops").collate is lo.collate
     assert get_task("fuzzy_boolean").loss == "mse" and get_task("fuzzy_boolean").metrics == ("r2",)
-    assert get_task("sort_of_clevr").model_overrides == {"tokenizer": "linear", "input_dim": 88}
+    assert get_task("sort_of_clevr").inputs == InputSpec.vectors(225, 88)
     assert "relational" in get_task("sort_of_clevr").description
 
 
@@ -62,16 +62,15 @@ def test_item_shapes_match_task_info(name):
     info = get_task(name)
     ds = small(name)
     x, y = ds[0]
-    ov = info.model_overrides
-    if ov["tokenizer"] == "embedding":
-        assert x.dtype == torch.long and x.dim() == 1 and int(x.max()) < ov["vocab_size"]
-        assert len(x) <= ov["max_len"]
-    elif ov["tokenizer"] == "linear":
-        assert x.dtype == torch.float32 and x.dim() == 2 and x.shape[-1] == ov["input_dim"]
-        if "max_len" in ov:
-            assert x.shape[0] <= ov["max_len"]
+    spec = info.inputs
+    if spec.kind == "tokens":
+        assert x.dtype == torch.long and x.dim() == 1 and int(x.max()) < spec.vocab_size
+        assert len(x) <= spec.length
+    elif spec.kind == "vectors":
+        assert x.dtype == torch.float32 and x.dim() == 2 and x.shape[-1] == spec.dim
+        assert x.shape[0] <= spec.length
     else:
-        assert x.shape == (ov["in_channels"], ov["image_size"], ov["image_size"]) and x.dtype == torch.float32
+        assert x.shape == spec.shape and x.dtype == torch.float32
     if info.loss == "mse":
         assert y.dtype == torch.float32 and y.shape == (info.num_classes,)
     else:
@@ -368,7 +367,8 @@ def test_fuzzy_boolean_items():
     assert r2_score(torch.stack(ys), torch.stack(ys)) == 1.0
     adapt = small("fuzzy_boolean_adapt")
     assert len(adapt) == 10 * 10 and int(fb.function_id_of(adapt[3][0])) == 23
-    assert get_task("fuzzy_boolean").model_overrides == get_task("fuzzy_boolean_adapt").model_overrides
+    assert get_task("fuzzy_boolean").inputs == get_task("fuzzy_boolean_adapt").inputs == InputSpec.vectors(
+        6, 31, ordered=True)
     # other function seed → other functions, same points
     other = small("fuzzy_boolean", function_seed=1)
     assert torch.equal(other[0][0], ds[0][0]) and not all(

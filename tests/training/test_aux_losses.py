@@ -9,7 +9,8 @@ from torch import Tensor, nn
 
 import toy_task  # noqa: F401  (registers "toy_sets")
 from modwire.models import list_models
-from modwire.models.base import TOKENIZER_LEGACY_KEYS, ModelConfig, PretrainedModel, TokenizerConfig, build_tokenizer
+from modwire.models.base import (TOKENIZER_LEGACY_KEYS, ModelConfig, PretrainedModel, TokenizerConfig, build_tokenizer,
+                                 single_input)
 from modwire.models.registry import register_model_type, register_preset
 from modwire.training import load_config, train
 
@@ -21,6 +22,10 @@ class ToyAuxConfig(ModelConfig):
     num_classes: int = 2
     tokenizer: TokenizerConfig = field(default_factory=lambda: TokenizerConfig(kind="linear", input_dim=8,
                                                                                 token_dim=16))
+
+    def input_overrides(self, inputs, num_classes: int) -> dict:
+        return {"tokenizer": TokenizerConfig.for_input(single_input(inputs, self.model_type)),
+                "num_classes": num_classes}
 
 
 class ToyAux(PretrainedModel):
@@ -76,3 +81,9 @@ def test_a_new_aux_loss_is_weighted_added_scaled_and_logged(tmp_path, accum):
 def test_a_reported_loss_without_a_weight_names_the_key_to_set(tmp_path):
     with pytest.raises(ValueError, match=r"reports the auxiliary loss\(es\) \['l2'\].*aux_loss_weights.l2"):
         train(cfg(tmp_path))
+
+
+@pytest.mark.parametrize("bad", ["nan", "-1", "inf"])
+def test_an_aux_loss_weight_must_be_finite_and_non_negative(tmp_path, bad):
+    with pytest.raises(ValueError, match=r"config key 'aux_loss_weights.l2': got .*expected a finite number >= 0"):
+        cfg(tmp_path, f"aux_loss_weights.l2={bad}")

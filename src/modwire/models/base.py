@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from ..nn import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer
+from .inputs import InputSpec, Inputs, check_inputs
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 
@@ -35,15 +36,69 @@ def check_choice(name: str, value: Any, choices: tuple) -> None:
         raise ValueError(f"config field {name!r}: got {value!r}, expected one of {list(choices)}")
 
 
-def check_positive(obj: Any, *names: str, allow_zero: bool = False) -> None:
-    """Each field must be a finite number > 0 (≥ 0 with ``allow_zero``); NaN and inf are refused."""
-    prefix = getattr(obj, "_prefix", "")
-    for name in names:
-        value = getattr(obj, name)
-        ok = value > 0 or (allow_zero and value == 0)
-        if not ok or not math.isfinite(value):
-            raise ValueError(f"config field {prefix + name!r}: got {value!r}, expected a finite "
-                             f"{'non-negative' if allow_zero else 'positive'} number")
+@dataclass(frozen=True)
+class Bounds:
+    """The values a numeric config field accepts. Each config class declares its fields'
+    bounds once, in its ``bounds`` table; :class:`ConfigBase` checks them and names the full
+    key path, the value given and what is expected. ``lo`` / ``hi`` are numbers or the name of
+    a sibling field (``pad_id < vocab_size``); ``multiple_of``: the value is a multiple of it
+    (an image size vs. the tokenizer's total stride); ``divides``: the value divides that
+    sibling field (attention heads split ``d_model``). NaN and inf are refused for every field."""
+
+    lo: float | str | None = None
+    hi: float | str | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    multiple_of: int | None = None
+    divides: str | None = None
+    note: str = ""
+
+    def check(self, cfg: "ConfigBase", name: str, prefix: str) -> None:
+        value = getattr(cfg, name)
+        if value is None:           # an Optional field left unset (``truncation=None``)
+            return
+        lo, hi = self._bound(cfg, self.lo), self._bound(cfg, self.hi)
+        ok = (math.isfinite(value)
+              and (lo is None or (value > lo if self.lo_open else value >= lo))
+              and (hi is None or (value < hi if self.hi_open else value <= hi))
+              and (self.multiple_of is None or value % self.multiple_of == 0)
+              and (self.divides is None or (value > 0 and getattr(cfg, self.divides) % value == 0)))
+        if not ok:
+            raise ValueError(f"config field {prefix + name!r}: got {value!r}, expected "
+                             f"{self.describe(cfg, isinstance(value, int))}")
+
+    def describe(self, cfg: "ConfigBase", integer: bool) -> str:
+        """What the field accepts, in words: ``'an integer >= 1 that divides d_model=96'``."""
+        def show(bound: float | str) -> str:
+            return f"{bound}={getattr(cfg, bound)}" if isinstance(bound, str) else f"{bound:g}"
+
+        parts = ["an integer" if integer else "a finite number"]
+        if self.lo is not None and self.hi is not None:
+            parts.append(f"in {'(' if self.lo_open else '['}{show(self.lo)}, {show(self.hi)}"
+                         f"{')' if self.hi_open else ']'}")
+        elif self.lo is not None:
+            parts.append(f"{'>' if self.lo_open else '>='} {show(self.lo)}")
+        elif self.hi is not None:
+            parts.append(f"{'<' if self.hi_open else '<='} {show(self.hi)}")
+        if self.multiple_of is not None:
+            parts.append(f"and a multiple of {self.multiple_of}")
+        if self.divides is not None:
+            parts.append(f"that divides {show(self.divides)}")
+        return " ".join(parts) + (f" ({self.note})" if self.note else "")
+
+    @staticmethod
+    def _bound(cfg: "ConfigBase", bound: float | str | None) -> float | None:
+        return getattr(cfg, bound) if isinstance(bound, str) else bound
+
+
+COUNT = Bounds(lo=1)                                 # sizes, dims, heads, layers, module counts
+POSITIVE = Bounds(lo=0, lo_open=True)                # temperatures, bandwidths, δ
+# (a dropout-like rate would be Bounds(lo=0, hi=1, hi_open=True))
+
+
+def heads_of(dim: str) -> Bounds:
+    """An attention head count: ≥ 1 and divides ``dim`` (heads split the width)."""
+    return Bounds(lo=1, divides=dim)
 
 
 def _type_ok(value: Any, hint: Any) -> bool:
@@ -68,9 +123,11 @@ class ConfigBase:
     """Typed, validated dataclass config. Fields that are themselves configs (sub-configs,
     e.g. ``kernel``) accept a dict, which is merged into the default sub-config; the whole
     tree is type-checked and validated from the root, so errors name the full path
-    (``'kernel.tau'``). Subclasses implement ``validate``."""
+    (``'kernel.tau'``). Numeric fields declare what they accept in ``bounds`` (checked here,
+    NaN and inf refused everywhere); ``validate`` holds the checks a table cannot say."""
 
     _prefix: ClassVar[str] = ""   # the field path of a sub-config, set while it is checked
+    bounds: ClassVar[dict[str, Bounds]] = {}
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -92,12 +149,19 @@ class ConfigBase:
             elif not _type_ok(value, hint):
                 raise TypeError(f"config field {prefix + f.name!r}: got {value!r} ({type(value).__name__}), "
                                 f"expected {getattr(hint, '__name__', hint)}")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"config field {prefix + f.name!r}: got {value!r}, expected a finite number")
             if isinstance(value, ConfigBase) and f.name not in self.unused_fields():
                 value._check(f"{prefix}{f.name}.")
+        unused = self.unused_fields()
+        for name, bounds in self.bounds.items():
+            if name not in unused:
+                bounds.check(self, name, prefix)
         self.validate()
 
     def unused_fields(self) -> tuple[str, ...]:
-        """Sub-configs that the current settings do not use (not validated)."""
+        """Fields (sub-configs included) that the current settings do not use: their values
+        are type-checked but not validated (``tokenizer.vocab_size`` of a conv tokenizer)."""
         return ()
 
     def validate(self) -> None:
@@ -166,6 +230,22 @@ class ModelConfig(ConfigBase):
                 else copy.deepcopy(value)   # the caller's dicts are never modified
         return out
 
+    def input_overrides(self, inputs: Inputs, num_classes: int) -> dict[str, Any]:
+        """The config fields (nested form) that fit this model to a task's ``inputs`` (an
+        :class:`~modwire.models.inputs.InputSpec` or a mapping of named specs) and class count.
+        Each model type implements it for its own input layer; an input it cannot read is a
+        ValueError that says so."""
+        raise ValueError(f"model type {self.model_type!r} does not say how it reads a task's inputs "
+                         f"(its config class implements no input_overrides)")
+
+    def input_names(self) -> tuple[str, ...]:
+        """The names of the inputs this configured model takes (``("x",)``: one input, ``model(x)``)."""
+        return ("x",)
+
+    def for_inputs(self, inputs: Inputs, num_classes: int) -> "ModelConfig":
+        """This config fitted to a task's inputs and class count: ``replace(**input_overrides(...))``."""
+        return self.replace(**self.input_overrides(check_inputs(inputs), num_classes))
+
     def replace(self, **overrides: Any) -> "ModelConfig":
         """A copy with some fields changed (validated); sub-configs take partial dicts."""
         return self.merged(self.normalize(overrides))
@@ -223,21 +303,53 @@ class TokenizerConfig(ConfigBase):
     max_len: int = 0
     pad_id: int = -1          # embedding: this id is padding (-1: none)
 
+    bounds = {"image_size": Bounds(lo=8, multiple_of=8, note="the conv tokenizer downsamples by 4, then 2"),
+              "in_channels": COUNT, "conv_channels": COUNT, "pos_dim": COUNT, "input_dim": COUNT,
+              "vocab_size": COUNT, "token_dim": COUNT, "max_len": Bounds(lo=0, note="0: no learned positions"),
+              "pad_id": Bounds(lo=-1, hi="vocab_size", hi_open=True, note="-1: no padding id")}
+    uses: ClassVar[dict[str, tuple[str, ...]]] = {
+        "conv": ("image_size", "in_channels", "conv_channels", "pos_dim"),
+        "linear": ("input_dim", "token_dim", "max_len"),
+        "embedding": ("vocab_size", "token_dim", "max_len", "pad_id")}
+
     def validate(self) -> None:
-        p = self._prefix
-        check_choice(p + "kind", self.kind, TOKENIZERS)
-        if self.kind == "conv":
-            check_positive(self, "image_size", "in_channels", "conv_channels", "pos_dim")
-            if self.image_size % 8:
-                raise ValueError(f"config field {p + 'image_size'!r}: got {self.image_size}, expected a multiple of 8")
-        elif self.kind == "linear":
-            check_positive(self, "input_dim", "token_dim")
-        else:
-            check_positive(self, "vocab_size", "token_dim")
-            if not -1 <= self.pad_id < self.vocab_size:
-                raise ValueError(f"config field {p + 'pad_id'!r}: got {self.pad_id}, expected -1 (none) or an "
-                                 f"id in [0, vocab_size={self.vocab_size})")
-        check_positive(self, "max_len", allow_zero=True)
+        check_choice(self._prefix + "kind", self.kind, TOKENIZERS)
+
+    def unused_fields(self) -> tuple[str, ...]:   # an unknown kind: validate() names it
+        return tuple(n for n in self.bounds if n not in self.uses.get(self.kind, ()))
+
+
+    @staticmethod
+    def for_input(spec: InputSpec) -> dict[str, Any]:
+        """The tokenizer fields that read ``spec`` (NAC/Perceiver IO's input layer): images →
+        ``conv`` (NAC App. C), token ids → ``embedding`` with learned positions up to the spec's
+        length and its padding id, vectors → ``linear`` with learned positions only for an ordered
+        sequence (a set stays permutation-invariant). Widths (``token_dim``, ``conv_channels``,
+        ``pos_dim``) are the model's own and are left alone."""
+        if spec.kind == "image":
+            if spec.height != spec.width or spec.height % 8:
+                raise ValueError(f"the conv tokenizer reads square images whose side is a multiple of 8 "
+                                 f"(two downsamplings, 4 then 2); the task gives {spec.channels}x{spec.height}"
+                                 f"x{spec.width} images (resize or pad them, e.g. mnist's pad_to=32)")
+            return {"kind": "conv", "image_size": spec.height, "in_channels": spec.channels}
+        if spec.kind == "tokens":
+            return {"kind": "embedding", "vocab_size": spec.vocab_size, "max_len": spec.length,
+                    "pad_id": -1 if spec.pad_id is None else spec.pad_id}
+        if spec.ordered and spec.length is None:
+            raise ValueError("the linear tokenizer needs the length of an ordered sequence of vectors "
+                             "(for its learned positions); the task gives length=None")
+        return {"kind": "linear", "input_dim": spec.dim, "max_len": spec.length if spec.ordered else 0}
+
+
+def single_input(inputs: Inputs, model_type: str) -> InputSpec:
+    """The one input of a single-input model, or a ValueError naming the inputs it was given."""
+    if isinstance(inputs, InputSpec):
+        return inputs
+    if list(inputs) == ["x"]:
+        return inputs["x"]
+    raise ValueError(f"a {model_type!r} model reads one input, but the task gives the named inputs "
+                     f"{sorted(inputs)} (a multimodal task: use a model that takes them, e.g. a "
+                     f"conditional NAC for {{'x', 'condition'}})")
 
 
 TOKENIZER_LEGACY_KEYS = {"tokenizer": "tokenizer.kind", **{k: f"tokenizer.{k}" for k in (
@@ -365,11 +477,7 @@ def read_pretrained(directory: str | os.PathLike) -> tuple[ModelConfig, dict[str
     layout = f"expected {d}/{CONFIG_FILE} and {d}/{WEIGHTS_FILE} (written by save_pretrained)"
     if not (d / CONFIG_FILE).is_file() or not (d / WEIGHTS_FILE).is_file():
         raise FileNotFoundError(f"not a saved modwire model: {layout}")
-    try:
-        data = json.loads((d / CONFIG_FILE).read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{d / CONFIG_FILE} is not valid JSON: {e}") from e
-    config = config_class(data.get("model_type", "")).from_dict(data)
+    config = _read_config(d / CONFIG_FILE, config_class)
     from ..manifest import verify_manifest
 
     verify_manifest(d)   # a checkpoint's sha256 manifest, when there is one (modwire.training)
@@ -378,6 +486,31 @@ def read_pretrained(directory: str | os.PathLike) -> tuple[ModelConfig, dict[str
     except (SafetensorError, OSError) as e:
         raise ValueError(f"{d / WEIGHTS_FILE} is not a readable safetensors file ({e}); {layout}") from e
     return config, state
+
+
+_JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",
+               type(None): "null"}
+
+
+def _read_config(path: Path, config_class: typing.Callable[[str], type[ModelConfig]]) -> ModelConfig:
+    """``config.json`` → its config; every error is one line naming ``path`` and what was expected."""
+    expected = "a JSON object with a 'model_type' key (as written by save_pretrained)"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text (byte {e.start}); expected {expected}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
+                         f"expected {expected}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected {expected}, got {_JSON_KINDS.get(type(data), type(data).__name__)}")
+    if not isinstance(data.get("model_type"), str):
+        got = f"model_type {data['model_type']!r}" if "model_type" in data else "no 'model_type' key"
+        raise ValueError(f"{path}: expected {expected}, got {got}")
+    try:
+        return config_class(data["model_type"]).from_dict(data)
+    except (KeyError, ValueError, TypeError) as e:   # a field's error, prefixed with the file
+        raise type(e)(f"{path}: {e.args[0] if e.args else e}") from None
 
 
 def upgrade_state_dict(model: "PretrainedModel", state: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -37,8 +37,9 @@ from ..nn.attention import ReadInMethod
 from ..nn.kernel import KERNEL_MODES
 from ..nn.modulated import ACTIVATIONS, MODULATIONS
 from ..nn.tokenizers import padding_mask
-from .base import (TOKENIZER_LEGACY_KEYS, ConfigBase, Intermediates, ModelConfig, PretrainedModel,
-                   TokenizerConfig, build_tokenizer, check_choice, check_positive)
+from .base import (COUNT, POSITIVE, TOKENIZER_LEGACY_KEYS, Bounds, ConfigBase, Intermediates, ModelConfig,
+                   PretrainedModel, TokenizerConfig, build_tokenizer, check_choice, heads_of)
+from .inputs import Inputs, named_inputs
 from .registry import register_model_type, register_preset
 
 
@@ -57,12 +58,13 @@ class KernelConfig(ConfigBase):
     eval_mode: str = "expected"
     truncation: float | None = None    # keep pairs with d(s_i, s_j) ≤ truncation
 
+    # τ → 0 and ε → 0 divide by zero (Eq. 2); δ = 0 lets an all-zero row divide by zero (Eq. 3);
+    # truncation = 0 keeps only pairs at distance 0, i.e. no edges between distinct modules.
+    bounds = {"tau": POSITIVE, "epsilon": POSITIVE, "delta": POSITIVE, "truncation": POSITIVE}
+
     def validate(self) -> None:
-        check_positive(self, "tau", "epsilon", "delta")
         check_choice(self._prefix + "train_mode", self.train_mode, KERNEL_MODES)
         check_choice(self._prefix + "eval_mode", self.eval_mode, KERNEL_MODES)
-        if self.truncation is not None:
-            check_positive(self, "truncation", allow_zero=True)
 
 
 @dataclass
@@ -73,6 +75,8 @@ class FrozenGraphConfig(ConfigBase):
     name: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
+
+    bounds = {"seed": Bounds(lo=0, note="numpy seeds are non-negative")}
 
 
 @dataclass
@@ -109,9 +113,10 @@ class GeneratorConfig(ConfigBase):
     tokenizer: TokenizerConfig = field(default_factory=lambda: TokenizerConfig(kind="embedding"))
     num_heads: int = 4
 
+    bounds = {"num_heads": COUNT}      # that it divides the executor's d_model: NACConfig.validate
+
     def validate(self) -> None:
         check_choice(self._prefix + "kind", self.kind, ("unconditional", "conditional"))
-        check_positive(self, "num_heads")
 
     def unused_fields(self) -> tuple[str, ...]:
         return () if self.kind == "conditional" else ("tokenizer",)
@@ -149,24 +154,26 @@ class NACConfig(ModelConfig):
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
     graph_prior: GraphPriorConfig = field(default_factory=GraphPriorConfig)
 
+    bounds = {**{n: COUNT for n in ("num_classes", "d_model", "num_layers", "num_processor_modules",
+                                    "num_output_modules", "ffn_hidden", "d_sig", "d_code")},
+              **{n: heads_of("d_model") for n in ("num_heads", "read_in_heads", "read_out_heads")},
+              "alpha_init": Bounds(lo=0, note="ModFC's α, Eq. 1, is learned: 0 starts unmodulated")}
+
+    def unused_fields(self) -> tuple[str, ...]:
+        return () if self.modulation == "nac" else ("alpha_init",)
+
     def validate(self) -> None:
-        check_positive(self, "num_classes", "d_model", "num_layers", "num_processor_modules",
-                       "num_output_modules", "num_heads", "read_in_heads", "read_out_heads",
-                       "ffn_hidden", "d_sig", "d_code")
         check_choice("activation", self.activation, ACTIVATIONS)
         check_choice("initial_state", self.initial_state, ("mlp", "code"))
         check_choice("modulation", self.modulation, MODULATIONS)
-        if self.modulation == "nac":
-            check_positive(self, "alpha_init", allow_zero=True)
-        conditional = self.generator.kind == "conditional"
-        for name in ("num_heads", "read_in_heads", "read_out_heads") + (("generator.num_heads",) * conditional):
-            heads = self.generator.num_heads if name.startswith("generator") else getattr(self, name)
-            if self.d_model % heads:
-                raise ValueError(f"config field {name!r}: d_model={self.d_model} is not divisible by {heads}")
+        heads = self.generator.num_heads
+        if self.generator.kind == "conditional" and self.d_model % heads:
+            raise ValueError(f"config field 'generator.num_heads': got {heads}, expected "
+                             f"{heads_of('d_model').describe(self, integer=True)}")
         if self.frozen_graph.name is not None and (not self.kernel.enabled or self.generator.kind != "unconditional"):
             raise ValueError("config field 'frozen_graph.name' needs kernel.enabled=True and an unconditional "
                              "generator (a frozen graph lives in free signatures)")
-        if self.graph_prior.name is not None and conditional:
+        if self.graph_prior.name is not None and self.generator.kind == "conditional":
             raise ValueError("config field 'graph_prior.name': a graph prior needs one learned graph, but this "
                              "NAC designs a circuit per sample (conditional generator; the paper trains "
                              "conditional NACs without a graph prior)")
@@ -176,6 +183,21 @@ class NACConfig(ModelConfig):
         if self.initial_state == "code" and self.d_code != self.d_model:
             raise ValueError(f"config field 'initial_state': 'code' needs d_code == d_model, "
                              f"got d_code={self.d_code}, d_model={self.d_model}")
+
+    def input_overrides(self, inputs: Inputs, num_classes: int) -> dict[str, Any]:
+        """The executor's tokenizer reads ``x`` (§2.1); a ``condition`` input makes the circuit
+        generator conditional (§2.2, App. G) and sets the tokenizer it reads the condition with."""
+        named = named_inputs(inputs)
+        if "x" not in named or set(named) - {"x", "condition"}:
+            raise ValueError(f"a NAC reads an input 'x' and optionally a 'condition' (NAC §2.2, App. G), "
+                             f"but the task gives the named inputs {sorted(named)}")
+        out: dict[str, Any] = {"tokenizer": TokenizerConfig.for_input(named["x"]), "num_classes": num_classes}
+        if "condition" in named:
+            out["generator"] = {"kind": "conditional", "tokenizer": TokenizerConfig.for_input(named["condition"])}
+        return out
+
+    def input_names(self) -> tuple[str, ...]:
+        return ("x", "condition") if self.generator.kind == "conditional" else ("x",)
 
     @property
     def modulation_spec(self) -> ModulationSpec:
@@ -231,7 +253,7 @@ class UnconditionalGenerator(nn.Module):
         self.processors = FreeModules(c.num_processor_modules, c)
         self.outputs = FreeModules(c.num_output_modules, c)
 
-    def forward(self, condition: Tensor | None = None) -> Circuit:
+    def forward(self, condition: Tensor | None = None, *, batch_size: int | None = None) -> Circuit:
         if condition is not None:
             raise ValueError("this NAC has an unconditional circuit generator: it takes no condition "
                              "(set generator.kind='conditional' to condition the design on an input)")
@@ -258,10 +280,14 @@ class ConditionalGenerator(nn.Module):
         self.to_code = PreNorm(d, mlp(d, c.ffn_hidden, c.d_code), residual=False)
         self.processor_state, self.output_state = _state_mlp(c), _state_mlp(c)
 
-    def forward(self, condition: Tensor | None = None) -> Circuit:
+    def forward(self, condition: Tensor | None = None, *, batch_size: int | None = None) -> Circuit:
+        """The per-sample circuit; ``batch_size``: the executor's batch, which ``condition`` must match."""
         if condition is None:
             raise ValueError("this NAC has a conditional circuit generator: call it as model(x, condition=c)")
-        tokens = self.tokenizer(condition)                                  # [B, M, token_dim]
+        tokens = self.tokenizer(condition, name="condition")                # [B, M, token_dim] (checked)
+        if batch_size is not None and len(condition) != batch_size:
+            raise ValueError(f"condition and x must hold the same samples: got {len(condition)} conditions "
+                             f"for {batch_size} inputs")
         h, _ = self.cross(self.queries, tokens, key_mask=padding_mask(self.tokenizer, condition))
         h, _ = self.mix(h)                                                  # [B, U_p + U_o, d]
         s, c = self.to_signature(h), self.to_code(h)
@@ -326,16 +352,13 @@ class NAC(PretrainedModel):
 
     def _run(self, x: Tensor, condition: Tensor | None, *, record: bool,
              read_in: ReadInMethod = "factorized") -> Intermediates:
-        if condition is not None and len(condition) != len(x):
-            raise ValueError(f"condition and x must hold the same samples: got {len(condition)} conditions "
-                             f"for {len(x)} inputs")
-        circuit = self.generator(condition)                                 # §2.2: the circuit design
+        tokens = self.tokenizer(x)                       # [B, N, token_dim]; x checked (nn.tokenizers)
+        circuit = self.generator(condition, batch_size=len(x))              # §2.2: the circuit design
         p = circuit.processors
         self._aux = {}
         if self.training and self.graph_regularizer is not None:            # App. A, Eq. 6-9
             P = self._kernel_for_propagators().link_probs(p.signatures, p.signatures)
             self._aux = {"graph": self.graph_regularizer(P)}
-        tokens = self.tokenizer(x)                                          # [B, N, token_dim]
         theta, w_in = self.read_in(p.states, tokens, codes=p.codes, return_weights=record, method=read_in,
                                    key_mask=padding_mask(self.tokenizer, x))            # Eq. 4-5
         theta, w_prop = self.propagate(theta, p, record)                    # Eq. 2-3, L layers

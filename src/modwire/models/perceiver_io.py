@@ -10,6 +10,7 @@ names are NAC's where the hyperparameter is the same (``read_in_heads``,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -17,8 +18,9 @@ from torch import Tensor, nn
 from ..nn import ProcessorLayer, ReadIn, ReadOut
 from ..nn.modulated import ACTIVATIONS
 from ..nn.tokenizers import padding_mask
-from .base import (TOKENIZER_LEGACY_KEYS, Intermediates, ModelConfig, PretrainedModel, TokenizerConfig,
-                   build_tokenizer, check_choice, check_positive)
+from .base import (COUNT, TOKENIZER_LEGACY_KEYS, Intermediates, ModelConfig, PretrainedModel, TokenizerConfig,
+                   build_tokenizer, check_choice, heads_of, single_input)
+from .inputs import Inputs
 from .registry import register_model_type, register_preset
 
 
@@ -42,14 +44,17 @@ class PerceiverIOConfig(ModelConfig):
     activation: str = "geglu"
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
 
+    bounds = {**{n: COUNT for n in ("num_classes", "d_model", "num_layers", "num_latents",
+                                    "num_output_modules", "ffn_hidden")},
+              **{n: heads_of("d_model") for n in ("num_heads", "read_in_heads", "read_out_heads")}}
+
+    def input_overrides(self, inputs: Inputs, num_classes: int) -> dict[str, Any]:
+        """Perceiver IO reads one input through its tokenizer (the encoder's key/value array)."""
+        return {"tokenizer": TokenizerConfig.for_input(single_input(inputs, self.model_type)),
+                "num_classes": num_classes}
+
     def validate(self) -> None:
-        check_positive(self, "num_classes", "d_model", "num_layers", "num_latents", "num_heads",
-                       "read_in_heads", "read_out_heads", "num_output_modules", "ffn_hidden")
         check_choice("activation", self.activation, ACTIVATIONS)
-        for name in ("num_heads", "read_in_heads", "read_out_heads"):
-            if self.d_model % getattr(self, name):
-                raise ValueError(f"config field {name!r}: d_model={self.d_model} is not divisible by "
-                                 f"{name}={getattr(self, name)}")
 
 
 class PerceiverIO(PretrainedModel):

@@ -32,7 +32,7 @@ def register_preset(name: str, cls: type[PretrainedModel], make_config: Callable
 
 
 def _unknown(kind: str, name: str, valid: list[str]) -> KeyError:
-    close = difflib.get_close_matches(name, valid, n=3)
+    close = difflib.get_close_matches(name, valid, n=3) if isinstance(name, str) else []
     hint = f" Did you mean {close}?" if close else ""
     return KeyError(f"unknown {kind} {name!r}.{hint} Valid: {valid}")
 
@@ -48,6 +48,12 @@ def model_source(name: str) -> str:
 
 
 def get_preset(name: str) -> tuple[type[PretrainedModel], Callable[[], ModelConfig], str]:
+    if not isinstance(name, str):
+        got = f"{type(name).__name__} {name!r:.60}"
+        if isinstance(name, ModelConfig) and name.model_type in _MODEL_TYPES:
+            got = (f"a {type(name).__name__}; to build a model from a config, call "
+                   f"{_MODEL_TYPES[name.model_type].__name__}(config)")
+        raise TypeError(f"expected a model preset name (str) such as 'nac_small', got {got}")
     if name not in _PRESETS:
         raise _unknown("model", name, list_models())
     return _PRESETS[name]
@@ -66,7 +72,7 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
 
 
 def config_class(model_type: str) -> type[ModelConfig]:
-    if model_type not in _MODEL_TYPES:
+    if not isinstance(model_type, str) or model_type not in _MODEL_TYPES:
         raise _unknown("model_type", model_type, sorted(_MODEL_TYPES))
     return _MODEL_TYPES[model_type].config_class
 

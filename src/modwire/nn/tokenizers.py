@@ -9,12 +9,80 @@
   positions added.
 
 Every tokenizer exposes ``out_dim`` and returns ``[B, N, out_dim]``.
+
+**Input checks.** Each tokenizer's ``check_input`` (called first by its ``forward``, so it
+is the entry check of every model that reads through it) refuses, with an error naming
+the input, what was expected and what was given:
+
+* anything but a ``torch.Tensor`` (numpy arrays and lists are *not* converted, because
+  the right dtype and device are the caller's to choose: ``torch.as_tensor(x,
+  dtype=torch.float32)`` for features, ``torch.as_tensor(x)`` for integer ids);
+* a wrong rank, channel count, image size or feature width; an empty batch (``B = 0``)
+  or an empty token set (``N = 0``); a sequence longer than ``max_len``;
+* images and features that are not floating point. In particular ``uint8`` images are
+  refused, not rescaled: whether ``x / 255`` is right depends on the normalisation used
+  in training (``modwire.tasks`` feeds floats in [0, 1], then normalised), so the error
+  says to convert with ``x.float() / 255`` and apply that normalisation;
+* a float dtype other than the weights' outside autocast, and a tensor on another device;
+* NaN or inf in float inputs (NaN in would be NaN out), and token ids outside
+  ``[0, vocab_size)`` (float ids are refused; integer ids of any width are cast to int64).
+
+The value checks (finiteness, id range) cost one ``aminmax`` reduction and are skipped
+while ``torch.compile`` traces (they are data-dependent) and on the meta device.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+
+def _check_tensor(x: object, name: str, expected: str) -> None:
+    """``x`` is a torch.Tensor (its rank, sizes and dtype: the callers)."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor {expected}, got {type(x).__module__}."
+                        f"{type(x).__qualname__}; convert it with torch.as_tensor (choosing the dtype)")
+
+
+def _check_not_empty(x: Tensor, name: str, expected: str) -> None:
+    if 0 in x.shape[:2]:
+        what = "an empty batch (B=0)" if x.shape[0] == 0 else "an empty token set (N=0)"
+        raise ValueError(f"{name}: expected {expected} with B, N >= 1, got {what}: shape {list(x.shape)}")
+
+
+def _check_float(x: Tensor, name: str, expected: str, weight: Tensor) -> None:
+    """Floating point, the weights' dtype (unless autocast casts it), the weights' device, finite."""
+    if x.dtype == torch.uint8:
+        raise TypeError(f"{name}: expected float {expected}, got torch.uint8; convert with x.float() / 255 "
+                        f"(then the normalisation used in training)")
+    if not x.is_floating_point():
+        raise TypeError(f"{name}: expected float {expected}, got {x.dtype}")
+    _check_device(x, name, weight)
+    if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
+        raise TypeError(f"{name}: expected {weight.dtype} (the model's weights) {expected}, got {x.dtype}; "
+                        f"convert with x.to({weight.dtype}) or run under torch.autocast")
+    if _values_checkable(x):
+        lo, hi = _min_max(x)             # NaN propagates into min and max
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            bad = "NaN" if math.isnan(lo) or math.isnan(hi) else "inf"
+            raise ValueError(f"{name}: expected finite values, got {bad} (min {lo}, max {hi}) in {list(x.shape)}")
+
+
+def _values_checkable(x: Tensor) -> bool:
+    """Value checks read the data: not while torch.compile traces, nor on the meta device."""
+    return not torch.compiler.is_compiling() and not x.is_meta
+
+
+def _min_max(x: Tensor) -> list:
+    """``[min, max]`` of ``x``: one reduction, one device-to-host copy."""
+    return torch.stack(torch.aminmax(x.detach())).tolist()
+
+
+def _check_device(x: Tensor, name: str, weight: Tensor) -> None:
+    if x.device != weight.device:
+        raise ValueError(f"{name}: expected a tensor on {weight.device} (the model's device), got {x.device}")
 
 
 
@@ -56,11 +124,19 @@ class ConvTokenizer(nn.Module):
         self.pos = nn.Parameter(0.02 * torch.randn(self.num_tokens, pos_dim))
         self.out_dim = channels + pos_dim
 
-    def forward(self, x: Tensor) -> Tensor:
+    def check_input(self, x: Tensor, *, name: str = "x") -> Tensor:
+        """Refuse what this tokenizer cannot read (module docstring); return ``x``."""
         expected = (self.in_channels, self.image_size, self.image_size)
+        layout = f"images [B, {', '.join(map(str, expected))}]"
+        _check_tensor(x, name, layout)
         if x.dim() != 4 or tuple(x.shape[1:]) != expected:
-            raise ValueError(f"ConvTokenizer expects images [B, {', '.join(map(str, expected))}], "
-                             f"got {list(x.shape)}")
+            raise ValueError(f"{name}: ConvTokenizer expects {layout}, got {list(x.shape)}")
+        _check_not_empty(x, name, layout)
+        _check_float(x, name, layout, self.stem[0].weight)
+        return x
+
+    def forward(self, x: Tensor, *, name: str = "x") -> Tensor:
+        x = self.check_input(x, name=name)
         h = self.down(self.block(self.stem(x))).flatten(2).transpose(1, 2)  # [B, N, C]
         return torch.cat([h, self.pos.expand(h.shape[0], *self.pos.shape)], dim=-1)
 
@@ -74,9 +150,19 @@ class LinearTokenizer(nn.Module):
         self.proj = nn.Linear(in_dim, dim)
         self.pos = nn.Embedding(max_len, dim) if max_len > 0 else None
 
-    def forward(self, x: Tensor) -> Tensor:
+    def check_input(self, x: Tensor, *, name: str = "x") -> Tensor:
+        """Refuse what this tokenizer cannot read (module docstring); return ``x``."""
+        layout = f"features [B, N, {self.in_dim}]"
+        _check_tensor(x, name, layout)
         if x.dim() != 3 or x.shape[-1] != self.in_dim:
-            raise ValueError(f"LinearTokenizer expects [B, N, {self.in_dim}], got {list(x.shape)}")
+            raise ValueError(f"{name}: LinearTokenizer expects {layout}, got {list(x.shape)}")
+        _check_not_empty(x, name, layout)
+        _check_length(x, name, self.pos)
+        _check_float(x, name, layout, self.proj.weight)
+        return x
+
+    def forward(self, x: Tensor, *, name: str = "x") -> Tensor:
+        x = self.check_input(x, name=name)
         h = self.proj(x)
         return h if self.pos is None else h + _positions(self.pos, x.shape[1])
 
@@ -94,9 +180,28 @@ class EmbeddingTokenizer(nn.Module):
         self.embed = nn.Embedding(vocab_size, dim)
         self.pos = nn.Embedding(max_len, dim) if max_len > 0 else None
 
-    def forward(self, x: Tensor) -> Tensor:
-        if x.dim() != 2 or x.is_floating_point():
-            raise ValueError(f"EmbeddingTokenizer expects integer ids [B, N], got {x.dtype} {list(x.shape)}")
+    def check_input(self, x: Tensor, *, name: str = "x") -> Tensor:
+        """Refuse what this tokenizer cannot read (module docstring); return ``x`` as int32/int64."""
+        layout = f"integer token ids [B, N] in [0, {self.vocab_size})"
+        _check_tensor(x, name, layout)
+        if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+            raise TypeError(f"{name}: EmbeddingTokenizer expects {layout}, got {x.dtype}")
+        if x.dim() != 2:
+            raise ValueError(f"{name}: EmbeddingTokenizer expects {layout}, got shape {list(x.shape)}")
+        _check_not_empty(x, name, layout)
+        _check_length(x, name, self.pos)
+        _check_device(x, name, self.embed.weight)
+        if x.dtype not in (torch.int32, torch.int64):
+            x = x.long()                               # lossless: nn.Embedding reads int32/int64 only
+        if _values_checkable(x):
+            lo, hi = _min_max(x)
+            if lo < 0 or hi >= self.vocab_size:
+                raise ValueError(f"{name}: token id {lo if lo < 0 else hi} is outside the vocabulary "
+                                 f"[0, vocab_size={self.vocab_size})")
+        return x
+
+    def forward(self, x: Tensor, *, name: str = "x") -> Tensor:
+        x = self.check_input(x, name=name)
         h = self.embed(x)
         return h if self.pos is None else h + _positions(self.pos, x.shape[1])
 
@@ -108,7 +213,12 @@ def padding_mask(tokenizer: nn.Module, x: Tensor) -> Tensor | None:
     return None if pad_id is None else (x != pad_id)[:, None, None, :]
 
 
+def _check_length(x: Tensor, name: str, table: nn.Embedding | None) -> None:
+    """At most ``max_len`` tokens when there are learned positions."""
+    if table is not None and x.shape[1] > table.num_embeddings:
+        raise ValueError(f"{name}: sequence length {x.shape[1]} exceeds max_len {table.num_embeddings} "
+                         f"(the learned positions); got shape {list(x.shape)}")
+
+
 def _positions(table: nn.Embedding, n: int) -> Tensor:
-    if n > table.num_embeddings:
-        raise ValueError(f"sequence length {n} exceeds max_len {table.num_embeddings}")
     return table.weight[:n]

@@ -1,7 +1,9 @@
-"""Tasks: a dataset per split, how the model reads its inputs, the loss and the metrics.
+"""Tasks: a dataset per split, a description of its inputs, the loss and the metrics.
 
-A task is registered once with :func:`register_task`: a :class:`TaskInfo` (what a
-model needs to know to be built for it, and how it is scored) and a ``build``
+A task is registered once with :func:`register_task`: a :class:`TaskInfo` (what its
+inputs are, as :class:`~modwire.models.inputs.InputSpec` — kind, shape, vocabulary,
+padding id — and its class count, which each model maps onto its own input layer; and
+how it is scored) and a ``build``
 function ``build(split, **params) -> torch.utils.data.Dataset`` whose items are
 ``(input, target)`` tensors; a multimodal task for a conditional model (NAC §2.2, App. G)
 gives ``input`` as a dict ``{"x": executor input, "condition": circuit generator input}``,
@@ -11,15 +13,18 @@ official on-disk formats from ``root`` and never download.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor
 
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
+
+from ..models.inputs import Inputs, InputSpec, check_inputs  # noqa: F401  (InputSpec re-exported)
 
 LOSSES = ("cross_entropy", "mse")
 
@@ -35,16 +40,24 @@ def pad_collate(batch: Sequence[tuple[Tensor, Tensor]], pad_value: int = 0) -> t
 
 
 
+Describe = Callable[[dict[str, Any]], tuple[Inputs, "int | None"]]
+
+
 @dataclass(frozen=True)
 class TaskInfo:
     """What a model and a trainer need to know about a task.
 
     name: registry name. kind: ``"generator"`` (built in) or ``"loader"`` (reads files).
-    num_classes: output width (1 for scalar regression).
-    model_overrides: config fields that fit a model's tokenizer to the inputs, e.g.
-        ``{"tokenizer": "embedding", "vocab_size": 16, "max_len": 2000}``, or grouped per component
-        for a conditional NAC: ``{"tokenizer": {"kind": ...}, "generator": {"kind": "conditional",
-        "tokenizer": {...}}}``.
+    num_classes: output width (1 for scalar regression); None when only the data tell it
+        (e.g. ``image_folder`` counts its class folders): see :meth:`resolve`.
+    inputs: what one item's input is, as an :class:`~modwire.models.inputs.InputSpec`
+        (image / tokens / vectors and their shape, vocabulary, padding id), or a mapping of
+        named specs for a multimodal task (``{"x": ..., "condition": ...}``). Each model maps it
+        onto its own input layer (``ModelConfig.for_inputs``); tasks know nothing of models.
+    describe: for a task whose inputs or class count depend on its parameters (a patch size,
+        feature widths, a maximum length, the folders under ``root``): ``describe(params) ->
+        (inputs, num_classes)`` given the full parameters (defaults merged). ``inputs`` and
+        ``num_classes`` left out are filled from ``describe(params)`` at registration.
     loss: one of ``LOSSES``. metrics: names from :mod:`modwire.tasks.metrics`.
     splits: the split names ``build`` accepts. params: defaults of ``build``'s keyword
         parameters (documented there). collate: optional batch collation (padding).
@@ -60,8 +73,8 @@ class TaskInfo:
     name: str
     kind: str
     description: str
-    num_classes: int
-    model_overrides: dict[str, Any]
+    num_classes: int | None = None
+    inputs: Inputs | None = None
     loss: str = "cross_entropy"
     metrics: tuple[str, ...] = ("top1",)
     splits: tuple[str, ...] = ("train", "val", "test")
@@ -69,12 +82,64 @@ class TaskInfo:
     collate: Callable | None = None
     subsets: dict[str, Callable] = field(default_factory=dict)
     categories: tuple[Callable, tuple[str, ...]] | None = None
+    describe: Describe | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("generator", "loader"):
             raise ValueError(f"task {self.name!r}: kind must be 'generator' or 'loader', got {self.kind!r}")
         if self.loss not in LOSSES:
             raise ValueError(f"task {self.name!r}: loss must be one of {LOSSES}, got {self.loss!r}")
+        if self.inputs is None:
+            if self.describe is None:
+                raise ValueError(f"task {self.name!r}: give inputs= (an InputSpec) or describe=")
+            inputs, num_classes = self._described(self.params)
+            object.__setattr__(self, "inputs", inputs)
+            if self.num_classes is None:
+                object.__setattr__(self, "num_classes", num_classes)
+        if isinstance(self.inputs, Mapping) and "tokenizer" in self.inputs:
+            raise TypeError(f"task {self.name!r}: inputs describe the data, not a model: got model fields "
+                            f"{dict(self.inputs)}; give e.g. InputSpec.image(3, 32, 32), InputSpec.tokens(2000, 16, "
+                            f"pad_id=0) or InputSpec.vectors(6, 8) (TaskInfo.model_overrides is gone)")
+        object.__setattr__(self, "inputs", check_inputs(self.inputs, f"task {self.name!r}: inputs"))
+        if self.num_classes is None and self.describe is None:
+            raise ValueError(f"task {self.name!r}: num_classes is required without describe=")
+        if self.num_classes is not None:
+            _check_num_classes(self.name, self.num_classes)
+
+    def merged_params(self, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The task's default parameters updated by ``params``; an unknown name is a KeyError."""
+        params = dict(params or {})
+        unknown = sorted(set(params) - set(self.params))
+        if unknown:
+            raise KeyError(f"unknown parameter(s) {unknown} for task {self.name!r}; valid: {sorted(self.params)}")
+        return {**self.params, **params}
+
+    def resolve(self, params: Mapping[str, Any] | None = None) -> "TaskInfo":
+        """This task as built with ``params`` (over the defaults): ``inputs`` and ``num_classes``
+        described for them. A task without ``describe`` is the same for every parameter."""
+        merged = self.merged_params(params)
+        if self.describe is None:
+            return self
+        inputs, num_classes = self._described(merged)
+        if num_classes is None:
+            raise ValueError(f"task {self.name!r}: its class count comes from the data, which the "
+                             f"parameters {merged} do not locate")
+        _check_num_classes(self.name, num_classes)
+        return dataclasses.replace(self, inputs=check_inputs(inputs, f"task {self.name!r}: inputs"),
+                                   num_classes=num_classes)
+
+    def _described(self, params: dict[str, Any]) -> tuple[Inputs, int | None]:
+        try:
+            return self.describe(params)
+        except (TypeError, ValueError) as e:  # a parameter the description cannot use: name the task once
+            if str(e).startswith((self.name, f"task {self.name!r}")):
+                raise
+            raise type(e)(f"task {self.name!r}: {e}") from e
+
+
+def _check_num_classes(task: str, n: Any) -> None:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"task {task!r}: num_classes must be a positive int, got {n!r}")
 
 
 _TASKS: dict[str, tuple[TaskInfo, Callable[..., Dataset]]] = {}
@@ -98,12 +163,42 @@ def get_task(name: str) -> TaskInfo:
     return _TASKS[name][0]
 
 
-def build_dataset(name: str, split: str, **params: Any) -> Dataset:
-    """The dataset of one split of task ``name``; ``params`` override the task's defaults."""
+def describe_task(name: str, params: Mapping[str, Any] | None = None) -> TaskInfo:
+    """Task ``name`` as built with ``params`` (e.g. ``cfg.data.params``): its ``inputs`` and
+    ``num_classes`` fit those parameters (:meth:`TaskInfo.resolve`)."""
+    return get_task(name).resolve(params)
+
+
+class FirstN(Subset):
+    """The first ``n`` items of ``dataset``: a ``Subset`` that also forwards the dataset's other
+    attributes (``set_epoch``, ``classes``, ...), so a wrapped dataset keeps working as before."""
+
+    def __init__(self, dataset: Dataset, n: int) -> None:
+        super().__init__(dataset, range(n))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("dataset", "indices"):  # unpickling: no recursion
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+
+def build_dataset(name: str, split: str, *, max_samples: int | None = None, **params: Any) -> Dataset:
+    """The dataset of one split of task ``name``; ``params`` override the task's defaults.
+
+    ``max_samples``: keep only the first N items (a :class:`FirstN` view; all of them when the
+    split is smaller); ``None`` or 0 = all (``data.max_samples`` in a training config).
+    """
+    if max_samples is not None and (isinstance(max_samples, bool) or not isinstance(max_samples, int)):
+        raise TypeError(f"max_samples must be an int (0 = all), got {max_samples!r} ({type(max_samples).__name__})")
+    if max_samples is not None and max_samples < 0:
+        raise ValueError(f"max_samples must be >= 0 (0 = all), got {max_samples}")
     info = get_task(name)
     if split not in info.splits:
         raise ValueError(f"task {name!r} has splits {list(info.splits)}, got {split!r}")
     unknown = sorted(set(params) - set(info.params))
     if unknown:
         raise KeyError(f"unknown parameter(s) {unknown} for task {name!r}; valid: {sorted(info.params)}")
-    return _TASKS[name][1](split, **{**info.params, **params})
+    dataset = _TASKS[name][1](split, **{**info.params, **params})
+    if max_samples and max_samples < len(dataset):
+        return FirstN(dataset, max_samples)
+    return dataset

@@ -1,10 +1,16 @@
 """The training run's typed config. YAML files are mapped onto these dataclasses by
 OmegaConf (structured configs): unknown keys and wrongly typed values are rejected
-with the key's full path; ``--set a.b=value`` overrides use the same machinery."""
+with the key's full path; ``--set a.b=value`` (merge) and ``--set a.b:=value``
+(replace) overrides use the same machinery. A file may start from others with
+``base:`` (see :func:`load_config`); :func:`validate` checks every field against the
+tables :data:`CHOICES` and :data:`NUMERIC_RULES`."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Optional
+import math
+import os
+from dataclasses import dataclass, field, is_dataclass
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
 
 
 @dataclass
@@ -23,6 +29,7 @@ class DataSection:
     num_workers: int = 0
     augment: bool = False                         # NAC App. C regimen, image tasks only
     mixup: bool = False                           # mixup/cutmix with label smoothing
+    max_samples: int = 0                          # > 0: only the first N samples of each split; 0 = all
 
 
 @dataclass
@@ -79,48 +86,258 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "radam", "sgd")
 
 
-def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
-    """YAML file (optional) + ``key=value`` overrides → a validated :class:`TrainConfig`."""
+class ConfigError(ValueError):
+    """A config file or ``--set`` override that cannot be used; the message names the file / key."""
+
+
+# ----------------------------------------------------------------------------- reading files
+
+
+def _yaml_error(file: Path, text: str, exc: Exception) -> ConfigError:
+    """A YAML syntax error as one line naming the file, line and column."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    if mark is not None:
+        where = f"line {mark.line + 1}, column {mark.column + 1}"
+    elif getattr(exc, "position", None) is not None:  # yaml.reader.ReaderError: a character offset
+        where = f"line {text.count(chr(10), 0, exc.position) + 1}"
+    else:
+        where = "unknown line"
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return ConfigError(f"config file {file}, {where}: YAML syntax error: {problem}")
+
+
+def read_config_file(file: Path, *, named_by: Path | None = None) -> Any:
+    """The top-level mapping of one YAML config file, as an OmegaConf ``DictConfig``.
+
+    Every way a file can be unusable is one line naming it: missing (``FileNotFoundError``),
+    a directory, unreadable, not UTF-8, a YAML syntax error (with line and column), empty,
+    or a list / scalar at the top level (``ConfigError``, a ``ValueError``).
+    """
+    import yaml
+    from omegaconf import OmegaConf
+
+    via = f" (named by 'base:' in {named_by})" if named_by is not None else ""
+    if file.is_dir():
+        raise ConfigError(f"config path {file} is a directory, expected a YAML file{via}")
+    try:
+        raw = file.read_bytes()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"config file {file} not found{via}") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {file} cannot be read ({exc.strerror or exc}){via}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {file} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                          f"{exc.start}); save it as UTF-8") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)  # the document's shape, before any value is built
+        if node is None:
+            raise ConfigError(f"config file {file} is empty (no keys); expected a mapping of config keys "
+                              f"such as model:, data:, optim:")
+        if not isinstance(node, yaml.MappingNode):
+            kind = "a list" if isinstance(node, yaml.SequenceNode) else f"the scalar {node.value[:40]!r}"
+            raise ConfigError(f"config file {file} holds {kind} at the top level; expected a mapping of "
+                              f"config keys such as model:, data:, optim:")
+        return OmegaConf.create(text)  # OmegaConf's own YAML reading (also refuses duplicate keys)
+    except yaml.YAMLError as exc:
+        raise _yaml_error(file, text, exc) from None
+
+
+def _base_paths(file: Path, data: Any) -> list[Path]:
+    """The files named by ``base:`` in ``file`` (relative to its folder), removed from ``data``."""
+    from omegaconf import OmegaConf
+
+    if "base" not in data:
+        return []
+    bases = OmegaConf.to_container(data)["base"]
+    del data["base"]
+    bases = [bases] if isinstance(bases, str) else bases
+    if not isinstance(bases, list) or not bases or not all(isinstance(b, str) and b for b in bases):
+        raise ConfigError(f"config file {file}: 'base:' must be a file name or a list of file names "
+                          f"(relative to the file's folder), got {bases!r}")
+    return [file.parent / os.path.expanduser(b) for b in bases]
+
+
+def config_layers(path: str | Path, *, _chain: tuple[Path, ...] = (), _seen: set | None = None,
+                  _named_by: Path | None = None) -> list[tuple[Path, Any]]:
+    """``(file, mapping)`` of ``path`` and of its ``base:`` files, in the order they apply.
+
+    A file's bases come before it, in the order listed, each with its own bases first
+    (depth first); a file reached twice applies once, at its first place. A cycle raises.
+    """
+    file, seen = Path(path), set() if _seen is None else _seen
+    key = file.resolve()
+    if key in _chain:
+        cycle = " -> ".join(str(p) for p in (*_chain[_chain.index(key):], key))
+        raise ConfigError(f"config file {file}: 'base:' files form a cycle: {cycle}")
+    if key in seen:
+        return []
+    seen.add(key)
+    data = read_config_file(file, named_by=_named_by)
+    layers: list[tuple[Path, Any]] = []
+    for base in _base_paths(file, data):
+        layers += config_layers(base, _chain=(*_chain, key), _seen=seen, _named_by=file)
+    return [*layers, (file, data)]
+
+
+# ----------------------------------------------------------------------------- overrides
+
+
+def _omegaconf_message(exc: Exception) -> str:
+    """An OmegaConf error as one line: ``key 'a.b': <what is wrong>``."""
+    msg = str(getattr(exc, "msg", None) or exc).splitlines()[0]
+    key = getattr(exc, "full_key", None)
+    return f"key {key!r}: {msg}" if key else msg
+
+
+def apply_override(cfg: Any, item: str) -> Any:
+    """Apply one ``--set`` item to the OmegaConf config ``cfg``: ``key=VALUE`` merges ``VALUE`` into
+    the key (a mapping keeps its other entries), ``key:=VALUE`` replaces the key's whole subtree."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    key, sep, value = item.partition("=")
+    replace = key.endswith(":")
+    key = key[:-1].strip() if replace else key.strip()
+    if not sep or not key:
+        raise ConfigError(f"override {item!r}: expected KEY=VALUE (merge) or KEY:=VALUE (replace)")
+    if key == "base" or key.startswith("base."):
+        raise ConfigError(f"override {item!r}: 'base:' is read from config files only, it cannot be --set")
+    try:
+        parsed = OmegaConf.from_dotlist([f"{key}={value}"])  # VALUE parsed as YAML, as in a file
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {item!r}: the value is not valid YAML "
+                          f"({getattr(exc, 'problem', None) or exc})") from None
+    if not replace:
+        return OmegaConf.merge(cfg, parsed)
+    new = OmegaConf.select(parsed, key)
+    default = OmegaConf.select(OmegaConf.structured(TrainConfig), key, default=None)
+    if OmegaConf.is_dict(default) and is_dataclass(OmegaConf.get_type(default)):
+        new = OmegaConf.merge(default, new)  # a typed section restarts from its defaults
+    OmegaConf.update(cfg, key, new, merge=False)
+    return cfg
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> TrainConfig:
+    """A validated :class:`TrainConfig` from a YAML file (optional) and ``--set`` overrides.
+
+    File: a mapping of the config's keys. ``base: FILE`` or ``base: [FILE, ...]`` (paths
+    relative to the file's folder) makes it a delta: the base files apply first, in order
+    (each with its own bases first; a file reached twice applies once; a cycle is an
+    error), then the file itself, deep-merged (a mapping in the file updates the base's
+    mapping key by key; lists and scalars replace).
+
+    Overrides, applied in order after the files, each parsed as YAML:
+
+    - ``key=VALUE`` merges: ``data.params={size: 64}`` sets ``size`` and keeps the other params;
+    - ``key:=VALUE`` replaces the subtree: ``data.params:={size: 64}`` leaves ``size`` as the
+      only param; on a section (``optim:={lr: 1e-3}``) the other keys return to their defaults.
+
+    Errors (``ValueError`` / ``FileNotFoundError``, one line) name the file and line, or the
+    key path, the value and what is expected.
+    """
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    cfg = OmegaConf.structured(TrainConfig)
+    for file, layer in (config_layers(path) if path is not None else []):
+        try:
+            cfg = OmegaConf.merge(cfg, layer)
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"config file {file}: {_omegaconf_message(exc)}") from None
+    for item in overrides:
+        try:
+            cfg = apply_override(cfg, item)
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"override {item!r}: {_omegaconf_message(exc)}") from None
     try:
-        cfg = OmegaConf.structured(TrainConfig)
-        if path is not None:
-            cfg = OmegaConf.merge(cfg, OmegaConf.load(path))
-        bad = [o for o in overrides if "=" not in o]
-        if bad:
-            raise ValueError(f"overrides must look like key=value, got {bad}")
-        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
         config = OmegaConf.to_object(cfg)
-    except OmegaConfBaseException as e:
-        raise ValueError(f"invalid training config{f' {path}' if path else ''}: {e}") from None
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"invalid training config: {_omegaconf_message(exc)}") from None
     validate(config)
     return config
 
 
+# ----------------------------------------------------------------------------- validation
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The finite interval a numeric config value must lie in (``low`` / ``high`` open or closed)."""
+
+    low: float
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = True
+
+    def holds(self, value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return False
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def describe(self, value: Any) -> str:
+        what = "an integer" if isinstance(value, int) else "a finite number"
+        if math.isinf(self.high):
+            return f"{what} {'>' if self.low_open else '>='} {self.low:g}"
+        return f"{what} in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+
+
+POSITIVE, NON_NEGATIVE, AT_LEAST_ONE, UNIT = Bound(0, low_open=True), Bound(0), Bound(1), Bound(0, 1)
+
+#: Every numeric training field and the interval it must lie in; a final ``*`` covers each
+#: element of a list or mapping. (Model fields are checked by the model configs.)
+NUMERIC_RULES: dict[str, Bound] = {
+    "optim.lr": POSITIVE, "optim.warmup_lr": NON_NEGATIVE, "optim.min_lr": NON_NEGATIVE,
+    "optim.weight_decay": NON_NEGATIVE, "optim.grad_clip": NON_NEGATIVE, "optim.warmup_steps": NON_NEGATIVE,
+    "optim.label_smoothing": UNIT, "optim.betas.*": UNIT,
+    "graph_prior.weight": NON_NEGATIVE, "aux_loss_weights.*": NON_NEGATIVE,
+    "data.batch_size": AT_LEAST_ONE, "data.num_workers": NON_NEGATIVE, "data.max_samples": NON_NEGATIVE,
+    "epochs": AT_LEAST_ONE, "grad_accum": AT_LEAST_ONE, "log_every": AT_LEAST_ONE,
+    "max_steps": NON_NEGATIVE, "checkpoint_every": NON_NEGATIVE, "seed": NON_NEGATIVE, "ema_decay": UNIT,
+}
+
+#: Every string field with a fixed set of values.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "precision": PRECISIONS, "optim.name": OPTIMIZERS, "device": ("auto", "cpu", "cuda"),
+    "graph_prior.loss": ("mse", "kl"), "graph_prior.reduction": ("sum", "mean"),
+    "graph_prior.align": ("degree", "none"),
+}
+
+
+def config_values(c: Any, pattern: str) -> Iterator[tuple[str, Any]]:
+    """``(key path, value)`` of the field ``pattern`` names; a final ``*`` yields each element."""
+    *parents, last = pattern.split(".")
+    node = c
+    for part in parents:
+        node = getattr(node, part)
+    prefix = ".".join(parents)
+    if last != "*":
+        yield pattern, getattr(node, last)
+    elif isinstance(node, dict):
+        yield from ((f"{prefix}.{k}", v) for k, v in node.items())
+    else:
+        yield from ((f"{prefix}[{i}]", v) for i, v in enumerate(node))
+
+
 def validate(c: TrainConfig) -> None:
-    checks = [("precision", c.precision, PRECISIONS), ("optim.name", c.optim.name, OPTIMIZERS),
-              ("device", c.device, ("auto", "cpu", "cuda"))]
-    for key, value, allowed in checks:
-        if value not in allowed:
-            raise ValueError(f"config key {key!r}: got {value!r}, expected one of {list(allowed)}")
-    checks = [("graph_prior.loss", c.graph_prior.loss, ("mse", "kl")),
-              ("graph_prior.reduction", c.graph_prior.reduction, ("sum", "mean")),
-              ("graph_prior.align", c.graph_prior.align, ("degree", "none"))]
-    for key, value, allowed in checks:
-        if value not in allowed:
-            raise ValueError(f"config key {key!r}: got {value!r}, expected one of {list(allowed)}")
-    if c.graph_prior.weight < 0:
-        raise ValueError(f"config key 'graph_prior.weight': got {c.graph_prior.weight}, expected >= 0")
-    if c.optim.lr <= 0:
-        raise ValueError(f"config key 'optim.lr': got {c.optim.lr}, expected > 0")
-    for key in ("epochs", "grad_accum", "data.batch_size", "log_every"):
-        value = c
-        for part in key.split("."):
-            value = getattr(value, part)
-        if value < 1:
-            raise ValueError(f"config key {key!r}: got {value}, expected >= 1")
+    """Check every field with a rule in :data:`CHOICES` / :data:`NUMERIC_RULES`, and the relations
+    between fields; raise a ``ValueError`` naming the key path, the value and what is expected."""
+    for key, allowed in CHOICES.items():
+        for path, value in config_values(c, key):
+            if value not in allowed:
+                raise ValueError(f"config key {path!r}: got {value!r}, expected one of {list(allowed)}")
+    for key, bound in NUMERIC_RULES.items():
+        for path, value in config_values(c, key):
+            if not bound.holds(value):
+                raise ValueError(f"config key {path!r}: got {value!r}, expected {bound.describe(value)}")
+    if len(c.optim.betas) != 2:
+        raise ValueError(f"config key 'optim.betas': got {list(c.optim.betas)}, expected two numbers [beta1, beta2]")
+    if c.optim.min_lr > c.optim.lr:
+        raise ValueError(f"config key 'optim.min_lr': got {c.optim.min_lr:g}, expected <= optim.lr ({c.optim.lr:g}): "
+                         f"the schedule decays from lr to min_lr")
 
 
 def to_yaml(c: TrainConfig) -> str:

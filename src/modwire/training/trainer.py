@@ -43,8 +43,9 @@ from torch.utils.data import DataLoader
 
 from ..models import create_model, get_config
 from ..models.base import PretrainedModel, deep_merge
+from ..models.inputs import named_inputs
 from ..seeding import torch_generator
-from ..tasks import build_dataset, get_task
+from ..tasks import build_dataset, describe_task, get_task
 from . import distributed
 from .config import TrainConfig
 from .feedback import Feedback, MetricsLog
@@ -64,21 +65,29 @@ __all__ = ["apply_augmentation", "build_datasets", "build_model_for_task", "eval
 # ----------------------------------------------------------------------------- building a run
 
 def build_model_for_task(cfg: TrainConfig) -> PretrainedModel:
-    """The preset ``cfg.model.name``, its input layers fitted to the task's inputs, then the user's
-    overrides (nested settings such as ``tokenizer`` merge: a user's ``tokenizer.max_len`` keeps
-    the task's tokenizer kind)."""
-    info = get_task(cfg.data.task)
-    normalize = get_config(cfg.model.name).normalize
+    """The preset ``cfg.model.name``, its input layers fitted to the task's description at
+    ``cfg.data.params`` (``ModelConfig.input_overrides``), then the user's overrides, which win
+    (nested settings such as ``tokenizer`` merge: a user's ``tokenizer.max_len`` keeps the
+    tokenizer kind the task's inputs call for)."""
+    info = describe_task(cfg.data.task, cfg.data.params)
+    preset = get_config(cfg.model.name)
     user = OmegaConf.to_container(cfg.model.overrides) if OmegaConf.is_config(cfg.model.overrides) \
         else dict(cfg.model.overrides)
-    overrides = deep_merge(normalize({**info.model_overrides, "num_classes": info.num_classes}), normalize(user))
+    overrides = deep_merge(preset.normalize(preset.input_overrides(info.inputs, info.num_classes)),
+                           preset.normalize(user))
+    given, taken = sorted(named_inputs(info.inputs)), sorted(get_config(cfg.model.name, **overrides).input_names())
+    if given != taken:
+        raise ValueError(f"model {cfg.model.name!r} (with model.overrides) takes the inputs {taken}, but task "
+                         f"{info.name!r} gives {given}")
     return create_model(cfg.model.name, **overrides)
 
 
 def build_datasets(cfg: TrainConfig) -> tuple[Any, Any]:
-    """The run's training and validation datasets (``data.params`` go to the task's build)."""
-    train_set = build_dataset(cfg.data.task, cfg.data.train_split, **cfg.data.params)
-    val_set = build_dataset(cfg.data.task, cfg.data.val_split, **cfg.data.params)
+    """The run's training and validation datasets (``data.params`` go to the task's build;
+    ``data.max_samples > 0`` keeps the first N samples of each)."""
+    d = cfg.data
+    train_set = build_dataset(d.task, d.train_split, max_samples=d.max_samples, **d.params)
+    val_set = build_dataset(d.task, d.val_split, max_samples=d.max_samples, **d.params)
     return train_set, val_set
 
 
@@ -89,18 +98,19 @@ def apply_augmentation(cfg: TrainConfig, model, info, train_set, val_set):
         return train_set, val_set, None
     from ..tasks.augment import AugmentedDataset, MixupCutmix, eval_transform, standard_train_transform
 
-    mc = model.config
-    kind = getattr(getattr(mc, "tokenizer", None), "kind", None)
-    if kind != "conv" or info.loss != "cross_entropy":
-        raise ValueError(f"data.augment / data.mixup need an image classification task read by the conv "
-                         f"tokenizer; task {info.name!r} gives {kind!r} inputs")
+    info = info.resolve(cfg.data.params)  # the class count and image size of these params
+    spec = info.inputs
+    if getattr(spec, "kind", None) != "image" or info.loss != "cross_entropy":
+        kinds = {name: s.kind for name, s in named_inputs(spec).items()}
+        raise ValueError(f"data.augment / data.mixup need an image classification task; task {info.name!r} "
+                         f"gives {kinds!r} inputs and a {info.loss!r} loss")
     mixer = MixupCutmix(num_classes=info.num_classes, label_smoothing=cfg.optim.label_smoothing) \
         if cfg.data.mixup else None
     if cfg.data.augment:
-        tok = mc.tokenizer
-        norm = {} if tok.in_channels == 3 else {"mean": (0.5,) * tok.in_channels, "std": (0.5,) * tok.in_channels}
-        train_set = AugmentedDataset(train_set, standard_train_transform(tok.image_size, **norm), cfg.seed)
-        val_set = AugmentedDataset(val_set, eval_transform(tok.image_size, **norm), cfg.seed)
+        c = spec.channels
+        norm = {} if c == 3 else {"mean": (0.5,) * c, "std": (0.5,) * c}
+        train_set = AugmentedDataset(train_set, standard_train_transform(spec.height, **norm), cfg.seed)
+        val_set = AugmentedDataset(val_set, eval_transform(spec.height, **norm), cfg.seed)
     return train_set, val_set, mixer
 
 

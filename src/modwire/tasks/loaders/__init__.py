@@ -4,6 +4,8 @@ Every loader needs ``root=`` (nothing is downloaded) and raises ``FileNotFoundEr
 ``ValueError`` showing the expected layout when the data is missing or malformed.
 
 - :mod:`.images`: ``tiny_imagenet``, ``tiny_imagenet_r`` (float [3, 64, 64] in [0, 1])
+- :mod:`.image_folder`: ``image_folder`` (any ``train/<class>/`` + ``val|test/<class>/`` image
+  folders, e.g. CIFAR-10 as PNGs; resized to ``image_size``, RGB or grayscale)
 - :mod:`.cifar`: ``cifar10``, ``cifar100`` (pickles read by a restricted unpickler)
 - :mod:`.mnist`: ``mnist``, ``fashion_mnist`` (idx files; [1, 32, 32], zero-padded)
 - :mod:`.text`: ``imdb_bytes``, ``lra_listops`` (1-D id sequences, padded by ``collate``)
@@ -12,4 +14,4 @@ Every loader needs ``root=`` (nothing is downloaded) and raises ``FileNotFoundEr
 - :mod:`.nlvr2`: ``nlvr2_features`` (NLVR2 JSON lines + precomputed token features in
   safetensors / .npz; ``{"x": image tokens, "condition": sentence tokens}`` for a conditional NAC)
 """
-from . import cifar, images, mnist, nlvr2, pgm, pointclouds, text  # noqa: F401  (register the tasks)
+from . import cifar, image_folder, images, mnist, nlvr2, pgm, pointclouds, text  # noqa: F401  (register the tasks)

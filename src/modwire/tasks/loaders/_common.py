@@ -3,7 +3,10 @@
 Every loader takes ``root`` (no default download location: nothing is ever
 downloaded). A missing or malformed dataset raises ``FileNotFoundError`` or
 ``ValueError`` whose message holds the expected directory layout as a small tree and
-what was actually found.
+what was actually found. When a file may be in several places, :func:`first_existing`
+tries them in order and its error lists every path tried. A file that should be
+binary (idx, pickle, npz, image) but is empty, text or an HTML page (a failed
+download saved under the dataset's name) is named as such by :func:`not_binary`.
 """
 from __future__ import annotations
 
@@ -72,12 +75,74 @@ def require_root(task: str, root: Any, layout: str) -> Path:
             layout, "root=None"))
     path = Path(os.path.expanduser(str(root)))
     if not path.is_dir():
-        raise missing(task, f"root {str(path)!r} is not a directory", layout, path)
+        absolute = "" if path.is_absolute() else f" (relative to the working directory: {path.absolute()})"
+        raise missing(task, f"root {str(path)!r} is not a directory{absolute}", layout, path)
     return path
 
 
 def first_dir(*candidates: Path) -> Path | None:
     return next((c for c in candidates if c.is_dir()), None)
+
+
+def first_existing(task: str, what: str, candidates: Sequence[Path], layout: str, where: Path | None, *,
+                   directory: bool = False) -> Path:
+    """The first of ``candidates`` that is a file (a directory with ``directory=True``), or a
+    ``LayoutError`` that lists every path tried, in order."""
+    for c in candidates:
+        if (c.is_dir() if directory else c.is_file()):
+            return c
+    tried = "\n".join(f"  {c}" for c in candidates)
+    raise missing(task, f"no {what}; tried:\n{tried}", layout, where)
+
+
+# ----------------------------------------------------------------------------- text where binary was expected
+
+HTML_STARTS = (b"<!doctype", b"<html", b"<head", b"<body", b"<?xml", b"<meta", b"<title")
+
+
+def looks_like_text(head: bytes) -> bool:
+    """UTF-8 without control characters (a multi-byte character cut at the end is allowed)."""
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 3:
+            return False
+    return not any(b < 32 and b not in b"\t\r\n" for b in head)
+
+
+def text_problem(head: bytes, what: str) -> str | None:
+    """Why the first bytes ``head`` of a file are not ``what`` (binary data) when they are empty
+    or text; ``None`` when they look binary."""
+    if not head:
+        return f"the file is empty, not {what}"
+    if not looks_like_text(head):
+        return None
+    start = head.lstrip()[:40].decode("utf-8", "replace").split("\n")[0]
+    if head.lstrip()[:9].lower().startswith(HTML_STARTS):
+        return (f"a text file, not {what}: it looks like an HTML page (starts with {start!r}): "
+                f"a failed download?")
+    return f"a text file, not {what} (it starts with {start!r})"
+
+
+def not_binary(path: Path, what: str) -> str | None:
+    """:func:`text_problem` of the file at ``path`` (reads its first 64 bytes)."""
+    with open(path, "rb") as f:
+        return text_problem(f.read(64), what)
+
+
+def check_binary(task: str, path: Path, what: str, layout: str) -> None:
+    """Raise a ``FormatError`` if ``path`` is empty, text or an HTML page instead of ``what``."""
+    problem = not_binary(path, what)
+    if problem is not None:
+        raise malformed(task, path, problem, layout)
+
+
+def read_text_file(task: str, path: Path, layout: str) -> str:
+    """The UTF-8 text of ``path``, or a ``FormatError`` naming the file and the first bad byte."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise malformed(task, path, f"not UTF-8 text ({exc.reason} at byte {exc.start})", layout) from None
 
 
 def check_transform(transform: Any) -> Callable[[Tensor], Tensor] | None:

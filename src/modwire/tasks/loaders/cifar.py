@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import TaskInfo, register_task
-from ._common import LoaderDataset, malformed, missing, require_root
+from ..base import InputSpec, TaskInfo, register_task
+from ._common import LoaderDataset, first_dir, first_existing, malformed, missing, not_binary, require_root
 
 CIFAR10_LAYOUT = """\
 <root>/                      (the folder cifar-10-batches-py/, or its parent)
@@ -99,9 +99,13 @@ def read_batch(path: Path, label_key: str, task: str, layout: str) -> tuple[np.n
     try:
         d = safe_load_pickle(path)
     except pickle.UnpicklingError as exc:
-        raise malformed(task, path, str(exc), layout) from None
-    except (EOFError, ValueError, TypeError, IndexError, AttributeError) as exc:
-        raise malformed(task, path, f"not a readable pickle ({type(exc).__name__}: {exc})", layout) from None
+        refused = str(exc).startswith("refused")  # a forbidden global: say which, whatever the protocol
+        raise malformed(task, path, (not refused and not_binary(path, "a CIFAR pickle batch")) or str(exc),
+                        layout) from None
+    except (EOFError, ValueError, TypeError, IndexError, AttributeError, KeyError) as exc:
+        problem = not_binary(path, "a CIFAR pickle batch")  # checked after a failure: protocol-0 pickles are text
+        raise malformed(task, path, problem or f"not a readable pickle ({type(exc).__name__}: {exc})",
+                        layout) from None
     if not isinstance(d, dict):
         raise malformed(task, path, f"expected a dict, got {type(d).__name__}", layout)
     try:
@@ -137,14 +141,15 @@ def _build(task: str, split: str, root: Any, transform: Callable | None) -> Arra
     layout = CIFAR10_LAYOUT if ten else CIFAR100_LAYOUT
     folder_name, label_key, num_classes = (("cifar-10-batches-py", "labels", 10) if ten
                                            else ("cifar-100-python", "fine_labels", 100))
-    path = require_root(task, root, layout)
-    if (path / folder_name).is_dir():
-        path = path / folder_name
+    root_path = require_root(task, root, layout)
     if ten:
         files = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
     else:
         files = [split]
-    parts = [read_batch(path / f, label_key, task, layout) for f in files]
+    found = [first_existing(task, f"batch file {f}", [root_path / folder_name / f, root_path / f], layout,
+                            first_dir(root_path / folder_name, root_path)) for f in files]
+    parts = [read_batch(f, label_key, task, layout) for f in found]
+    path = found[0].parent
     images, labels = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
     if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
         raise malformed(task, path, f"labels must lie in [0, {num_classes}), got [{labels.min()}, {labels.max()}]",
@@ -162,14 +167,14 @@ def build_cifar100(split: str, root: Any = None, transform: Callable | None = No
     return _build("cifar100", split, root, transform)
 
 
-_OVERRIDES = {"tokenizer": "conv", "image_size": 32, "in_channels": 3}
+_INPUTS = InputSpec.image(3, 32, 32)
 register_task(TaskInfo(
     name="cifar10", kind="loader", description="CIFAR-10 from the python pickle batches (safe unpickling)",
-    num_classes=10, model_overrides=dict(_OVERRIDES), splits=("train", "test"),
+    num_classes=10, inputs=_INPUTS, splits=("train", "test"),
     params={"root": None, "transform": None},
 ), build_cifar10)
 register_task(TaskInfo(
     name="cifar100", kind="loader", description="CIFAR-100 (fine labels) from the python pickles (safe unpickling)",
-    num_classes=100, model_overrides=dict(_OVERRIDES), metrics=("top1", "top5"), splits=("train", "test"),
+    num_classes=100, inputs=_INPUTS, metrics=("top1", "top5"), splits=("train", "test"),
     params={"root": None, "transform": None},
 ), build_cifar100)

@@ -6,10 +6,15 @@ the trainer's or the augmentation's job (pass ``transform=``, a callable applied
 the tensor). Decoding needs Pillow (the ``images`` extra), imported on first use.
 
 Class indices follow the order of the lines of ``wnids.txt`` (the file shipped with
-Tiny-ImageNet), not the sorted order of the folder names.
+Tiny-ImageNet), not the sorted order of the folder names. Some public copies ship a
+``wnids.txt`` with more than 200 ids: the ids without a ``train/<wnid>/`` folder are
+dropped with a warning that names them (the others keep their order), and a list
+that still does not hold exactly 200 ids is refused (Tiny-ImageNet models have 200
+outputs): never a silently different class count or order.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -17,12 +22,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import TaskInfo, register_task
-from ._common import LoaderDataset, first_dir, malformed, missing, require_root
+from ..base import InputSpec, TaskInfo, register_task
+from ._common import LoaderDataset, first_dir, first_existing, malformed, missing, not_binary, require_root
 
+TINY_CLASSES = 200
 TINY_LAYOUT = """\
 <root>/                        (the folder tiny-imagenet-200/, or its parent)
-  wnids.txt                    one WordNet id per line; line i is class i (200 lines)
+  wnids.txt                    one WordNet id per line; line i is class i (200 ids; ids without a
+                               train/<wnid>/ folder are dropped with a warning)
   train/<wnid>/images/*.JPEG   64x64 images of class <wnid>
   val/images/*.JPEG
   val/val_annotations.txt      lines: <file>\\t<wnid>\\t<x0>\\t<y0>\\t<x1>\\t<y1>"""
@@ -72,19 +79,27 @@ class ImageListDataset(LoaderDataset):
     """``(path, label)`` pairs decoded on access into ``([3, size, size] float, long)``."""
 
     def __init__(self, samples: list[tuple[Path, int]], classes: list[str], size: int,
-                 resize: str = "center_crop", transform: Callable | None = None) -> None:
+                 resize: str = "center_crop", transform: Callable | None = None, *, task: str = "images",
+                 layout: str = "<root>/<class>/*.jpg|*.jpeg|*.png") -> None:
         super().__init__(transform)
         self.samples, self.classes, self.size, self.resize = samples, classes, size, resize
+        self.task, self.layout = task, layout  # for the error of an unreadable image
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
         path, label = self.samples[index]
-        return self._out(load_rgb(path, self.size, self.resize), torch.tensor(label, dtype=torch.long))
+        try:
+            image = load_rgb(path, self.size, self.resize)
+        except OSError as exc:  # PIL's UnidentifiedImageError, a truncated file, ...
+            problem = not_binary(path, "an image") if path.is_file() else None
+            raise malformed(self.task, path, problem or f"not a readable image ({exc})", self.layout) from None
+        return self._out(image, torch.tensor(label, dtype=torch.long))
 
 
 def read_wnids(path: Path, task: str, layout: str) -> list[str]:
+    """The WordNet ids of a ``wnids.txt`` (one per line), in file order; repeated ids are refused."""
     try:
         lines = path.read_text(encoding="utf-8").split()
     except FileNotFoundError:
@@ -107,9 +122,9 @@ def build_tiny_imagenet(split: str, root: Any = None, transform: Callable | None
     """Tiny-ImageNet ``train`` (100,000 images) or ``val`` (10,000 images); 200 classes."""
     task = "tiny_imagenet"
     path = require_root(task, root, TINY_LAYOUT)
-    if not (path / "wnids.txt").is_file() and (path / "tiny-imagenet-200" / "wnids.txt").is_file():
-        path = path / "tiny-imagenet-200"
-    wnids = read_wnids(path / "wnids.txt", task, TINY_LAYOUT)
+    path = first_existing(task, "class list wnids.txt", [path / "wnids.txt", path / "tiny-imagenet-200" / "wnids.txt"],
+                          TINY_LAYOUT, path).parent
+    wnids = tiny_imagenet_classes(path, task)
     index = {w: i for i, w in enumerate(wnids)}
     samples: list[tuple[Path, int]] = []
     if split == "train":
@@ -143,14 +158,35 @@ def build_tiny_imagenet(split: str, root: Any = None, transform: Callable | None
             samples.append((images / name, index[w]))
         if not samples:
             raise malformed(task, ann, "no annotations", TINY_LAYOUT)
-    return ImageListDataset(samples, wnids, 64, transform=transform)
+    return ImageListDataset(samples, wnids, 64, transform=transform, task=task, layout=TINY_LAYOUT)
+
+
+def tiny_imagenet_classes(path: Path, task: str = "tiny_imagenet") -> list[str]:
+    """The 200 class ids of the Tiny-ImageNet folder ``path``: the lines of ``wnids.txt`` that have a
+    ``train/<wnid>/`` folder, in file order (the others are dropped with a warning naming them; without
+    a ``train/`` folder nothing can be checked and none is dropped). Not 200: a ``FormatError``."""
+    file = path / "wnids.txt"
+    wnids = read_wnids(file, task, TINY_LAYOUT)
+    if (path / "train").is_dir():
+        dropped = [w for w in wnids if not (path / "train" / w).is_dir()]
+        if dropped:
+            shown = ", ".join(dropped[:10]) + (f", ... ({len(dropped) - 10} more)" if len(dropped) > 10 else "")
+            warnings.warn(f"{task}: dropped {len(dropped)} of the {len(wnids)} ids of {file} that have no "
+                          f"train/<wnid>/ folder: {shown}", stacklevel=3)
+            wnids = [w for w in wnids if w not in set(dropped)]
+    if len(wnids) != TINY_CLASSES:
+        kept = " with a train/<wnid>/ folder" if (path / "train").is_dir() else ""
+        raise malformed(task, file, f"{len(wnids)} WordNet ids{kept}, expected {TINY_CLASSES} (Tiny-ImageNet's "
+                                    f"classes; a model for this task has {TINY_CLASSES} outputs)", TINY_LAYOUT)
+    return wnids
 
 
 def build_tiny_imagenet_r(split: str, root: Any = None, wnids: Any = None, image_size: int = 64,
                           resize: str = "center_crop", transform: Callable | None = None) -> ImageListDataset:
     """ImageNet-R-style folders ``<root>/<wnid>/*`` as an evaluation set for Tiny-ImageNet models.
 
-    ``wnids``: a path to Tiny-ImageNet's ``wnids.txt`` or a sequence of wnids; labels are
+    ``wnids``: a path to Tiny-ImageNet's ``wnids.txt`` (read as :func:`tiny_imagenet_classes` does,
+    so the labels match a model trained on that folder) or a sequence of wnids; labels are
     positions in it and folders of other classes are skipped (ImageNet-R and
     Tiny-ImageNet share only some classes). ``None``: the folders themselves, sorted,
     are the classes. Images are resized to ``image_size`` (see :func:`load_rgb`).
@@ -163,11 +199,11 @@ def build_tiny_imagenet_r(split: str, root: Any = None, wnids: Any = None, image
     if wnids is None:
         classes = folders
     elif isinstance(wnids, (str, Path)):
-        classes = read_wnids(Path(wnids), task, R_LAYOUT)
+        classes = tiny_imagenet_classes(Path(wnids).parent, task)  # the same 200 ids, in the same order, as training
     else:
         classes = [str(w) for w in wnids]
     return ImageListDataset(_folder_samples(task, path, folders, classes, R_LAYOUT), classes, image_size, resize,
-                            transform)
+                            transform, task=task, layout=R_LAYOUT)
 
 
 def _folder_samples(task: str, path: Path, folders: list[str], classes: list[str], layout: str) -> list:
@@ -207,20 +243,27 @@ def build_imagenet(split: str, root: Any = None, image_size: int = 224, resize: 
         raise missing(task, f"no {split}/ folder", IMAGENET_LAYOUT, path)
     folders = sorted(p.name for p in (path / split).iterdir() if p.is_dir())
     return ImageListDataset(_folder_samples(task, path / split, folders, classes, IMAGENET_LAYOUT), classes,
-                            image_size, resize, transform)
+                            image_size, resize, transform, task=task, layout=IMAGENET_LAYOUT)
+
+
+def _resized_rgb(num_classes: int):
+    """The description of a task whose RGB images are brought to ``params["image_size"]``."""
+    def describe(params: dict) -> tuple[InputSpec, int]:
+        return InputSpec.image(3, params["image_size"], params["image_size"]), num_classes
+    return describe
 
 
 register_task(TaskInfo(
     name="tiny_imagenet", kind="loader",
     description="Tiny-ImageNet (200 classes, 64x64 RGB in [0,1], not normalised) from the official folder layout",
-    num_classes=200, model_overrides={"tokenizer": "conv", "image_size": 64, "in_channels": 3},
+    num_classes=200, inputs=InputSpec.image(3, 64, 64),
     metrics=("top1", "top5"), splits=("train", "val"), params={"root": None, "transform": None},
 ), build_tiny_imagenet)
 
 register_task(TaskInfo(
     name="tiny_imagenet_r", kind="loader",
     description="ImageNet-R-style renditions <root>/<wnid>/*.jpg on Tiny-ImageNet class indices, resized to 64x64",
-    num_classes=200, model_overrides={"tokenizer": "conv", "image_size": 64, "in_channels": 3},
+    describe=_resized_rgb(200),
     metrics=("top1", "top5"), splits=("test",),
     params={"root": None, "wnids": None, "image_size": 64, "resize": "center_crop", "transform": None},
 ), build_tiny_imagenet_r)
@@ -228,7 +271,7 @@ register_task(TaskInfo(
 register_task(TaskInfo(
     name="imagenet", kind="loader",
     description="ImageNet-1k (NAC Table 5) from train/<wnid>/ and val/<wnid>/ class folders, at 224x224",
-    num_classes=1000, model_overrides={"tokenizer": "conv", "image_size": 224, "in_channels": 3},
+    describe=_resized_rgb(1000),
     metrics=("top1", "top5"), splits=("train", "val"),
     params={"root": None, "image_size": 224, "resize": "center_crop", "transform": None},
 ), build_imagenet)

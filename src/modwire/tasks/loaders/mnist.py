@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..base import TaskInfo, register_task
-from ._common import LoaderDataset, malformed, missing, require_root
+from ..base import InputSpec, TaskInfo, register_task
+from ._common import LoaderDataset, check_binary, first_existing, malformed, require_root
 
 DEBIAN_FASHION_MNIST = "/usr/share/datasets/fashion-mnist/"
 
@@ -48,6 +48,7 @@ def _layout(task: str) -> str:
 
 def read_idx(path: Path, ndim: int, task: str = "mnist") -> np.ndarray:
     """The uint8 array of an idx file (gzip detected by its magic bytes, not the name)."""
+    check_binary(task, path, "an idx file (raw or gzipped)", _layout(task))
     raw = path.read_bytes()
     if raw[:2] == b"\x1f\x8b":
         try:
@@ -70,14 +71,12 @@ def read_idx(path: Path, ndim: int, task: str = "mnist") -> np.ndarray:
     return np.frombuffer(body, dtype=np.uint8).reshape(dims)
 
 
-def _find(folders: list[Path], prefix: str, kind: str) -> Path | None:
-    for folder in folders:
-        for sep in ("-", "."):  # "train-images-idx3-ubyte" and the "train-images.idx3-ubyte" variant
-            for gz in ("", ".gz"):
-                p = folder / f"{prefix}-{kind}{sep}idx{3 if kind == 'images' else 1}-ubyte{gz}"
-                if p.is_file():
-                    return p
-    return None
+def idx_candidates(folders: list[Path], prefix: str, kind: str) -> list[Path]:
+    """Every name an idx file of ``prefix`` (train / t10k) and ``kind`` (images / labels) may have."""
+    dims = 3 if kind == "images" else 1
+    return [folder / f"{prefix}-{kind}{sep}idx{dims}-ubyte{gz}" for folder in folders
+            for sep in ("-", ".")  # "train-images-idx3-ubyte" and the "train-images.idx3-ubyte" variant
+            for gz in ("", ".gz")]
 
 
 class MnistDataset(LoaderDataset):
@@ -110,11 +109,9 @@ def _build(task: str, split: str, root: Any, pad_to: int | None, transform: Call
     path = require_root(task, root, layout)
     folders = [path, path / "raw", path / ("FashionMNIST" if task == "fashion_mnist" else "MNIST") / "raw"]
     prefix = "train" if split == "train" else "t10k"
-    files = {kind: _find(folders, prefix, kind) for kind in ("images", "labels")}
-    for kind, f in files.items():
-        if f is None:
-            raise missing(task, f"no {prefix}-{kind}-idx{3 if kind == 'images' else 1}-ubyte[.gz] file",
-                          layout, path)
+    files = {kind: first_existing(task, f"{prefix}-{kind}-idx{3 if kind == 'images' else 1}-ubyte[.gz] file",
+                                  idx_candidates(folders, prefix, kind), layout, path)
+             for kind in ("images", "labels")}
     images, labels = read_idx(files["images"], 3, task), read_idx(files["labels"], 1, task)
     if images.shape[0] != labels.shape[0]:
         raise malformed(task, files["labels"], f"{labels.shape[0]} labels for {images.shape[0]} images", layout)
@@ -135,15 +132,20 @@ def build_fashion_mnist(split: str, root: Any = None, pad_to: int | None = 32, t
     return _build("fashion_mnist", split, root, pad_to, transform)
 
 
-_OVERRIDES = {"tokenizer": "conv", "image_size": 32, "in_channels": 1}
+def _describe(params: dict) -> tuple[InputSpec, int]:
+    """Grayscale digits ``[1, S, S]``: ``S = pad_to`` (28 when None); 10 classes."""
+    side = 28 if params["pad_to"] is None else params["pad_to"]
+    return InputSpec.image(1, side, side), 10
+
+
 register_task(TaskInfo(
     name="mnist", kind="loader", description="MNIST digits from idx files, zero-padded 28->32",
-    num_classes=10, model_overrides=dict(_OVERRIDES), splits=("train", "test"),
+    describe=_describe, splits=("train", "test"),
     params={"root": None, "pad_to": 32, "transform": None},
 ), build_mnist)
 register_task(TaskInfo(
     name="fashion_mnist", kind="loader",
     description=f"Fashion-MNIST from idx files (default root {DEBIAN_FASHION_MNIST} if present), padded 28->32",
-    num_classes=10, model_overrides=dict(_OVERRIDES), splits=("train", "test"),
+    describe=_describe, splits=("train", "test"),
     params={"root": None, "pad_to": 32, "transform": None},
 ), build_fashion_mnist)

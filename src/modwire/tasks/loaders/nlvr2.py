@@ -33,13 +33,12 @@ sentence with zero rows (the model is called with exactly ``x`` and ``condition`
 there is no padding mask: zero rows are attended like any token; this loader accepts
 that, as CLIP's own 77-token outputs already carry end-of-text padding tokens).
 
-Model dimensions. ``TaskInfo`` is static, so its ``model_overrides`` hold CLIP ViT-B/32's
-pre-projection widths (``image_dim=768`` + 1 side column, ``text_dim=512``). For other
-features set both the data parameters and the model: ``data.params.image_dim`` /
-``data.params.text_dim``, and ``model.overrides`` = :func:`model_overrides` of the same
-dims (e.g. ``model.overrides.tokenizer={kind: linear, input_dim: 1025}``). ``build``
-reads the first example's arrays and raises an error that prints these settings when
-the files' widths differ from ``image_dim`` / ``text_dim``.
+Model dimensions. The task describes its inputs from its parameters (:func:`describe`):
+by default CLIP ViT-B/32's pre-projection widths (``image_dim=768`` + 1 side column,
+``text_dim=512``). For other features set ``data.params.image_dim`` /
+``data.params.text_dim``; the model's input layers follow. ``build`` reads the first
+example's arrays and raises an error that prints these settings when the files' widths
+differ from ``image_dim`` / ``text_dim``.
 """
 from __future__ import annotations
 
@@ -55,8 +54,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from ..base import TaskInfo, register_task
-from ._common import FormatError, malformed, missing, require_root
+from ..base import InputSpec, TaskInfo, register_task
+from ._common import FormatError, first_existing, malformed, require_root, text_problem
 
 TASK = "nlvr2_features"
 CLIP_B32_IMAGE_DIM, CLIP_B32_TEXT_DIM = 768, 512  # CLIP ViT-B/32 token widths before the projections
@@ -74,26 +73,16 @@ LAYOUT = """\
   <stem> is the JSON file's name without .json; .npz is read with allow_pickle=False, nothing is unpickled"""
 
 
-def model_overrides(image_dim: int = CLIP_B32_IMAGE_DIM, text_dim: int = CLIP_B32_TEXT_DIM, *,
-                    side_column: bool = True) -> dict:
-    """Grouped model config of a conditional NAC for features of these widths: a linear executor
-    tokenizer on the image tokens (+1 for the side column), a conditional generator (App. G) with a
-    linear tokenizer on the text tokens."""
-    return {"tokenizer": {"kind": "linear", "input_dim": image_dim + int(side_column)},
-            "generator": {"kind": "conditional", "tokenizer": {"kind": "linear", "input_dim": text_dim}}}
+def describe(params: dict) -> tuple[dict[str, InputSpec], int]:
+    """``x``: both images' tokens, a set of ``2n`` vectors ``[image_dim (+1 side column)]`` (``n`` is
+    read from the files: length None); ``condition``: the sentence's ``m`` text tokens ``[text_dim]``,
+    zero-padded per batch. The features carry CLIP's own positions, so neither gets learned ones."""
+    image_dim, text_dim = _check_dim("image_dim", params["image_dim"]), _check_dim("text_dim", params["text_dim"])
+    return {"x": InputSpec.vectors(None, image_dim + int(bool(params["side_column"]))),
+            "condition": InputSpec.vectors(None, text_dim, padded=True)}, 2
 
 
 # ----------------------------------------------------------------------------- feature files
-
-
-def _looks_like_text(head: bytes) -> bool:
-    """UTF-8 without control characters (a multi-byte character cut at the end is allowed)."""
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if exc.start < len(head) - 3:
-            return False
-    return not any(b < 32 and b not in b"\t\r\n" for b in head)
 
 
 def sniff_format(path: Path) -> str:
@@ -105,15 +94,11 @@ def sniff_format(path: Path) -> str:
         return "npz"
     if head[8:9] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= 100_000_000:  # header size, JSON header
         return "safetensors"
-    if not head:
-        problem = "the file is empty"
-    elif head.startswith(b"\x93NUMPY"):
+    if head.startswith(b"\x93NUMPY"):
         problem = "a single .npy array, not a keyed archive (save the arrays with numpy.savez)"
-    elif _looks_like_text(head):
-        problem = (f"a text file (HTML from a failed download?), not binary features: it starts with "
-                   f"{head[:40].decode('utf-8', 'replace')!r}")
     else:
-        problem = f"neither safetensors nor .npz (it starts with the bytes {head[:12]!r})"
+        problem = (text_problem(head, "binary features (safetensors or .npz)")
+                   or f"neither safetensors nor .npz (it starts with the bytes {head[:12]!r})")
     raise malformed(TASK, path, problem, LAYOUT)
 
 
@@ -225,11 +210,7 @@ def image_names(identifier: str) -> tuple[str, str]:
 
 def find_file(root: Path, what: str, candidates: Sequence[Path]) -> Path:
     """The first existing file of ``candidates``, or a ``LayoutError`` listing every path tried."""
-    for c in candidates:
-        if c.is_file():
-            return c
-    tried = "\n".join(f"  {c}" for c in candidates)
-    raise missing(TASK, f"no {what} file; tried:\n{tried}", LAYOUT, root)
+    return first_existing(TASK, f"{what} file", candidates, LAYOUT, root)
 
 
 def feature_candidates(root: Path, stem: str, kind: str, given: Any) -> list[Path]:
@@ -340,9 +321,8 @@ def check_widths(first: Example, images: FeatureFile, texts: FeatureFile, image_
         raise ValueError(
             f"{TASK}: the features are {img.shape[1]} (image, {images.path}) and {txt.shape[1]} (text, "
             f"{texts.path}) wide, but image_dim={image_dim}, text_dim={text_dim}. Set "
-            f"data.params.image_dim={img.shape[1]} data.params.text_dim={txt.shape[1]} and build the model with "
-            f"model.overrides = {model_overrides(img.shape[1], txt.shape[1], side_column=side_column)} "
-            f"(modwire.tasks.loaders.nlvr2.model_overrides)")
+            f"data.params.image_dim={img.shape[1]} data.params.text_dim={txt.shape[1]} (the model's input "
+            f"layers follow the task's description)")
     return int(img.shape[0])
 
 
@@ -376,9 +356,8 @@ register_task(TaskInfo(
     description=("NLVR2 from precomputed (e.g. CLIP) token features for a conditional NAC (NAC 4.4 / App. G): "
                  "{'x': both images' tokens [2n, image_dim + 1 side column], 'condition': sentence tokens "
                  "[m, text_dim], zero-padded per batch}; 2 classes. Defaults: CLIP ViT-B/32 widths 768 / 512; "
-                 "other widths: set data.params.image_dim/text_dim and the model overrides "
-                 "(see modwire.tasks.loaders.nlvr2.model_overrides)"),
-    num_classes=2, model_overrides=model_overrides(),
+                 "other widths: set data.params.image_dim/text_dim (the model follows)"),
+    describe=describe,
     splits=tuple(SPLIT_FILES),
     params={"root": None, "image_features": None, "text_features": None, "image_dim": CLIP_B32_IMAGE_DIM,
             "text_dim": CLIP_B32_TEXT_DIM, "side_column": True, "skip_missing": False},

@@ -6,15 +6,13 @@ answers); target: the index 0-7 of the right candidate. ``meta_target`` (the
 multi-hot rule encoding) is not part of the item; read it with
 :meth:`PGMDataset.meta_target`.
 
-Model representation (``model_overrides``): the conv tokenizer with the 16 panels as
-16 input channels, ``{"tokenizer": "conv", "image_size": 160, "in_channels": 16}``
-(160 is a multiple of 8; 20×20 = 400 tokens), which takes the ``[16, 160, 160]``
-input as it is. It mixes context and candidate panels from the first layer, like
-the CNN baselines of the PGM paper. For one token per panel instead, pass
-``flatten=True`` (input ``[16, 25600]``) and build the model with
-``{"tokenizer": "linear", "input_dim": 25600, "max_len": 16}`` (:data:`PANEL_TOKEN_OVERRIDES`):
-a linear map of each flattened panel plus a learned position that tells the 8
-context panels from the 8 candidates.
+Input description (``TaskInfo.inputs``): an image with the 16 panels as 16 channels,
+``InputSpec.image(16, 160, 160)``, which NAC and Perceiver IO read with the conv tokenizer
+(160 is a multiple of 8; 20×20 = 400 tokens). It mixes context and candidate panels
+from the first layer, like the CNN baselines of the PGM paper. For one token per panel
+instead, pass ``flatten=True``: the input ``[16, 25600]`` is described as an ordered
+sequence of 16 vectors, read by a linear map of each flattened panel plus a learned
+position that tells the 8 context panels from the 8 candidates.
 
 Files are read with ``numpy.load(allow_pickle=False)``: nothing in them is unpickled.
 """
@@ -30,11 +28,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import TaskInfo, register_task
-from ._common import FormatError, LoaderDataset, malformed, missing, require_root
+from ..base import InputSpec, TaskInfo, register_task
+from ._common import FormatError, LoaderDataset, malformed, missing, require_root, text_problem
 
 PANELS, SIZE = 16, 160
-PANEL_TOKEN_OVERRIDES = {"tokenizer": "linear", "input_dim": SIZE * SIZE, "max_len": PANELS}
 
 LAYOUT = """\
 <root>/                        (the regime's folder, e.g. neutral/, or its parent)
@@ -57,8 +54,10 @@ class PGMDataset(LoaderDataset):
     def _load(self, index: int) -> dict[str, np.ndarray]:
         path = self.files[index]
         with open(path, "rb") as f:
-            if f.read(4) != b"PK\x03\x04":
-                raise malformed("pgm", path, "not a readable .npz (zip) archive", LAYOUT)
+            head = f.read(64)
+        if not head.startswith(b"PK\x03\x04"):
+            raise malformed("pgm", path, text_problem(head, "a .npz (zip) archive")
+                            or "not a readable .npz (zip) archive", LAYOUT)
         try:
             with np.load(path, allow_pickle=False) as z:
                 missing_keys = [k for k in ("image", "target") if k not in z.files]
@@ -97,24 +96,33 @@ class PGMDataset(LoaderDataset):
 def build_pgm(split: str, root: Any = None, regime: str = "neutral", flatten: bool = False,
               transform: Callable | None = None) -> PGMDataset:
     """The ``PGM_<regime>_<split>_*.npz`` files of ``root`` (or ``root/<regime>/``), ordered by ``i``."""
-    path = require_root("pgm", root, LAYOUT)
-    if (path / regime).is_dir():
-        path = path / regime
+    root_path = require_root("pgm", root, LAYOUT)
     pattern = re.compile(rf"^PGM_{re.escape(regime)}_{split}_(\d+)\.npz$")
+    searched = [p for p in (root_path / regime, root_path) if p.is_dir()]
     found = []
-    with os.scandir(path) as it:
-        for entry in it:
-            m = pattern.match(entry.name)
-            if m:
-                found.append((int(m.group(1)), path / entry.name))
+    for path in searched:  # the regime's folder first; the first folder holding the files is used
+        with os.scandir(path) as it:
+            found = [(int(m.group(1)), path / e.name) for e in it if (m := pattern.match(e.name))]
+        if found:
+            break
     if not found:
-        raise missing("pgm", f"no files PGM_{regime}_{split}_<i>.npz (regime={regime!r})", LAYOUT, path)
+        tried = "\n".join(f"  {p}/PGM_{regime}_{split}_<i>.npz" for p in (root_path / regime, root_path))
+        raise missing("pgm", f"no files PGM_{regime}_{split}_<i>.npz (regime={regime!r}); tried:\n{tried}", LAYOUT,
+                      searched[0])
     return PGMDataset([p for _, p in sorted(found)], flatten, transform)
+
+
+def _describe(params: dict) -> tuple[InputSpec, int]:
+    """16 panels as the channels of one ``[16, 160, 160]`` image, or (``flatten``) a sequence of 16
+    flattened panels ``[16, 25600]`` whose order (context 0-7, candidates 8-15) matters; 8 answers."""
+    if params["flatten"]:
+        return InputSpec.vectors(PANELS, SIZE * SIZE, ordered=True), 8
+    return InputSpec.image(PANELS, SIZE, SIZE), 8
 
 
 register_task(TaskInfo(
     name="pgm", kind="loader",
     description="PGM matrices [16, 160, 160] in [0,1] (8 context + 8 candidate panels as channels)",
-    num_classes=8, model_overrides={"tokenizer": "conv", "image_size": SIZE, "in_channels": PANELS},
+    describe=_describe,
     splits=("train", "val", "test"), params={"root": None, "regime": "neutral", "flatten": False, "transform": None},
 ), build_pgm)

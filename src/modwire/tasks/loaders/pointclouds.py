@@ -24,8 +24,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import TaskInfo, register_task
-from ._common import LoaderDataset, malformed, missing, require_root
+from ..base import InputSpec, TaskInfo, register_task
+from ._common import LoaderDataset, malformed, missing, require_root, text_problem
 
 MODELNET40_CLASSES = (
     "airplane", "bathtub", "bed", "bench", "bookshelf", "bottle", "bowl", "car", "chair", "cone",
@@ -61,7 +61,9 @@ def read_off(path: Path, task: str = "modelnet40") -> tuple[np.ndarray, np.ndarr
     text = path.read_bytes().decode("utf-8", errors="replace")
     lines = [ln for ln in (raw.split("#", 1)[0].strip() for raw in text.splitlines()) if ln]
     if not lines or not lines[0].startswith("OFF"):
-        raise bad(f"first line must start with 'OFF', got {lines[0][:40]!r}" if lines else "empty file")
+        html = text_problem(text[:64].encode(), "an OFF mesh") if lines else None
+        raise bad(("the file is " + html if html and "HTML" in html else
+                   f"first line must start with 'OFF', got {lines[0][:40]!r}") if lines else "empty file")
     counts, body = (lines[0][3:].split(), lines[1:]) if lines[0][3:].strip() else \
         ((lines[1].split() if len(lines) > 1 else []), lines[2:])
     try:
@@ -224,9 +226,13 @@ def _is_class_dir(d: Path) -> bool:
     return d.is_dir() and not d.name.startswith((".", "__")) and ((d / "train").is_dir() or (d / "test").is_dir())
 
 
+def _data_folders(path: Path) -> tuple[Path, ...]:
+    return path, path / "modelnet40_normal_resampled", path / "ModelNet40"
+
+
 def _detect(path: Path, format: str) -> tuple[Path, str] | None:
     """The data folder and its format: ``path`` itself, or the official folder name inside it."""
-    for p in (path, path / "modelnet40_normal_resampled", path / "ModelNet40"):
+    for p in _data_folders(path):
         if format in ("auto", "resampled") and (p / "modelnet40_shape_names.txt").is_file():
             return p, "resampled"
         if format in ("auto", "off") and p.is_dir() and any(_is_class_dir(d) for d in p.iterdir()):
@@ -248,7 +254,8 @@ def build_modelnet40(split: str, root: Any = None, format: str = "auto", num_poi
     path = require_root(task, root, LAYOUT)
     found = _detect(path, format)
     if found is None:
-        raise missing(task, f"no ModelNet40 data in format {format!r}",
+        tried = "\n".join(f"  {p}/" for p in _data_folders(path))
+        raise missing(task, f"no ModelNet40 data in format {format!r}; tried the folders:\n{tried}",
                       {"off": OFF_LAYOUT, "resampled": RESAMPLED_LAYOUT}.get(format, LAYOUT), path)
     path, fmt = found
     if fmt == "off":
@@ -261,7 +268,7 @@ def build_modelnet40(split: str, root: Any = None, format: str = "auto", num_poi
 register_task(TaskInfo(
     name="modelnet40", kind="loader",
     description="ModelNet40 point clouds [N, 3] (OFF meshes sampled by area, or resampled text), unit sphere",
-    num_classes=40, model_overrides={"tokenizer": "linear", "input_dim": 3},
+    describe=lambda p: (InputSpec.vectors(p["num_points"], 3), 40),  # an unordered set of xyz points
     splits=("train", "test"),
     params={"root": None, "format": "auto", "num_points": 1024, "seed": 0, "pick": "first", "normalize": True,
             "transform": None},

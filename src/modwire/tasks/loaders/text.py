@@ -13,7 +13,9 @@ of the TSV are dropped. Sequences longer than ``max_len`` (default 2000) are tru
 """
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,8 +23,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import TaskInfo, register_task
-from ._common import LoaderDataset, malformed, missing, pad_collate, require_root
+from ..base import InputSpec, TaskInfo, register_task
+from ._common import (LoaderDataset, first_dir, first_existing, malformed, missing, pad_collate,
+                      read_text_file, require_root, text_problem)
 
 IMDB_LAYOUT = """\
 <root>/                           (the folder aclImdb/, or its parent)
@@ -31,10 +34,12 @@ IMDB_LAYOUT = """\
   test/pos/*.txt, test/neg/*.txt  (train/unsup/ is ignored)"""
 
 LISTOPS_LAYOUT = """\
-<root>/                 (e.g. lra_release/listops-1000/)
-  basic_train.tsv       header "Source<TAB>Target", then rows like
-  basic_val.tsv         ( ( [MAX 2 9 ( [MIN 4 7 ] ) 0 ] ) )<TAB>9
-  basic_test.tsv        tokens separated by whitespace, target 0-9"""
+<root>/                 (e.g. lra_release/listops-1000/, or lra_release/ or its parent)
+  basic_train.tsv       header "Source<TAB>Target" (LRA; the original generator's "Target<TAB>Source"
+  basic_val.tsv         is read too), then rows like ( ( [MAX 2 9 ( [MIN 4 7 ] ) 0 ] ) )<TAB>9:
+  basic_test.tsv        tokens separated by whitespace, target 0-9
+or files={train: a.tsv, val: b.tsv, test: c.tsv} (absolute, or relative to root)"""
+LISTOPS_DIRS = (".", "listops-1000", "lra_release/listops-1000")  # where under root basic_<split>.tsv is looked for
 
 LISTOPS_VOCAB: dict[str, int] = {"<pad>": 0, **{str(d): d + 1 for d in range(10)},
                                  "[MIN": 11, "[MAX": 12, "[MED": 13, "[SM": 14, "]": 15}
@@ -76,8 +81,8 @@ def build_imdb_bytes(split: str, root: Any = None, max_len: int = 4096,
     task = "imdb_bytes"
     max_len = _check_max_len(task, max_len)
     path = require_root(task, root, IMDB_LAYOUT)
-    if not (path / split).is_dir() and (path / "aclImdb").is_dir():
-        path = path / "aclImdb"
+    path = first_existing(task, f"{split}/ folder", [path / split, path / "aclImdb" / split], IMDB_LAYOUT, path,
+                          directory=True).parent
     samples: list[tuple[Path, int]] = []
     for label, name in ((0, "neg"), (1, "pos")):
         folder = path / split / name
@@ -118,19 +123,45 @@ class ListOpsDataset(LoaderDataset):
         return self._out(ids, self.targets[index])
 
 
-def build_lra_listops(split: str, root: Any = None, max_len: int = 2000,
-                      transform: Callable | None = None) -> ListOpsDataset:
-    """LRA ListOps from ``basic_{train,val,test}.tsv`` (96,000 / 2,000 / 2,000 rows)."""
-    task = "lra_listops"
-    max_len = _check_max_len(task, max_len)
-    path = require_root(task, root, LISTOPS_LAYOUT)
-    file = path / f"basic_{split}.tsv"
+def listops_file(split: str, root: Any, files: Any, task: str = "lra_listops") -> Path:
+    """The TSV of ``split``: ``files[split]`` (absolute, or relative to ``root``, else to the working
+    directory) when ``files`` is given, else the first ``<root>/<dir>/basic_<split>.tsv`` of
+    :data:`LISTOPS_DIRS` (the error lists every path tried)."""
+    if files is None:
+        path = require_root(task, root, LISTOPS_LAYOUT)
+        return first_existing(task, f"basic_{split}.tsv", [(path / d / f"basic_{split}.tsv") for d in LISTOPS_DIRS],
+                              LISTOPS_LAYOUT, path)
+    if not isinstance(files, Mapping):
+        raise ValueError(f"{task}: files must map split names to TSV files, e.g. {{train: a.tsv, val: b.tsv}}, "
+                         f"got {files!r}")
+    if split not in files:
+        raise ValueError(f"{task}: files has no entry for split {split!r} (it has {sorted(files)})")
+    file = Path(os.path.expanduser(str(files[split])))
+    if not file.is_absolute() and root is not None:
+        file = require_root(task, root, LISTOPS_LAYOUT) / file
     if not file.is_file():
-        raise missing(task, f"no file basic_{split}.tsv", LISTOPS_LAYOUT, path)
-    lines = file.read_text(encoding="utf-8").splitlines()
-    if not lines or [c.strip() for c in lines[0].split("\t")] != ["Source", "Target"]:
-        raise malformed(task, file, f"first line must be the header 'Source<TAB>Target', got "
-                                    f"{lines[0][:60]!r}" if lines else "empty file", LISTOPS_LAYOUT)
+        raise missing(task, f"files.{split}: no file {file}", LISTOPS_LAYOUT, first_dir(file.parent, Path(".")))
+    return file
+
+
+def listops_columns(file: Path, header: str, task: str = "lra_listops") -> tuple[int, int]:
+    """``(source column, target column)`` named by the header line (either order, any case)."""
+    names = [c.strip().lower() for c in header.split("\t")]
+    if sorted(names) != ["source", "target"]:
+        html = text_problem(header.encode()[:64], "a TSV file")
+        hint = f"; the file is {html}" if html and "HTML" in html else ""
+        raise malformed(task, file, f"the first line must be the header naming the TAB-separated columns Source "
+                                    f"and Target (LRA: 'Source<TAB>Target'; the original generator: "
+                                    f"'Target<TAB>Source'), got {header[:60]!r}{hint}", LISTOPS_LAYOUT)
+    return names.index("source"), names.index("target")
+
+
+def read_listops_tsv(file: Path, max_len: int, task: str = "lra_listops") -> tuple[list[list[int]], list[int]]:
+    """Token ids (truncated to ``max_len``) and targets of every row of a ListOps TSV file."""
+    lines = read_text_file(task, file, LISTOPS_LAYOUT).splitlines()
+    if not lines:
+        raise malformed(task, file, "empty file", LISTOPS_LAYOUT)
+    src, tgt = listops_columns(file, lines[0], task)
     seqs, targets = [], []
     for n, line in enumerate(lines[1:], 2):
         if not line.strip():
@@ -140,7 +171,7 @@ def build_lra_listops(split: str, root: Any = None, max_len: int = 2000,
             raise malformed(task, file, f"line {n} has {len(fields)} TAB-separated fields, expected 2",
                             LISTOPS_LAYOUT)
         try:
-            ids, target = tokenize_listops(fields[0]), int(fields[1])
+            ids, target = tokenize_listops(fields[src]), int(fields[tgt])
         except ValueError as exc:
             raise malformed(task, file, f"line {n}: {exc}", LISTOPS_LAYOUT) from None
         if not 0 <= target <= 9:
@@ -149,15 +180,32 @@ def build_lra_listops(split: str, root: Any = None, max_len: int = 2000,
         targets.append(target)
     if not targets:
         raise malformed(task, file, "no rows after the header", LISTOPS_LAYOUT)
+    return seqs, targets
+
+
+def build_lra_listops(split: str, root: Any = None, max_len: int = 2000, files: Any = None,
+                      transform: Callable | None = None) -> ListOpsDataset:
+    """LRA ListOps from ``basic_{train,val,test}.tsv`` (96,000 / 2,000 / 2,000 rows), or from the
+    files named by ``files={split: path}`` (see :func:`listops_file`); columns by the header."""
+    task = "lra_listops"
+    max_len = _check_max_len(task, max_len)
+    seqs, targets = read_listops_tsv(listops_file(split, root, files, task), max_len, task)
     offsets = torch.tensor([0] + [len(s) for s in seqs]).cumsum(0)
     flat = torch.tensor([i for s in seqs for i in s], dtype=torch.uint8)
     return ListOpsDataset(flat, offsets, torch.tensor(targets, dtype=torch.long), transform)
 
 
+def _token_ids(vocab_size: int, num_classes: int):
+    """Ids ``[L ≤ max_len]`` (0 = padding, right-padded per batch) of a ``vocab_size``-id vocabulary."""
+    def describe(params: dict) -> tuple[InputSpec, int]:
+        return InputSpec.tokens(params["max_len"], vocab_size, pad_id=0, padded=True), num_classes
+    return describe
+
+
 register_task(TaskInfo(
     name="imdb_bytes", kind="loader",
     description="LRA Text: IMDB reviews as byte ids (byte+1, 0 = pad), truncated to max_len; padded per batch",
-    num_classes=2, model_overrides={"tokenizer": "embedding", "vocab_size": 257, "max_len": 4096, "pad_id": 0},
+    describe=_token_ids(257, 2),
     splits=("train", "test"), params={"root": None, "max_len": 4096, "transform": None},
     collate=pad_collate,
 ), build_imdb_bytes)
@@ -165,8 +213,7 @@ register_task(TaskInfo(
 register_task(TaskInfo(
     name="lra_listops", kind="loader",
     description="LRA ListOps from basic_{train,val,test}.tsv; 16-id vocabulary (0 = pad); padded per batch",
-    num_classes=10, model_overrides={"tokenizer": "embedding", "vocab_size": len(LISTOPS_VOCAB), "max_len": 2000,
-                                 "pad_id": 0},
-    splits=("train", "val", "test"), params={"root": None, "max_len": 2000, "transform": None},
+    describe=_token_ids(len(LISTOPS_VOCAB), 10),
+    splits=("train", "val", "test"), params={"root": None, "max_len": 2000, "files": None, "transform": None},
     collate=pad_collate,
 ), build_lra_listops)

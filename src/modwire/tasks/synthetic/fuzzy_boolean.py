@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import TaskInfo, register_task
+from ..base import InputSpec, TaskInfo, register_task
 from ._common import GeneratedDataset, check_seed, sample_rng, split_size
 
 NUM_VARS = 5
@@ -138,7 +138,7 @@ def _info(name: str, ids: tuple[int, ...], what: str) -> TaskInfo:
                      f"functions. Input [6, 31]: 5 scalar tokens [x_k, 0..] + a CLS token [0, onehot30(u)]; "
                      f"target [1]. size counts points per function."),
         num_classes=1,
-        model_overrides={"tokenizer": "linear", "input_dim": INPUT_DIM, "max_len": NUM_TOKENS},
+        inputs=InputSpec.vectors(NUM_TOKENS, INPUT_DIM, ordered=True),  # token k is variable k; the last is CLS
         loss="mse",
         metrics=("r2",),
         splits=("train", "val"),

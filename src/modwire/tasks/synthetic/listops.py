@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import TaskInfo, pad_collate, register_task
+from ..base import InputSpec, TaskInfo, pad_collate, register_task
 from ._common import GeneratedDataset, check_seed, sample_rng, split_size
 
 PAD = 0
@@ -182,19 +182,23 @@ def build(split: str, seed: int = 0, size=None, min_len: int = 500, max_len: int
                           min_len, max_len, max_depth)
 
 
+def describe(params: dict) -> tuple[InputSpec, int]:
+    """Ids ``[L]``, ``L < max_len``, right-padded with ``PAD`` per batch; 10 answers."""
+    return InputSpec.tokens(params["max_len"], VOCAB_SIZE, pad_id=PAD, padded=True), 10
+
+
 INFO = TaskInfo(
     name="listops",
     kind="generator",
     description=("ListOps (LRA): value (0-9) of a nested MIN/MAX/MED/SM expression given as token ids "
                  "(pad 0, digits 1-10, [MIN 11, [MAX 12, [MED 13, [SM 14, ] 15); 500 < length < 2000. "
                  "Variable-length items; batch with info.collate (pads with id 0)."),
-    num_classes=10,
-    model_overrides={"tokenizer": "embedding", "vocab_size": VOCAB_SIZE, "max_len": 2000, "pad_id": PAD},
     loss="cross_entropy",
     metrics=("top1",),
     splits=("train", "val", "test"),
     params={"seed": 0, "size": dict(DEFAULT_SIZE), "min_len": 500, "max_len": 2000, "max_depth": 10},
     collate=collate,
+    describe=describe,
 )
 
 register_task(INFO, build)

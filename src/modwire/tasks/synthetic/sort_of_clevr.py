@@ -78,7 +78,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import TaskInfo, register_task
+from ..base import InputSpec, TaskInfo, register_task
 from ._common import GeneratedDataset, check_seed, sample_rng, split_size
 
 IMAGE_SIZE = 75
@@ -293,8 +293,7 @@ def accuracy_by_kind(logits: Tensor, targets: Tensor,
 class SortOfClevrDataset(GeneratedDataset):
     def __init__(self, split: str, seed: int, size, patch_size: int) -> None:
         super().__init__(split, seed, NUM_QUESTIONS * split_size(size, split))
-        if not isinstance(patch_size, int) or patch_size < 1 or IMAGE_SIZE % patch_size:
-            raise ValueError(f"patch_size must divide {IMAGE_SIZE} (1, 3, 5, 15, 25, 75), got {patch_size!r}")
+        num_patches(patch_size)  # checks it
         self.patch_size = patch_size
         self._cache: tuple[int, Scene, np.ndarray] | None = None  # last image (items come 20 per image)
 
@@ -353,25 +352,35 @@ def image_input_dim(patch_size: int = 5) -> int:
     return 3 * patch_size ** 2 + POS_DIM
 
 
-def conditional_model_overrides(patch_size: int = 5) -> dict:
-    """Grouped model config of a conditional NAC for ``sort_of_clevr_conditional``: a linear
-    executor tokenizer on the image tokens, a conditional generator (App. G) embedding the
-    3 question ids with learned positions."""
-    return {"tokenizer": {"kind": "linear", "input_dim": image_input_dim(patch_size)},
-            "generator": {"kind": "conditional",
-                          "tokenizer": {"kind": "embedding", "vocab_size": CONDITION_VOCAB_SIZE,
-                                        "max_len": CONDITION_LEN}}}
+def num_patches(patch_size: int) -> int:
+    """Tokens per image, ``(75 / p)²``; a ``patch_size`` that does not divide 75 is a ValueError."""
+    if not isinstance(patch_size, int) or isinstance(patch_size, bool) or patch_size < 1 or IMAGE_SIZE % patch_size:
+        raise ValueError(f"patch_size must divide {IMAGE_SIZE} (1, 3, 5, 15, 25, 75), got {patch_size!r}")
+    return (IMAGE_SIZE // patch_size) ** 2
+
+
+def describe(params: dict) -> tuple[InputSpec, int]:
+    """A set of ``(75/p)²`` tokens ``[3·p² + 13]`` (patch, question, position: the position is a
+    feature, so the set is unordered); 10 answers."""
+    return InputSpec.vectors(num_patches(params["patch_size"]), input_dim(params["patch_size"])), len(ANSWERS)
+
+
+def describe_conditional(params: dict) -> tuple[dict[str, InputSpec], int]:
+    """``x``: the set of ``(75/p)²`` image tokens ``[3·p² + 2]``; ``condition``: the question as
+    ``CONDITION_LEN`` ids (colour, type, subtype), whose order is their meaning; 10 answers."""
+    p = params["patch_size"]
+    return {"x": InputSpec.vectors(num_patches(p), image_input_dim(p)),
+            "condition": InputSpec.tokens(CONDITION_LEN, CONDITION_VOCAB_SIZE)}, len(ANSWERS)
 
 
 def _non_relational(x: Tensor | Mapping[str, Tensor]) -> Tensor:
     return ~is_relational(x)
 
 
-def _info(name: str, description: str, model_overrides: dict) -> TaskInfo:
+def _info(name: str, description: str, describe) -> TaskInfo:
     """The TaskInfo of both variants: same answers, splits, parameters and subsets."""
     return TaskInfo(
-        name=name, kind="generator", description=description, num_classes=len(ANSWERS),
-        model_overrides=model_overrides, loss="cross_entropy", metrics=("top1",), splits=("train", "val", "test"),
+        name=name, kind="generator", description=description, describe=describe, loss="cross_entropy", metrics=("top1",), splits=("train", "val", "test"),
         params={"seed": 0, "size": dict(DEFAULT_SIZE), "patch_size": 5},
         subsets={"relational": is_relational, "non_relational": _non_relational},
     )
@@ -383,16 +392,16 @@ INFO = _info(
      "squares/circles. Input: 225 tokens = 5x5 patch (75) + question (11) + position (2). "
      "Report accuracy split by question kind (relational / non-relational): see "
      "modwire.tasks.synthetic.sort_of_clevr.accuracy_by_kind / is_relational. size counts images "
-     "(20 items each); model input_dim must be 3*patch_size**2 + 13 if patch_size changes."),
-    {"tokenizer": "linear", "input_dim": input_dim(5)},
+     "(20 items each); tokens are 3*patch_size**2 + 13 wide."),
+    describe,
 )
 CONDITIONAL_INFO = _info(
     "sort_of_clevr_conditional",
     ("Sort-of-CLEVR for a conditional NAC (NAC 4.4 / App. G): the same items as sort_of_clevr, "
      "input {'x': 225 image tokens = 5x5 patch (75) + position (2), 'condition': the question as 3 "
      "ids (colour 0-5, type 6-7, subtype 8-13)}; 10 answers; relational / non-relational subsets. "
-     "If patch_size changes, set model tokenizer input_dim to 3*patch_size**2 + 2."),
-    conditional_model_overrides(5),
+     "Image tokens are 3*patch_size**2 + 2 wide."),
+    describe_conditional,
 )
 CONDITIONAL_INFO = dataclasses.replace(CONDITIONAL_INFO, categories=(question_type, QUESTION_TYPE_NAMES))
 

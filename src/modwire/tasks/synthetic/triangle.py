@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import TaskInfo, register_task
+from ..base import InputSpec, TaskInfo, register_task
 from ._common import GeneratedDataset, check_seed, sample_rng, split_size
 
 IMAGE_SIZE = 64
@@ -140,7 +140,7 @@ INFO = TaskInfo(
     description=("Triangle: is the 64x64 image of three point clusters an equilateral triangle? "
                  "Label 0 = equilateral, 1 = random (near-equilateral ones rejected); balanced by index parity."),
     num_classes=2,
-    model_overrides={"tokenizer": "conv", "image_size": IMAGE_SIZE, "in_channels": 1},
+    inputs=InputSpec.image(1, IMAGE_SIZE, IMAGE_SIZE),
     loss="cross_entropy",
     metrics=("top1",),
     splits=("train", "val", "test"),
