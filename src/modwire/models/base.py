@@ -463,7 +463,7 @@ class PretrainedModel(nn.Module):
         config, state = read_pretrained(directory)
         if not isinstance(config, cls.config_class):
             raise ValueError(f"{directory} holds a {config.model_type!r} model, not {cls.config_class.model_type!r}")
-        return _load(cls(config), state, directory, map_location)
+        return _load(cls, config, state, directory, map_location)
 
 
 def read_pretrained(directory: str | os.PathLike) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
@@ -526,15 +526,35 @@ def upgrade_state_dict(model: "PretrainedModel", state: dict[str, Tensor]) -> di
     return out
 
 
-def _load(model: nn.Module, state: dict[str, torch.Tensor], where: Any, map_location) -> nn.Module:
+def _load(cls: type[nn.Module], config: ModelConfig, state: dict[str, torch.Tensor], where: Any,
+          map_location) -> nn.Module:
+    """``cls(config)`` holding ``state``, without initialising the weights it then overwrites:
+    the model is built on the meta device (no memory, no sampling) and the loaded tensors are
+    assigned to it. Should a tensor not come from ``state`` (a buffer left out of the state
+    dict), the model is built and initialised normally instead, so nothing stays unset."""
+    with torch.device("meta"):
+        model = cls(config)
+    if not _fill(model, state, where, assign=True):
+        model = cls(config)
+        _fill(model, state, where, assign=False)
+    return model.to(map_location)
+
+
+def _fill(model: nn.Module, state: dict[str, torch.Tensor], where: Any, *, assign: bool) -> bool:
+    """Load ``state`` into ``model``; with ``assign``, the tensors of ``state`` become the
+    model's (copied once into the dtype the model declares). False if a tensor is left unset (meta)."""
     state = upgrade_state_dict(model, state)
     model.prepare_state_dict(state)
-    missing, unexpected = set(model.state_dict()) - set(state), set(state) - set(model.state_dict())
+    own = model.state_dict()
+    missing, unexpected = set(own) - set(state), set(state) - set(own)
     if missing or unexpected:
         raise ValueError(f"weights in {where} do not match the config: missing {sorted(missing)[:5]}, "
                          f"unexpected {sorted(unexpected)[:5]}")
+    if assign:  # fresh, aligned storage: safetensors' tensors may sit at any offset of the file
+        # buffer, and a misaligned weight changes the SIMD summation order (logits differ in ulps)
+        state = {k: torch.empty(v.shape, dtype=own[k].dtype, device=v.device).copy_(v) for k, v in state.items()}
     try:
-        model.load_state_dict(state)
+        model.load_state_dict(state, assign=assign)
     except RuntimeError as e:  # shape mismatches: name the files, keep torch's details
         raise ValueError(f"weights in {where} do not match its config.json: {e}") from None
-    return model.to(map_location)
+    return not any(t.is_meta for t in (*model.parameters(), *model.buffers()))

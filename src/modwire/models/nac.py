@@ -404,10 +404,12 @@ class NAC(PretrainedModel):
         from ..graphs.fit import fit_signatures
 
         c, sig = self.config, self.generator.processors.signatures
+        sig.requires_grad_(False)
+        if sig.is_meta:   # built to be loaded (from_pretrained): the fitted values come from the weights
+            return
         target = sample_adjacency(frozen.name, c.num_processor_modules, seed=frozen.seed, **frozen.params)
         with torch.no_grad():
             sig.copy_(fit_signatures(target, c.d_sig, c.kernel.epsilon, seed=frozen.seed))
-        sig.requires_grad_(False)
 
     def prepare_state_dict(self, state: dict[str, Tensor]) -> None:
         """A model saved with eliminated edges (App. F) reloads with its edge-masked kernel."""

@@ -80,4 +80,4 @@ def config_class(model_type: str) -> type[ModelConfig]:
 def from_pretrained(directory: str | os.PathLike, map_location: str = "cpu") -> nn.Module:
     """Load any model saved with ``save_pretrained`` (dispatching on its ``model_type``)."""
     config, state = read_pretrained(directory)
-    return _load(_MODEL_TYPES[config.model_type](config), state, directory, map_location)
+    return _load(_MODEL_TYPES[config.model_type], config, state, directory, map_location)

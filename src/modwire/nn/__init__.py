@@ -4,6 +4,7 @@ from .attention import AttentionPattern, ModulatedAttention, attend, mask_value
 from .block_sparse import (BlockSparseBias, BlockSparseKernel, BlockSparseLayout, block_order,
                            block_sparse_attend, order_by_groups)
 from .blocks import ProcessorLayer, ReadIn, ReadOut, SelfAttention
+from .init import init_linear_, trunc_normal_
 from .kernel import (EdgeMaskedKernel, SignatureKernel, concrete_log_sample, cosine_distance,
                      normalize_log_kernel, signature_log_kernel)
 from .modulated import PLAIN, ModulatedFFN, ModulatedLinear, ModulationSpec, PreNorm, mlp
@@ -14,6 +15,6 @@ __all__ = [
     "ConvTokenizer", "EdgeMaskedKernel", "EmbeddingTokenizer", "LinearTokenizer", "ModulatedAttention",
     "ModulatedFFN", "ModulatedLinear", "ModulationSpec", "PreNorm", "ProcessorLayer", "ReadIn", "ReadOut",
     "SelfAttention", "SignatureKernel", "attend", "block_order", "block_sparse_attend",
-    "concrete_log_sample", "cosine_distance", "mask_value", "mlp", "normalize_log_kernel",
-    "order_by_groups", "signature_log_kernel",
+    "concrete_log_sample", "cosine_distance", "init_linear_", "mask_value", "mlp", "normalize_log_kernel",
+    "order_by_groups", "signature_log_kernel", "trunc_normal_",
 ]

@@ -22,16 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .init import init_linear_
+
 Modulation = Literal["nac", "ni", "none"]
 MODULATIONS = ("nac", "ni", "none")
 ACTIVATIONS = ("geglu", "gelu")
-
-
-def init_linear_(weight: Tensor, bias: Tensor | None = None, std: float = 0.02) -> None:
-    """Truncated-normal weights and zero bias (the ViT/Perceiver convention)."""
-    nn.init.trunc_normal_(weight, std=std, a=-2 * std, b=2 * std)
-    if bias is not None:
-        nn.init.zeros_(bias)
 
 
 class ModulatedLinear(nn.Module):
