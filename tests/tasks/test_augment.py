@@ -310,6 +310,35 @@ def test_augmented_dataset_is_a_pure_function_of_seed_epoch_and_index():
     assert all(torch.equal(ds[i][0], first[i]) for i in range(6))
     reseeded = A.AugmentedDataset(_Images(), t, seed=12)
     assert not torch.equal(reseeded[0][0], first[0])
-    assert A.item_seed(11, 0, 3) == A.item_seed(11, 0, 3) != A.item_seed(11, 3, 0)
     with pytest.raises(IndexError):
         ds[6]
+
+
+def _item_seed_before_the_split(seed, epoch, index):
+    """The per-item seed augment.py used before modwire.seeding (restated literally)."""
+    import numpy as np
+    lo, hi = np.random.SeedSequence([int(seed) & (2**64 - 1), int(epoch), int(index)]).generate_state(2, np.uint32)
+    return (int(hi) << 31) ^ int(lo)
+
+
+@pytest.mark.parametrize("seed,epoch,index", [(0, 0, 0), (11, 0, 3), (11, 3, 0), (-1, 2, 7), (2**40, 99, 123456)])
+def test_items_are_seeded_by_derive_seed_exactly_as_before(seed, epoch, index):
+    """Augmented items are unchanged by the move to modwire.seeding: the same per-item seeds."""
+    from modwire.seeding import derive_seed
+    assert derive_seed(seed, epoch, index) == _item_seed_before_the_split(seed, epoch, index)
+    ds = A.AugmentedDataset(_Images(), A.standard_train_transform(16), seed=seed)
+    ds.set_epoch(epoch)
+    i = index % len(ds)
+    expected = A.standard_train_transform(16)(_Images()[i][0], torch.Generator().manual_seed(
+        _item_seed_before_the_split(seed, epoch, i)))
+    assert torch.equal(ds[i][0], expected)
+
+
+def test_the_package_re_exports_every_public_name_of_the_former_module():
+    former = ["IMAGENET_MEAN", "IMAGENET_STD", "RANDAUGMENT_OPS", "AugmentedDataset", "CenterCrop", "Compose",
+              "MixParams", "MixupCutmix", "Normalize", "RandAugment", "RandomErasing", "RandomHorizontalFlip",
+              "RandomResizedCrop", "Resize", "ToFloat", "adjust_brightness", "adjust_contrast",
+              "adjust_saturation", "adjust_sharpness", "affine", "autocontrast", "equalize", "eval_transform",
+              "posterize", "rotate", "shear_x", "shear_y", "smooth_one_hot", "soft_target_cross_entropy",
+              "solarize", "standard_train_transform", "translate_x", "translate_y"]
+    assert set(former) <= set(A.__all__) and all(hasattr(A, name) for name in A.__all__)

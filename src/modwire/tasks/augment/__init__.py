@@ -1,0 +1,46 @@
+"""Image augmentation for ImageNet-style pre-training, in plain PyTorch tensor ops.
+
+NAC App. C trains NACs and PIOs on (Tiny-)ImageNet with "a standard data augmentation
+regimen" [DeiT, Touvron et al. 2021]: random resized crop, horizontal flip,
+RandAugment (2 ops, magnitude 9), random erasing (p=0.25), mixup (alpha 0.8) /
+cutmix (alpha 1.0) and label smoothing 0.1. This package implements that regimen
+without torchvision, one file per idea (as timm's ``timm.data``):
+
+* ``transforms``: the ``Transform`` protocol, ``Compose``, crops, flip, resize, normalise;
+* ``rand_augment``: ``RandAugment`` and the functional ops it draws from;
+* ``random_erasing``: ``RandomErasing``;
+* ``mixup``: batch-level ``MixupCutmix``, label smoothing, ``soft_target_cross_entropy``;
+* ``pipelines``: ``standard_train_transform``, ``eval_transform``, ``AugmentedDataset``.
+
+Conventions
+-----------
+* Images are float tensors ``[C, H, W]`` with values in ``[0, 1]`` (``ToFloat`` turns
+  ``uint8`` images into that form); after ``Normalize`` they are standardised.
+* Randomness comes only from an explicit CPU ``torch.Generator`` passed to every call
+  (``transform(img, generator)``); the global RNG is never touched, so an output is a
+  pure function of the input and the generator's state. Deterministic transforms
+  accept ``generator=None``.
+* ``AugmentedDataset`` seeds a fresh generator with ``modwire.seeding.derive_seed(seed,
+  epoch, index)`` for every item, so augmentation does not depend on worker count or
+  iteration order.
+* Batch-level ``MixupCutmix`` mixes each sample with the batch flipped along dim 0
+  (timm's ``mode="batch"`` convention) and returns soft targets ``[B, num_classes]``
+  for ``soft_target_cross_entropy``.
+"""
+from .mixup import MixParams, MixupCutmix, smooth_one_hot, soft_target_cross_entropy
+from .pipelines import AugmentedDataset, eval_transform, standard_train_transform
+from .rand_augment import (RANDAUGMENT_OPS, RandAugment, adjust_brightness, adjust_contrast, adjust_saturation,
+                           adjust_sharpness, affine, autocontrast, equalize, posterize, rotate, shear_x, shear_y,
+                           solarize, translate_x, translate_y)
+from .random_erasing import RandomErasing
+from .transforms import (IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, Normalize, RandomHorizontalFlip,
+                         RandomResizedCrop, Resize, ToFloat, Transform)
+
+__all__ = [
+    "IMAGENET_MEAN", "IMAGENET_STD", "RANDAUGMENT_OPS", "AugmentedDataset", "CenterCrop", "Compose", "MixParams",
+    "MixupCutmix", "Normalize", "RandAugment", "RandomErasing", "RandomHorizontalFlip", "RandomResizedCrop",
+    "Resize", "ToFloat", "Transform", "adjust_brightness", "adjust_contrast", "adjust_saturation",
+    "adjust_sharpness", "affine", "autocontrast", "equalize", "eval_transform", "posterize", "rotate", "shear_x",
+    "shear_y", "smooth_one_hot", "soft_target_cross_entropy", "solarize", "standard_train_transform",
+    "translate_x", "translate_y",
+]

@@ -1,0 +1,93 @@
+"""The per-sample pipelines of NAC App. C (DeiT-style training, deterministic evaluation)
+and ``AugmentedDataset``, which seeds each item's generator with
+``modwire.seeding.torch_generator(seed, epoch, index)`` so augmentation does not depend on
+worker count or iteration order."""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from ...seeding import torch_generator
+from .rand_augment import RandAugment
+from .random_erasing import RandomErasing
+from .transforms import (IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, Normalize, RandomHorizontalFlip,
+                         RandomResizedCrop, Resize, ToFloat, _pair)
+
+__all__ = ["AugmentedDataset", "eval_transform", "standard_train_transform"]
+
+
+def standard_train_transform(image_size: int | Sequence[int], *, scale: tuple[float, float] = (0.08, 1.0),
+                             ratio: tuple[float, float] = (3 / 4, 4 / 3), hflip: float = 0.5,
+                             randaug_num_ops: int = 2, randaug_magnitude: float = 9,
+                             randaug_magnitude_std: float = 0.5, mean: Sequence[float] = IMAGENET_MEAN,
+                             std: Sequence[float] = IMAGENET_STD, erase_prob: float = 0.25) -> Compose:
+    """The DeiT-style per-sample training pipeline of NAC App. C:
+    ToFloat -> RandomResizedCrop(image_size) -> RandomHorizontalFlip(0.5) ->
+    RandAugment(2, 9, magnitude_std 0.5, fill = mean) -> Normalize(mean, std) -> RandomErasing(0.25).
+
+    ``[C, H, W]`` (uint8 or float in [0, 1]) ``-> [C, *image_size]`` normalised. Batch-level
+    Mixup/CutMix and label smoothing are :class:`MixupCutmix`, applied to collated batches.
+    """
+    return Compose([
+        ToFloat(),
+        RandomResizedCrop(image_size, scale=scale, ratio=ratio),
+        RandomHorizontalFlip(hflip),
+        RandAugment(randaug_num_ops, randaug_magnitude, magnitude_std=randaug_magnitude_std, fill=tuple(mean)),
+        Normalize(mean, std),
+        RandomErasing(erase_prob),
+    ])
+
+
+def eval_transform(image_size: int | Sequence[int], *, crop_pct: float = 1.0,
+                   mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD) -> Compose:
+    """Deterministic evaluation pipeline: ToFloat -> Resize(shorter side to
+    ``image_size / crop_pct``) -> CenterCrop(image_size) -> Normalize(mean, std).
+
+    ``crop_pct=1.0`` (default) resizes straight to ``image_size`` for square inputs;
+    DeiT's ImageNet evaluation uses ``crop_pct=0.875``. A non-square ``image_size`` is
+    resized to directly (``crop_pct`` unused). ``[C, H, W] -> [C, *image_size]``.
+    """
+    th, tw = _pair(image_size)
+    return Compose([
+        ToFloat(),
+        Resize(int(math.floor(th / crop_pct))) if th == tw else Resize((th, tw)),
+        CenterCrop((th, tw)),
+        Normalize(mean, std),
+    ])
+
+
+class AugmentedDataset(Dataset):
+    """Apply ``transform`` to the input of each item of ``dataset``.
+
+    Item ``i`` in epoch ``e`` is transformed with a fresh generator seeded by
+    ``modwire.seeding.derive_seed(seed, e, i)``, so augmentation is a pure function of ``(seed, epoch,
+    index)``: reproducible regardless of worker count, sampler order or restarts. Items
+    that are tuples/lists ``(input, target, ...)`` have only ``input`` transformed; other
+    items are transformed whole. Call :meth:`set_epoch` before each epoch (with
+    ``persistent_workers=True`` the workers keep their own copy, so set it before the
+    loader's workers start).
+    """
+
+    def __init__(self, dataset: Dataset, transform: Callable[[Tensor, torch.Generator], Tensor], seed: int = 0):
+        self.dataset, self.transform, self.seed, self.epoch = dataset, transform, int(seed), 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"index {index} out of range for a dataset of {n} items")
+        index %= n
+        item = self.dataset[index]
+        g = torch_generator(self.seed, self.epoch, index)
+        if isinstance(item, (tuple, list)):
+            return (self.transform(item[0], g), *item[1:])
+        return self.transform(item, g)
