@@ -11,7 +11,8 @@ import torch
 import modwire
 from modwire import cli
 from modwire.analysis import count_flops, graph_from_link_probs, load_run
-from modwire.analysis.report import _frame, _Run
+from modwire.analysis.edges import graph_frame
+from modwire.analysis.runs import Run
 from modwire.models.nac import FrozenGraphConfig
 from modwire.training import load_config, train
 from modwire.training.trainer import evaluate, make_loader
@@ -236,16 +237,16 @@ def test_link_probs_frame_follows_the_prior_matching(monkeypatch):
     cfg = types.SimpleNamespace(graph_prior=types.SimpleNamespace(name="ring_of_cliques", params={"num_cliques": 2},
                                                                   align="none"))
     model = types.SimpleNamespace(config=types.SimpleNamespace(frozen_graph=FrozenGraphConfig()))  # name=None
-    run = _Run(None, "r", cfg, model, None, None, "nac", u, True)
+    run = Run(None, "r", cfg, model, None, None, "nac", u, True)
     p = torch.rand(u, u)
-    order, shown_prior, name, _ = _frame(run, p)
+    order, shown_prior, name, _ = graph_frame(run, p)
     assert calls["prior"] == ("ring_of_cliques", u, {"num_cliques": 2}) and calls["match"] is shown_prior
     assert calls["align"] == "none"   # matched as the run's regularizer did
     assert order.tolist() == torch.argsort(sigma).tolist() and name == "ring_of_cliques"
     assert all(sigma[order[k]] == k for k in range(u))   # row k of the reordered P is prior node k
     # without a prior: by descending q_i = Σ_j P_ij, P shown alone
     run.cfg = types.SimpleNamespace(graph_prior=types.SimpleNamespace(name=None, params={}))
-    order, shown_prior, name, _ = _frame(run, p)
+    order, shown_prior, name, _ = graph_frame(run, p)
     assert shown_prior is None and name is None
     assert order.tolist() == torch.sort(p.sum(1), descending=True, stable=True).indices.tolist()
 

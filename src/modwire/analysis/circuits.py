@@ -57,7 +57,7 @@ def analyze_circuits(run_dir: str | os.PathLike, *, out: str | os.PathLike | Non
     """NAC Fig. 6 for a trained conditional NAC run; writes into ``out`` (default
     ``RUN_DIR/analysis``) and returns the report (see ``conditional_report``)."""
     from .conditional import conditional_report
-    from .report import load_run
+    from .runs import load_run
 
     cfg, model, info, dataset = load_run(run_dir, overrides, split=split)
     if not is_conditional(model) or model.kernel is None:

@@ -52,52 +52,54 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from ..models.nac import NAC
-from ..models.perceiver_io import PerceiverIO
+from ..models import ModuleAxis
 from ..nn import EdgeMaskedKernel
 
-__all__ = ["drop_modules", "edge_mask", "eliminate_edges", "get_edge_mask", "keep_modules",
+__all__ = ["drop_modules", "edge_mask", "eliminate_edges", "get_edge_mask", "keep_modules", "module_axis",
            "module_importance", "modules_to_keep", "set_edge_mask"]
+
+_NEEDS_P = "a model with link probabilities P over its modules, shared by every sample (an unconditional NAC " \
+           "with kernel.enabled=True)"
 
 
 # ----------------------------------------------------------------------------- helpers
+
+def module_axis(model: nn.Module) -> ModuleAxis:
+    """The model's own description of its per-module axis (``model.module_axis()``, see
+    :class:`~modwire.models.ModuleAxis`): NAC processor modules, Perceiver IO latents."""
+    describe = getattr(model, "module_axis", None)
+    if not callable(describe):
+        raise TypeError(f"{type(model).__name__} does not describe its modules: module surgery needs a model "
+                        f"with a module_axis() method (see modwire.models.ModuleAxis), e.g. a NAC or a PerceiverIO")
+    return describe()
+
 
 def get_edge_mask(model: nn.Module) -> Tensor | None:
     """The bool ``[U_p, U_p]`` edge mask installed on a NAC's propagators, or None."""
     return getattr(getattr(model, "propagator_kernel", None), "edge_mask", None)
 
 
-def set_edge_mask(model: NAC, mask: Tensor | None) -> None:
+def set_edge_mask(model: nn.Module, mask: Tensor | None) -> None:
     """Restrict a NAC's propagators to the edges where ``mask`` ``[U_p, U_p]`` (bool) is True
     (NAC App. F, "Eliminating connections between modules"), in place; None restores all."""
     if mask is None:
         model.propagator_kernel = None
         return
-    if not isinstance(model, NAC) or model.kernel is None or model.config.generator.kind != "unconditional":
-        raise ValueError("edge masks need an unconditional NAC with a kernel (kernel.enabled=True)")
-    u = model.config.num_processor_modules
+    axis = module_axis(model)
+    if not axis.link_probs:
+        raise ValueError(f"edge masks need {_NEEDS_P}; got {type(model).__name__}")
+    u = axis.size
     if mask.dtype != torch.bool or tuple(mask.shape) != (u, u):
         raise ValueError(f"edge mask must be a bool tensor of shape ({u}, {u}), got {mask.dtype} {tuple(mask.shape)}")
     model.propagator_kernel = EdgeMaskedKernel(model.kernel, mask.to(model.kernel.log_epsilon.device))
 
 
-def _module_spec(model: nn.Module) -> tuple[str, tuple[str, ...]]:
-    """(config field holding the module count, names of the per-module tensors, dim 0)."""
-    if isinstance(model, NAC):
-        if model.config.generator.kind != "unconditional":
-            raise ValueError("module dropping needs an unconditional NAC (a conditional NAC designs its "
-                             "modules per sample)")
-        p = model.generator.processors
-        names = ("generator.processors.codes",) if p.signatures is None else \
-            ("generator.processors.signatures", "generator.processors.codes")
-        return "num_processor_modules", names
-    if isinstance(model, PerceiverIO):
-        return "num_latents", ("latents",)
-    raise TypeError(f"expected a NAC or a PerceiverIO, got {type(model).__name__}")
-
-
-def _num_modules(model: nn.Module) -> int:
-    return getattr(model.config, _module_spec(model)[0])
+def _droppable_axis(model: nn.Module) -> ModuleAxis:
+    """:func:`module_axis`, checked to allow removing modules after training."""
+    axis = module_axis(model)
+    if axis.fixed is not None:
+        raise ValueError(f"module dropping needs modules fixed after training; {type(model).__name__}: {axis.fixed}")
+    return axis
 
 
 def _set_tensor(model: nn.Module, name: str, value: Tensor) -> None:
@@ -124,15 +126,13 @@ def _fresh_copy(model: nn.Module) -> nn.Module:
 def _check_only_module_tensors_change(model: nn.Module, num_new: int) -> None:
     """Assert that between the architectures with ``U`` and ``num_new`` modules only the
     per-module tensors (handled by :func:`keep_modules`) change shape."""
-    field, names = _module_spec(model)
-    base = type(model).__mro__[[c in (NAC, PerceiverIO) for c in type(model).__mro__].index(True)]
-    u_old = getattr(model.config, field)
+    axis = _droppable_axis(model)
+    field, names, u_old = axis.config_field, axis.tensors, axis.size
     u_other = num_new if num_new != u_old else u_old + 1   # a different count, to see what depends on it
     shapes = []
-    with torch.device("meta"):
+    with torch.device("meta"):   # shapes only: nothing is allocated or initialised
         for u in (u_old, u_other):
-            extra = {"frozen_graph": {"name": None}} if base is NAC else {}  # no signature fitting for shapes
-            ref = base(model.config.replace(**{field: u}, **extra))
+            ref = type(model)(model.config.replace(**{field: u}))
             shapes.append({k: tuple(v.shape) for k, v in ref.state_dict().items()})
     changed = {k for k in shapes[0] if shapes[0][k] != shapes[1].get(k)}
     if changed != set(names):
@@ -145,16 +145,13 @@ def _check_only_module_tensors_change(model: nn.Module, num_new: int) -> None:
 
 # ----------------------------------------------------------------------------- importance
 
-def module_importance(model: NAC) -> Tensor:
+def module_importance(model: nn.Module) -> Tensor:
     """``q_i = Σ_j P_ij`` (NAC App. F Eq. 10): ``[U_p]``, detached. For an
     edge-eliminated NAC eliminated links count as 0."""
-    if not isinstance(model, NAC):
-        raise TypeError(f"module_importance needs a NAC (a model with link probabilities), "
-                        f"got {type(model).__name__}")
+    if not module_axis(model).link_probs:
+        raise TypeError(f"module_importance needs {_NEEDS_P}; got {type(model).__name__}")
     with torch.no_grad():
         p = model.link_probs()
-    if p is None:
-        raise ValueError("module_importance: this NAC has no kernel (kernel.enabled=False), so no P")
     return p.sum(dim=1)
 
 
@@ -182,14 +179,15 @@ def modules_to_keep(model: nn.Module, num_drop: int | float, order: Sequence[int
     (stable: ties drop the lower index first); otherwise the last modules
     (``seed=None``) or a seeded random permutation.
     """
-    u = _num_modules(model)
+    axis = _droppable_axis(model)
+    u = axis.size
     k = _num_drop(num_drop, u)
     if order is not None:
         order = torch.as_tensor(order, dtype=torch.long).flatten().cpu()
         if len(order) < k or len(torch.unique(order)) != len(order) or \
                 (len(order) and (order.min() < 0 or order.max() >= u)):
             raise ValueError(f"order must hold >= {k} distinct indices in [0, {u})")
-    elif isinstance(model, NAC) and model.kernel is not None:
+    elif axis.link_probs:
         order = torch.sort(module_importance(model).cpu(), stable=True).indices
     elif seed is None:
         order = torch.arange(u - 1, -1, -1)
@@ -205,8 +203,8 @@ def keep_modules(model: nn.Module, keep: Sequence[int] | Tensor) -> nn.Module:
     pass sorted indices to keep the original order): the per-module tensors are
     index-selected, the module count in the config is updated, all shared weights are
     copied unchanged. ``model`` is untouched."""
-    field, names = _module_spec(model)
-    u = getattr(model.config, field)
+    axis = _droppable_axis(model)
+    field, names, u = axis.config_field, axis.tensors, axis.size
     keep = torch.as_tensor(keep, dtype=torch.long).flatten()
     if len(keep) == 0 or len(torch.unique(keep)) != len(keep) or keep.min() < 0 or keep.max() >= u:
         raise ValueError(f"keep must hold distinct indices in [0, {u}), at least one")
@@ -237,7 +235,7 @@ def drop_modules(model: nn.Module, num_drop: int | float, order: Sequence[int] |
 # ----------------------------------------------------------------------------- eliminating edges
 
 @torch.no_grad()
-def edge_mask(model: NAC, fraction: float) -> Tensor:
+def edge_mask(model: nn.Module, fraction: float) -> Tensor:
     """Bool ``[U_p, U_p]``, True = kept: the ``round(fraction · U_p(U_p-1)/2)`` pairs
     ``i < j`` with the smallest ``(P_ij + P_ji)/2`` are eliminated in both directions
     (stable sort: among ties the pair earlier in row-major order goes first); the
@@ -245,8 +243,8 @@ def edge_mask(model: NAC, fraction: float) -> Tensor:
     ``P`` and the result is ANDed with its current mask."""
     if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 <= fraction <= 1:
         raise ValueError(f"fraction must be a number in [0, 1], got {fraction!r}")
-    if not isinstance(model, NAC) or model.kernel is None:
-        raise ValueError("eliminate_edges needs a NAC with a kernel (link probabilities P)")
+    if not module_axis(model).link_probs:
+        raise ValueError(f"eliminate_edges needs {_NEEDS_P}; got {type(model).__name__}")
     p = model.link_probs().detach()
     p = (p + p.T) / 2
     u = p.shape[0]
@@ -261,7 +259,7 @@ def edge_mask(model: NAC, fraction: float) -> Tensor:
     return mask
 
 
-def eliminate_edges(model: NAC, fraction: float) -> tuple[NAC, Tensor]:
+def eliminate_edges(model: nn.Module, fraction: float) -> tuple[nn.Module, Tensor]:
     """NAC App. F, "Eliminating connections between modules": ``(copy, mask)`` where the
     copy's propagators attend only along the kept edges
     (``mask`` from :func:`edge_mask`). ``model`` is untouched."""
@@ -274,14 +272,14 @@ def eliminate_edges(model: NAC, fraction: float) -> tuple[NAC, Tensor]:
 
 # ----------------------------------------------------------------------------- block-sparse inference
 
-def prior_groups(model: NAC, prior: str, num_blocks: int | None = None, **params) -> Tensor:
+def prior_groups(model: nn.Module, prior: str, num_blocks: int | None = None, **params) -> Tensor:
     """Block of each processor module in a block prior's frame: the modules are matched to
     the prior's nodes (NAC App. A, Eq. 9 + Hungarian) and take the block of their node
     (planted partition: its cluster; ring of cliques: its clique). ``LongTensor [U_p]``."""
     from ..graphs import PRIORS, block_assignment, match
     from ..graphs import prior as prior_matrix
 
-    u = model.config.num_processor_modules
+    u = module_axis(model).size
     counts = {"planted_partition": "num_clusters", "ring_of_cliques": "num_cliques"}
     if prior not in counts:
         raise ValueError(f"prior_groups needs a block prior, one of {sorted(counts)}; got {prior!r}")
@@ -292,7 +290,7 @@ def prior_groups(model: NAC, prior: str, num_blocks: int | None = None, **params
     return block_assignment(u, k)[sigma]
 
 
-def block_sparse(model: NAC, block_size: int, groups: Tensor | None = None) -> NAC:
+def block_sparse(model: nn.Module, block_size: int, groups: Tensor | None = None) -> nn.Module:
     """An inference copy of an edge-eliminated NAC whose propagators compute only the
     attention blocks that hold a kept edge (NAC App. F; the "sparse kernels" the paper
     leaves to future work).
@@ -307,7 +305,7 @@ def block_sparse(model: NAC, block_size: int, groups: Tensor | None = None) -> N
     """
     from ..nn.block_sparse import BlockSparseBias, BlockSparseKernel, block_order, order_by_groups
 
-    if not isinstance(model, NAC) or get_edge_mask(model) is None:
+    if get_edge_mask(model) is None:
         raise ValueError("block_sparse needs an edge-eliminated NAC (see eliminate_edges)")
     if model.kernel.eval_mode == "sample":
         raise ValueError("block_sparse needs a deterministic eval kernel (kernel.eval_mode 'expected' or "

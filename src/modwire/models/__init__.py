@@ -1,10 +1,11 @@
 """Models, one file per system. Importing this package registers every preset."""
 from . import nac, perceiver_io  # noqa: F401  (registers presets)
+from .axis import ModuleAxis
 from .base import ModelConfig, PretrainedModel
 from .inputs import InputSpec
 from .nac import NAC, NACConfig
 from .perceiver_io import PerceiverIO, PerceiverIOConfig
 from .registry import create_model, from_pretrained, get_config, list_models, model_source
 
-__all__ = ["NAC", "NACConfig", "InputSpec", "ModelConfig", "PerceiverIO", "PerceiverIOConfig", "PretrainedModel",
-           "create_model", "from_pretrained", "get_config", "list_models", "model_source"]
+__all__ = ["NAC", "NACConfig", "InputSpec", "ModelConfig", "ModuleAxis", "PerceiverIO", "PerceiverIOConfig",
+           "PretrainedModel", "create_model", "from_pretrained", "get_config", "list_models", "model_source"]

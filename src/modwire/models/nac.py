@@ -37,6 +37,7 @@ from ..nn.attention import ReadInMethod
 from ..nn.kernel import KERNEL_MODES
 from ..nn.modulated import ACTIVATIONS, MODULATIONS
 from ..nn.tokenizers import padding_mask
+from .axis import ModuleAxis
 from .base import (COUNT, POSITIVE, TOKENIZER_LEGACY_KEYS, Bounds, ConfigBase, Intermediates, ModelConfig,
                    PretrainedModel, TokenizerConfig, build_tokenizer, check_choice, heads_of)
 from .inputs import Inputs, named_inputs
@@ -415,6 +416,16 @@ class NAC(PretrainedModel):
         """A model saved with eliminated edges (App. F) reloads with its edge-masked kernel."""
         if "propagator_kernel.edge_mask" in state and self.kernel is not None:
             self.propagator_kernel = EdgeMaskedKernel(self.kernel, state["propagator_kernel.edge_mask"].bool())
+
+    def module_axis(self) -> ModuleAxis:
+        """The processor modules (§2.1): their free signatures and codes are the per-module
+        tensors; ``P`` (Eq. 2) exists over them with a kernel and an unconditional generator."""
+        c, conditional = self.config, self.config.generator.kind != "unconditional"
+        names = ("generator.processors.codes",) if self.kernel is None else \
+            ("generator.processors.signatures", "generator.processors.codes")
+        return ModuleAxis("modules", c.num_processor_modules, "num_processor_modules", () if conditional else names,
+                          link_probs=self.kernel is not None and not conditional,
+                          fixed="a conditional NAC designs its modules per sample" if conditional else None)
 
     def no_weight_decay(self) -> tuple[str, ...]:
         """NAC App. C: no weight decay on signatures, codes and positional encodings (and the

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from ..nn import ProcessorLayer, ReadIn, ReadOut
 from ..nn.modulated import ACTIVATIONS
 from ..nn.tokenizers import padding_mask
+from .axis import ModuleAxis
 from .base import (COUNT, TOKENIZER_LEGACY_KEYS, Intermediates, ModelConfig, PretrainedModel, TokenizerConfig,
                    build_tokenizer, check_choice, heads_of, single_input)
 from .inputs import Inputs
@@ -91,6 +92,10 @@ class PerceiverIO(PretrainedModel):
             weights.append(w)
         logits, w_out, conf = self.read_out(self.output_queries, z, return_weights=record)  # decoder
         return Intermediates(logits, z, w_in, weights, w_out, conf)
+
+    def module_axis(self) -> ModuleAxis:
+        """The latents ``[U, d_model]``: the Perceiver IO counterpart of NAC's modules (NAC Fig. 5)."""
+        return ModuleAxis("latents", self.config.num_latents, "num_latents", ("latents",))
 
 
 register_model_type(PerceiverIO)

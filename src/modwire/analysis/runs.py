@@ -1,0 +1,117 @@
+"""Trained runs as ``modwire analyze`` sees them: loading one (:func:`load_run`), its
+per-module axis, and evaluating / timing a (sparsified) copy of its model on its data."""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .sparsify import module_axis
+
+__all__ = ["Run", "evaluate_run", "forward", "load_run", "open_run", "timing_batch"]
+
+
+def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str | None = None,
+             split: str | None = None):
+    """A trained run as ``modwire eval`` sees it: ``(cfg, model, info, dataset)``.
+
+    ``path``: a run directory (its ``checkpoints/best``, else ``checkpoints/last``) or a
+    checkpoint directory; the run's ``config.yaml`` (next to ``checkpoints/``) gives the
+    task, its parameters and the eval transform, with ``overrides`` (``key=value``)
+    applied. ``task`` / ``split`` default to the run's task and validation split (another
+    task is built with its default parameters). The model is on the CPU, in eval mode;
+    the dataset has the run's eval transform applied."""
+    from ..models import from_pretrained
+    from ..tasks import build_dataset, get_task
+    from ..training import apply_augmentation, load_config
+    from ..training.checkpoint import resolve_checkpoint
+
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"no run directory or checkpoint at {p}: expected a run directory (with "
+                                f"config.yaml and checkpoints/best/ or checkpoints/last/) or a checkpoint directory")
+    ckpt = resolve_checkpoint(p)
+    run_cfg = next((q / "config.yaml" for q in (p, ckpt.parent.parent) if (q / "config.yaml").is_file()), None)
+    cfg = load_config(str(run_cfg) if run_cfg else None, list(overrides))
+    task = task or cfg.data.task
+    info = get_task(task)
+    params = cfg.data.params if task == cfg.data.task else {}
+    dataset = build_dataset(task, split or cfg.data.val_split, **params)
+    model = from_pretrained(ckpt)
+    _, dataset, _ = apply_augmentation(cfg, model, info, dataset, dataset)  # the run's eval transform, if any
+    return cfg, model.eval(), info, dataset
+
+
+@dataclass
+class Run:
+    """One loaded run. ``kind``: the model's ``model_type``; ``num_modules``: ``U`` of its
+    per-module axis (NAC processor modules, Perceiver IO latents; ``noun`` says which);
+    ``has_graph``: link probabilities ``P`` over that axis exist (a NAC with a kernel)."""
+
+    path: Path
+    name: str
+    cfg: Any
+    model: torch.nn.Module
+    info: Any
+    dataset: Any
+    kind: str
+    num_modules: int
+    has_graph: bool
+    noun: str = "modules"
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.cfg.model.name})"
+
+
+def open_run(path, overrides, split, max_samples, names: set[str]) -> Run:
+    """:func:`load_run`, its split cut to ``max_samples``, named uniquely among ``names``."""
+    cfg, model, info, dataset = load_run(path, overrides, split=split)
+    try:
+        axis = module_axis(model)
+    except TypeError as e:
+        raise TypeError(f"{path}: modwire analyze needs a model that describes its modules: {e}") from None
+    if max_samples is not None and max_samples < len(dataset):
+        dataset = torch.utils.data.Subset(dataset, range(max_samples))
+    if len(dataset) == 0:
+        raise ValueError(f"{path}: the {split or cfg.data.val_split} split is empty")
+    name = Path(path).resolve().name
+    base, i = name, 2
+    while name in names:
+        name, i = f"{base}_{i}", i + 1
+    names.add(name)
+    return Run(Path(path), name, cfg, model, info, dataset, model.config.model_type, axis.size, axis.link_probs,
+               axis.noun)
+
+
+def evaluate_run(run: Run, model, batch_size: int | None = None) -> dict[str, float]:
+    """Every metric of the run's task for ``model`` (the run's model or a copy) on its split."""
+    from ..training import evaluate, make_loader
+
+    cfg = run.cfg
+    loader = make_loader(run.dataset, batch_size or cfg.data.batch_size, None, run.info, cfg.data.num_workers,
+                         drop_last=False)
+    device = next(model.parameters()).device
+    return evaluate(model, loader, run.info, device, cfg.precision)
+
+
+def timing_batch(run: Run, batch: int, device) -> torch.Tensor:
+    """The first ``batch`` samples of the split (cycled if it is smaller), collated like the loader."""
+    from ..training import make_loader, to_device
+
+    idx = [i % len(run.dataset) for i in range(batch)]
+    loader = make_loader(torch.utils.data.Subset(run.dataset, idx), batch, None, run.info, 0, drop_last=False)
+    x = next(iter(loader))[0]
+    return to_device(x, device)
+
+
+def forward(model, x, device, precision):
+    """One inference forward as the trainer runs it (its autocast and input handling)."""
+    from ..training import autocast, call_model
+
+    with autocast(device, precision):
+        return call_model(model, x)
