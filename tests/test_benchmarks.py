@@ -40,3 +40,10 @@ def test_bench_sparsify_quick_runs():
                          capture_output=True, text=True, timeout=120, check=True).stdout
     assert re.search(r"NAC speed-up at 87.5% modules dropped: [\d.]+x", out)
     assert re.search(r"Perceiver IO speed-up at 87.5% latents dropped: [\d.]+x", out)
+
+
+def test_bench_startup_runs_and_prints_a_row_per_preset():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_startup.py"), "--presets", "*micro",
+                          "--repeat", "1"], capture_output=True, text=True, timeout=120, check=True).stdout
+    rows = re.findall(r"^(\w+) +[\d.]+M +[\d.]+s +[\d.]+s +[\d.]+x +[\d.]+s +[\d.]+s$", out, flags=re.M)
+    assert rows == ["nac_conditional_micro", "nac_micro", "perceiver_io_micro"]

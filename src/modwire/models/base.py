@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from ..nn import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer
+from ..nn.init import single_thread
 from .inputs import InputSpec, Inputs, check_inputs
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
@@ -551,8 +552,10 @@ def _fill(model: nn.Module, state: dict[str, torch.Tensor], where: Any, *, assig
         raise ValueError(f"weights in {where} do not match the config: missing {sorted(missing)[:5]}, "
                          f"unexpected {sorted(unexpected)[:5]}")
     if assign:  # fresh, aligned storage: safetensors' tensors may sit at any offset of the file
-        # buffer, and a misaligned weight changes the SIMD summation order (logits differ in ulps)
-        state = {k: torch.empty(v.shape, dtype=own[k].dtype, device=v.device).copy_(v) for k, v in state.items()}
+        # buffer, and a misaligned weight changes the SIMD summation order (logits differ in ulps).
+        # One thread: a memory-bound copy gains little from more, and stalls when cores are shared.
+        with single_thread():
+            state = {k: torch.empty(v.shape, dtype=own[k].dtype, device=v.device).copy_(v) for k, v in state.items()}
     try:
         model.load_state_dict(state, assign=assign)
     except RuntimeError as e:  # shape mismatches: name the files, keep torch's details

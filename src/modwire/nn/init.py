@@ -69,19 +69,17 @@ def trunc_normal_(tensor: Tensor, *, mean: float = 0.0, std: float = 1.0, a: flo
         return tensor
     alpha, beta = (a - mean) / std, (b - mean) / std
     lo, hi = _phi(alpha), _phi(beta)
+    in_place = tensor.is_contiguous() and hi - lo >= _MIN_REJECTION_ACCEPTANCE
     with single_thread():
         if hi - lo >= _MIN_REJECTION_ACCEPTANCE:
-            contiguous = tensor.is_contiguous()
-            flat = tensor.view(-1) if contiguous else torch.empty(tensor.numel(), dtype=tensor.dtype,
-                                                                  device=tensor.device)
+            flat = tensor.view(-1) if in_place else tensor.new_empty(tensor.numel())
             _resample_outliers(flat, mean, std, a, b, generator)
-            if contiguous:
-                return tensor
-        else:
+        else:   # inverse CDF in float64: x = mean + std·√2·erfinv(2u − 1), u ~ U(Φ(α), Φ(β))
             u = torch.empty(tensor.numel(), dtype=torch.float64, device=tensor.device)
             u.uniform_(lo, hi, generator=generator)
             flat = u.mul_(2).sub_(1).erfinv_().mul_(std * math.sqrt(2.0)).add_(mean).clamp_(a, b)
-        tensor.copy_(flat.view(tensor.shape))
+        if not in_place:
+            tensor.copy_(flat.view(tensor.shape))
     return tensor
 
 
