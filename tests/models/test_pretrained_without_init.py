@@ -25,6 +25,7 @@ def _equal_state(a: nn.Module, b: nn.Module) -> None:
     ("nac_micro", {}), ("perceiver_io_micro", {}), ("nac_conditional_micro", {}),
     ("nac_micro", {"kernel": {"learn_epsilon": False}}),                       # log ε a buffer
     ("nac_micro", {"frozen_graph": {"name": "erdos_renyi", "seed": 3}}),          # frozen signatures
+    ("nac_micro", {"graph_prior": {"name": "ring_of_cliques", "params": {"num_cliques": 3}}}),  # App. A
 ])
 def test_loaded_model_is_the_saved_one_and_nothing_is_sampled(tmp_path, monkeypatch, name, overrides):
     torch.manual_seed(0)
@@ -49,6 +50,14 @@ def test_loaded_model_is_the_saved_one_and_nothing_is_sampled(tmp_path, monkeypa
     kwargs = {"condition": torch.randint(0, 7, (2, 4))} if "conditional" in name else {}
     with torch.no_grad():
         assert torch.equal(loaded(x, **kwargs), model(x, **kwargs))
+    if hasattr(model, "auxiliary_losses"):                    # train mode works too (graph prior: L_graph)
+        model.train(), loaded.train()
+        torch.manual_seed(1)
+        model(x, **kwargs)
+        torch.manual_seed(1)
+        loaded(x, **kwargs)
+        aux, aux_loaded = model.auxiliary_losses(), loaded.auxiliary_losses()
+        assert aux.keys() == aux_loaded.keys() and all(torch.equal(aux[k], aux_loaded[k]) for k in aux)
 
 
 def test_a_sparsified_nac_reloads_with_its_edge_mask(tmp_path):
@@ -75,10 +84,20 @@ class _WithUnsavedBuffer(nn.Module):
         pass
 
 
-def test_a_buffer_outside_the_state_dict_falls_back_to_a_normal_build():
-    saved = _WithUnsavedBuffer()
-    loaded = _load(_WithUnsavedBuffer, None, saved.state_dict(), "memory", "cpu")
+class _WithTensorAttribute(_WithUnsavedBuffer):
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.inner = nn.Sequential(nn.Linear(2, 2))
+        self.inner[0].scale = torch.full((2,), 3.0)      # neither parameter nor buffer
+
+
+@pytest.mark.parametrize("cls", [_WithUnsavedBuffer, _WithTensorAttribute])
+def test_a_tensor_outside_the_state_dict_falls_back_to_a_normal_build(cls):
+    saved = cls()
+    loaded = _load(cls, None, saved.state_dict(), "memory", "cpu")
     assert torch.equal(loaded.table, torch.arange(4.0))
+    if cls is _WithTensorAttribute:
+        assert torch.equal(loaded.inner[0].scale, torch.full((2,), 3.0))
     _equal_state(saved, loaded)
 
 

@@ -532,7 +532,8 @@ def _load(cls: type[nn.Module], config: ModelConfig, state: dict[str, torch.Tens
     """``cls(config)`` holding ``state``, without initialising the weights it then overwrites:
     the model is built on the meta device (no memory, no sampling) and the loaded tensors are
     assigned to it. Should a tensor not come from ``state`` (a buffer left out of the state
-    dict), the model is built and initialised normally instead, so nothing stays unset."""
+    dict, a plain tensor attribute), the model is built and initialised normally instead, so
+    nothing stays unset on the meta device."""
     with torch.device("meta"):
         model = cls(config)
     if not _fill(model, state, where, assign=True):
@@ -560,4 +561,5 @@ def _fill(model: nn.Module, state: dict[str, torch.Tensor], where: Any, *, assig
         model.load_state_dict(state, assign=assign)
     except RuntimeError as e:  # shape mismatches: name the files, keep torch's details
         raise ValueError(f"weights in {where} do not match its config.json: {e}") from None
-    return not any(t.is_meta for t in (*model.parameters(), *model.buffers()))
+    return not any(isinstance(t, Tensor) and t.is_meta for m in model.modules()
+                   for t in (*m._parameters.values(), *m._buffers.values(), *vars(m).values()))
