@@ -2,7 +2,7 @@
 
     modwire train CONFIG.yaml [--set key=value ...] [--resume] [--allow-change KEYS] [--overwrite]
     modwire train --resume RUN_DIR [--set key=value ...] [--allow-change KEYS]
-    modwire eval RUN_DIR_OR_CHECKPOINT [--task NAME] [--split SPLIT]
+    modwire eval RUN_DIR_OR_CHECKPOINT [--task NAME] [--split SPLIT] [--max-samples N] [--set key=value ...]
     modwire list models|tasks
     modwire analyze RUN_DIR [--baseline RUN_DIR ...] [--out DIR] [--drop FRACTIONS] [--edges FRACTIONS] [--block-size N]
                     [--split SPLIT] [--batch N] [--max-samples N] [--set key=value ...] [--no-plots]
@@ -41,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("path", help="run directory (uses its best, else last checkpoint) or checkpoint directory")
     e.add_argument("--task", help="task name (default: the run's task)")
     e.add_argument("--split", help="split (default: the run's validation split)")
+    e.add_argument("--max-samples", type=int, metavar="N",
+                   help="score the first N samples of the split only (same as --set data.max_samples=N)")
     e.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
                    help="data.* overrides, e.g. data.params.root=/data/tiny-imagenet")
     l = sub.add_parser("list", help="list model presets or tasks")
@@ -112,12 +114,13 @@ def cmd_eval(args) -> int:
     ckpt, why = choose_checkpoint(args.path)
     tag, step = ckpt.name.split("-", 1)[0], checkpoint_step(ckpt)
     print(f"modwire eval: scoring checkpoint {tag!r} (step {step}) at {ckpt}: {why}", file=sys.stderr)
-    cfg, model, info, dataset = load_run(args.path, args.overrides, task=args.task, split=args.split)
+    overrides = [*args.overrides, *([f"data.max_samples={args.max_samples}"] if args.max_samples is not None else [])]
+    cfg, model, info, dataset = load_run(args.path, overrides, task=args.task, split=args.split)
     device = torch.device("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")
     loader = make_loader(dataset, cfg.data.batch_size, None, info, cfg.data.num_workers, drop_last=False)
     metrics = evaluate(model.to(device), loader, info, device, cfg.precision)
     print(dumps({"checkpoint": str(ckpt), "tag": tag, "step": step, "task": args.task or cfg.data.task,
-                 "split": args.split or cfg.data.val_split, **metrics}))
+                 "split": args.split or cfg.data.val_split, "samples": len(dataset), **metrics}))
     return 0
 
 

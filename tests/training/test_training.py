@@ -34,6 +34,16 @@ def test_train_logs_checkpoints_and_eval_reproduces_the_metric(tmp_path, capsys)
     assert cli.main(["eval", str(run / "checkpoints" / "last")]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["top1"] == pytest.approx(result["val"]["top1"]) and out["loss"] == pytest.approx(result["val"]["loss"])
+    # --max-samples scores the first N samples only: the same as evaluating those N by hand
+    assert cli.main(["eval", str(run / "checkpoints" / "last"), "--max-samples", "5"]) == 0
+    first5 = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    from modwire.analysis.runs import load_run
+    from modwire.training import evaluate, make_loader
+    _, model, info, dataset = load_run(run / "checkpoints" / "last", [])
+    subset = torch.utils.data.Subset(dataset, range(5))
+    by_hand = evaluate(model, make_loader(subset, 5, None, info, 0, drop_last=False), info, torch.device("cpu"))
+    assert first5["samples"] == 5 and first5["loss"] == pytest.approx(by_hand["loss"])
+    assert first5["loss"] != pytest.approx(out["loss"])
 
 
 def test_training_learns_the_toy_task(tmp_path):

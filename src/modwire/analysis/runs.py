@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from ..tasks.base import FirstN
 from .sparsify import module_axis
 
 __all__ = ["Run", "evaluate_run", "forward", "load_run", "open_run", "timing_batch"]
@@ -24,9 +25,10 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
     task, its parameters and the eval transform, with ``overrides`` (``key=value``)
     applied. ``task`` / ``split`` default to the run's task and validation split (another
     task is built with its default parameters). The model is on the CPU, in eval mode;
-    the dataset has the run's eval transform applied."""
+    the dataset has the run's eval transform applied, cut to the first ``data.max_samples``
+    samples when that is set (in the run's config or an override)."""
     from ..models import from_pretrained
-    from ..tasks import build_dataset, get_task
+    from ..tasks import build_dataset, describe_task
     from ..training import apply_augmentation, load_config
     from ..training.checkpoint import resolve_checkpoint
 
@@ -38,9 +40,9 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
     run_cfg = next((q / "config.yaml" for q in (p, ckpt.parent.parent) if (q / "config.yaml").is_file()), None)
     cfg = load_config(str(run_cfg) if run_cfg else None, list(overrides))
     task = task or cfg.data.task
-    info = get_task(task)
     params = cfg.data.params if task == cfg.data.task else {}
-    dataset = build_dataset(task, split or cfg.data.val_split, **params)
+    info = describe_task(task, params)  # the class count and inputs of these parameters
+    dataset = build_dataset(task, split or cfg.data.val_split, max_samples=cfg.data.max_samples, **params)
     model = from_pretrained(ckpt)
     _, dataset, _ = apply_augmentation(cfg, model, info, dataset, dataset)  # the run's eval transform, if any
     return cfg, model.eval(), info, dataset
@@ -76,7 +78,7 @@ def open_run(path, overrides, split, max_samples, names: set[str]) -> Run:
     except TypeError as e:
         raise TypeError(f"{path}: modwire analyze needs a model that describes its modules: {e}") from None
     if max_samples is not None and max_samples < len(dataset):
-        dataset = torch.utils.data.Subset(dataset, range(max_samples))
+        dataset = FirstN(dataset, max_samples)
     if len(dataset) == 0:
         raise ValueError(f"{path}: the {split or cfg.data.val_split} split is empty")
     name = Path(path).resolve().name
