@@ -40,7 +40,8 @@ def test_readme_quickstart_runs_as_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)   # it saves to runs/nac
     scope: dict = {}
     exec(compile(_section_code("Quickstart", "python"), "README.md#quickstart", "exec"), scope)
-    assert tuple(scope["logits"].shape) == (8, 2) and tuple(scope["out"].shape) == (2, 4, 10, 16)
+    assert tuple(scope["logits"].shape) == (8, 10) and tuple(scope["out"].shape) == (2, 4, 10, 16)
+    assert tuple(scope["inter"].link_probs.shape) == (320, 320)
     assert scope["small"].config.num_processor_modules == 40
     assert (tmp_path / "runs" / "nac" / "model.safetensors").is_file()
 
@@ -60,7 +61,7 @@ def _table(out: str) -> dict[float, list[str]]:
 
 def test_demo_main_path_drops_modules_and_prints_the_table(tmp_path, capsys):
     demo.main(["--dataset", "digits", "--steps", "2", "--drop", "0,0.5,0.9375", "--max-samples", "24",
-               "--no-plots", "--no-progress", "--out-dir", str(tmp_path)])
+               "--no-plots", "--no-progress", "--out-dir", str(tmp_path), "--set", "data.batch_size=16"])
     out = capsys.readouterr().out
     assert "dataset digits: scikit-learn's 8x8 digits, as asked" in out
     table = _table(out)
