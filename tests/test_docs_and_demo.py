@@ -134,3 +134,18 @@ def test_demo_bad_arguments_are_usage_errors(argv, message, capsys):
         demo.main(argv)
     assert e.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_demo_replaces_only_its_own_runs(tmp_path, capsys):
+    out = tmp_path / "demo"
+    demo.fresh_out_dir(str(out), ("nac_small", "analysis"))
+    (out / "nac_small" / "checkpoints").mkdir(parents=True)
+    (out / "notes.txt").write_text("mine")
+    demo.fresh_out_dir(str(out), ("nac_small", "analysis"))     # a second demo starts fresh
+    assert not (out / "nac_small").exists() and (out / "notes.txt").read_text() == "mine"
+    other = tmp_path / "my_runs"
+    (other / "nac_small").mkdir(parents=True)
+    with pytest.raises(SystemExit) as e:                        # not the demo's: refused, nothing deleted
+        demo.main(["--out-dir", str(other), "--steps", "1"])
+    assert e.value.code == 2 and (other / "nac_small").is_dir()
+    assert "not empty and was not made by the demo" in capsys.readouterr().err
