@@ -51,7 +51,7 @@ class DemoData:
 
 # configs/cpu/nac_fashion_mnist_prior.yaml and perceiver_io_fashion_mnist.yaml, cut from one
 # epoch (469 steps) to 240 steps of 128 images so that both runs and the analysis take about
-# 5 minutes on 2 quiet cores.
+# 4 minutes on 2 quiet cores (7 with one thread).
 FASHION_TRAIN = ("data.task=fashion_mnist", "data.val_split=test", "data.batch_size=128", "max_steps=240",
                  "optim.lr=1e-3", "optim.warmup_steps=50", "optim.weight_decay=0.05", "log_every=40")
 PRIOR = ("graph_prior.name=planted_partition", "graph_prior.params={num_clusters: 8, p_in: 0.9, p_out: 0.05}",
