@@ -1,6 +1,7 @@
 """Loaders for official on-disk dataset formats. Each module registers its tasks on import.
 
-Every loader needs ``root=`` (nothing is downloaded) and raises ``FileNotFoundError`` /
+Every loader but ``digits`` (whose data ships with scikit-learn) needs ``root=`` (nothing
+is downloaded) and raises ``FileNotFoundError`` /
 ``ValueError`` showing the expected layout when the data is missing or malformed.
 
 - :mod:`.images`: ``tiny_imagenet``, ``tiny_imagenet_r`` (float [3, 64, 64] in [0, 1])
