@@ -155,8 +155,8 @@ def dropping_demo(args: argparse.Namespace) -> dict:
     overrides = list(args.overrides) + ([f"max_steps={args.steps}"] if args.steps else [])
     runs = train_pair(data, overrides, args.out_dir, not args.no_progress)
     nac, pio = (runs[m]["run_dir"] for m in MODELS)
-    print(f"dropping {', '.join(f'{f:g}' for f in args.drop)} of the modules / latents and scoring each copy "
-          f"on up to {args.max_samples} test images (modwire.analysis.analyze)", flush=True)
+    print(f"modwire.analysis.analyze: dropping {', '.join(f'{f:g}' for f in args.drop)} of the modules / "
+          f"latents,\nscoring each copy on up to {args.max_samples} test images", flush=True)
     summary = analyze(nac, [pio], out_dir=os.path.join(args.out_dir, "analysis"), drop=args.drop, edges=[0.0],
                       max_samples=args.max_samples, batch=32, iters=1, plots=not args.no_plots, log=None)
     print_drop_table(summary, runs)
