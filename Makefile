@@ -16,7 +16,19 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
+# The demo reads Fashion-MNIST from Debian's dataset-fashion-mnist; installed here when it is
+# missing and apt-get is usable (root). Otherwise the demo falls back to scikit-learn's digits
+# and says so.
+FASHION_MNIST := /usr/share/datasets/fashion-mnist
+
 demo: install
+	@if [ ! -d $(FASHION_MNIST) ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing Debian's dataset-fashion-mnist (into $(FASHION_MNIST)) for the demo"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null 2>&1 || \
+	  { apt-get update -qq >/dev/null 2>&1 && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null 2>&1; } || \
+	  echo "could not install dataset-fashion-mnist: the demo uses scikit-learn's digits instead"; \
+	fi
 	$(BIN)/python -m modwire.demo
 
 test: install
