@@ -124,9 +124,10 @@ def test_table1_configs_cover_the_rows():
     assert cfgs[0].model.name == "perceiver_io_tiny_imagenet"
     row2, row3 = (modwire.get_config(c.model.name, **c.model.overrides) for c in cfgs[1:3])
     assert len(cfgs[1].model.overrides) == 1 and row2.kernel.enabled is False      # "+ ModFC": kernel off
-    assert row3.frozen_graph.name == "scale_free" and cfgs[2].graph_prior.name is None
-    assert [c.graph_prior.name for c in cfgs[3:]] == ["scale_free", "planted_partition", "ring_of_cliques",
-                                                      "erdos_renyi"]
+    assert row3.frozen_graph.name == "scale_free" and row3.graph_prior.name is None
+    priors = [modwire.get_config(c.model.name, **c.model.overrides).graph_prior.name for c in cfgs[3:]]
+    assert priors == ["scale_free", "planted_partition", "ring_of_cliques", "erdos_renyi"]
+    assert all(c.aux_loss_weights["graph"] > 0 for c in cfgs[3:])
     assert len({c.out_dir for c in cfgs}) == 7
 
 
