@@ -43,6 +43,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_block_sparse.py
 	$(BIN)/python benchmarks/bench_graph.py
 	$(BIN)/python benchmarks/bench_startup.py
+	$(BIN)/python benchmarks/bench_input_checks.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

@@ -47,3 +47,10 @@ def test_bench_startup_runs_and_prints_a_row_per_preset():
                           "--repeat", "1"], capture_output=True, text=True, timeout=120, check=True).stdout
     rows = re.findall(r"^(\w+) +[\d.]+M +[\d.]+s +[\d.]+s +[\d.]+x +[\d.]+s +[\d.]+s$", out, flags=re.M)
     assert rows == ["nac_conditional_micro", "nac_micro", "perceiver_io_micro"]
+
+
+def test_bench_input_checks_runs_and_reports_the_ratio():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_input_checks.py"), "--pairs", "2",
+                          "--batch", "2"], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert re.search(r"with / without checks \(median of 2 interleaved pairs\): [\d.]+", out)
+    assert re.search(r"check_input alone: \d+ us = [\d.]+% of a forward", out)
