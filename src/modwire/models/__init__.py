@@ -1,7 +1,8 @@
 """Models, one file per system. Importing this package registers every preset."""
 from . import nac, perceiver_io  # noqa: F401  (registers presets)
 from .axis import ModuleAxis
-from .base import ModelConfig, PretrainedModel
+from .base import PretrainedModel
+from .config import ModelConfig
 from .inputs import InputSpec
 from .nac import NAC, NACConfig
 from .perceiver_io import PerceiverIO, PerceiverIOConfig

@@ -38,10 +38,11 @@ from ..nn.kernel import KERNEL_MODES
 from ..nn.modulated import ACTIVATIONS, MODULATIONS
 from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
-from .base import (COUNT, POSITIVE, TOKENIZER_LEGACY_KEYS, Bounds, ConfigBase, Intermediates, ModelConfig,
-                   PretrainedModel, TokenizerConfig, build_tokenizer, check_choice, heads_of)
+from .base import Intermediates, PretrainedModel
+from .config import COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_choice, heads_of
 from .inputs import Inputs, named_inputs
 from .registry import register_model_type, register_preset
+from .tokenizer_config import TOKENIZER_LEGACY_KEYS, TokenizerConfig, build_tokenizer
 
 
 # ----------------------------------------------------------------------------- configuration

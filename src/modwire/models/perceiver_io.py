@@ -19,10 +19,11 @@ from ..nn import ProcessorLayer, ReadIn, ReadOut
 from ..nn.modulated import ACTIVATIONS
 from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
-from .base import (COUNT, TOKENIZER_LEGACY_KEYS, Intermediates, ModelConfig, PretrainedModel, TokenizerConfig,
-                   build_tokenizer, check_choice, heads_of, single_input)
+from .base import Intermediates, PretrainedModel
+from .config import COUNT, ModelConfig, check_choice, heads_of
 from .inputs import Inputs
 from .registry import register_model_type, register_preset
+from .tokenizer_config import TOKENIZER_LEGACY_KEYS, TokenizerConfig, build_tokenizer, single_input
 
 
 @dataclass

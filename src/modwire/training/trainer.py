@@ -42,7 +42,8 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from ..models import create_model, get_config
-from ..models.base import PretrainedModel, deep_merge
+from ..models.base import PretrainedModel
+from ..models.config import deep_merge
 from ..models.inputs import named_inputs
 from ..seeding import torch_generator
 from ..tasks import build_dataset, describe_task, get_task
