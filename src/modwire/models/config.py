@@ -23,6 +23,7 @@ from .inputs import Inputs, check_inputs
 
 
 def check_choice(name: str, value: Any, choices: tuple) -> None:
+    """A ValueError naming the field ``name``, the ``value`` given and the ``choices`` allowed."""
     if value not in choices:
         raise ValueError(f"config field {name!r}: got {value!r}, expected one of {list(choices)}")
 
