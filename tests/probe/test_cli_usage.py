@@ -1,0 +1,19 @@
+"""Command-line usage a user types without reading the help twice: each form either does
+what it says or is refused; none is silently ignored."""
+import pytest
+
+from modwire import cli
+
+
+@pytest.mark.parametrize("command", [["train", "c.yaml"], ["eval", "runs/x"], ["analyze", "runs/x"]])
+def test_repeated_set_options_all_apply(command):
+    # `--set a=1 --set b=2` used to keep only the last option's keys: a=1 was dropped silently
+    args = cli._parser().parse_args([*command, "--set", "optim.lr=nan", "x=1", "--set", "out_dir=/tmp/o"])
+    assert args.overrides == ["optim.lr=nan", "x=1", "out_dir=/tmp/o"]
+
+
+def test_repeated_set_reaches_validation(tmp_path, capsys):
+    code = cli.main(["train", "--set", "optim.lr=nan", "--set", f"out_dir={tmp_path / 'run'}"])
+    assert code == 2
+    assert "config key 'optim.lr': got nan" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
