@@ -41,6 +41,9 @@ from torch import Tensor, nn
 
 def _check_tensor(x: object, name: str, expected: str) -> None:
     """``x`` is a torch.Tensor (its rank, sizes and dtype: the callers)."""
+    if isinstance(x, dict):  # a batch of a multi-input task (e.g. {'x', 'condition'}) passed whole
+        raise TypeError(f"{name}: expected a torch.Tensor {expected}, got a dict with keys {sorted(map(str, x))}; "
+                        f"pass a batch of named inputs as keywords: model(**batch)")
     if not isinstance(x, Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor {expected}, got {type(x).__module__}."
                         f"{type(x).__qualname__}; convert it with torch.as_tensor (choosing the dtype)")
