@@ -17,3 +17,14 @@ def test_repeated_set_reaches_validation(tmp_path, capsys):
     assert code == 2
     assert "config key 'optim.lr': got nan" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_resume_with_overwrite_is_refused_and_nothing_is_deleted(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "checkpoints" / "last-00000002").mkdir(parents=True)
+    (run / "checkpoints" / "last-00000002" / "state.pt").write_bytes(b"kept")
+    (run / "checkpoints" / "last").symlink_to("last-00000002")
+    (run / "config.yaml").write_text(f"out_dir: {run}\n")
+    assert cli.main(["train", "--resume", str(run), "--overwrite"]) == 2
+    assert "--resume continues the run in" in capsys.readouterr().err
+    assert (run / "checkpoints" / "last" / "state.pt").read_bytes() == b"kept"

@@ -234,6 +234,8 @@ def prepare_directory(cfg: TrainConfig, run_dir: Path, *, resume: bool, allow: I
     """Check that ``run_dir`` may be (re)used; returns the allowed config changes of a resume.
     Called with the run directory locked."""
     last = run_dir / "checkpoints" / "last"
+    if resume and overwrite:  # one continues the run, the other discards it: neither may win silently
+        raise ValueError(f"--resume continues the run in {run_dir} and --overwrite discards it: give one of them")
     if resume:
         if not (last / "state.pt").is_file():
             raise FileNotFoundError(f"--resume: no checkpoint at {last} (expected {last}/state.pt)")
