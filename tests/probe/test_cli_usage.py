@@ -28,3 +28,12 @@ def test_resume_with_overwrite_is_refused_and_nothing_is_deleted(tmp_path, capsy
     assert cli.main(["train", "--resume", str(run), "--overwrite"]) == 2
     assert "--resume continues the run in" in capsys.readouterr().err
     assert (run / "checkpoints" / "last" / "state.pt").read_bytes() == b"kept"
+
+
+def test_device_cuda_without_a_gpu_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)   # also on a machine with a GPU
+    code = cli.main(["train", "--set", "device=cuda", "model.name=nac_micro", f"out_dir={tmp_path / 'run'}"])
+    assert code == 2
+    assert "config key 'device': got 'cuda', but torch" in capsys.readouterr().err
