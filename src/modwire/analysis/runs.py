@@ -36,6 +36,7 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
     if not p.exists():
         raise FileNotFoundError(f"no run directory or checkpoint at {p}: expected a run directory (with "
                                 f"config.yaml and checkpoints/best/ or checkpoints/last/) or a checkpoint directory")
+    _check_eval_overrides(overrides)
     ckpt = resolve_checkpoint(p)
     run_cfg = next((q / "config.yaml" for q in (p, ckpt.parent.parent) if (q / "config.yaml").is_file()), None)
     cfg = load_config(str(run_cfg) if run_cfg else None, list(overrides))
@@ -46,6 +47,19 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
     model = from_pretrained(ckpt)
     _, dataset, _ = apply_augmentation(cfg, model, info, dataset, dataset)  # the run's eval transform, if any
     return cfg, model.eval(), info, dataset
+
+
+# What an override may change when a trained run is scored: its data, device and precision.
+# The model, optimizer and schedule come from the checkpoint, so other keys would be ignored.
+_EVAL_KEYS = ("data.", "device", "precision")
+
+
+def _check_eval_overrides(overrides: Sequence[str]) -> None:
+    for item in overrides:
+        key = item.split("=", 1)[0].removesuffix(":").strip()
+        if not any(key == k or (k.endswith(".") and key.startswith(k)) for k in _EVAL_KEYS):
+            raise ValueError(f"override {item!r}: scoring a trained run takes only data.*, device and precision "
+                             f"overrides, got {key!r} (the model and its training settings come from the checkpoint)")
 
 
 @dataclass

@@ -1,0 +1,26 @@
+"""`modwire eval` / `analyze` score the checkpoint's model: an override of anything but the
+data, device or precision would be ignored, so it is refused instead of silently dropped."""
+import pytest
+
+from modwire.analysis.runs import _check_eval_overrides, load_run
+
+
+@pytest.mark.parametrize("item", ["model.name=perceiver_io_micro", "optim.lr=1", "model.overrides:={num_layers: 1}",
+                                  "epochs=3", "datax.task=mnist"])
+def test_overrides_the_checkpoint_decides_are_refused(item, tmp_path):
+    with pytest.raises(ValueError, match=rf"override '{item.split('=')[0]}.*only data\.\*, device and precision"):
+        load_run(tmp_path, [item])
+
+
+@pytest.mark.parametrize("item", ["data.max_samples=4", "data.params:={root: /x}", "data.batch_size=8",
+                                  "device=cpu", "precision=bf16"])
+def test_data_device_and_precision_overrides_pass(item):
+    _check_eval_overrides([item])
+
+
+def test_repeated_eval_set_options_all_reach_the_check():
+    from modwire import cli
+
+    args = cli._parser().parse_args(["eval", "r", "--set", "data.max_samples=4", "--set", "model.name=x"])
+    with pytest.raises(ValueError, match="got 'model.name'"):
+        _check_eval_overrides(args.overrides)
