@@ -2,6 +2,8 @@
 data, device or precision would be ignored, so it is refused instead of silently dropped."""
 import pytest
 
+import toy_task  # noqa: F401  (registers "toy_sets")
+
 from modwire.analysis.runs import _check_eval_overrides, load_run
 
 
@@ -24,3 +26,17 @@ def test_repeated_eval_set_options_all_reach_the_check():
     args = cli._parser().parse_args(["eval", "r", "--set", "data.max_samples=4", "--set", "model.name=x"])
     with pytest.raises(ValueError, match="got 'model.name'"):
         _check_eval_overrides(args.overrides)
+
+
+def test_a_checkpoint_without_its_runs_config_needs_the_task(tmp_path):
+    # it used to be scored on the default config's task (triangle, default size) without a word
+    import torch
+
+    import modwire
+    from modwire.training.checkpoint import save_checkpoint
+
+    ckpt = save_checkpoint(tmp_path / "run", "last", modwire.create_model("nac_micro"), {"step": 1, "x": torch.ones(1)})
+    with pytest.raises(FileNotFoundError, match=r"no config.yaml .* the task the model was trained on is unknown"):
+        load_run(ckpt)
+    cfg, model, info, dataset = load_run(ckpt, ["data.max_samples=3"], task="toy_sets")
+    assert info.name == "toy_sets" and len(dataset) == 3

@@ -39,6 +39,10 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
     _check_eval_overrides(overrides)
     ckpt = resolve_checkpoint(p)
     run_cfg = next((q / "config.yaml" for q in (p, ckpt.parent.parent) if (q / "config.yaml").is_file()), None)
+    if run_cfg is None and task is None:  # the defaults' task would be scored silently
+        raise FileNotFoundError(f"no config.yaml in {p} or next to its checkpoints/, so the task the model was "
+                                f"trained on is unknown: give the task (eval --task NAME, with --set data.params... "
+                                f"for its parameters) or point at the run directory")
     cfg = load_config(str(run_cfg) if run_cfg else None, list(overrides))
     task = task or cfg.data.task
     params = cfg.data.params if task == cfg.data.task else {}
