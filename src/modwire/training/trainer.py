@@ -189,6 +189,9 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
     ``overwrite``: discard an earlier run in ``out_dir`` (otherwise refused).
     Returns ``{"status": "finished" | "interrupted", "step", "val", "best", "model",
     "run_dir", "exit_code"}`` (exit code 0, or 130 / 143 after SIGINT / SIGTERM)."""
+    if not isinstance(cfg, TrainConfig) and OmegaConf.get_type(cfg) is not TrainConfig:
+        raise TypeError(f"train: expected a TrainConfig from modwire.training.load_config(path, overrides), "
+                        f"got {type(cfg).__name__}")
     cfg = map_legacy_graph_prior(cfg)
     dist_info = distributed.setup(cfg.device)
     run_dir = Path(cfg.out_dir)
