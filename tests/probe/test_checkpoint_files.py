@@ -35,3 +35,13 @@ def test_a_plain_save_pretrained_directory_needs_no_manifest(tmp_path):
     model.save_pretrained(tmp_path / "m")
     assert not (tmp_path / "m" / "manifest.json").exists()
     assert isinstance(modwire.from_pretrained(tmp_path / "m"), torch.nn.Module)
+
+
+def test_weights_of_another_model_config_name_the_differing_fields(ckpt):
+    from modwire.training.checkpoint import load_weights
+
+    d, _ = ckpt
+    other = modwire.create_model("nac_micro", num_layers=1)     # e.g. config.yaml edited before --resume
+    with pytest.raises(ValueError, match=r"does not match the model: model config \(saved vs model\) "
+                                         r"\[num_layers: 2 vs 1\]; unexpected \[propagators\.1\."):
+        load_weights(other, d / "model.safetensors")
