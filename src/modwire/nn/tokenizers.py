@@ -201,6 +201,11 @@ class EmbeddingTokenizer(nn.Module):
             if lo < 0 or hi >= self.vocab_size:
                 raise ValueError(f"{name}: token id {lo if lo < 0 else hi} is outside the vocabulary "
                                  f"[0, vocab_size={self.vocab_size})")
+            if self.pad_id is not None:  # a sample of padding only is an empty token set: nothing to read
+                empty = (x.detach() == self.pad_id).all(1).nonzero().flatten().tolist()
+                if empty:
+                    raise ValueError(f"{name}: sample(s) {empty[:4]} hold only padding (pad_id={self.pad_id}); "
+                                     f"expected at least one token per sample")
         return x
 
     def forward(self, x: Tensor, *, name: str = "x") -> Tensor:
