@@ -1,5 +1,6 @@
-"""`modwire eval` / `analyze` score the checkpoint's model: an override of anything but the
-data, device or precision would be ignored, so it is refused instead of silently dropped."""
+"""`modwire eval` / `analyze` of a trained run: overrides of anything but the data, device or
+precision (the checkpoint decides the rest) are refused instead of silently dropped; a
+checkpoint without its run config needs the task; an output path that is a file is named."""
 import pytest
 
 import toy_task  # noqa: F401  (registers "toy_sets")
@@ -40,3 +41,14 @@ def test_a_checkpoint_without_its_runs_config_needs_the_task(tmp_path):
         load_run(ckpt)
     cfg, model, info, dataset = load_run(ckpt, ["data.max_samples=3"], task="toy_sets")
     assert info.name == "toy_sets" and len(dataset) == 3
+
+
+@pytest.mark.parametrize("sub", ["", "sub"])
+def test_an_analysis_output_path_that_is_a_file_is_a_clear_error(tmp_path, sub):
+    from modwire.analysis.runs import output_dir
+
+    (tmp_path / "file").write_text("kept")
+    with pytest.raises(ValueError, match=r"output directory .*file.*: expected a directory .* is a file"):
+        output_dir(tmp_path / "file" / sub)
+    assert (tmp_path / "file").read_text() == "kept"
+    assert output_dir(tmp_path / "new" / "dir").is_dir()

@@ -53,6 +53,19 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
     return cfg, model.eval(), info, dataset
 
 
+def output_dir(path: str | os.PathLike) -> Path:
+    """Create the analysis output directory ``path``; one clear error when it cannot be."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # the path, or a parent of it, is a file
+        raise ValueError(f"output directory {out}: expected a directory (or a path to create), but it or a "
+                         f"parent is a file") from None
+    except OSError as e:
+        raise ValueError(f"output directory {out} cannot be created: {e.strerror or e}") from None
+    return out
+
+
 # What an override may change when a trained run is scored: its data, device and precision.
 # The model, optimizer and schedule come from the checkpoint, so other keys would be ignored.
 _EVAL_KEYS = ("data.", "device", "precision")
