@@ -26,7 +26,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True, metavar="{train,eval,list,analyze}")
     t = sub.add_parser("train", help="train a model on a task from a YAML config")
     t.add_argument("config", nargs="?", help="YAML file (see configs/); omitted: defaults + --set")
-    t.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
+    t.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="override config keys, e.g. --set optim.lr=1e-3 model.overrides.num_layers=4")
     t.add_argument("--resume", nargs="?", const=True, default=None, metavar="RUN_DIR",
                    help="continue a run from its checkpoints/last with the run's own config.yaml: "
@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--split", help="split (default: the run's validation split)")
     e.add_argument("--max-samples", type=int, metavar="N",
                    help="score the first N samples of the split only (same as --set data.max_samples=N)")
-    e.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
+    e.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="data.* overrides, e.g. data.params.root=/data/tiny-imagenet")
     l = sub.add_parser("list", help="list model presets or tasks")
     l.add_argument("what", choices=["models", "tasks"])
@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="block size of the block-sparse propagators timed for --edges (default: the prior's "
                         "cluster size, else modules / 8)")
     a.add_argument("--max-samples", type=int, help="evaluate on the first N samples of the split only")
-    a.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
+    a.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="config overrides for every run, e.g. data.params.root=/data/tiny-imagenet")
     a.add_argument("--no-plots", action="store_true", help="write CSV/JSON only (no matplotlib needed)")
     return ap

@@ -266,7 +266,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--forward", action="store_true", help="time the NAC Table 4 inference forward instead")
     ap.add_argument("--models", nargs="+", default=None, choices=list_models(), metavar="MODEL",
                     help=f"with --race / --forward: presets, any of {list_models()}")
-    ap.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
+    ap.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                     help="training-config overrides applied to both runs")
     ap.add_argument("--out-dir", default="runs/demo")
     ap.add_argument("--no-progress", action="store_true")

@@ -10,6 +10,9 @@ import os
 from pathlib import Path
 
 MANIFEST_FILE = "manifest.json"
+# modwire.training writes this checkpoint summary only together with a manifest: a directory
+# that holds it but no manifest lost its manifest, and its files cannot be trusted.
+_WRITTEN_WITH_MANIFEST = "checkpoint.json"
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -33,13 +36,18 @@ def verify_manifest(directory: str | os.PathLike, *, required: bool = False) -> 
     """Check every file listed in ``directory/manifest.json`` against its sha256.
 
     Returns False when there is no manifest (older checkpoints, plain ``save_pretrained``
-    directories) unless ``required``; raises ValueError naming the file that is missing
-    or whose bytes changed."""
+    directories) unless ``required`` or the directory is a checkpoint written with one (it
+    holds ``checkpoint.json``); raises ValueError naming the file that is missing or whose
+    bytes changed."""
     d = Path(directory)
     path = d / MANIFEST_FILE
     if not path.is_file():
         if required:
             raise FileNotFoundError(f"{path} is missing: cannot verify the checkpoint in {d}")
+        if (d / _WRITTEN_WITH_MANIFEST).is_file():
+            raise FileNotFoundError(f"{path} is missing: the checkpoint in {d} was saved with a checksum manifest "
+                                    f"(it holds {_WRITTEN_WITH_MANIFEST}), so its files cannot be verified; "
+                                    f"restore it, or use another checkpoint of the run")
         return False
     try:
         files = json.loads(path.read_text())["files"]

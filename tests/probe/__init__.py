@@ -16,6 +16,14 @@ wrong result or lost data.
   (checksums), failed writes (disk full), interrupts during validation, which checkpoint
   ``eval`` scores and its JSON, labels outside the model's classes.
 - ``test_demo.py``: the demo's usage errors and its output directory.
+- ``test_cli_usage.py``: repeated ``--set`` options, ``--resume`` with ``--overwrite``,
+  ``device=cuda`` without a GPU.
+- ``test_api_usage.py``: ``train()`` / ``load_config()`` called with the wrong argument types.
+- ``test_eval_labels.py``: labels beyond the model's classes at evaluation, float labels.
+- ``test_eval_overrides.py``: ``eval`` / ``analyze`` overrides the checkpoint decides, a
+  checkpoint without its run's config, an output path that is a file.
+- ``test_checkpoint_files.py``: a deleted checksum manifest, weights of another model config.
+- ``test_task_params.py``: a ``size`` mapping without the split asked for.
 
 Real dataset files (Tiny-ImageNet ``wnids.txt``, ListOps TSV headers, HTML where binary was
 expected, paths tried) are replayed on fixtures in ``tests/tasks/test_real_files.py``; SIGKILL

@@ -139,3 +139,24 @@ def test_value_checks_are_skipped_while_compiling(monkeypatch, models):
     assert torch.isnan(out).any()
     with pytest.raises(ValueError, match=r"\[B, N, 8\]"):       # shape checks stay
         models["pio"](torch.randn(2, 4, 9))
+
+
+def test_a_dict_batch_passed_whole_says_to_pass_it_as_keywords():
+    # the batches of a multi-input task are dicts; model(batch) used to say only "got builtins.dict"
+    import modwire
+
+    model = modwire.create_model("nac_conditional_micro").eval()
+    batch = {"x": torch.randn(2, 5, 8), "condition": torch.randint(0, 4, (2, 3))}
+    with pytest.raises(TypeError, match=r"got a dict with keys \['condition', 'x'\]; .* model\(\*\*batch\)"):
+        model(batch)
+    assert model(**batch).shape == (2, 5)
+
+
+@pytest.mark.parametrize("preset", ["nac_micro", "perceiver_io_micro"])
+def test_a_sample_of_padding_only_is_an_empty_token_set(preset):
+    # it used to give finite logits: a prediction read from no tokens at all
+    model = modwire.create_model(preset, tokenizer={"kind": "embedding", "vocab_size": 16, "max_len": 10,
+                                                    "pad_id": 0}).eval()
+    with pytest.raises(ValueError, match=r"x: sample\(s\) \[1\] hold only padding \(pad_id=0\)"):
+        model(torch.tensor([[1, 2, 3], [0, 0, 0]]))
+    assert torch.isfinite(model(torch.tensor([[1, 2, 3], [4, 0, 0]]))).all()

@@ -104,7 +104,8 @@ def test_a_checkpoint_that_does_not_match_the_model_says_so_in_one_line(tmp_path
     with pytest.raises(ValueError) as e:
         load_weights(bigger, run / "checkpoints" / "last" / "model.safetensors")
     msg = str(e.value)
-    assert "\n" not in msg and "does not match the model: missing [propagators.2." in msg
+    assert "\n" not in msg and "does not match the model: model config (saved vs model) [num_layers: 2 vs 3]; " \
+                               "missing [propagators.2." in msg
 
 
 # ----------------------------------------------------------------------------- corrupted and unwritable checkpoints

@@ -147,7 +147,8 @@ def test_resume_rejects_a_tampered_state_file(tmp_path):
     state.write_bytes(state.read_bytes()[:100])  # truncated
     with pytest.raises(ValueError, match="state.pt is corrupted"):          # caught by the sha256 manifest
         train(cfg(tmp_path, "epochs=2"), resume=True, allow_change=["epochs"])
-    (tmp_path / "run" / "checkpoints" / "last" / "manifest.json").unlink()   # an older checkpoint: no manifest
+    for name in ("manifest.json", "checkpoint.json"):   # an older checkpoint: neither file (one without the other
+        (tmp_path / "run" / "checkpoints" / "last" / name).unlink()              # is refused: tests/probe)
     with pytest.raises(ValueError, match="not a readable modwire training state"):
         train(cfg(tmp_path, "epochs=2"), resume=True, allow_change=["epochs"])
 

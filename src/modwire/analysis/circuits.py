@@ -57,14 +57,13 @@ def analyze_circuits(run_dir: str | os.PathLike, *, out: str | os.PathLike | Non
     """NAC Fig. 6 for a trained conditional NAC run; writes into ``out`` (default
     ``RUN_DIR/analysis``) and returns the report (see ``conditional_report``)."""
     from .conditional import conditional_report
-    from .runs import load_run
+    from .runs import load_run, output_dir
 
     cfg, model, info, dataset = load_run(run_dir, overrides, split=split)
     if not is_conditional(model) or model.kernel is None:
         raise ValueError(f"{run_dir}: the circuit analysis (NAC Fig. 6) needs a conditional NAC with a kernel, "
                          f"got model {cfg.model.name!r}")
-    out_dir = Path(out) if out else Path(run_dir) / "analysis"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = output_dir(out if out else Path(run_dir) / "analysis")
     p, labels, names = collect_link_probs(model, dataset, info, max_samples=max_samples)
     log(f"link probabilities of {len(p)} samples ({p.shape[-1]} modules), {len(names)} categories")
     report = conditional_report(p, labels, names, out_dir, seed=seed)

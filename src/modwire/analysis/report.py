@@ -40,7 +40,7 @@ import torch
 
 from .dropping import check_drop_fractions, module_dropping_curve
 from .edges import GRAPH_THRESHOLD, edge_curve, graph_frame, graph_summary, link_probs
-from .runs import Run, load_run, open_run
+from .runs import Run, load_run, open_run, output_dir
 
 __all__ = ["DEFAULT_DROP_FRACTIONS", "DEFAULT_EDGE_FRACTIONS", "analyze", "check_fractions", "load_run",
            "parse_fractions"]
@@ -104,8 +104,7 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
     device = torch.device("cuda" if torch.cuda.is_available() and main.cfg.device != "cpu" else "cpu")
     for r in runs:
         r.model.to(device)
-    out = Path(out_dir) if out_dir is not None else Path(run_dir) / "analysis"
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(out_dir if out_dir is not None else Path(run_dir) / "analysis")
     split_name = split or main.cfg.data.val_split
     say(f"analyzing {main.label}: {main.num_modules} {main.noun}, task {main.cfg.data.task!r}, split "
         f"{split_name!r}, {len(main.dataset)} samples, device {device.type}"

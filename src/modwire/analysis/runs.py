@@ -36,8 +36,13 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
     if not p.exists():
         raise FileNotFoundError(f"no run directory or checkpoint at {p}: expected a run directory (with "
                                 f"config.yaml and checkpoints/best/ or checkpoints/last/) or a checkpoint directory")
+    _check_eval_overrides(overrides)
     ckpt = resolve_checkpoint(p)
     run_cfg = next((q / "config.yaml" for q in (p, ckpt.parent.parent) if (q / "config.yaml").is_file()), None)
+    if run_cfg is None and task is None:  # the defaults' task would be scored silently
+        raise FileNotFoundError(f"no config.yaml in {p} or next to its checkpoints/, so the task the model was "
+                                f"trained on is unknown: give the task (eval --task NAME, with --set data.params... "
+                                f"for its parameters) or point at the run directory")
     cfg = load_config(str(run_cfg) if run_cfg else None, list(overrides))
     task = task or cfg.data.task
     params = cfg.data.params if task == cfg.data.task else {}
@@ -46,6 +51,32 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
     model = from_pretrained(ckpt)
     _, dataset, _ = apply_augmentation(cfg, model, info, dataset, dataset)  # the run's eval transform, if any
     return cfg, model.eval(), info, dataset
+
+
+def output_dir(path: str | os.PathLike) -> Path:
+    """Create the analysis output directory ``path``; one clear error when it cannot be."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # the path, or a parent of it, is a file
+        raise ValueError(f"output directory {out}: expected a directory (or a path to create), but it or a "
+                         f"parent is a file") from None
+    except OSError as e:
+        raise ValueError(f"output directory {out} cannot be created: {e.strerror or e}") from None
+    return out
+
+
+# What an override may change when a trained run is scored: its data, device and precision.
+# The model, optimizer and schedule come from the checkpoint, so other keys would be ignored.
+_EVAL_KEYS = ("data.", "device", "precision")
+
+
+def _check_eval_overrides(overrides: Sequence[str]) -> None:
+    for item in overrides:
+        key = item.split("=", 1)[0].removesuffix(":").strip()
+        if not any(key == k or (k.endswith(".") and key.startswith(k)) for k in _EVAL_KEYS):
+            raise ValueError(f"override {item!r}: scoring a trained run takes only data.*, device and precision "
+                             f"overrides, got {key!r} (the model and its training settings come from the checkpoint)")
 
 
 @dataclass

@@ -41,6 +41,9 @@ from torch import Tensor, nn
 
 def _check_tensor(x: object, name: str, expected: str) -> None:
     """``x`` is a torch.Tensor (its rank, sizes and dtype: the callers)."""
+    if isinstance(x, dict):  # a batch of a multi-input task (e.g. {'x', 'condition'}) passed whole
+        raise TypeError(f"{name}: expected a torch.Tensor {expected}, got a dict with keys {sorted(map(str, x))}; "
+                        f"pass a batch of named inputs as keywords: model(**batch)")
     if not isinstance(x, Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor {expected}, got {type(x).__module__}."
                         f"{type(x).__qualname__}; convert it with torch.as_tensor (choosing the dtype)")
@@ -198,6 +201,11 @@ class EmbeddingTokenizer(nn.Module):
             if lo < 0 or hi >= self.vocab_size:
                 raise ValueError(f"{name}: token id {lo if lo < 0 else hi} is outside the vocabulary "
                                  f"[0, vocab_size={self.vocab_size})")
+            if self.pad_id is not None:  # a sample of padding only is an empty token set: nothing to read
+                empty = (x.detach() == self.pad_id).all(1).nonzero().flatten().tolist()
+                if empty:
+                    raise ValueError(f"{name}: sample(s) {empty[:4]} hold only padding (pad_id={self.pad_id}); "
+                                     f"expected at least one token per sample")
         return x
 
     def forward(self, x: Tensor, *, name: str = "x") -> Tensor:

@@ -177,8 +177,33 @@ def load_weights(module: torch.nn.Module, path: str | os.PathLike) -> None:
     if missing or unexpected or shapes:
         parts = [f"{label} {_few(keys)}" for label, keys in
                  (("missing", missing), ("unexpected", unexpected), ("shape (saved vs model)", shapes)) if keys]
+        differ = _config_differences(Path(path).parent / CONFIG_FILE, getattr(module, "config", None))
+        if differ:
+            parts.insert(0, f"model config (saved vs model) {_few(differ)}")
         raise ValueError(f"checkpoint {path} does not match the model: " + "; ".join(parts))
     module.load_state_dict(state)
+
+
+def _config_differences(saved_file: Path, config) -> list[str]:
+    """``key: saved vs now`` for each model-config field that differs from the checkpoint's
+    ``config.json`` (the likely cause of a weight mismatch); [] when either is unavailable."""
+    import json
+
+    try:
+        saved, now = json.loads(saved_file.read_text()), config.to_dict()
+    except (OSError, ValueError, AttributeError):
+        return []
+    if not isinstance(saved, dict):
+        return []
+
+    def flat(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+        return out
+
+    a, b = flat(saved), flat(json.loads(json.dumps(now)))  # lists / tuples compare as JSON
+    return [f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
 def _few(keys: list[str], n: int = 4) -> str:

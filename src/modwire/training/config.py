@@ -240,6 +240,9 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    if isinstance(overrides, (str, bytes, dict)) or not all(isinstance(item, str) for item in overrides):
+        raise TypeError(f"overrides: expected a list of 'key=value' strings such as ['max_steps=3'], "
+                        f"got {type(overrides).__name__} {overrides!r}")
     cfg = OmegaConf.structured(TrainConfig)
     for file, layer in (config_layers(path) if path is not None else []):
         try:

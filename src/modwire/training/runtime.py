@@ -58,8 +58,15 @@ def compute_loss(info, out: Tensor, y: Tensor, label_smoothing: float = 0.0) -> 
 
 def check_labels(y: Tensor, info, num_classes: int) -> None:
     """Class labels must lie in ``[0, num_classes)``: cross-entropy on the CPU would fail with
-    an opaque IndexError and on a GPU with a device-side assert. Cheap: run on the CPU batch."""
-    if info.loss != "cross_entropy" or y.dtype.is_floating_point or y.numel() == 0:
+    an opaque IndexError and on a GPU with a device-side assert. Cheap: run on the CPU batch.
+    Float labels ``[B]`` are refused too (cross-entropy would fail on their dtype); soft
+    targets ``[B, C]`` (mixup / cutmix) are not labels and pass."""
+    if info.loss != "cross_entropy" or y.numel() == 0:
+        return
+    if y.dtype.is_floating_point or y.dtype == torch.bool:
+        if y.dim() == 1:
+            raise ValueError(f"task {info.name!r} gave {y.dtype} labels, but classification expects integer "
+                             f"class indices in [0, {num_classes}) (e.g. torch.long)")
         return
     lo, hi = int(y.min()), int(y.max())
     if lo < 0 or hi >= num_classes:
@@ -95,6 +102,7 @@ def evaluate(model: torch.nn.Module, loader: DataLoader, info, device: torch.dev
     finally:
         model.train(was_training)
     out, y = torch.cat(outs), torch.cat(ys)
+    check_labels(y, info, out.shape[-1])  # e.g. `eval --task` of a task with more classes than the model
     metrics: dict[str, Any] = {"loss": compute_loss(info, out, y).item(), **compute_metrics(info.metrics, out, y)}
     for name, parts in masks.items():
         m = torch.cat(parts)

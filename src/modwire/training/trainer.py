@@ -190,6 +190,9 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
     ``overwrite``: discard an earlier run in ``out_dir`` (otherwise refused).
     Returns ``{"status": "finished" | "interrupted", "step", "val", "best", "model",
     "run_dir", "exit_code"}`` (exit code 0, or 130 / 143 after SIGINT / SIGTERM)."""
+    if not isinstance(cfg, TrainConfig) and OmegaConf.get_type(cfg) is not TrainConfig:
+        raise TypeError(f"train: expected a TrainConfig from modwire.training.load_config(path, overrides), "
+                        f"got {type(cfg).__name__}")
     cfg = map_legacy_graph_prior(cfg)
     dist_info = distributed.setup(cfg.device)
     run_dir = Path(cfg.out_dir)
@@ -235,6 +238,8 @@ def prepare_directory(cfg: TrainConfig, run_dir: Path, *, resume: bool, allow: I
     """Check that ``run_dir`` may be (re)used; returns the allowed config changes of a resume.
     Called with the run directory locked."""
     last = run_dir / "checkpoints" / "last"
+    if resume and overwrite:  # one continues the run, the other discards it: neither may win silently
+        raise ValueError(f"--resume continues the run in {run_dir} and --overwrite discards it: give one of them")
     if resume:
         if not (last / "state.pt").is_file():
             raise FileNotFoundError(f"--resume: no checkpoint at {last} (expected {last}/state.pt)")

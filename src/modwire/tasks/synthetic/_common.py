@@ -30,6 +30,9 @@ def sample_rng(seed: int, split: str, index: int) -> np.random.Generator:
 
 def split_size(size: int | Mapping[str, int], split: str) -> int:
     """``size`` is one count for every split, or a mapping ``{split: count}``."""
+    if isinstance(size, Mapping) and split not in size:  # e.g. `--set data.params.size:={train: 8}`
+        raise ValueError(f"size has no count for split {split!r}: expected a count for every split used, "
+                         f"got {dict(size)!r}")
     n = size[split] if isinstance(size, Mapping) else size
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise ValueError(f"size of split {split!r} must be a non-negative int, got {n!r}")

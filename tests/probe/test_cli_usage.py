@@ -1,0 +1,39 @@
+"""Command-line usage a user types without reading the help twice: each form either does
+what it says or is refused; none is silently ignored."""
+import pytest
+
+from modwire import cli
+
+
+@pytest.mark.parametrize("command", [["train", "c.yaml"], ["eval", "runs/x"], ["analyze", "runs/x"]])
+def test_repeated_set_options_all_apply(command):
+    # `--set a=1 --set b=2` used to keep only the last option's keys: a=1 was dropped silently
+    args = cli._parser().parse_args([*command, "--set", "optim.lr=nan", "x=1", "--set", "out_dir=/tmp/o"])
+    assert args.overrides == ["optim.lr=nan", "x=1", "out_dir=/tmp/o"]
+
+
+def test_repeated_set_reaches_validation(tmp_path, capsys):
+    code = cli.main(["train", "--set", "optim.lr=nan", "--set", f"out_dir={tmp_path / 'run'}"])
+    assert code == 2
+    assert "config key 'optim.lr': got nan" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_with_overwrite_is_refused_and_nothing_is_deleted(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "checkpoints" / "last-00000002").mkdir(parents=True)
+    (run / "checkpoints" / "last-00000002" / "state.pt").write_bytes(b"kept")
+    (run / "checkpoints" / "last").symlink_to("last-00000002")
+    (run / "config.yaml").write_text(f"out_dir: {run}\n")
+    assert cli.main(["train", "--resume", str(run), "--overwrite"]) == 2
+    assert "--resume continues the run in" in capsys.readouterr().err
+    assert (run / "checkpoints" / "last" / "state.pt").read_bytes() == b"kept"
+
+
+def test_device_cuda_without_a_gpu_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)   # also on a machine with a GPU
+    code = cli.main(["train", "--set", "device=cuda", "model.name=nac_micro", f"out_dir={tmp_path / 'run'}"])
+    assert code == 2
+    assert "config key 'device': got 'cuda', but torch" in capsys.readouterr().err
