@@ -255,3 +255,18 @@ def test_a_label_outside_the_class_range_names_task_label_and_class_count(tmp_pa
                            InputSpec.vectors(6, 8), params={"label": 2}), BadLabels)
     with pytest.raises(ValueError, match=rf"task 'toy_bad_labels' gave label {label}, but the model has 2 classes"):
         train(cfg(tmp_path / "run", "data.task=toy_bad_labels", f"data.params.label={label}"))
+
+
+def test_fp16_without_cuda_is_a_config_error_naming_bf16(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("fp16 is allowed on a CUDA device")
+    with pytest.raises(ValueError, match=r"'precision': fp16 needs a CUDA device.*bf16"):
+        train(cfg(tmp_path / "run", "precision=fp16"))
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_from_pretrained_on_a_run_directory_points_at_its_checkpoints(tmp_path):
+    train(cfg(tmp_path / "run"))
+    with pytest.raises(FileNotFoundError, match=r"training run directory: load .*checkpoints/best"):
+        from_pretrained(tmp_path / "run")
+    assert from_pretrained(tmp_path / "run" / "checkpoints" / "best").num_classes == 2

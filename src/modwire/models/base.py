@@ -149,7 +149,10 @@ def read_pretrained(directory: str | os.PathLike) -> tuple[ModelConfig, dict[str
     d = Path(directory)
     layout = f"expected {d}/{CONFIG_FILE} and {d}/{WEIGHTS_FILE} (written by save_pretrained)"
     if not (d / CONFIG_FILE).is_file() or not (d / WEIGHTS_FILE).is_file():
-        raise FileNotFoundError(f"not a saved modwire model: {layout}")
+        hint = ""
+        if (d / "checkpoints").is_dir():  # a training run: its checkpoints are what from_pretrained reads
+            hint = f"; {d} is a training run directory: load {d}/checkpoints/best (or checkpoints/last)"
+        raise FileNotFoundError(f"not a saved modwire model: {layout}{hint}")
     config = _read_config(d / CONFIG_FILE, config_class)
     from ..manifest import verify_manifest
 

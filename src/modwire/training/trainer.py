@@ -155,6 +155,10 @@ def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path) 
     if cfg.data.batch_size % (world * cfg.grad_accum):
         raise ValueError(f"data.batch_size={cfg.data.batch_size} must be divisible by processes × grad_accum "
                          f"= {world} × {cfg.grad_accum}")
+    if cfg.precision == "fp16" and dist_info.device.type != "cuda":
+        # the fp16 loss scaler is a CUDA mechanism: elsewhere it skips steps while the counter advances
+        raise ValueError(f"config key 'precision': fp16 needs a CUDA device, the run is on "
+                         f"{dist_info.device.type}: use bf16 (or fp32)")
     local_batch = cfg.data.batch_size // (world * cfg.grad_accum)
     info = get_task(cfg.data.task)
     torch.manual_seed(cfg.seed)
