@@ -24,6 +24,7 @@ wrong result or lost data.
   checkpoint without its run's config, an output path that is a file.
 - ``test_checkpoint_files.py``: a deleted checksum manifest, weights of another model config.
 - ``test_task_params.py``: a ``size`` mapping without the split asked for.
+- ``test_eval_task_fit.py``: ``eval --task`` of a task whose inputs the run's model cannot read.
 
 Real dataset files (Tiny-ImageNet ``wnids.txt``, ListOps TSV headers, HTML where binary was
 expected, paths tried) are replayed on fixtures in ``tests/tasks/test_real_files.py``; SIGKILL

@@ -49,8 +49,43 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
     info = describe_task(task, params)  # the class count and inputs of these parameters
     dataset = build_dataset(task, split or cfg.data.val_split, max_samples=cfg.data.max_samples, **params)
     model = from_pretrained(ckpt)
+    if task != cfg.data.task:   # another task's data (the run's own fits by construction)
+        check_task_fits(model, info)
     _, dataset, _ = apply_augmentation(cfg, model, info, dataset, dataset)  # the run's eval transform, if any
     return cfg, model.eval(), info, dataset
+
+
+# input-layer fields a model may set differently from the task's description: a longer
+# max_len reads the task's sequences too; the class count is checked on the labels
+_MAY_DIFFER = ("max_len", "num_classes")
+
+
+def check_task_fits(model, info) -> None:
+    """The model's input layer reads ``info``'s inputs as the task describes them (same kind,
+    sizes, vocabulary, padding id), or a ValueError naming each field that differs: scoring a
+    model on another task's data would otherwise fail deep in a tokenizer, or not at all."""
+    from ..models.config import ModelConfig
+
+    if type(model.config).input_overrides is ModelConfig.input_overrides:
+        return                                      # a model that does not describe its input layer
+    expected = model.config.input_overrides(info.inputs, info.num_classes)  # ValueError: cannot read them
+    differ = [f"{path}: the model has {have!r}, the task needs {want!r}"
+              for path, want, have in _leaves(expected, model.config) if have != want]
+    if differ:
+        raise ValueError(f"task {info.name!r} does not fit this run's {model.config.model_type!r} model ("
+                         f"{'; '.join(differ)}): score it on a task with the same inputs, or train a model for it")
+
+
+def _leaves(expected: dict, config, prefix: str = ""):
+    """``(key path, wanted value, the config's value)`` for every leaf of ``expected``."""
+    for key, want in expected.items():
+        if key in _MAY_DIFFER:
+            continue
+        have = getattr(config, key, None)
+        if isinstance(want, dict) and have is not None and not isinstance(have, dict):
+            yield from _leaves(want, have, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", want, have
 
 
 def output_dir(path: str | os.PathLike) -> Path:
