@@ -270,3 +270,15 @@ def test_from_pretrained_on_a_run_directory_points_at_its_checkpoints(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"training run directory: load .*checkpoints/best"):
         from_pretrained(tmp_path / "run")
     assert from_pretrained(tmp_path / "run" / "checkpoints" / "best").num_classes == 2
+
+
+def test_resume_after_the_last_link_was_deleted_names_the_checkpoint_left(tmp_path, capsys):
+    run = tmp_path / "run"
+    train(cfg(run))
+    target = (run / "checkpoints" / "last").resolve().name
+    (run / "checkpoints" / "last").unlink()
+    assert cli.main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"ln -sfn {target} {run / 'checkpoints' / 'last'}" in err and "Traceback" not in err
+    (run / "checkpoints" / "last").symlink_to(target)                   # the fix the message gives
+    assert cli.main(["train", "--resume", str(run)]) == 0

@@ -246,7 +246,12 @@ def prepare_directory(cfg: TrainConfig, run_dir: Path, *, resume: bool, allow: I
         raise ValueError(f"--resume continues the run in {run_dir} and --overwrite discards it: give one of them")
     if resume:
         if not (last / "state.pt").is_file():
-            raise FileNotFoundError(f"--resume: no checkpoint at {last} (expected {last}/state.pt)")
+            found = {tag: sorted(p.name for p in last.parent.glob(f"{tag}-*") if (p / "state.pt").is_file())
+                     for tag in ("last", "best")}
+            newest = (found["last"] or found["best"] or [None])[-1]   # zero-padded steps sort by name
+            hint = (f"; the run still holds {', '.join(found['last'] + found['best'])}: restore the link with "
+                    f"`ln -sfn {newest} {last}` to resume from {newest}" if newest else "")
+            raise FileNotFoundError(f"--resume: no checkpoint at {last} (expected {last}/state.pt){hint}")
         return check_resume(run_dir, cfg, allow) if (run_dir / CONFIG_NAME).is_file() else {}
     if overwrite:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
