@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="runs/experiments/conditional_nac")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="a few steps on a tiny split (smoke test)")
+    ap.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out (else refused)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     from modwire.analysis.circuits import analyze_circuits
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     info = get_task(cfg.data.task)
     torch.manual_seed(cfg.seed)
     untrained = build_model_for_task(cfg)                       # the same init as train() draws
-    result = train(cfg)
+    result = train(cfg, overwrite=args.overwrite)
     from modwire.analysis.report import load_run
 
     _, model, _, test_set = load_run(args.out, split="test")
@@ -115,4 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except (ValueError, FileNotFoundError, KeyError) as e:   # e.g. --out holds an earlier run
+        raise SystemExit(f"conditional_nac.py: error: {e} (this script: --overwrite)")
