@@ -197,15 +197,19 @@ class EmbeddingTokenizer(nn.Module):
         if x.dtype not in (torch.int32, torch.int64):
             x = x.long()                               # lossless: nn.Embedding reads int32/int64 only
         if _values_checkable(x):
-            lo, hi = _min_max(x)
+            # one device-to-host copy: min, max and (with pad_id) how many samples are padding only
+            stats = torch.aminmax(x.detach())
+            if self.pad_id is not None:
+                pad_only = (x.detach() == self.pad_id).all(1)
+                stats = (*stats, pad_only.sum().to(x.dtype))
+            lo, hi, *n_pad_only = torch.stack(stats).tolist()
             if lo < 0 or hi >= self.vocab_size:
                 raise ValueError(f"{name}: token id {lo if lo < 0 else hi} is outside the vocabulary "
                                  f"[0, vocab_size={self.vocab_size})")
-            if self.pad_id is not None:  # a sample of padding only is an empty token set: nothing to read
-                empty = (x.detach() == self.pad_id).all(1).nonzero().flatten().tolist()
-                if empty:
-                    raise ValueError(f"{name}: sample(s) {empty[:4]} hold only padding (pad_id={self.pad_id}); "
-                                     f"expected at least one token per sample")
+            if n_pad_only and n_pad_only[0]:  # a sample of padding only is an empty token set: nothing to read
+                empty = pad_only.nonzero().flatten().tolist()
+                raise ValueError(f"{name}: sample(s) {empty[:4]} hold only padding (pad_id={self.pad_id}); "
+                                 f"expected at least one token per sample")
         return x
 
     def forward(self, x: Tensor, *, name: str = "x") -> Tensor:
