@@ -106,7 +106,9 @@ def test_train_stochastic_eval_deterministic():
     k.train()
     assert not k.deterministic
     assert not torch.equal(k(s, s, 2)[0], k(s, s, 2)[0])
-    assert k(s, s, 3)[0].shape == (3, 1, 6, 6)  # a fresh sample per example
+    per_example = k(s, s, 3)[0]
+    assert per_example.shape == (3, 1, 6, 6)  # a fresh sample per example:
+    assert not torch.equal(per_example[0], per_example[1]) and not torch.equal(per_example[1], per_example[2])
     k.eval()
     assert k.deterministic
     assert torch.equal(k(s, s, 2)[0], k(s, s, 2)[0])
