@@ -31,8 +31,12 @@ def test_digits_splits_partition_the_data_and_keep_the_pixels():
 
 
 def test_digits_other_size():
-    x, _ = build_dataset("digits", "train", size=16)[3]
-    assert x.shape == (1, 16, 16)
+    x, y = build_dataset("digits", "train", size=16)[3]
+    x32, y32 = build_dataset("digits", "train")[3]
+    assert x.shape == (1, 16, 16) and int(y) == int(y32)
+    # the same 8x8 grey levels, each repeated 2x2 instead of 4x4
+    assert torch.equal(x, x32[:, ::2, ::2])
+    assert torch.equal(x[0], x[0, ::2, ::2].repeat_interleave(2, 0).repeat_interleave(2, 1))
 
 
 def test_digits_feeds_the_conv_tokenizer_of_nac_small():

@@ -56,6 +56,7 @@ def _evaluate_dropped(runs: Sequence[Run], fractions: Sequence[float]):
 def _time_dropped(runs: Sequence[Run], rows: list[dict[str, Any]], copies: dict, *, batch: int, iters: int,
                   device: torch.device) -> None:
     """Add throughput (interleaved over every copy) and FLOPs per sample to ``rows``."""
+    from ..training import call_model
     from .flops import count_flops, time_interleaved
 
     fns, flops = {}, {}
@@ -64,7 +65,7 @@ def _time_dropped(runs: Sequence[Run], rows: list[dict[str, Any]], copies: dict,
         for (name, f), m in copies.items():
             if name == r.name:
                 fns[(name, f)] = (lambda m=m, x=x, r=r: forward(m, x, device, r.cfg.precision))
-                flops[(name, f)] = count_flops(lambda m=m, x=x: m(x))
+                flops[(name, f)] = count_flops(lambda m=m, x=x: call_model(m, x))
     with torch.inference_mode():
         seconds = time_interleaved(fns, iters=iters, warmup=1)
     for row in rows:

@@ -43,6 +43,7 @@ def _edge_rows(run: Run, fractions: Sequence[float], *, batch: int, iters: int, 
                device: torch.device) -> list[dict[str, Any]]:
     """The edge curve of one run; its propagators dense-masked vs block-sparse (the modules
     reordered so that kept edges form blocks), timed interleaved on the same batch."""
+    from ..training import call_model
     from .flops import time_interleaved
     from .sparsify import block_sparse, eliminate_edges
 
@@ -56,7 +57,7 @@ def _edge_rows(run: Run, fractions: Sequence[float], *, batch: int, iters: int, 
         row = {"run": run.name, "fraction_removed": f, "edges_kept": kept, **evaluate_run(run, m)}
         fast = block_sparse(m, size, groups)
         with torch.inference_mode():
-            row["block_sparse_max_abs_diff"] = (fast(x) - m(x)).abs().max().item()
+            row["block_sparse_max_abs_diff"] = (call_model(fast, x) - call_model(m, x)).abs().max().item()
         row["block_size"] = size
         row["block_density"] = fast.propagator_kernel.pattern.layout.density
         fns[(f, "dense")] = (lambda m=m: forward(m, x, device, run.cfg.precision))

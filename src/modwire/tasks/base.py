@@ -195,10 +195,7 @@ def build_dataset(name: str, split: str, *, max_samples: int | None = None, **pa
     info = get_task(name)
     if split not in info.splits:
         raise ValueError(f"task {name!r} has splits {list(info.splits)}, got {split!r}")
-    unknown = sorted(set(params) - set(info.params))
-    if unknown:
-        raise KeyError(f"unknown parameter(s) {unknown} for task {name!r}; valid: {sorted(info.params)}")
-    dataset = _TASKS[name][1](split, **{**info.params, **params})
+    dataset = _TASKS[name][1](split, **info.merged_params(params))  # KeyError: an unknown parameter
     if max_samples and max_samples < len(dataset):
         return FirstN(dataset, max_samples)
     return dataset

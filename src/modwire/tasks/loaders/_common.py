@@ -14,11 +14,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import torch
 from torch import Tensor
 from torch.utils.data import Dataset
-
-from ..base import pad_collate  # noqa: F401  (re-exported for the loaders)
 
 
 def found_listing(path: Path | None, limit: int = 12) -> str:

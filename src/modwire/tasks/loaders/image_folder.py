@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import FormatError, LoaderDataset, found_listing, layout_message, malformed, missing, require_root
-from .images import RESIZE_MODES, _is_image, _pil, load_rgb
+from .images import _is_image, _pil, check_resize, class_dirs, load_rgb
 
 TASK = "image_folder"
 SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
@@ -41,10 +41,6 @@ LAYOUT = """\
   test/<class>/...   the same class folders in every split"""
 
 
-def _class_dirs(path: Path) -> list[str]:
-    return sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith((".", "__")))
-
-
 def split_folder(path: Path, split: str) -> Path:
     """The folder that holds ``split``, or an error listing every folder tried."""
     tried = [path / name for name in SPLIT_FOLDERS[split]]
@@ -57,13 +53,13 @@ def split_folder(path: Path, split: str) -> Path:
 def class_names(path: Path) -> list[str]:
     """The class folders of ``train/``, checked to be the same in every held-out folder present."""
     train = split_folder(path, "train")
-    classes = _class_dirs(train)
+    classes = class_dirs(train)
     if not classes:
         raise missing(TASK, "no class folders in train/", LAYOUT, train)
     for name in HELD_OUT:
         if not (path / name).is_dir():
             continue
-        other = _class_dirs(path / name)
+        other = class_dirs(path / name)
         if other != classes:
             only_train, only_other = sorted(set(classes) - set(other)), sorted(set(other) - set(classes))
             raise FormatError(layout_message(
@@ -77,8 +73,7 @@ def _check_params(image_size: Any, channels: Any, resize: Any) -> None:
         raise ValueError(f"{TASK}: image_size must be a positive int, got {image_size!r}")
     if channels not in (1, 3) or isinstance(channels, bool):
         raise ValueError(f"{TASK}: channels must be 1 (grayscale) or 3 (RGB), got {channels!r}")
-    if resize not in RESIZE_MODES:
-        raise ValueError(f"{TASK}: resize must be one of {list(RESIZE_MODES)}, got {resize!r}")
+    check_resize(TASK, resize)
 
 
 class ImageFolderDataset(LoaderDataset):

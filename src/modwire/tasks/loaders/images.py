@@ -44,6 +44,12 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 RESIZE_MODES = ("center_crop", "stretch")
 
 
+def check_resize(task: str, resize: object) -> None:
+    """A ``ValueError`` naming ``task`` unless ``resize`` is one of :data:`RESIZE_MODES`."""
+    if resize not in RESIZE_MODES:
+        raise ValueError(f"{task}: resize must be one of {list(RESIZE_MODES)}, got {resize!r}")
+
+
 def _pil():
     try:
         from PIL import Image
@@ -116,6 +122,11 @@ def read_wnids(path: Path, task: str, layout: str) -> list[str]:
 
 def _is_image(p: Path, suffixes: Sequence[str] = IMAGE_SUFFIXES) -> bool:
     return p.is_file() and p.suffix.lower() in suffixes and not p.name.startswith(".")
+
+
+def class_dirs(path: Path) -> list[str]:
+    """The names of the sub-folders of ``path`` (hidden ``.*`` and ``__*`` ones skipped), sorted."""
+    return sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith((".", "__")))
 
 
 def build_tiny_imagenet(split: str, root: Any = None, transform: Callable | None = None) -> ImageListDataset:
@@ -192,10 +203,9 @@ def build_tiny_imagenet_r(split: str, root: Any = None, wnids: Any = None, image
     are the classes. Images are resized to ``image_size`` (see :func:`load_rgb`).
     """
     task = "tiny_imagenet_r"
-    if resize not in RESIZE_MODES:
-        raise ValueError(f"{task}: resize must be one of {list(RESIZE_MODES)}, got {resize!r}")
+    check_resize(task, resize)
     path = require_root(task, root, R_LAYOUT)
-    folders = sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith((".", "__")))
+    folders = class_dirs(path)
     if wnids is None:
         classes = folders
     elif isinstance(wnids, (str, Path)):
@@ -233,8 +243,7 @@ def build_imagenet(split: str, root: Any = None, image_size: int = 224, resize: 
     ``image_size`` (shorter side, centre crop) at load time; random-resized-crop
     augmentation then works on that ``image_size`` image."""
     task = "imagenet"
-    if resize not in RESIZE_MODES:
-        raise ValueError(f"{task}: resize must be one of {list(RESIZE_MODES)}, got {resize!r}")
+    check_resize(task, resize)
     path = require_root(task, root, IMAGENET_LAYOUT)
     if not (path / "train").is_dir():
         raise missing(task, "no train/ folder", IMAGENET_LAYOUT, path)

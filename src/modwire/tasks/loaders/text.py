@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import InputSpec, TaskInfo, register_task
-from ._common import (LoaderDataset, first_dir, first_existing, malformed, missing, pad_collate,
-                      read_text_file, require_root, text_problem)
+from ..base import InputSpec, TaskInfo, pad_collate, register_task
+from ._common import (LoaderDataset, first_dir, first_existing, malformed, missing, read_text_file, require_root,
+                      text_problem)
 
 IMDB_LAYOUT = """\
 <root>/                           (the folder aclImdb/, or its parent)
