@@ -94,14 +94,18 @@ class ImageListDataset(LoaderDataset):
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        path, label = self.samples[index]
+    def decode(self, path: Path) -> Tensor:
+        """``path`` as ``[3, size, size]`` floats in [0, 1]; an unreadable file is a clear error
+        that names an empty, text or HTML file (e.g. a failed download saved as .jpg) as such."""
         try:
-            image = load_rgb(path, self.size, self.resize)
+            return load_rgb(path, self.size, self.resize)
         except OSError as exc:  # PIL's UnidentifiedImageError, a truncated file, ...
             problem = not_binary(path, "an image") if path.is_file() else None
             raise malformed(self.task, path, problem or f"not a readable image ({exc})", self.layout) from None
-        return self._out(image, torch.tensor(label, dtype=torch.long))
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        path, label = self.samples[index]
+        return self._out(self.decode(path), torch.tensor(label, dtype=torch.long))
 
 
 def read_wnids(path: Path, task: str, layout: str) -> list[str]:
