@@ -27,9 +27,10 @@ from pathlib import Path
 import torch
 
 from . import create_model, list_models, model_source
+from .analysis.report import DEFAULT_DROP_FRACTIONS
 
 MODELS = ["nac_small", "perceiver_io_small"]
-DROP = (0.0, 0.25, 0.5, 0.625, 0.75, 0.8125, 0.875, 0.9375)   # fractions of modules / latents dropped
+DROP = DEFAULT_DROP_FRACTIONS   # fractions of modules / latents dropped: those of `modwire analyze`
 
 # The paper's claim next to which the table is printed (NAC abstract and §3, Fig. 5a / 15;
 # Tiny-ImageNet at full scale, not this CPU-sized run).

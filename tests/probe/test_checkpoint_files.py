@@ -18,7 +18,8 @@ def test_a_checkpoint_loads_with_its_manifest(ckpt):
     d, model = ckpt
     assert load_state(d)["step"] == 3
     loaded = modwire.from_pretrained(d)
-    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), model.state_dict().values()))
+    saved, own = loaded.state_dict(), model.state_dict()
+    assert list(saved) == list(own) and all(torch.equal(saved[k], own[k]) for k in own)
 
 
 @pytest.mark.parametrize("load", [load_state, modwire.from_pretrained], ids=["load_state", "from_pretrained"])

@@ -53,6 +53,7 @@ def test_training_learns_the_toy_task(tmp_path):
 
 
 def _same_weights(a, b):
+    assert list(a) == list(b)  # zip below would stop silently at the shorter one
     for (n, x), (_, y) in zip(a.items(), b.items()):
         assert torch.equal(x, y), n
 
@@ -89,7 +90,7 @@ def test_grad_accumulation_matches_a_full_batch_step(tmp_path, monkeypatch):
     common = ["max_steps=1", "model.overrides.kernel_train_mode=expected", "optim.grad_clip=0"]
     train(cfg(tmp_path / "a", *common))
     train(cfg(tmp_path / "b", *common, "grad_accum=4"))
-    assert len(grads) == 2
+    assert len(grads) == 2 and len(grads[0]) == len(grads[1]) > 0
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, atol=1e-7, rtol=1e-4)
 

@@ -118,7 +118,8 @@ class MetricsLog:
         if not main:
             return
         if resume_step is not None and self.path.exists():
-            keep = [l for l in self.path.read_text().splitlines() if json.loads(l).get("step", 0) <= resume_step]
+            keep = [l for n, l in enumerate(self.path.read_text().splitlines(), 1)
+                    if _record(self.path, n, l).get("step", 0) <= resume_step]
             self.path.write_text("".join(l + "\n" for l in keep))
         elif resume_step is None:
             self.path.write_text("")
@@ -141,3 +142,15 @@ class MetricsLog:
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
+
+
+def _record(path: Path, n: int, line: str) -> dict[str, Any]:
+    """One ``metrics.jsonl`` record; a damaged line is a ValueError naming the file and line."""
+    try:
+        record = json.loads(line)
+    except ValueError as e:
+        raise ValueError(f"{path}, line {n}: not a metrics record ({e}); remove or repair the line, "
+                         f"then resume again") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path}, line {n}: not a metrics record (a JSON {type(record).__name__})")
+    return record

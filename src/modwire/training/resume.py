@@ -72,16 +72,22 @@ def run_config(run_dir: str | os.PathLike, overrides: Iterable[str] = ()) -> Tra
     return load_config(str(path), [*recorded_changes(run), *overrides, f"out_dir={json.dumps(str(run))}"])
 
 
-def check_resume(run_dir: str | os.PathLike, cfg: TrainConfig, allow: Iterable[str] = ()) -> dict[str, tuple]:
-    """The allowed differences between the run's config and ``cfg``; anything else is refused."""
+def saved_config_changes(run_dir: str | os.PathLike, cfg: TrainConfig) -> dict[str, tuple[Any, Any]]:
+    """``{key: (saved, new)}``: where ``cfg`` differs from the run's effective config
+    (legacy forms mapped, as :func:`~modwire.training.trainer.train` maps ``cfg``)."""
     from .legacy import map_legacy_graph_prior
 
+    return config_changes(map_legacy_graph_prior(run_config(run_dir)), cfg)
+
+
+def check_resume(run_dir: str | os.PathLike, cfg: TrainConfig, allow: Iterable[str] = ()) -> dict[str, tuple]:
+    """The allowed differences between the run's config and ``cfg``; anything else is refused."""
     allow = set(allow)
     not_harmless = sorted(allow - set(HARMLESS))
     if not_harmless:
         raise ValueError(f"--allow-change {','.join(not_harmless)}: only keys that change neither the model, "
                          f"the data nor the optimizer may change on resume: {', '.join(HARMLESS)}")
-    changes = config_changes(map_legacy_graph_prior(run_config(run_dir)), cfg)
+    changes = saved_config_changes(run_dir, cfg)
     refused = {k: v for k, v in changes.items() if k not in allow}
     if refused:
         listed = "; ".join(f"{k}: {old!r} → {new!r}" for k, (old, new) in refused.items())

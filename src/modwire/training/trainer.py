@@ -53,8 +53,7 @@ from .feedback import Feedback, MetricsLog
 from .legacy import map_legacy_graph_prior
 from .lock import RunLock
 from .optim import build_optimizer, build_scheduler
-from .resume import (CONFIG_NAME, RESUMES_NAME, check_resume, config_changes, record_resume, run_config,
-                     write_config_once)
+from .resume import CONFIG_NAME, RESUMES_NAME, check_resume, record_resume, saved_config_changes, write_config_once
 from .runtime import (autocast, batch_len, call_model, check_labels, compute_loss, evaluate, make_loader,
                       to_device)
 from .signals import StopSignals
@@ -262,7 +261,7 @@ def prepare_directory(cfg: TrainConfig, run_dir: Path, *, resume: bool, allow: I
                          f"with `modwire train --resume {run_dir}`, choose another out_dir, or pass --overwrite "
                          f"to discard it")
     elif (run_dir / CONFIG_NAME).is_file():
-        differ = config_changes(map_legacy_graph_prior(run_config(run_dir)), cfg)
+        differ = saved_config_changes(run_dir, cfg)
         if differ:
             raise ValueError(f"out_dir {run_dir} holds another run's {CONFIG_NAME} (differing keys: "
                              f"{', '.join(differ)}): choose another out_dir, or pass --overwrite to discard it")
