@@ -23,8 +23,8 @@ import torch
 from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
-from ._common import FormatError, found_listing, layout_message, missing, require_root
-from .images import ImageListDataset, _is_image, _pil, check_resize, class_dirs
+from ._common import FormatError, LoaderDataset, found_listing, layout_message, malformed, missing, require_root
+from .images import _is_image, _pil, check_resize, class_dirs, load_rgb
 
 TASK = "image_folder"
 SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
@@ -76,17 +76,23 @@ def _check_params(image_size: Any, channels: Any, resize: Any) -> None:
     check_resize(TASK, resize)
 
 
-class ImageFolderDataset(ImageListDataset):
+class ImageFolderDataset(LoaderDataset):
     """``(path, label)`` pairs decoded on access into ``(float [channels, size, size], long)``."""
 
     def __init__(self, samples: list[tuple[Path, int]], classes: list[str], size: int, channels: int,
                  resize: str = "center_crop", transform: Callable | None = None) -> None:
-        super().__init__(samples, classes, size, resize, transform, task=TASK, layout=LAYOUT)
-        self.channels = channels
+        super().__init__(transform)
+        self.samples, self.classes, self.size, self.channels, self.resize = samples, classes, size, channels, resize
+
+    def __len__(self) -> int:
+        return len(self.samples)
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
         path, label = self.samples[index]
-        x = self.decode(path)                                               # [3, S, S]
+        try:
+            x = load_rgb(path, self.size, self.resize)                     # [3, S, S]
+        except OSError as exc:  # Pillow's UnidentifiedImageError, truncated files, an HTML page saved as .jpg
+            raise malformed(TASK, path, f"not an image Pillow can decode ({exc})", LAYOUT) from None
         if self.channels == 1:
             x = torch.einsum("c,chw->hw", torch.tensor(LUMA), x)[None]      # [1, S, S]
         return self._out(x, torch.tensor(label, dtype=torch.long))

@@ -94,18 +94,14 @@ class ImageListDataset(LoaderDataset):
     def __len__(self) -> int:
         return len(self.samples)
 
-    def decode(self, path: Path) -> Tensor:
-        """``path`` as ``[3, size, size]`` floats in [0, 1]; an unreadable file is a clear error
-        that names an empty, text or HTML file (e.g. a failed download saved as .jpg) as such."""
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        path, label = self.samples[index]
         try:
-            return load_rgb(path, self.size, self.resize)
+            image = load_rgb(path, self.size, self.resize)
         except OSError as exc:  # PIL's UnidentifiedImageError, a truncated file, ...
             problem = not_binary(path, "an image") if path.is_file() else None
             raise malformed(self.task, path, problem or f"not a readable image ({exc})", self.layout) from None
-
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        path, label = self.samples[index]
-        return self._out(self.decode(path), torch.tensor(label, dtype=torch.long))
+        return self._out(image, torch.tensor(label, dtype=torch.long))
 
 
 def read_wnids(path: Path, task: str, layout: str) -> list[str]:
