@@ -92,4 +92,4 @@ def test_augmentation_needs_an_image_task(tmp_path):
 
     cfg = load_config(None, ["model.name=nac_micro", "data.task=listops", "data.mixup=true"])
     with pytest.raises(ValueError, match=r"need an image classification task; task 'listops' gives \{'x': 'tokens'\}"):
-        apply_augmentation(cfg, None, describe_task("listops"), [], [])
+        apply_augmentation(cfg, describe_task("listops"), [], [])

@@ -51,7 +51,7 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
     model = from_pretrained(ckpt)
     if task != cfg.data.task:   # another task's data (the run's own fits by construction)
         check_task_fits(model, info)
-    _, dataset, _ = apply_augmentation(cfg, model, info, dataset, dataset)  # the run's eval transform, if any
+    _, dataset, _ = apply_augmentation(cfg, info, dataset, dataset)  # the run's eval transform, if any
     return cfg, model.eval(), info, dataset
 
 

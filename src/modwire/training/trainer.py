@@ -91,7 +91,7 @@ def build_datasets(cfg: TrainConfig) -> tuple[Any, Any]:
     return train_set, val_set
 
 
-def apply_augmentation(cfg: TrainConfig, model, info, train_set, val_set):
+def apply_augmentation(cfg: TrainConfig, info, train_set, val_set):
     """NAC App. C regimen for image tasks: per-sample transforms (``data.augment``) and
     batch-level Mixup/CutMix with label smoothing (``data.mixup``)."""
     if not (cfg.data.augment or cfg.data.mixup):
@@ -162,7 +162,7 @@ def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path) 
     info = get_task(cfg.data.task)
     torch.manual_seed(cfg.seed)
     model = build_model_for_task(cfg).to(dist_info.device)
-    train_set, val_set, mixer = apply_augmentation(cfg, model, info, *build_datasets(cfg))
+    train_set, val_set, mixer = apply_augmentation(cfg, info, *build_datasets(cfg))
     sampler = distributed.EpochSampler(len(train_set), cfg.seed, dist_info.rank, world)
     train_loader = make_loader(train_set, local_batch, sampler, info, cfg.data.num_workers, drop_last=True)
     val_loader = make_loader(val_set, local_batch, None, info, cfg.data.num_workers, drop_last=False)
