@@ -38,8 +38,7 @@ def bench(name: str, batch: int, repeats: int, warmup: int) -> dict[float, float
     cfg = model.config
     field = "num_processor_modules" if isinstance(model, modwire.NAC) else "num_latents"
     variants = {f: drop_modules(model, f) for f in FRACTIONS}
-    x = torch.randn(batch, cfg.tokenizer.in_channels if hasattr(cfg, "in_channels") else 3,
-                    cfg.tokenizer.image_size, cfg.tokenizer.image_size)
+    x = torch.randn(batch, cfg.tokenizer.in_channels, cfg.tokenizer.image_size, cfg.tokenizer.image_size)
     times: dict[float, list[float]] = {f: [] for f in FRACTIONS}
     with torch.inference_mode():
         for f, m in variants.items():
