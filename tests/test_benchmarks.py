@@ -1,9 +1,12 @@
 """The benchmark scripts stay runnable (tiny sizes; their ratios are not checked here:
 speed targets live in the benchmarks, not in timed unit tests)."""
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,6 +43,12 @@ def test_bench_sparsify_quick_runs():
                          capture_output=True, text=True, timeout=120, check=True).stdout
     assert re.search(r"NAC speed-up at 87.5% modules dropped: [\d.]+x", out)
     assert re.search(r"Perceiver IO speed-up at 87.5% latents dropped: [\d.]+x", out)
+    rows = re.findall(r"^ +([\d.]+)% +(\d+) +[\d.]+ +[\d.]+ +([\d.]+)x +([\d.]+) +([\d.]+)x$", out, flags=re.M)
+    assert [(r[0], r[1]) for r in rows] == [("0.0", "64"), ("50.0", "32"), ("75.0", "16"), ("87.5", "8")] * 2
+    for model in (rows[:4], rows[4:]):   # fewer modules, fewer FLOPs; the FLOP ratio is full / dropped
+        gflops = [float(r[3]) for r in model]
+        assert gflops == sorted(gflops, reverse=True) and float(model[0][4]) == 1.0
+        assert float(model[-1][4]) == pytest.approx(gflops[0] / gflops[-1], rel=0.05)  # GFLOPs printed to 3 decimals
 
 
 def test_bench_startup_runs_and_prints_a_row_per_preset():
@@ -54,3 +63,34 @@ def test_bench_input_checks_runs_and_reports_the_ratio():
                           "--batch", "2"], capture_output=True, text=True, timeout=120, check=True).stdout
     assert re.search(r"with / without checks \(median of 2 interleaved pairs\): [\d.]+", out)
     assert re.search(r"check_input alone: \d+ us = [\d.]+% of a forward", out)
+
+
+def test_graph_align_quick_prints_a_row_per_prior_and_kernel():
+    out = subprocess.run([sys.executable, str(ROOT / "experiments" / "graph_align.py"), "--quick"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    rows = re.findall(r"^\| (\w+) \| 16 \| [\d.]+, [\d.]+ \| ([\d.]+) / ([\d.]+) / ([\d.]+) \| (\d+)% .* \| (\d+)% .*\|$",
+                      out, flags=re.M)
+    assert sorted(r[0] for r in rows) == sorted(["erdos_renyi", "planted_partition", "ring_of_cliques",
+                                                 "scale_free"] * 2)
+    for name, lo, med, hi, _, inv_degree in rows:
+        assert float(lo) <= float(med) <= float(hi)
+        assert inv_degree == "100"   # degree alignment makes the loss invariant to relabelling
+        if name == "erdos_renyi":    # a constant prior: both aligns give the same loss
+            assert (lo, med, hi) == ("1.000", "1.000", "1.000")
+
+
+@pytest.mark.slow
+def test_conditional_nac_quick_prints_what_it_saves(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "experiments" / "conditional_nac.py"), "--quick",
+                          "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300,
+                         check=True).stdout
+    saved = json.loads((tmp_path / "run" / "experiment.json").read_text())
+    for fam in ("non_relational", "relational"):
+        acc, maj, q = map(float, re.search(rf"^{fam} +([\d.]+) +([\d.]+) +([\d.]+)$", out, re.M).groups())
+        assert acc == pytest.approx(saved["test"][f"top1_{fam}"], abs=5e-4)
+        assert maj == pytest.approx(saved["baselines"][fam]["majority"], abs=5e-4)
+        assert q == pytest.approx(saved["baselines"][fam]["question_only"], abs=5e-4)
+        assert 0 < maj <= 1 and 0 <= q <= 1
+    sep = saved["separation_trained"]
+    assert 0 <= sep["accuracy"] <= 1 and 0 < sep["chance"] < 1
+    assert "~64%" in out and "53%" in out   # the paper's numbers, printed next to the run's
