@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 import modwire
 from modwire import demo
@@ -112,6 +113,11 @@ def test_demo_race_trains_both_models_and_prints_the_table(tmp_path, capsys):
         assert 0.0 <= float(cols[2]) <= 1.0 and float(cols[4]) > 0
     assert "listops, 2 training steps per model" in out
     assert (tmp_path / "race" / "nac_small" / "checkpoints" / "last" / "model.safetensors").is_file()
+    # each model at its own best lr and warm-up (experiments/table1_ladder.py), as its CPU config
+    for name, config in (("nac_small", "nac_listops.yaml"), ("perceiver_io_small", "perceiver_io_listops.yaml")):
+        optim = yaml.safe_load((tmp_path / "race" / name / "config.yaml").read_text())["optim"]
+        expected = yaml.safe_load((ROOT / "configs" / "cpu" / config).read_text())["optim"]
+        assert (optim["lr"], optim["warmup_steps"]) == (expected["lr"], expected["warmup_steps"])
 
 
 def test_forward_demo_prints_parameter_counts_and_throughput(capsys):

@@ -374,3 +374,20 @@ def test_fuzzy_boolean_items():
     assert torch.equal(other[0][0], ds[0][0]) and not all(
         torch.equal(other[i][1], ds[i][1]) for i in range(20))
     assert tasks.compute_metrics(("r2",), torch.stack(ys), torch.stack(ys))["r2"] == 1.0
+
+
+def test_listops_nesting_depth():
+    ids = lambda s: [lo.TOKEN_NAMES.index(t) for t in s.split()]   # noqa: E731
+    assert lo.nesting_depth(ids("[MAX 2 9 ]")) == 1
+    assert lo.nesting_depth(ids("[MAX 2 [MIN 4 [SM 1 2 ] ] [MED 3 4 ] ]")) == 3
+    assert lo.nesting_depth(torch.tensor(ids("[SM 1 [MIN 4 7 ] ]") + [lo.PAD, lo.PAD])) == 2
+    # a tree of max_depth levels (leaves included) nests at most max_depth - 1 operators
+    ds = build_dataset("listops", "train", size=60, min_len=5, max_len=64, max_depth=3)
+    depths = {lo.nesting_depth(ds[i][0]) for i in range(len(ds))}
+    assert depths == {1, 2}
+
+
+def test_size_mapping_with_an_unknown_split_name_is_refused():
+    """`size={train:8}` (no space after the colon) is YAML for the key "train:8": refused, not ignored."""
+    with pytest.raises(ValueError, match=r"unknown split name\(s\) \['train:8'\].*a space after each colon"):
+        build_dataset("listops", "train", size={"train": 8, "train:8": None}, min_len=5, max_len=64)

@@ -30,6 +30,11 @@ def sample_rng(seed: int, split: str, index: int) -> np.random.Generator:
 
 def split_size(size: int | Mapping[str, int], split: str) -> int:
     """``size`` is one count for every split, or a mapping ``{split: count}``."""
+    if isinstance(size, Mapping):
+        bad = [k for k in size if not isinstance(k, str) or k not in SPLIT_IDS]
+        if bad:    # e.g. `size={train:8}`: YAML needs a space after the colon, else a key "train:8"
+            raise ValueError(f"size has unknown split name(s) {bad}: expected a mapping of {list(SPLIT_IDS)} "
+                             f"to counts (in YAML, a space after each colon: {{train: 8, val: 2}})")
     if isinstance(size, Mapping) and split not in size:  # e.g. `--set data.params.size:={train: 8}`
         raise ValueError(f"size has no count for split {split!r}: expected a count for every split used, "
                          f"got {dict(size)!r}")

@@ -116,6 +116,21 @@ def to_string(ids) -> str:
     return " ".join(TOKEN_NAMES[t] for t in ids if t != PAD)
 
 
+def nesting_depth(ids) -> int:
+    """How deeply operators nest in a token-id sequence: 1 for ``[MAX 2 9 ]``, 2 for
+    ``[MAX 2 [MIN 4 7 ] ]``. A tree of ``max_depth`` levels (leaves included) nests at most
+    ``max_depth - 1`` operators. Used to build out-of-distribution splits of deeper expressions."""
+    ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+    depth = deepest = 0
+    for t in ids:
+        if t in OPERATORS:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif t == CLOSE:
+            depth -= 1
+    return deepest
+
+
 class _TooLong(Exception):
     pass
 
