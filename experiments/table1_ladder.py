@@ -73,11 +73,11 @@ def _prior(name: str, params: str, weight: str = "5e-3") -> tuple[str, ...]:
 ROWS = [
     Row("pio", "Perceiver IO", "perceiver_io_small", paper="Perceiver IO"),
     Row("nac_as_pio", "NAC with everything off (= Perceiver IO)", "nac_small", PIO_LIKE),
-    Row("mlp_states", "+ initial states MLP(code)", "nac_small", (*PIO_LIKE[:3], NOK + "initial_state=mlp")),
-    Row("outputs", "+ 8 confidence-weighted output modules", "nac_small", (*PIO_LIKE[:2], PIO_LIKE[3])),
-    Row("modfc_only", "+ ModFC only (1 output, states = code)", "nac_small",
+    Row("mlp_states", "Perceiver IO + initial states MLP(code) only", "nac_small", (*PIO_LIKE[:3], NOK + "initial_state=mlp")),
+    Row("outputs", "Perceiver IO + 8 confidence-weighted outputs only", "nac_small", (*PIO_LIKE[:2], PIO_LIKE[3])),
+    Row("modfc_only", "Perceiver IO + ModFC only", "nac_small",
         (PIO_LIKE[1], PIO_LIKE[2], PIO_LIKE[3])),
-    Row("modfc", "+ ModFC", "nac_small", (NOK + "kernel.enabled=false",), paper="+ ModFC"),
+    Row("modfc", "+ ModFC (NAC without kernel)", "nac_small", (NOK + "kernel.enabled=false",), paper="+ ModFC"),
     Row("frozen", "+ Sparse graph (not learnable)", "nac_small",
         (NOK + "frozen_graph={name: scale_free, params: {beta: 0.5}, seed: 0}",),
         paper="+ Sparse graph (not learnable)"),
@@ -270,9 +270,7 @@ def load_results(path: Path) -> dict[str, dict]:
     for line in path.read_text().splitlines():
         if line.strip():
             r = json.loads(line)
-            # results without a recorded split predate the rotated images; ListOps's has not changed
-            split = r.get("ood_split", OOD_SPLITS["listops"] if r["task"] == "listops" else None)
-            if split == OOD_SPLITS.get(r["task"]):
+            if r.get("ood_split") == OOD_SPLITS.get(r["task"]):
                 out[r["key"]] = r
     return out
 
