@@ -34,6 +34,7 @@ row with 5 seeds (about 4 hours); ``--sweep`` adds the learning-rate sweep (30 m
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -127,8 +128,7 @@ TASKS = {
     "fashion_mnist": Task("fashion_mnist", {"nac": "nac_fashion_mnist.yaml", "pio": "perceiver_io_fashion_mnist.yaml"},
                           ("data.val_split=test",), "test images rotated by 30 degrees"),
 }
-STEPS = {"listops": 600, "fashion_mnist": 200}
-# the same for every row (`--steps-scale` scales both)
+STEPS = {"listops": 600, "fashion_mnist": 200}      # the same for every row (`--steps-scale` scales both)
 # each task's OOD split, recorded with each result: results of an earlier definition are retrained, not mixed in
 OOD_SPLITS = {"listops": "nested3plus", "fashion_mnist": "rotated30"}
 
@@ -150,23 +150,13 @@ def listops_ood(params: dict, n: int = 4000):
 ROTATION_DEGREES = 30.0
 
 
-def rotate(x, degrees: float = ROTATION_DEGREES):
-    """``x`` ``[C, H, W]`` rotated by ``degrees`` about its centre (bilinear, zeros outside)."""
-    import torch
-    import torch.nn.functional as F
-
-    t = math.radians(degrees)
-    theta = torch.tensor([[math.cos(t), -math.sin(t), 0.0], [math.sin(t), math.cos(t), 0.0]], dtype=x.dtype)
-    grid = F.affine_grid(theta[None], [1, *x.shape], align_corners=False)
-    return F.grid_sample(x[None], grid, align_corners=False)[0]
-
-
 def image_ood(task: str, params: dict):
     """The test images rotated by 30° (a shift the training images never show, as ImageNet-R's
     renditions are for Tiny-ImageNet; inverting them instead leaves every model below chance)."""
     from modwire.tasks import build_dataset
+    from modwire.tasks.augment.rand_augment import rotate
 
-    return build_dataset(task, "test", **{**params, "transform": rotate})
+    return build_dataset(task, "test", **{**params, "transform": functools.partial(rotate, degrees=ROTATION_DEGREES)})
 
 
 def ood_dataset(cfg):
@@ -258,21 +248,31 @@ def _train_and_score(job: Job, out: str) -> dict:
     ood = evaluate(result["model"], make_loader(ood_set, 256, None, info, 0, drop_last=False),
                    info, torch.device("cpu"))
     shutil.rmtree(Path(cfg.out_dir) / "checkpoints", ignore_errors=True)   # 12 MB a run; metrics stay
-    return {**asdict(job), "key": job.key, "iid": result["val"]["top1"], "ood": ood["top1"], "ood_split": OOD_SPLITS[job.task],
-            "iid_loss": result["val"]["loss"], "steps_done": result["step"],
+    return {**asdict(job), "key": job.key, "iid": result["val"]["top1"], "ood": ood["top1"],
+            "ood_split": OOD_SPLITS[job.task], "iid_loss": result["val"]["loss"], "steps_done": result["step"],
             "seconds": round(time.perf_counter() - start, 1)}
 
 
 def load_results(path: Path) -> dict[str, dict]:
+    """Finished runs by key. A last line cut short (the study was killed mid-write) is dropped, so
+    that run is trained again; a damaged line elsewhere is an error naming the file and line."""
     if not path.exists():
         return {}
-    out = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            r = json.loads(line)
-            if r.get("ood_split") == OOD_SPLITS.get(r["task"]):
-                out[r["key"]] = r
+    lines, out = path.read_text().splitlines(), {}
+    for n, line in enumerate(lines, 1):
+        try:
+            r = json.loads(line) if line.strip() else None
+        except json.JSONDecodeError as e:
+            if n == len(lines):
+                break
+            raise ValueError(f"{path}, line {n}: not a JSON result ({e}); fix or delete the line") from None
+        if r is not None and r.get("ood_split") == OOD_SPLITS.get(r["task"]):
+            out[r["key"]] = r
     return out
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
 
 
 def run_jobs(jobs: list[Job], out: Path, workers: int, log: Callable[[str], None] = print) -> list[str]:
@@ -289,7 +289,7 @@ def run_jobs(jobs: list[Job], out: Path, workers: int, log: Callable[[str], None
         return failed
     out.mkdir(parents=True, exist_ok=True)
     # SIGTERM (kill, Slurm) unwinds like Ctrl-C, so that the pool's workers are terminated too
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupt)
     with mp.get_context("spawn").Pool(workers, maxtasksperchild=1) as pool, path.open("a") as f:
         for i, r in enumerate(pool.imap_unordered(run_job, [(j, str(out)) for j in todo]), 1):
             if "error" in r:
@@ -403,18 +403,16 @@ def plot(groups: dict[tuple, dict], tasks: list[str], path: Path) -> Path | None
 
 def plan(args: argparse.Namespace, image: str) -> list[Job]:
     """The jobs the arguments ask for: the ladder (``--rows``) and/or the sweep (``--sweep``)."""
-    tasks = args.tasks.split(",")
-    unknown = [t for t in tasks + args.sweep_tasks.split(",") if t not in TASKS] + [r for r in args.rows.split(",") if r not in ROW]
+    tasks, sweep_tasks, rows = args.tasks.split(","), args.sweep_tasks.split(","), args.rows.split(",")
+    unknown = [t for t in tasks + sweep_tasks if t not in TASKS] + [r for r in rows if r not in ROW]
     if unknown:
         raise SystemExit(f"table1_ladder.py: unknown task or row {unknown}; tasks: {list(TASKS)}, rows: {list(ROW)}")
     cap = 160 if args.quick else 0
-    steps = {t: 3 if args.quick else max(1, round(STEPS[t] * args.steps_scale)) for t in tasks}
+    steps = {t: 3 if args.quick else max(1, round(STEPS[t] * args.steps_scale)) for t in {*tasks, *sweep_tasks}}
     jobs = [] if args.sweep_only else [
         Job(row, t, seed, steps[t], *config_setting(row, t), image, cap)
-        for seed in range(args.seeds) for t in tasks for row in args.rows.split(",")]
+        for seed in range(args.seeds) for t in tasks for row in rows]
     if args.sweep or args.sweep_only:
-        sweep_tasks = args.sweep_tasks.split(",")
-        steps.update({t: 3 if args.quick else max(1, round(STEPS[t] * args.steps_scale)) for t in sweep_tasks})
         jobs += [Job(row, t, seed, steps[t], lr, warm, image, cap)
                  for seed, t, row, lr, warm in itertools.product(range(args.sweep_seeds), sweep_tasks, SWEEP_ROWS,
                                                                  SWEEP_LRS, SWEEP_WARMUPS)]
@@ -430,20 +428,39 @@ def report(out: Path, tasks: list[str]) -> str:
     return table + f"\n\ntable: {out / 'table.md'}" + (f", plot: {figure}" if figure else " (no matplotlib: no plot)")
 
 
+def positive(text: str) -> int:
+    """argparse type: an int >= 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
+def scale(text: str) -> float:
+    """argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="runs/experiments/table1_ladder")
     ap.add_argument("--rows", default=",".join(DEFAULT_ROWS), help=f"comma-separated, of {list(ROW)}")
     ap.add_argument("--tasks", default="listops,fashion_mnist")
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--steps-scale", type=float, default=1.0, help=f"training steps x this (default {STEPS})")
+    ap.add_argument("--seeds", type=positive, default=3)
+    ap.add_argument("--steps-scale", type=scale, default=1.0,
+                    help=f"training steps x this (default {STEPS})")
     ap.add_argument("--full", action="store_true", help="every row, 5 seeds (about 4 hours on 2 cores)")
     ap.add_argument("--sweep", action="store_true",
                     help=f"also lr {SWEEP_LRS} x warm-up {SWEEP_WARMUPS} for {SWEEP_ROWS} (30 minutes a task)")
     ap.add_argument("--sweep-only", action="store_true", help="the sweep without the ladder")
-    ap.add_argument("--sweep-seeds", type=int, default=1)
+    ap.add_argument("--sweep-seeds", type=positive, default=1)
     ap.add_argument("--sweep-tasks", default="listops", help="the tasks the sweep trains on")
-    ap.add_argument("--workers", type=int, default=max(1, min(2, os.cpu_count() or 1)))
+    ap.add_argument("--workers", type=positive, default=max(1, min(2, os.cpu_count() or 1)))
     ap.add_argument("--report", action="store_true", help="print the table of what OUT/results.jsonl holds")
     ap.add_argument("--quick", action="store_true", help="3 steps on 160 samples per split (smoke test)")
     args = ap.parse_args(argv)

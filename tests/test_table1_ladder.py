@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from modwire.tasks import build_dataset
+from modwire.tasks.augment.rand_augment import rotate
 from modwire.tasks.synthetic.listops import nesting_depth
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,11 +80,11 @@ def test_image_ood_rotates_the_test_images():
     x, y = iid[5]
     x_ood, y_ood = ood[5]
     assert int(y_ood) == int(y)
-    torch.testing.assert_close(x_ood, ladder.rotate(x, 30.0))
+    torch.testing.assert_close(x_ood, rotate(x, 30.0))
     bar = torch.zeros(1, 32, 32)
     bar[0, 10:22, 14:18] = 1.0                                  # a vertical bar ...
-    torch.testing.assert_close(ladder.rotate(bar, 90.0)[0, 14:18, 10:22], torch.ones(4, 12))   # ... lies down
-    assert ladder.rotate(bar, 30.0).sum() == pytest.approx(48.0, rel=0.02)   # mass kept, nothing cropped
+    torch.testing.assert_close(rotate(bar, 90.0)[0, 14:18, 10:22], torch.ones(4, 12))   # ... lies down
+    assert rotate(bar, 30.0).sum() == pytest.approx(48.0, rel=0.02)   # mass kept, nothing cropped
 
 
 def _result(row, seed, iid, ood, lr, warm=50, task="listops"):
@@ -113,6 +114,24 @@ def test_table_prints_the_ladder_next_to_the_paper_then_the_sweep():
                      f"{' 41.0' if lr == nac_lr else ' 30.0'}       | {' 25.0' if lr == nac_lr else ' 10.0'}       |  |  |"
                      for lr in sorted([nac_lr, off])]
     assert not any("fashion_mnist" in l for l in lines)                    # no results, no block
+
+
+def test_results_file_cut_short_by_a_kill_loses_only_the_last_run(tmp_path):
+    path = tmp_path / "results.jsonl"
+    good = _result("pio", 0, 0.4, 0.3, 1e-3)
+    path.write_text(json.dumps({**good, "key": "a"}) + "\n" + json.dumps({**good, "key": "b"})[:25])
+    assert list(ladder.load_results(path)) == ["a"]                         # "b" is trained again
+    path.write_text("{oops\n" + json.dumps({**good, "key": "a"}) + "\n")
+    with pytest.raises(ValueError, match=r"results.jsonl, line 1: not a JSON result"):
+        ladder.load_results(path)
+
+
+@pytest.mark.parametrize("argv", [["--workers", "0"], ["--seeds", "x"], ["--steps-scale", "-1"],
+                                  ["--steps-scale", "nan"]])
+def test_bad_counts_are_usage_errors(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        ladder.main([*argv, "--report", "--out", "unused"])
+    assert e.value.code == 2 and "expected a" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ Data: Fashion-MNIST from Debian's package ``dataset-fashion-mnist`` when it is i
 no system package. The demo says which one it used and why.
 
 ``--race`` runs the previous demo instead (both models trained for 700 steps on short
-ListOps, accuracy and speed printed: a race only full-scale training decides), and
+ListOps, each at its own learning rate, accuracy and speed printed), and
 ``--forward`` times the inference forward of the NAC Table 4 models.
 """
 from __future__ import annotations
