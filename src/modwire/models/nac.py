@@ -40,6 +40,7 @@ from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
 from .base import Intermediates, PretrainedModel
 from .config import COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_choice, heads_of
+from .finetune_protocol import ReadOutHeadFineTuning
 from .inputs import Inputs, named_inputs
 from .registry import register_model_type, register_preset
 from .tokenizer_config import TOKENIZER_LEGACY_KEYS, TokenizerConfig, build_tokenizer
@@ -303,12 +304,13 @@ class ConditionalGenerator(nn.Module):
 
 # ----------------------------------------------------------------------------- 2. circuit executor
 
-class NAC(PretrainedModel):
+class NAC(ReadOutHeadFineTuning, PretrainedModel):
     """Neural Attentive Circuit classifier: ``model(x) → logits [B, num_classes]``, or
     ``model(x, condition=c)`` for a conditional NAC. ``forward_intermediates`` also returns
     the circuit, ``P`` and the attention of every stage (:class:`~modwire.models.base.Intermediates`)."""
 
     config_class = NACConfig
+    readout_design = ("generator.outputs.",)          # the output modules' free design (§2.2)
     legacy_state_keys = PretrainedModel.legacy_state_keys + (
         (r"^(processors|outputs)\.", r"generator.\1."), (r"^edge_mask$", "propagator_kernel.edge_mask"))
 

@@ -21,6 +21,7 @@ from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
 from .base import Intermediates, PretrainedModel
 from .config import COUNT, ModelConfig, check_choice, heads_of
+from .finetune_protocol import ReadOutHeadFineTuning
 from .inputs import Inputs
 from .registry import register_model_type, register_preset
 from .tokenizer_config import TOKENIZER_LEGACY_KEYS, TokenizerConfig, build_tokenizer, single_input
@@ -59,11 +60,12 @@ class PerceiverIOConfig(ModelConfig):
         check_choice("activation", self.activation, ACTIVATIONS)
 
 
-class PerceiverIO(PretrainedModel):
+class PerceiverIO(ReadOutHeadFineTuning, PretrainedModel):
     """Perceiver IO classifier. ``model(x) → logits [B, num_classes]``;
     ``forward_intermediates(x)`` adds the attention weights and the final ``states``."""
 
     config_class = PerceiverIOConfig
+    readout_design = ("output_queries",)              # the decoder's learned queries
 
     def __init__(self, config: PerceiverIOConfig) -> None:
         super().__init__()
