@@ -48,6 +48,10 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
     params = cfg.data.params if task == cfg.data.task else {}
     info = describe_task(task, params)  # the class count and inputs of these parameters
     dataset = build_dataset(task, split or cfg.data.val_split, max_samples=cfg.data.max_samples, **params)
+    if task == cfg.data.task and (cfg.data.few_shot.shots or cfg.data.few_shot.ways):  # a few-shot run's classes
+        from ..training.finetune import few_shot_eval_set
+
+        dataset = few_shot_eval_set(cfg, info, dataset, split or cfg.data.val_split)
     model = from_pretrained(ckpt)
     if task != cfg.data.task:   # another task's data (the run's own fits by construction)
         check_task_fits(model, info)

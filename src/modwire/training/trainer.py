@@ -50,6 +50,7 @@ from ..tasks import build_dataset, describe_task, get_task
 from . import distributed
 from .config import TrainConfig
 from .feedback import Feedback, MetricsLog
+from .finetune import few_shot_splits, pretrained_model, select_trainable
 from .legacy import map_legacy_graph_prior
 from .lock import RunLock
 from .optim import build_optimizer, build_scheduler
@@ -88,6 +89,8 @@ def build_datasets(cfg: TrainConfig) -> tuple[Any, Any]:
     d = cfg.data
     train_set = build_dataset(d.task, d.train_split, max_samples=d.max_samples, **d.params)
     val_set = build_dataset(d.task, d.val_split, max_samples=d.max_samples, **d.params)
+    if d.few_shot.shots or d.few_shot.ways:        # k-shot n-way subset of the run's seed (finetune.py)
+        train_set, val_set = few_shot_splits(cfg, describe_task(d.task, d.params), train_set, val_set)
     return train_set, val_set
 
 
@@ -161,7 +164,10 @@ def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path) 
     local_batch = cfg.data.batch_size // (world * cfg.grad_accum)
     info = get_task(cfg.data.task)
     torch.manual_seed(cfg.seed)
-    model = build_model_for_task(cfg).to(dist_info.device)
+    model = pretrained_model(cfg, describe_task(cfg.data.task, cfg.data.params)) if cfg.finetune.init \
+        else build_model_for_task(cfg)
+    select_trainable(model, cfg.finetune.train)     # the rest frozen, left out of the optimizer (finetune.py)
+    model = model.to(dist_info.device)
     train_set, val_set, mixer = apply_augmentation(cfg, info, *build_datasets(cfg))
     sampler = distributed.EpochSampler(len(train_set), cfg.seed, dist_info.rank, world)
     train_loader = make_loader(train_set, local_batch, sampler, info, cfg.data.num_workers, drop_last=True)
@@ -287,7 +293,9 @@ def start(run: Run, state: TrainState, *, resumed: bool) -> None:
         "parameters": f"{state.model.num_parameters():,} ({state.model.num_parameters(True):,} trainable)",
         "steps": f"{run.steps_per_epoch} per epoch, {run.total} in all (batch {cfg.data.batch_size} = "
                  f"{run.dist.world} × {cfg.grad_accum} × {run.local_batch})",
-        "device": f"{run.device} × {run.dist.world}, precision {cfg.precision}"})
+        "device": f"{run.device} × {run.dist.world}, precision {cfg.precision}",
+        **({"fine-tuning": f"from {cfg.finetune.init}; training {', '.join(cfg.finetune.train)}"
+                           f"{'; new task outputs' if cfg.finetune.new_task else ''}"} if cfg.finetune.init else {})})
     state.model.train()
     run.tick = time.perf_counter()
 
