@@ -22,6 +22,8 @@ BAD_VALUES = {
     "data.batch_size": ["0", "-8"],
     "data.num_workers": ["-1"],
     "data.max_samples": ["-1"],
+    "data.few_shot.shots": ["-1"],
+    "data.few_shot.ways": ["-2"],
     "epochs": ["0", "-1"],
     "grad_accum": ["0", "-2"],
     "log_every": ["0", "-1"],
