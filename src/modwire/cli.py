@@ -114,7 +114,8 @@ def _finetune_parser(sub) -> None:
     f.add_argument("--seeds", default="0,1,2,3,4,5", help="comma-separated seeds; default 0-5 (NI App. C.2.2: 6)")
     f.add_argument("--epochs", type=int, default=10, help="default 10 (NI App. C.2.2; Table 1 used 3)")
     f.add_argument("--lr", type=float, default=None,
-                   help="constant RAdam learning rate; default 0.05 (NI), 0.03 for a ViT (NI App. C.2.2)")
+                   help="constant RAdam learning rate; default 0.05 (NI), 0.03 for a ViT (NI App. C.2.2); "
+                        "NAC/PIO get 0.05 too (NAC Fig. 4 gives no fine-tuning lr: sweep it)")
     f.add_argument("--batch-size", type=int, default=None, metavar="B",
                    help="default 128 (NI App. C.2.2), cut to K·N for a smaller few-shot set")
     f.add_argument("--out", help="output directory (default RUN/finetune/<task>-<sets>[-<K>shot][-<N>way])")

@@ -157,3 +157,8 @@ def test_cli_runs_seeds_and_an_interrupted_sweep_resumes_skipping_finished_seeds
     assert (cfg.optim.name, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps) == ("radam", 0.05, 0.05, 0)
     table = capsys.readouterr().out
     assert "mean" in table and f"{summary['mean']:.4f} ± {summary['std']:.4f}" in table
+    # `modwire eval` scores a few-shot seed on its own classes, renumbered as in training
+    best = json.loads((out / "seed-1" / "result.json").read_text())["best"]
+    assert cli.main(["eval", str(out / "seed-1")]) == 0
+    scored = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert scored["samples"] == 40 and scored["top1"] == pytest.approx(best["top1"])

@@ -70,9 +70,9 @@ def pretrained_model(cfg: TrainConfig, info) -> torch.nn.Module:
         if not hasattr(model, "new_task"):
             raise TypeError(f"config key 'finetune.new_task': a {model.config.model_type!r} model has no new_task()")
         model.new_task(classes, heads=heads)
-    elif model.num_classes != classes or getattr(model.config, "heads", 1) != heads:
+    elif model.num_classes != classes:      # (the number of heads is the model's to check: configs name it apart)
         raise ValueError(f"the model of finetune.init ({ckpt}) has {model.num_classes} outputs per head, but task "
-                         f"{info.name!r} needs {classes} (heads {heads}): set finetune.new_task=true for new outputs")
+                         f"{info.name!r} needs {classes}: set finetune.new_task=true for new outputs")
     return model
 
 
