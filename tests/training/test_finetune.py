@@ -9,6 +9,7 @@ import torch
 
 import toy_fewshot  # noqa: F401  (registers "toy_classes")
 import toy_task  # noqa: F401  (registers "toy_sets")
+import modwire
 from modwire import cli, create_model
 from modwire.models import from_pretrained
 from modwire.tasks import build_dataset, describe_task
@@ -162,3 +163,23 @@ def test_cli_runs_seeds_and_an_interrupted_sweep_resumes_skipping_finished_seeds
     assert cli.main(["eval", str(out / "seed-1")]) == 0
     scored = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert scored["samples"] == 40 and scored["top1"] == pytest.approx(best["top1"])
+
+
+MICRO = [n for n in modwire.list_models() if n.endswith("_micro")]
+
+
+@pytest.mark.parametrize("name", MICRO)
+def test_every_micro_preset_keeps_the_fine_tuning_protocol(tmp_path, name):
+    """parameter_sets: "all" is every parameter and each set names at least one; new_task(3)
+    round-trips through save_pretrained / from_pretrained."""
+    model = create_model(name)
+    sets = model.parameter_sets()
+    names = [n for n, _ in model.named_parameters()]
+    assert sets["all"] == ("",)
+    for set_name, prefixes in sets.items():
+        assert any(n.startswith(prefixes) for n in names), f"{set_name} names no parameter"
+    model.new_task(3)
+    assert model.config.num_classes == 3
+    loaded = from_pretrained(model.save_pretrained(tmp_path / "m"))
+    assert loaded.config == model.config
+    assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in model.state_dict().items())
