@@ -91,7 +91,8 @@ Paper protocols:
       with --train cls | cls,type_inference | all
   NI Fig. 5a (K-MNIST few-shot, App. C.2.2): --shots K --seeds 0,1,2,3,4,5 (10 epochs, batch 128,
       RAdam at a constant lr: 0.05 NI, 0.03 ViT; the seed also draws the subset)
-  NI Fig. 5b (capacity extension): --train signatures_codes (or new_functions)
+  NI Fig. 5b (capacity extension): --set finetune.add_functions=N --train signatures_codes
+      (or new_functions: the added pairs only)
   NAC Fig. 4 (few-shot NAC vs Perceiver IO): --ways 8 --shots K for K in 1..16, --train all
 """
 

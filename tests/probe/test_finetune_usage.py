@@ -66,6 +66,7 @@ def test_missing_and_nonexistent_run(tmp_path, capsys):
     (["--lr", "0"], "--lr: expected a positive number, got 0.0"),
     (["--set", "model.overrides.d_model=64"], "config key 'model.overrides': got ['d_model']"),
     (["--set", "finetune.new_task=false"], "has 2 outputs per head, but task 'toy_classes' needs 6"),
+    (["--set", "finetune.add_functions=2"], "a 'nac' model has no functions to add"),
 ])
 def test_bad_flags_and_settings(run, tmp_path, capsys, flags, expected):
     assert expected in error_of(capsys, finetune(run, tmp_path, *flags))

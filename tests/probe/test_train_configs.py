@@ -24,6 +24,7 @@ BAD_VALUES = {
     "data.max_samples": ["-1"],
     "data.few_shot.shots": ["-1"],
     "data.few_shot.ways": ["-2"],
+    "finetune.add_functions": ["-1"],
     "epochs": ["0", "-1"],
     "grad_accum": ["0", "-2"],
     "log_every": ["0", "-1"],

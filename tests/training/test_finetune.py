@@ -183,3 +183,20 @@ def test_every_micro_preset_keeps_the_fine_tuning_protocol(tmp_path, name):
     loaded = from_pretrained(model.save_pretrained(tmp_path / "m"))
     assert loaded.config == model.config
     assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in model.state_dict().items())
+
+
+def test_labels_come_from_a_kept_label_attribute_also_under_max_samples():
+    from modwire.tasks.base import FirstN
+    from modwire.training.finetune import dataset_labels
+
+    class Kept(toy_fewshot.ToyClasses):
+        def __init__(self):
+            super().__init__("train")
+            self.labels = torch.arange(60) % 6
+
+        def __getitem__(self, i):
+            raise AssertionError("labels are read from .labels, not item by item")
+
+    assert torch.equal(dataset_labels(Kept(), "train"), torch.arange(60) % 6)
+    assert torch.equal(dataset_labels(FirstN(Kept(), 9), "train"), torch.arange(9) % 6)
+    assert torch.equal(dataset_labels(build_dataset("toy_classes", "train"), "train"), torch.arange(60) % 6)

@@ -79,6 +79,7 @@ class FinetuneSection:
     init: Optional[str] = None                    # run directory (its best, else last checkpoint) or checkpoint dir
     new_task: bool = False                        # fresh task-specific outputs (model.new_task): CLS tokens / head
     train: list[str] = field(default_factory=lambda: ["all"])  # parameter sets that train, e.g. [cls, type_inference]
+    add_functions: int = 0                        # > 0: model.add_functions(n) first (NI §4.2 Fig. 5b capacity extension)
 
 
 @dataclass
@@ -321,7 +322,7 @@ NUMERIC_RULES: dict[str, Bound] = {
     "optim.label_smoothing": UNIT, "optim.betas.*": UNIT,
     "graph_prior.weight": NON_NEGATIVE, "aux_loss_weights.*": NON_NEGATIVE,
     "data.batch_size": AT_LEAST_ONE, "data.num_workers": NON_NEGATIVE, "data.max_samples": NON_NEGATIVE,
-    "data.few_shot.shots": NON_NEGATIVE, "data.few_shot.ways": NON_NEGATIVE,
+    "data.few_shot.shots": NON_NEGATIVE, "data.few_shot.ways": NON_NEGATIVE, "finetune.add_functions": NON_NEGATIVE,
     "epochs": AT_LEAST_ONE, "grad_accum": AT_LEAST_ONE, "log_every": AT_LEAST_ONE,
     "max_steps": NON_NEGATIVE, "checkpoint_every": NON_NEGATIVE, "seed": NON_NEGATIVE, "ema_decay": UNIT,
 }
@@ -379,6 +380,9 @@ def _validate_finetune(c: TrainConfig) -> None:
                          f"architecture comes from the checkpoint's config.json ({f.init}): leave it empty")
     if f.new_task and f.init is None:
         raise ValueError("config key 'finetune.new_task': new task outputs replace a trained model's, so it needs "
+                         "finetune.init (a run or checkpoint directory)")
+    if f.add_functions and f.init is None:
+        raise ValueError("config key 'finetune.add_functions': functions are added to a trained model, so it needs "
                          "finetune.init (a run or checkpoint directory)")
     if not f.train or not all(isinstance(n, str) and n.strip() for n in f.train):
         raise ValueError(f"config key 'finetune.train': got {list(f.train)!r}, expected a non-empty list of "

@@ -9,6 +9,8 @@ SIGTERM) whose config says where the weights come from and what trains:
   (:func:`pretrained_model`);
 - ``finetune.new_task``: fresh task-specific outputs, ``model.new_task(num_classes, heads)``
   (NI §4.1: "we always instantiate and train 10 new CLS tokens"; NAC Fig. 4: a new 8-way head);
+- ``finetune.add_functions``: new (signature, code) pairs first, ``model.add_functions(n)``
+  (NI §4.2 capacity extension, Fig. 5b);
 - ``finetune.train``: the parameter sets that train, named by ``model.parameter_sets()``; the
   rest get ``requires_grad=False`` and stay out of the optimizer (:func:`select_trainable`);
 - ``data.few_shot``: ``{shots: k, ways: n}``, a k-shot n-way subset drawn by the run's seed
@@ -40,7 +42,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
 
 from ..seeding import numpy_rng
 from .config import TrainConfig
@@ -57,11 +59,15 @@ RESULT_NAME, SUMMARY_NAME = "result.json", "summary.json"
 def pretrained_model(cfg: TrainConfig, info) -> torch.nn.Module:
     """The model of ``finetune.init`` (its ``config.json`` and weights, never unpickled), with new
     task outputs when ``finetune.new_task``: ``num_classes`` = ``data.few_shot.ways`` or the task's
-    class count, ``heads`` = the task's heads. Without ``new_task`` the model's outputs must fit
-    the task. Random draws (a new head) come from the global RNG the trainer seeded."""
+    class count, ``heads`` = the task's heads; then ``model.add_functions(n)`` when
+    ``finetune.add_functions`` (a Neural Interpreter). Without ``new_task`` the model's class count
+    must fit the task (the number of heads is the model's to check: configs name it apart).
+    Random draws (a new head, new functions) come from the global RNG the trainer seeded."""
     from ..models import from_pretrained
     from .checkpoint import choose_checkpoint
 
+    if not Path(cfg.finetune.init).exists():
+        raise FileNotFoundError(f"config key 'finetune.init': no run directory or checkpoint at {cfg.finetune.init}")
     ckpt, _ = choose_checkpoint(cfg.finetune.init)     # FileNotFoundError names the expected layout
     model = from_pretrained(ckpt)
     heads = getattr(info, "heads", 1)
@@ -70,7 +76,12 @@ def pretrained_model(cfg: TrainConfig, info) -> torch.nn.Module:
         if not hasattr(model, "new_task"):
             raise TypeError(f"config key 'finetune.new_task': a {model.config.model_type!r} model has no new_task()")
         model.new_task(classes, heads=heads)
-    elif model.num_classes != classes:      # (the number of heads is the model's to check: configs name it apart)
+    if cfg.finetune.add_functions:         # NI §4.2, Fig. 5b: train them with finetune.train=[signatures_codes]
+        if not hasattr(model, "add_functions"):
+            raise TypeError(f"config key 'finetune.add_functions': a {model.config.model_type!r} model has no "
+                            f"functions to add (a Neural Interpreter has)")
+        model.add_functions(cfg.finetune.add_functions)
+    if not cfg.finetune.new_task and model.num_classes != classes:
         raise ValueError(f"the model of finetune.init ({ckpt}) has {model.num_classes} outputs per head, but task "
                          f"{info.name!r} needs {classes}: set finetune.new_task=true for new outputs")
     return model
@@ -121,18 +132,28 @@ class FewShotSubset(Dataset):
 
 
 def dataset_labels(dataset: Dataset, what: str) -> Tensor:
-    """The class label of every item ``[len(dataset)]`` (long): a ``labels`` / ``targets``
-    attribute of that length when the dataset keeps one, else read item by item."""
-    for attr in ("labels", "targets"):
-        v = getattr(dataset, attr, None)
-        if isinstance(v, (Tensor, list)) and len(v) == len(dataset) and torch.as_tensor(v).ndim == 1:
-            return torch.as_tensor(v).long()
+    """The class label of every item ``[len(dataset)]`` (long): from a ``labels`` / ``targets``
+    attribute when the dataset (or, for a ``Subset`` such as ``data.max_samples``' ``FirstN``, the
+    dataset under it) keeps one, else read item by item."""
+    kept = _label_attribute(dataset)
+    if kept is not None and len(kept) == len(dataset):
+        return kept
+    if isinstance(dataset, Subset) and _label_attribute(dataset.dataset) is not None:
+        return _label_attribute(dataset.dataset)[torch.as_tensor(list(dataset.indices), dtype=torch.long)]
     ys = [torch.as_tensor(dataset[i][1]) for i in range(len(dataset))]
     bad = next((y for y in ys if y.ndim != 0 or y.is_floating_point()), None)
     if bad is not None:
         raise ValueError(f"data.few_shot: the {what} split's targets are {bad.dtype} of shape {tuple(bad.shape)}, "
                          f"expected one integer class label per sample")
     return torch.stack(ys).long() if ys else torch.zeros(0, dtype=torch.long)
+
+
+def _label_attribute(dataset: Dataset) -> Tensor | None:
+    for attr in ("labels", "targets"):
+        v = getattr(dataset, attr, None)
+        if isinstance(v, (Tensor, list)) and torch.as_tensor(v).ndim == 1 and not torch.as_tensor(v).is_floating_point():
+            return torch.as_tensor(v).long()
+    return None
 
 
 def few_shot_indices(labels: Tensor, *, shots: int, ways: int, seed: int) -> tuple[list[int], list[int]]:
