@@ -154,6 +154,8 @@ def test_cli_runs_seeds_and_an_interrupted_sweep_resumes_skipping_finished_seeds
     assert summary["mean"] == pytest.approx(sum(finals.values()) / 3)
     assert summary["std"] == pytest.approx(torch.tensor(list(finals.values())).std().item())
     assert summary["shots"] == 3 and summary["ways"] == 4 and summary["lr"] == 0.05 and summary["batch_size"] == 12
+    assert summary["train"] == ["head"] and summary["seeds"] == [0, 1, 2] and summary["new_task"] is True
+    assert summary["init"] == str((pretrained["nac_micro"] / "checkpoints" / "best").resolve())   # pinned
     cfg = load_config(str(out / "seed-1" / "config.yaml"))
     assert (cfg.optim.name, cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps) == ("radam", 0.05, 0.05, 0)
     table = capsys.readouterr().out

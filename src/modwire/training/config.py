@@ -79,7 +79,7 @@ class FinetuneSection:
     init: Optional[str] = None                    # run directory (its best, else last checkpoint) or checkpoint dir
     new_task: bool = False                        # fresh task-specific outputs (model.new_task): CLS tokens / head
     train: list[str] = field(default_factory=lambda: ["all"])  # parameter sets that train, e.g. [cls, type_inference]
-    add_functions: int = 0                        # > 0: model.add_functions(n) first (NI §4.2 Fig. 5b capacity extension)
+    add_functions: int = 0                        # > 0: model.add_functions(n) first (NI §4.2, Fig. 5b)
 
 
 @dataclass

@@ -47,8 +47,8 @@ from torch.utils.data import Dataset, Subset
 from ..seeding import numpy_rng
 from .config import TrainConfig
 
-__all__ = ["FewShotSubset", "dataset_labels", "few_shot_eval_set", "few_shot_indices", "few_shot_splits", "finetune_seeds",
-           "pretrained_model", "select_trainable", "summarize", "summary_table"]
+__all__ = ["FewShotSubset", "dataset_labels", "few_shot_eval_set", "few_shot_indices", "few_shot_splits",
+           "finetune_seeds", "pretrained_model", "select_trainable", "summarize", "summary_table"]
 
 FEW_SHOT_STREAM = 0x46455753    # derive_seed(seed, FEW_SHOT_STREAM): the few-shot draw's own stream
 RESULT_NAME, SUMMARY_NAME = "result.json", "summary.json"
@@ -151,8 +151,9 @@ def dataset_labels(dataset: Dataset, what: str) -> Tensor:
 def _label_attribute(dataset: Dataset) -> Tensor | None:
     for attr in ("labels", "targets"):
         v = getattr(dataset, attr, None)
-        if isinstance(v, (Tensor, list)) and torch.as_tensor(v).ndim == 1 and not torch.as_tensor(v).is_floating_point():
-            return torch.as_tensor(v).long()
+        v = torch.as_tensor(v) if isinstance(v, (Tensor, list)) else None
+        if v is not None and v.ndim == 1 and not v.is_floating_point():
+            return v.long()
     return None
 
 
@@ -230,7 +231,7 @@ def finetune_seeds(config_for: Callable[[int, Path], TrainConfig], seeds: Sequen
     trained again; one with a ``last`` checkpoint is resumed; others start. An interrupted seed
     (SIGINT / SIGTERM) stops the sweep. Returns ``(summary, exit code)``; the summary, also in
     ``OUT/summary.json``, holds the per-seed values of the task's first metric on the validation
-    split (at the end of training), their mean and std, and ``meta``."""
+    split (at the end of training), their mean and std, the settings as trained and ``meta``."""
     from .resume import CONFIG_NAME, saved_config_changes
     from .trainer import train
 
@@ -290,7 +291,11 @@ def _write_summary(out: Path, cfg: TrainConfig, results: dict[int, dict[str, Any
 
     metric = get_task(cfg.data.task).metrics[0]
     values = {s: r["val"][metric] for s, r in results.items() if r.get("val") and metric in r["val"]}
-    summary = {**(meta or {}), "task": cfg.data.task, "split": cfg.data.val_split, "metric": metric,
+    settings = {"init": cfg.finetune.init, "new_task": cfg.finetune.new_task, "train": list(cfg.finetune.train),
+                "shots": cfg.data.few_shot.shots, "ways": cfg.data.few_shot.ways, "epochs": cfg.epochs,
+                "optimizer": cfg.optim.name, "lr": cfg.optim.lr, "min_lr": cfg.optim.min_lr,
+                "batch_size": cfg.data.batch_size}                 # as trained, --set overrides included
+    summary = {**settings, **(meta or {}), "task": cfg.data.task, "split": cfg.data.val_split, "metric": metric,
                "values": {str(s): v for s, v in values.items()}, **summarize(values),
                "std_kind": "sample (n - 1)", "seed_runs": {str(s): str(out / f"seed-{s}") for s in results}}
     _write_json(out / SUMMARY_NAME, summary)
@@ -342,8 +347,8 @@ def source_run(path: str | os.PathLike) -> tuple[Path, Path | None, Any]:
 
 def finetune_overrides(run: str | os.PathLike, task: str, *, train: Sequence[str], shots: int, ways: int,
                        epochs: int, lr: float | None, batch_size: int | None) -> tuple[list[str], dict[str, Any]]:
-    """The ``--set`` overrides of one seed's training config (before the user's own), and the
-    settings recorded in ``summary.json``. Defaults per NI App. C.2.2: RAdam at a constant lr (no
+    """The ``--set`` overrides of one seed's training config (before the user's own), and what
+    ``summary.json`` records besides the config (the source run directory). Defaults per NI App. C.2.2: RAdam at a constant lr (no
     warm-up, min_lr = lr), no weight decay or clipping (the papers name none), 10 epochs, batch 128
     (cut to the k·n samples of a smaller few-shot set), new task outputs."""
     from ..models.base import CONFIG_FILE
@@ -362,9 +367,7 @@ def finetune_overrides(run: str | os.PathLike, task: str, *, train: Sequence[str
                  "optim.weight_decay=0", "optim.grad_clip=0", f"epochs={epochs}", f"data.batch_size={batch_size}"]
     if run_cfg is not None and run_cfg.data.task == task and run_cfg.data.params:
         overrides.append(f"data.params={json.dumps(dict(run_cfg.data.params))}")   # the run's own task as trained
-    meta = {"init": str(ckpt), "run": str(run_dir) if run_dir else None, "train": list(train), "shots": shots,
-            "ways": ways, "epochs": epochs, "lr": lr, "batch_size": batch_size, "optimizer": "radam (constant lr)"}
-    return overrides, meta
+    return overrides, {"run": str(run_dir) if run_dir else None}
 
 
 def default_out_dir(run: str | os.PathLike, task: str, train: Sequence[str], shots: int, ways: int) -> Path:
