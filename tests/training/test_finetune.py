@@ -202,3 +202,23 @@ def test_labels_come_from_a_kept_label_attribute_also_under_max_samples():
     assert torch.equal(dataset_labels(Kept(), "train"), torch.arange(60) % 6)
     assert torch.equal(dataset_labels(FirstN(Kept(), 9), "train"), torch.arange(9) % 6)
     assert torch.equal(dataset_labels(build_dataset("toy_classes", "train"), "train"), torch.arange(60) % 6)
+
+
+def test_an_interrupted_fine_tuning_run_resumes_to_the_same_weights(pretrained, tmp_path, monkeypatch):
+    from training_helpers import signal_after_step
+
+    extra = ["finetune.train=[readout]", "epochs=3", "checkpoint_every=1", "data.few_shot.shots=4",
+             "data.batch_size=8", "seed=3"]
+    full = train(finetune_cfg(pretrained["nac_micro"], tmp_path / "a", *extra))["model"]
+    signal_after_step(monkeypatch, 3, signal.SIGTERM)          # mid-epoch (2 steps each)
+    stopped = train(finetune_cfg(pretrained["nac_micro"], tmp_path / "b", *extra))
+    assert stopped["status"] == "interrupted" and stopped["step"] == 3
+    monkeypatch.undo()
+    resumed = train(finetune_cfg(pretrained["nac_micro"], tmp_path / "b", *extra), resume=True)
+    assert resumed["step"] == full_steps(tmp_path / "a") and resumed["step"] == 6
+    for k, v in full.state_dict().items():
+        assert torch.equal(v, resumed["model"].state_dict()[k]), k
+
+
+def full_steps(run):
+    return torch.load(run / "checkpoints" / "last" / "state.pt", weights_only=True)["step"]
