@@ -73,7 +73,7 @@ def build_model_for_task(cfg: TrainConfig) -> PretrainedModel:
     preset = get_config(cfg.model.name)
     user = OmegaConf.to_container(cfg.model.overrides) if OmegaConf.is_config(cfg.model.overrides) \
         else dict(cfg.model.overrides)
-    overrides = deep_merge(preset.normalize(preset.input_overrides(info.inputs, info.num_classes)),
+    overrides = deep_merge(preset.normalize(preset.input_overrides(info.inputs, info.num_classes, info.heads)),
                            preset.normalize(user))
     given, taken = sorted(named_inputs(info.inputs)), sorted(get_config(cfg.model.name, **overrides).input_names())
     if given != taken:
