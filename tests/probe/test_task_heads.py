@@ -32,3 +32,26 @@ def test_tokenizers_refuse_an_index_input():
 def test_bad_index_specs_and_head_counts(make, match):
     with pytest.raises((ValueError, TypeError), match=match):
         make()
+
+
+def test_nac_fuzzy_boolean_config_builds_in_the_pair_layout_and_the_sample_layout_says_why_not():
+    from pathlib import Path
+
+    from modwire.training import build_model_for_task, load_config
+
+    path = Path(__file__).resolve().parents[2] / "configs" / "cpu" / "nac_fuzzy_boolean.yaml"
+    model = build_model_for_task(load_config(path))
+    assert model.config.tokenizer.input_dim == 31 and model.config.num_classes == 1
+    with pytest.raises(ValueError, match=r"heads=20 predictions per sample.*'nac' model.*layout: pair"):
+        build_model_for_task(load_config(path, ["data.params.layout=sample"]))
+
+
+def test_unknown_fuzzy_boolean_layout():
+    from modwire.tasks import build_dataset, describe_task
+
+    for make in (lambda: build_dataset("fuzzy_boolean", "train", size=2, layout="pairs"),
+                 lambda: describe_task("fuzzy_boolean", {"layout": "pairs"})):
+        with pytest.raises(ValueError, match=r"layout must be one of \['sample', 'pair'\].*got 'pairs'"):
+            make()
+    with pytest.raises(ValueError, match=r"function_ids must be distinct ids in \[0, 30\), got \(1, 1\)"):
+        describe_task("fuzzy_boolean", {"function_ids": (1, 1)})
