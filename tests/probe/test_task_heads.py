@@ -55,3 +55,17 @@ def test_unknown_fuzzy_boolean_layout():
             make()
     with pytest.raises(ValueError, match=r"function_ids must be distinct ids in \[0, 30\), got \(1, 1\)"):
         describe_task("fuzzy_boolean", {"function_ids": (1, 1)})
+
+
+def test_augment_choices_on_a_multi_input_task():
+    from modwire.tasks import get_task
+    from modwire.training import apply_augmentation, load_config
+
+    with pytest.raises(ValueError, match=r"config key 'data.augment': got 'rand', expected one of \[False, True, "
+                                         r"'deit', 'randaugment'\]"):
+        load_config(None, ["data.augment=rand"])
+    for extra in (["data.augment=true"], ["data.augment=randaugment", "data.mixup=true"]):
+        cfg = load_config(None, ["data.task=digits_multitask_offline"] + extra)
+        with pytest.raises(ValueError, match=r"task 'digits_multitask_offline' gives \{'x': 'image', 'task': 'index'\}"
+                                             r".*only data.augment: randaugment, without mixup"):
+            apply_augmentation(cfg, get_task("digits_multitask_offline"), [], [])
