@@ -1,62 +1,16 @@
 """NI's digits multi-task (NI §4.2, App. C.1): SVHN / K-MNIST / MNIST-M loaders on fixtures the
 tests write, the multi-task loader, its offline stand-in, and RandAugment on dict inputs."""
-import gzip
-import struct
-
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from PIL import Image
-from scipy.io import savemat
 
 from modwire.models.inputs import InputSpec
 from modwire.tasks import build_dataset, describe_task, get_task
 from modwire.tasks.augment import AugmentedDataset, RandAugment, RandomHorizontalFlip, rand_augment_transform
 from modwire.tasks.synthetic import digits_offline as off
 from modwire.training import apply_augmentation, load_config
-
-
-def write_svhn(root, split="train", n=5, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.integers(0, 256, (32, 32, 3, n), dtype=np.uint8)       # official: [H, W, RGB, N]
-    y = (np.arange(n) % 10 + 1).reshape(n, 1).astype(np.uint8)      # 1-10, 10 = digit 0
-    root.mkdir(parents=True, exist_ok=True)
-    savemat(root / f"{split}_32x32.mat", {"X": x, "y": y})
-    return x, y
-
-
-def write_idx(path, arr):
-    data = struct.pack(">I", 0x0800 | arr.ndim) + b"".join(struct.pack(">I", s) for s in arr.shape) + arr.tobytes()
-    path.write_bytes(gzip.compress(data))
-
-
-def write_mnist(root, n=4, seed=1):
-    rng = np.random.default_rng(seed)
-    root.mkdir(parents=True, exist_ok=True)
-    out = {}
-    for prefix in ("train", "t10k"):
-        images, labels = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), rng.integers(0, 10, n, dtype=np.uint8)
-        write_idx(root / f"{prefix}-images-idx3-ubyte.gz", images)
-        write_idx(root / f"{prefix}-labels-idx1-ubyte.gz", labels)
-        out[prefix] = images, labels
-    return out
-
-
-def write_mnist_m(root, n=3, seed=2):
-    rng = np.random.default_rng(seed)
-    out = {}
-    for split in ("train", "test"):
-        (root / f"mnist_m_{split}").mkdir(parents=True, exist_ok=True)
-        lines, images = [], []
-        for i in range(n):
-            img = rng.integers(0, 256, (28, 28, 3), dtype=np.uint8)
-            Image.fromarray(img).save(root / f"mnist_m_{split}" / f"{i:08d}.png")
-            lines.append(f"{i:08d}.png {(i + 3) % 10}")
-            images.append(img)
-        (root / f"mnist_m_{split}_labels.txt").write_text("\n".join(lines) + "\n")
-        out[split] = images
-    return out
+from task_fixtures import write_mnist, write_mnist_m, write_svhn
 
 
 def test_svhn_mat_pixels_labels_and_layout(tmp_path):

@@ -54,12 +54,14 @@ def folder_root(tmp_path_factory):
     return root
 
 
-# NAC and Perceiver IO have one read-out: fuzzy Boolean in its single-head "pair" layout (the old items)
-SINGLE_HEAD = {"fuzzy_boolean": {"layout": "pair"}, "fuzzy_boolean_adapt": {"layout": "pair"}}
+# The parameters that give the old items: NAC and Perceiver IO have one read-out, so fuzzy Boolean in its
+# single-head "pair" layout; PGM at the files' 160×160 panels (the default is NI's 80).
+OLD_PARAMS = {"fuzzy_boolean": {"layout": "pair"}, "fuzzy_boolean_adapt": {"layout": "pair"},
+               "pgm": {"panel_size": 160}}
 
 
 def params_for(task, folder_root):
-    return {"root": str(folder_root)} if task == "image_folder" else dict(SINGLE_HEAD.get(task, {}))
+    return {"root": str(folder_root)} if task == "image_folder" else dict(OLD_PARAMS.get(task, {}))
 
 
 def multimodal(task):
@@ -94,7 +96,7 @@ def _flat(d, prefix=""):
 @pytest.mark.parametrize("task", sorted(OLD))
 def test_mapping_gives_exactly_the_old_model_configs(task):
     overrides, num_classes = OLD[task]
-    info = describe_task(task, SINGLE_HEAD.get(task))
+    info = describe_task(task, OLD_PARAMS.get(task))
     for preset in PRESETS:
         if multimodal(task) and preset.startswith("perceiver_io"):
             continue
