@@ -69,3 +69,12 @@ def test_augment_choices_on_a_multi_input_task():
         with pytest.raises(ValueError, match=r"task 'digits_multitask_offline' gives \{'x': 'image', 'task': 'index'\}"
                                              r".*only data.augment: randaugment, without mixup"):
             apply_augmentation(cfg, get_task("digits_multitask_offline"), [], [])
+
+
+def test_list_tasks_keeps_name_and_kind_apart(capsys):
+    from modwire.cli import main
+    from modwire.tasks import get_task, list_tasks
+
+    assert main(["list", "tasks"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in lines] == [[n, get_task(n).kind] for n in list_tasks()]

@@ -7,7 +7,9 @@ how it is scored) and a ``build``
 function ``build(split, **params) -> torch.utils.data.Dataset`` whose items are
 ``(input, target)`` tensors; a multimodal task for a conditional model (NAC §2.2, App. G)
 gives ``input`` as a dict ``{"x": executor input, "condition": circuit generator input}``,
-which a model takes as ``model(x, condition=c)``. Built-in generators need no files and make each sample
+which a model takes as ``model(x, condition=c)``; NI's digits multi-task gives ``{"x": image,
+"task": dataset id}`` (an ``InputSpec.index``) for a model with one CLS token and head per
+dataset (``TaskInfo.heads``), ``model(x, task=t)``. Built-in generators need no files and make each sample
 a pure function of ``(seed, index)``, so a split is a fixed dataset; loaders read the
 official on-disk formats from ``root`` and never download.
 """
