@@ -81,6 +81,9 @@ def test_digits_multitask_from_the_three_sources(tmp_path):
     assert int(y) == int(mnist["train"][1][1]) and torch.equal(inp["x"][0], inp["x"][2])
     assert torch.equal(ds[0][0]["x"], build_dataset("svhn", "train", root=tmp_path / "svhn")[0][0])
     assert len(build_dataset("digits_multitask", "val", **roots)) == 2 + 3 + 4   # val = test
+    batch = {"x": torch.zeros(4, 3, 32, 32), "task": torch.tensor([2, 0, 1, 0])}
+    assert {k: f(batch).tolist() for k, f in info.subsets.items()} == {
+        "svhn": [False, True, False, True], "mnist_m": [False, False, True, False], "mnist": [True, False, False, False]}
     only = build_dataset("digits_multitask", "train", mnist_root=tmp_path / "mnist", sources=["mnist"])
     assert len(only) == 4 and int(only[0][0]["task"]) == 2            # ids stay those of (svhn, mnist_m, mnist)
 

@@ -38,6 +38,12 @@ SOURCES = ("svhn", "mnist_m", "mnist")          # the task id of a source is its
 INPUTS = {"x": InputSpec.image(3, 32, 32), "task": InputSpec.index(len(SOURCES))}
 
 
+def per_source(names: Sequence[str]) -> dict[str, Callable]:
+    """``{name: inputs -> bool [B]}``, the samples of each source: metrics per dataset (NI Table 4,
+    e.g. ``top1_svhn``)."""
+    return {name: (lambda inputs, k=k: inputs["task"] == k) for k, name in enumerate(names)}
+
+
 class MultiTaskDataset(Dataset):
     """The items of several single-task datasets in order, each input ``x`` paired with its
     dataset's id: ``({"x": x, "task": LongTensor []}, label)``. ``transform`` applies to ``x``."""
@@ -87,5 +93,6 @@ register_task(TaskInfo(
     description="NI's digits multi-task (SVHN .mat, MNIST-M folders, MNIST idx; each its own root): "
                 "{'x': [3, 32, 32], 'task': 0 SVHN / 1 MNIST-M / 2 MNIST}, 3 heads of 10 classes",
     num_classes=10, inputs=INPUTS, heads=len(SOURCES), splits=("train", "val", "test"),
+    subsets=per_source(SOURCES),
     params={"svhn_root": None, "mnist_m_root": None, "mnist_root": None, "sources": SOURCES, "transform": None},
 ), build_digits_multitask)

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
+from ..loaders.digits_multitask import per_source
 from ._common import GeneratedDataset, check_seed, sample_rng, split_size
 
 SOURCES = ("svhn_like", "mnist_m_like", "mnist_like")   # ids as digits_multitask: 0 SVHN, 1 MNIST-M, 2 MNIST
@@ -143,7 +144,7 @@ register_task(TaskInfo(
     description="Offline stand-in for NI's digits multi-task from scikit-learn's 8x8 digits: "
                 "{'x': [3, 32, 32], 'task': 0 SVHN-like / 1 MNIST-M-like / 2 MNIST-like}, 3 heads of 10 classes; "
                 "disjoint base digits per split",
-    num_classes=10, heads=len(SOURCES),
+    num_classes=10, heads=len(SOURCES), subsets=per_source(SOURCES),    # top1_svhn_like, ...
     inputs={"x": InputSpec.image(3, SIDE, SIDE), "task": InputSpec.index(len(SOURCES))},
     splits=("train", "val", "test"), params={"seed": 0, "size": dict(DEFAULT_SIZE)},
 ), build)
