@@ -267,9 +267,11 @@ def cmd_list(args) -> int:
     else:
         from .tasks import get_task, list_tasks
 
-        for name in list_tasks():
+        names = list_tasks()
+        width = max(24, 2 + max(map(len, names), default=0))   # a long name never runs into its kind
+        for name in names:
             info = get_task(name)
-            print(f"{name:<24}{info.kind:<11}{info.description}")
+            print(f"{name:<{width}}{info.kind:<11}{info.description}")
     return 0
 
 

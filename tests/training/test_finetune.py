@@ -110,7 +110,7 @@ def test_new_task_replaces_the_head_and_the_saved_model_loads_back(tmp_path, nam
     loaded = from_pretrained(model.save_pretrained(tmp_path / "m"))
     assert loaded.config.num_classes == 7
     assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in model.state_dict().items())
-    with pytest.raises(ValueError, match="one read-out head, got heads=3"):
+    with pytest.raises(ValueError, match="gives heads=3 predictions per sample"):
         model.new_task(1, heads=3)
 
 

@@ -72,7 +72,7 @@ def check_task_fits(model, info) -> None:
 
     if type(model.config).input_overrides is ModelConfig.input_overrides:
         return                                      # a model that does not describe its input layer
-    expected = model.config.input_overrides(info.inputs, info.num_classes)  # ValueError: cannot read them
+    expected = model.config.input_overrides(info.inputs, info.num_classes, info.heads)  # ValueError: cannot read them
     differ = [f"{path}: the model has {have!r}, the task needs {want!r}"
               for path, want, have in _leaves(expected, model.config) if have != want]
     if differ:

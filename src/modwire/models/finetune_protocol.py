@@ -22,6 +22,8 @@ from typing import ClassVar
 
 from torch import nn
 
+from .config import check_single_head
+
 
 class ReadOutHeadFineTuning:
     """Mixin for a model with ``read_out`` (a :class:`~modwire.nn.ReadOut`) and a ``config``
@@ -43,10 +45,7 @@ class ReadOutHeadFineTuning:
         prediction per sample (use a ViT or Neural Interpreter for tasks with several heads)."""
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
             raise ValueError(f"new_task: num_classes must be a positive int, got {num_classes!r}")
-        if heads != 1:
-            raise ValueError(f"new_task: a {self.config.model_type!r} model has one read-out head, got heads="
-                             f"{heads!r}; a task with one prediction per CLS token (NI §4.1-4.2) needs a ViT or a "
-                             f"Neural Interpreter")
+        check_single_head(heads, self.config.model_type)
         old = self.read_out.head
         self.read_out.head = nn.Linear(old.in_features, num_classes, device=old.weight.device,
                                        dtype=old.weight.dtype)

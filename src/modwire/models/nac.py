@@ -39,7 +39,7 @@ from ..nn.modulated import ACTIVATIONS, MODULATIONS
 from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
 from .base import Intermediates, PretrainedModel
-from .config import COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_choice, heads_of
+from .config import COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_choice, check_single_head, heads_of
 from .finetune_protocol import ReadOutHeadFineTuning
 from .inputs import Inputs, named_inputs
 from .registry import register_model_type, register_preset
@@ -187,9 +187,11 @@ class NACConfig(ModelConfig):
             raise ValueError(f"config field 'initial_state': 'code' needs d_code == d_model, "
                              f"got d_code={self.d_code}, d_model={self.d_model}")
 
-    def input_overrides(self, inputs: Inputs, num_classes: int) -> dict[str, Any]:
+    def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
         """The executor's tokenizer reads ``x`` (§2.1); a ``condition`` input makes the circuit
-        generator conditional (§2.2, App. G) and sets the tokenizer it reads the condition with."""
+        generator conditional (§2.2, App. G) and sets the tokenizer it reads the condition with.
+        One read-out: ``heads`` must be 1."""
+        check_single_head(heads, self.model_type)
         named = named_inputs(inputs)
         if "x" not in named or set(named) - {"x", "condition"}:
             raise ValueError(f"a NAC reads an input 'x' and optionally a 'condition' (NAC §2.2, App. G), "

@@ -37,7 +37,7 @@ class DataSection:
     val_split: str = "val"
     batch_size: int = 64                          # global batch (split across processes)
     num_workers: int = 0
-    augment: bool = False                         # NAC App. C regimen, image tasks only
+    augment: Any = False                          # false | true = "deit" (NAC App. C regimen) | "randaugment" (NI App. C)
     mixup: bool = False                           # mixup/cutmix with label smoothing
     max_samples: int = 0                          # > 0: only the first N samples of each split; 0 = all
     few_shot: FewShotSection = field(default_factory=FewShotSection)  # applied after max_samples
@@ -327,11 +327,13 @@ NUMERIC_RULES: dict[str, Bound] = {
     "max_steps": NON_NEGATIVE, "checkpoint_every": NON_NEGATIVE, "seed": NON_NEGATIVE, "ema_decay": UNIT,
 }
 
+AUGMENT_CHOICES = (False, True, "deit", "randaugment")  # data.augment; True = "deit"
+
 #: Every string field with a fixed set of values.
 CHOICES: dict[str, tuple[str, ...]] = {
     "precision": PRECISIONS, "optim.name": OPTIMIZERS, "device": ("auto", "cpu", "cuda"),
     "graph_prior.loss": ("mse", "kl"), "graph_prior.reduction": ("sum", "mean"),
-    "graph_prior.align": ("degree", "none"),
+    "graph_prior.align": ("degree", "none"), "data.augment": AUGMENT_CHOICES,
 }
 
 
