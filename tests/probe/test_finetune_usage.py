@@ -46,8 +46,14 @@ def test_more_ways_than_the_task_has(run, tmp_path, capsys):
 
 def test_few_shot_on_a_regression_task_is_refused(run, tmp_path, capsys):
     argv = ["finetune", str(run), "--task", "fuzzy_boolean", "--shots", "2", "--seeds", "0", "--out",
-            str(tmp_path / "ft"), "--set", "progress=false", "data.params={size: 64}"]
-    assert "is not single-head classification" in error_of(capsys, argv)
+            str(tmp_path / "ft"), "--set", "progress=false", "data.params={size: 64, layout: pair}"]
+    assert "is not single-head classification (loss 'mse'" in error_of(capsys, argv)
+
+
+def test_a_multi_head_task_for_a_single_read_out_model_is_refused(run, tmp_path, capsys):
+    argv = ["finetune", str(run), "--task", "fuzzy_boolean_adapt", "--seeds", "0", "--out", str(tmp_path / "ft"),
+            "--set", "progress=false", "data.params={size: 64}"]
+    assert "the task gives heads=10 predictions per sample" in error_of(capsys, argv)
 
 
 def test_missing_and_nonexistent_run(tmp_path, capsys):
