@@ -1,5 +1,5 @@
 """Models, one file per system. Importing this package registers every preset."""
-from . import nac, perceiver_io  # noqa: F401  (registers presets)
+from . import nac, perceiver_io, vit  # noqa: F401  (registers presets)
 from .axis import ModuleAxis
 from .base import PretrainedModel
 from .config import ModelConfig
@@ -7,6 +7,9 @@ from .inputs import InputSpec
 from .nac import NAC, NACConfig
 from .perceiver_io import PerceiverIO, PerceiverIOConfig
 from .registry import create_model, from_pretrained, get_config, list_models, model_source
+from .set_model import EmbedConfig, SetModel, SetModelConfig
+from .vit import ViT, ViTConfig
 
 __all__ = ["NAC", "NACConfig", "InputSpec", "ModelConfig", "ModuleAxis", "PerceiverIO", "PerceiverIOConfig",
-           "PretrainedModel", "create_model", "from_pretrained", "get_config", "list_models", "model_source"]
+           "PretrainedModel", "EmbedConfig", "SetModel", "SetModelConfig", "ViT", "ViTConfig",
+           "create_model", "from_pretrained", "get_config", "list_models", "model_source"]

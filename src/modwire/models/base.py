@@ -45,7 +45,10 @@ class Intermediates:
     ``read_in_attention [B, H, U, N]``, ``propagator_attention`` one ``[B, H, U, U]`` per layer,
     ``read_out_attention [B, H, U_o, U]``, ``readout_confidence [B, U_o]``; NAC only:
     ``link_probs`` ``P`` of Eq. 2 ``[(B,) U, U]`` (per sample for a conditional NAC),
-    ``readout_link_probs [(B,) U_o, U]`` and the ``circuit`` design the generator produced."""
+    ``readout_link_probs [(B,) U_o, U]`` and the ``circuit`` design the generator produced.
+    Set models (ViT, NI): ``states`` are the final set ``[B, N, d]``, ``propagator_attention`` one
+    ``[B, (U,) H, N, N]`` per attention layer; NI only: ``compatibility`` ``C`` of NI Eq. 3, one
+    ``[B, U, N]`` per function iteration, and the inferred ``types`` ``[B, N, d_type]`` (Eq. 2)."""
 
     logits: Tensor
     states: Tensor
@@ -56,6 +59,8 @@ class Intermediates:
     link_probs: Tensor | None = None
     readout_link_probs: Tensor | None = None
     circuit: Any = None
+    compatibility: list[Tensor] = dataclasses.field(default_factory=list)
+    types: list[Tensor] = dataclasses.field(default_factory=list)
 
 
 def _atomic_write(path: Path, write: typing.Callable[[str], None]) -> None:

@@ -8,7 +8,7 @@ from .init import init_linear_, trunc_normal_
 from .kernel import (EdgeMaskedKernel, SignatureKernel, concrete_log_sample, cosine_distance,
                      normalize_log_kernel, signature_log_kernel)
 from .modulated import PLAIN, ModulatedFFN, ModulatedLinear, ModulationSpec, PreNorm, mlp
-from .tokenizers import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer
+from .tokenizers import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer, PanelEncoder, PatchEmbedding
 
 __all__ = [
     "PLAIN", "AttentionPattern", "BlockSparseBias", "BlockSparseKernel", "BlockSparseLayout",
@@ -16,5 +16,5 @@ __all__ = [
     "ModulatedFFN", "ModulatedLinear", "ModulationSpec", "PreNorm", "ProcessorLayer", "ReadIn", "ReadOut",
     "SelfAttention", "SignatureKernel", "attend", "block_order", "block_sparse_attend",
     "concrete_log_sample", "cosine_distance", "init_linear_", "mask_value", "mlp", "normalize_log_kernel",
-    "order_by_groups", "signature_log_kernel", "trunc_normal_",
+    "order_by_groups", "PanelEncoder", "PatchEmbedding", "signature_log_kernel", "trunc_normal_",
 ]

@@ -234,3 +234,84 @@ def _check_length(x: Tensor, name: str, table: nn.Embedding | None) -> None:
 
 def _positions(table: nn.Embedding, n: int) -> Tensor:
     return table.weight[:n]
+
+
+class PatchEmbedding(nn.Module):
+    """ViT patch embedding (Dosovitskiy et al. 2021; NI §4.2, AiT §5.1): non-overlapping
+    ``patch × patch`` patches, each mapped linearly to ``dim`` (a strided conv is that linear
+    map), with optional learned absolute positions (added).
+
+    ``[B, C, S, S] → [B, G, dim]`` with ``G = (S / patch)²`` tokens in row-major order;
+    ``grid = (S / patch, S / patch)`` is what a relative positional bias (NI App. C.2.3) reads.
+    """
+
+    def __init__(self, image_size: int, in_channels: int, patch_size: int, dim: int, *,
+                 absolute_positions: bool = True) -> None:
+        super().__init__()
+        if image_size % patch_size:
+            raise ValueError(f"image_size ({image_size}) must be a multiple of patch_size ({patch_size})")
+        self.image_size, self.in_channels, self.out_dim = image_size, in_channels, dim
+        self.proj = nn.Conv2d(in_channels, dim, patch_size, stride=patch_size)
+        side = image_size // patch_size
+        self.grid = (side, side)
+        self.pos = nn.Parameter(0.02 * torch.randn(side * side, dim)) if absolute_positions else None
+
+    def check_input(self, x: Tensor, *, name: str = "x") -> Tensor:
+        """Refuse what this embedding cannot read (module docstring of :mod:`modwire.nn.tokenizers`)."""
+        expected = (self.in_channels, self.image_size, self.image_size)
+        layout = f"images [B, {', '.join(map(str, expected))}]"
+        _check_tensor(x, name, layout)
+        if x.dim() != 4 or tuple(x.shape[1:]) != expected:
+            raise ValueError(f"{name}: PatchEmbedding expects {layout}, got {list(x.shape)}")
+        _check_not_empty(x, name, layout)
+        _check_float(x, name, layout, self.proj.weight)
+        return x
+
+    def forward(self, x: Tensor, *, name: str = "x") -> Tensor:
+        h = self.proj(self.check_input(x, name=name)).flatten(2).transpose(1, 2)   # [B, G, dim]
+        return h if self.pos is None else h + self.pos
+
+
+class PanelEncoder(nn.Module):
+    """NI §4.3 / App. D (after WReN, Barrett et al. 2018): a shallow CNN embeds each panel of a
+    PGM puzzle; each of the ``K`` candidate panels then forms its own set with the ``num_context``
+    context panels, so one puzzle becomes ``K`` sets that a set model scores.
+
+    ``[B, P, S, S]`` (P = num_context + K panels, context first) → ``[B·K, num_context + 1, dim]``:
+    per set the context embeddings then the candidate's, each plus a learned slot embedding
+    (the position of a panel in the 3×3 matrix). CNN: four 3×3 stride-2 convolutions with
+    ``channels`` filters, BatchNorm and ReLU (WReN), then a linear map to ``dim``.
+    ``groups = K``: the set model folds its ``[B·K]`` scores back to ``[B, K]``.
+    """
+
+    def __init__(self, panel_size: int, num_panels: int, num_context: int, dim: int, *,
+                 channels: int = 32) -> None:
+        super().__init__()
+        if not 0 < num_context < num_panels:
+            raise ValueError(f"num_context must be in [1, num_panels={num_panels}), got {num_context}")
+        self.panel_size, self.num_panels, self.num_context = panel_size, num_panels, num_context
+        self.groups, self.out_dim, self.grid = num_panels - num_context, dim, None
+        layers, c_in, side = [], 1, panel_size
+        for _ in range(4):
+            layers += [nn.Conv2d(c_in, channels, 3, stride=2, padding=1), nn.BatchNorm2d(channels), nn.ReLU()]
+            c_in, side = channels, (side + 1) // 2
+        self.cnn = nn.Sequential(*layers, nn.Flatten(), nn.Linear(channels * side * side, dim))
+        self.slots = nn.Parameter(0.02 * torch.randn(num_context + 1, dim))
+
+    def check_input(self, x: Tensor, *, name: str = "x") -> Tensor:
+        expected = (self.num_panels, self.panel_size, self.panel_size)
+        layout = f"panels [B, {', '.join(map(str, expected))}] ({self.num_context} context, then candidates)"
+        _check_tensor(x, name, layout)
+        if x.dim() != 4 or tuple(x.shape[1:]) != expected:
+            raise ValueError(f"{name}: PanelEncoder expects {layout}, got {list(x.shape)}")
+        _check_not_empty(x, name, layout)
+        _check_float(x, name, layout, self.cnn[0].weight)
+        return x
+
+    def forward(self, x: Tensor, *, name: str = "x") -> Tensor:
+        b, p, s, _ = self.check_input(x, name=name).shape
+        e = self.cnn(x.reshape(b * p, 1, s, s)).view(b, p, -1)                   # [B, P, dim]
+        ctx, cand = e[:, : self.num_context], e[:, self.num_context:]            # [B, 8, d], [B, K, d]
+        k = cand.shape[1]
+        sets = torch.cat([ctx.unsqueeze(1).expand(b, k, *ctx.shape[1:]), cand.unsqueeze(2)], dim=2)
+        return (sets + self.slots).flatten(0, 1)                                  # [B·K, num_context + 1, d]

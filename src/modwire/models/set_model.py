@@ -1,0 +1,273 @@
+"""The scaffolding that the ViT and the Neural Interpreter share (NI §4.2: "the set-up with CLS
+tokens and classification heads is identical to that of Neural Interpreters").
+
+A :class:`SetModel` reads a set of vectors and answers through CLS tokens:
+
+1. **embed** (``embed`` sub-config): an image → patch tokens (ViT; NI §4.2's 4×4 patches),
+   a sequence of vectors → a linear map plus learned positions (NI §4.1's five scalars), or a
+   PGM puzzle → one set per candidate panel (NI §4.3, :class:`~modwire.nn.PanelEncoder`);
+2. **CLS tokens**: ``num_cls_tokens`` learned vectors appended AFTER the embedded elements
+   (NI §2: "one or more learned vectors, called CLS Tokens"); ``0`` reads the mean of all outputs
+   instead (AiT §5.1 removes the CLS token);
+3. **encode**: the subclass's body (ViT blocks, or NI scripts), ``[B, N, d] → [B, N, d]``;
+4. **heads**: a final LayerNorm, then one linear head per CLS token (NI §4.2: one per dataset)
+   or one head shared by all (``shared_head``; NI §4.1's shared regression head).
+
+Outputs: ``o [B, T, C]`` per CLS token. ``model(x, task=t)`` with ``t`` ``LongTensor [B]``
+returns each sample's own head ``o[b, t_b]`` ``[B, C]`` (NI §4.2: "given an input sample from a
+certain dataset, the respective classification head is trained"); one CLS token (or pooled):
+``[B, C]``; several without ``task``: ``[B, T]`` when ``C = 1`` (NI §4.1: one regression per
+function) else ``[B, T, C]``. A PGM model scores each candidate's set with one number and
+returns ``[B, K]`` logits over the ``K`` candidates.
+
+Fine-tuning protocol (``modwire finetune``): :meth:`SetModel.parameter_sets` names parameter
+subsets (NI Table 1, Fig. 5b); :meth:`SetModel.new_task` gives a new task fresh CLS tokens and
+heads.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from ..nn.init import trunc_normal_
+from ..nn.tokenizers import LinearTokenizer, PanelEncoder, PatchEmbedding, _check_tensor, _values_checkable
+from .base import Intermediates, PretrainedModel
+from .config import COUNT, Bounds, ConfigBase, ModelConfig, check_choice
+from .inputs import Inputs, named_inputs
+
+EMBEDDINGS = ("patches", "vectors", "panels")
+POSITIONS = ("absolute", "relative", "none")
+
+
+@dataclass
+class EmbedConfig(ConfigBase):
+    """How the input becomes the set (the ``embed`` sub-config).
+
+    ``patches``: images ``[B, in_channels, image_size, image_size]`` cut into ``patch_size``
+    patches; ``positions``: ``absolute`` (learned, added), ``relative`` (NI App. C.2.3: a bias on
+    the attention logits, built by the model's attention layers) or ``none``.
+    ``vectors``: ``[B, N, input_dim]``, a linear map, learned positions for ``N ≤ max_len``
+    (``max_len = 0``: none, a permutation-equivariant set).
+    ``panels``: PGM puzzles ``[B, in_channels, image_size, image_size]`` whose ``in_channels``
+    panels are ``num_context`` context panels and then the candidates (NI §4.3).
+    """
+
+    kind: str = "patches"
+    image_size: int = 32
+    in_channels: int = 3
+    patch_size: int = 4
+    positions: str = "absolute"
+    input_dim: int = 1
+    max_len: int = 0
+    num_context: int = 8
+    panel_channels: int = 32
+
+    bounds = {"image_size": COUNT, "in_channels": COUNT, "patch_size": COUNT, "input_dim": COUNT,
+              "max_len": Bounds(lo=0, note="0: no learned positions"), "num_context": COUNT,
+              "panel_channels": COUNT}
+    uses: ClassVar[dict[str, tuple[str, ...]]] = {
+        "patches": ("image_size", "in_channels", "patch_size"),
+        "vectors": ("input_dim", "max_len"),
+        "panels": ("image_size", "in_channels", "num_context", "panel_channels")}
+
+    def unused_fields(self) -> tuple[str, ...]:
+        return tuple(n for n in self.bounds if n not in self.uses.get(self.kind, ()))
+
+    def validate(self) -> None:
+        check_choice(self._prefix + "kind", self.kind, EMBEDDINGS)
+        check_choice(self._prefix + "positions", self.positions, POSITIONS)
+        if self.kind == "patches" and self.image_size % self.patch_size:
+            raise ValueError(f"config field {self._prefix + 'patch_size'!r}: got {self.patch_size}, expected a "
+                             f"divisor of image_size={self.image_size}")
+        if self.kind == "panels" and self.num_context >= self.in_channels:
+            raise ValueError(f"config field {self._prefix + 'num_context'!r}: got {self.num_context}, expected "
+                             f"fewer than the {self.in_channels} panels (in_channels) so candidates remain")
+
+    @property
+    def grid(self) -> tuple[int, int] | None:
+        """``(rows, cols)`` of the patch tokens; None for other kinds."""
+        side = self.image_size // self.patch_size
+        return (side, side) if self.kind == "patches" else None
+
+
+def build_embedding(cfg: EmbedConfig, dim: int) -> nn.Module:
+    """The ``modwire.nn`` layer ``cfg`` describes; each has ``out_dim``, ``grid`` and ``check_input``."""
+    if cfg.kind == "patches":
+        return PatchEmbedding(cfg.image_size, cfg.in_channels, cfg.patch_size, dim,
+                              absolute_positions=cfg.positions == "absolute")
+    if cfg.kind == "panels":
+        return PanelEncoder(cfg.image_size, cfg.in_channels, cfg.num_context, dim, channels=cfg.panel_channels)
+    embed = LinearTokenizer(cfg.input_dim, dim, cfg.max_len)
+    embed.grid = None
+    return embed
+
+
+@dataclass
+class SetModelConfig(ModelConfig):
+    """Fields every set model (ViT, NI) shares. ``num_classes``: width of one head;
+    ``num_cls_tokens``: CLS tokens (0: mean-pooled output); ``shared_head``: one head for every
+    CLS token; ``task_input``: the model takes ``task`` ids choosing each sample's head."""
+
+    num_classes: int = 10
+    d_model: int = 192
+    num_cls_tokens: int = 1
+    shared_head: bool = False
+    task_input: bool = False
+    embed: EmbedConfig = field(default_factory=EmbedConfig)
+
+    bounds = {"num_classes": COUNT, "d_model": COUNT, "num_cls_tokens": Bounds(lo=0, note="0: mean-pooled output")}
+
+    def validate(self) -> None:
+        if self.task_input and self.num_cls_tokens < 2:
+            raise ValueError(f"config field 'task_input': choosing a head per sample needs num_cls_tokens >= 2, "
+                             f"got {self.num_cls_tokens}")
+        if self.embed.kind == "panels" and self.num_classes != 1:
+            raise ValueError(f"config field 'num_classes': a PGM (panels) model scores each candidate with one "
+                             f"number (num_classes=1), got {self.num_classes}")
+
+    def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
+        """Images → patches (or the preset's PGM ``panels``), vectors → a linear map with learned
+        positions for an ordered sequence; ``heads`` CLS tokens; a ``task`` index input chooses
+        each sample's head (NI §4.2)."""
+        named = named_inputs(inputs)
+        if "x" not in named or set(named) - {"x", "task"}:
+            raise ValueError(f"a {self.model_type!r} model reads an input 'x' and optionally a 'task' index "
+                             f"(which CLS token's head answers, NI §4.2); the task gives {sorted(named)}")
+        out: dict[str, Any] = {"embed": _embed_for(named["x"], self.embed), "num_classes": num_classes}
+        if self.embed.kind == "panels":      # one score per candidate set; the task counts candidates
+            out["num_classes"] = 1
+        task = named.get("task")
+        if task is not None:
+            if task.kind != "index" or task.vocab_size != heads:
+                raise ValueError(f"the 'task' input must be an index over the task's {heads} heads, got {task!r}")
+            out["task_input"] = True
+        if heads > 1 or task is not None:
+            out["num_cls_tokens"] = heads
+        return out
+
+    def input_names(self) -> tuple[str, ...]:
+        return ("x", "task") if self.task_input else ("x",)
+
+
+def _embed_for(spec, current: EmbedConfig) -> dict[str, Any]:
+    if spec.kind == "image":
+        if spec.height != spec.width:
+            raise ValueError(f"the patch embedding reads square images; the task gives {spec.channels}x"
+                             f"{spec.height}x{spec.width} images")
+        kind = "panels" if current.kind == "panels" else "patches"
+        return {"kind": kind, "image_size": spec.height, "in_channels": spec.channels}
+    if spec.kind == "vectors":
+        if spec.ordered and spec.length is None:
+            raise ValueError("learned positions need the length of an ordered sequence; the task gives length=None")
+        return {"kind": "vectors", "input_dim": spec.dim, "max_len": spec.length if spec.ordered else 0}
+    raise ValueError(f"a set model reads images or vectors as 'x', got {spec!r}")
+
+
+class TokenHeads(nn.Module):
+    """One linear head per CLS token, batched (``weight [T, C, d]``), or one shared (``[1, C, d]``).
+    ``[B, T, d] → [B, T, C]``."""
+
+    def __init__(self, num_tokens: int, dim: int, num_classes: int, *, shared: bool) -> None:
+        super().__init__()
+        n = 1 if shared else num_tokens
+        bound = 1 / math.sqrt(dim)   # nn.Linear's default initialisation
+        self.weight = nn.Parameter(torch.empty(n, num_classes, dim).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(n, num_classes).uniform_(-bound, bound))
+
+    def forward(self, y: Tensor) -> Tensor:
+        return torch.einsum("btd,tcd->btc", y, self.weight.expand(y.shape[1], -1, -1)) + self.bias
+
+
+class SetModel(PretrainedModel):
+    """Embed → CLS tokens → :meth:`encode` (the subclass) → LayerNorm → heads (module docstring)."""
+
+    config_class: ClassVar[type[SetModelConfig]]
+
+    def __init__(self, config: SetModelConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.embed = build_embedding(c.embed, c.d_model)
+        self._build_outputs()
+        self.norm = nn.LayerNorm(c.d_model)
+
+    def _build_outputs(self) -> None:
+        c, t = self.config, max(self.config.num_cls_tokens, 1)
+        self.cls_tokens = nn.Parameter(trunc_normal_(torch.empty(c.num_cls_tokens, c.d_model), std=0.02)) \
+            if c.num_cls_tokens else None
+        self.heads = TokenHeads(t, c.d_model, c.num_classes, shared=c.shared_head)
+
+    # ------------------------------------------------------------------------- the subclass's part
+
+    def encode(self, x: Tensor, *, record: bool, **kwargs: Any) -> tuple[Tensor, dict[str, Any]]:
+        """``[B, N, d] → ([B, N, d], Intermediates fields)``: the model body."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------- forward
+
+    def forward(self, x: Tensor, task: Tensor | None = None, **kwargs: Any) -> Tensor:
+        return self._run(x, task, record=False, **kwargs).logits
+
+    def forward_intermediates(self, x: Tensor, task: Tensor | None = None, **kwargs: Any) -> Intermediates:
+        """Logits plus what :meth:`encode` recorded (attention weights; NI: ``C`` and types)."""
+        return self._run(x, task, record=True, **kwargs)
+
+    def _run(self, x: Tensor, task: Tensor | None, *, record: bool, **kwargs: Any) -> Intermediates:
+        tokens = self.embed(x)                                              # [B', N, d]; x checked
+        b = tokens.shape[0]
+        if self.cls_tokens is not None:                                     # appended after the elements
+            tokens = torch.cat([tokens, self.cls_tokens.expand(b, -1, -1)], dim=1)
+        y, extra = self.encode(tokens, record=record, **kwargs)
+        y = self.norm(y)
+        t = self.config.num_cls_tokens
+        read = y[:, -t:] if t else y.mean(dim=1, keepdim=True)              # [B', T, d]
+        return Intermediates(self._select(self.heads(read), task, len(x)), y, **extra)
+
+    def _select(self, out: Tensor, task: Tensor | None, batch: int) -> Tensor:
+        """``out [B', T, C]`` → the logits the module docstring describes."""
+        if self.config.embed.kind == "panels":                             # one score per candidate set
+            return out.reshape(batch, -1)                                   # [B, K]
+        if self.config.task_input != (task is not None):
+            raise ValueError(f"this model {'needs' if self.config.task_input else 'takes no'} 'task' ids "
+                             f"(config task_input={self.config.task_input})")
+        if task is not None:
+            return out[torch.arange(batch, device=out.device), self._check_task(task, batch)]
+        if out.shape[1] == 1:
+            return out[:, 0]
+        return out[..., 0] if out.shape[-1] == 1 else out
+
+    def _check_task(self, task: Tensor, batch: int) -> Tensor:
+        t = self.config.num_cls_tokens
+        _check_tensor(task, "task", f"ids [B] in [0, {t})")
+        if task.shape != (batch,) or task.is_floating_point() or task.dtype == torch.bool:
+            raise ValueError(f"task: expected integer ids [B={batch}] in [0, {t}), got {task.dtype} "
+                             f"{list(task.shape)}")
+        if _values_checkable(task) and (int(task.min()) < 0 or int(task.max()) >= t):
+            raise ValueError(f"task: ids must lie in [0, {t}) (one per CLS token), got {task.min()}..{task.max()}")
+        return task.long()
+
+    # ------------------------------------------------------------------------- fine-tuning protocol
+
+    def parameter_sets(self) -> dict[str, tuple[str, ...]]:
+        """Named parameter subsets (prefixes of parameter names) for ``modwire finetune``:
+        ``cls`` (CLS tokens and heads; NI Table 1 "Finetuning CLS Tokens") and ``all``."""
+        return {"cls": ("cls_tokens", "heads."), "all": ("",)}
+
+    def new_task(self, num_classes: int, heads: int = 1) -> None:
+        """Fresh CLS tokens and heads for a new task (NI §4.1: "we always instantiate and train
+        10 new CLS tokens"; §4.2: K-MNIST), on the model's device and dtype; the config follows."""
+        c = self.config
+        cls = 0 if c.num_cls_tokens == 0 and heads == 1 else heads
+        self.config = c.replace(num_classes=num_classes, num_cls_tokens=cls,
+                                task_input=c.task_input and heads > 1)
+        like = self.norm.weight
+        self._build_outputs()
+        if self.cls_tokens is not None:
+            self.cls_tokens.data = self.cls_tokens.data.to(like)
+        self.heads.to(like)
+
+    def no_weight_decay(self) -> tuple[str, ...]:
+        return self.existing_names("cls_tokens", "embed.pos", "embed.slots", "relative")

@@ -1,0 +1,114 @@
+"""Vision Transformer (Dosovitskiy et al. 2021): the baseline of Neural Interpreters (NI §4.2-4.3,
+Table 5) and the backbone of the Associative Transformer (AiT §5.1).
+
+A :class:`~modwire.models.set_model.SetModel` (patch embedding, CLS tokens, heads) whose body is
+``num_layers`` pre-LN blocks, each ``x + Attn(LN(x))`` then ``x + MLP(LN(x))`` with a GELU MLP:
+the same :class:`~modwire.nn.blocks.ProcessorLayer` as NAC's propagators with the modulation off
+(plain linear layers), so the ViT, Perceiver IO's latent transformer and NAC share one block and
+one attention kernel (:func:`~modwire.nn.attention.attend`, fused when exact).
+
+Positions: learned absolute positions added to the patch tokens (``embed.positions="absolute"``,
+ViT), or NI App. C.2.3's relative positional bias (Eq. 20-21, without NI's per-function term
+Eq. 22-23), one bias per head on the attention logits among patch tokens, 0 for pairs involving
+a CLS token (NI §4.2: "applied only to the first 64 input elements"). One bias module serves every
+layer, as in NI.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..nn import ProcessorLayer
+from .config import COUNT, heads_of
+from .registry import register_model_type, register_preset
+from .set_model import EmbedConfig, SetModel, SetModelConfig
+
+
+@dataclass
+class ViTConfig(SetModelConfig):
+    """ViT hyperparameters; defaults are NI Table 5 (the digits ViT, 1.80 × 10⁶ parameters)."""
+
+    model_type = "vit"
+
+    num_layers: int = 8
+    num_heads: int = 3
+    ffn_hidden: int = 192
+    pos_dim: int = 32                  # relative positions: width of e_row / e_col (NI App. C.2.3)
+
+    bounds = {**SetModelConfig.bounds, "num_layers": COUNT, "ffn_hidden": COUNT, "pos_dim": COUNT,
+              "num_heads": heads_of("d_model")}
+
+    def unused_fields(self) -> tuple[str, ...]:
+        return () if self.embed.positions == "relative" else ("pos_dim",)
+
+
+def pad_bias(bias: Tensor, num_tokens: int) -> Tensor:
+    """``[..., G, G] → [..., N, N]``: a bias over the first ``G`` (patch) tokens, 0 for the rest."""
+    pad = num_tokens - bias.shape[-1]
+    return bias if pad == 0 else F.pad(bias, (0, pad, 0, pad))
+
+
+class ViT(SetModel):
+    """``model(x) → logits`` (see :mod:`modwire.models.set_model` for the output shapes);
+    ``forward_intermediates(x)`` adds every layer's attention weights ``[B, H, N, N]``."""
+
+    config_class = ViTConfig
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__(config)
+        c = config
+        self.blocks = nn.ModuleList(ProcessorLayer(c.d_model, c.num_heads, c.ffn_hidden, activation="gelu")
+                                    for _ in range(c.num_layers))
+        self.relative = None
+        if c.embed.positions == "relative" and self.embed.grid is not None:
+            from ..nn.positions import RelativePositionBias
+
+            self.relative = RelativePositionBias(self.embed.grid, c.num_heads, c.pos_dim)
+
+    def encode(self, x: Tensor, *, record: bool) -> tuple[Tensor, dict[str, Any]]:
+        bias = None if self.relative is None else pad_bias(self.relative(), x.shape[1])  # [H, N, N]
+        weights = []
+        for block in self.blocks:
+            x, w = block(x, bias=bias, return_weights=record)
+            weights.append(w)
+        return x, {"propagator_attention": weights if record else []}
+
+
+register_model_type(ViT)
+
+
+def _digits() -> ViTConfig:
+    """NI Table 5: 192-d, depth 8, 3 heads × 64, MLP 192; 32×32 RGB digits in 4×4 patches, one CLS
+    token and head per dataset (SVHN, MNIST-M, MNIST; NI §4.2), the relative positions NI uses."""
+    return ViTConfig(num_classes=10, num_cls_tokens=3, task_input=True,
+                     embed=EmbedConfig(kind="patches", image_size=32, in_channels=3, patch_size=4,
+                                       positions="relative"))
+
+
+register_preset("vit_digits", ViT, _digits, "NI Table 5 (digits ViT, 1.80e6 parameters)")
+
+# AiT §5.1 / Table 6: Small / Medium / Base = 2 / 6 / 12 layers of 768-d, 12 heads, MLP 3072; no
+# CLS token (pooled output); patch size per task (CIFAR 4, Triangle 32, Oxford Pet 16).
+_AIT_SIZES = {"small": 2, "medium": 6, "base": 12}
+_AIT_TASKS = {"cifar10": (10, 32, 3, 4), "cifar100": (100, 32, 3, 4), "triangle": (2, 64, 1, 32),
+              "pet": (37, 224, 3, 16)}
+
+
+def _ait_vit(layers: int, classes: int, size: int, channels: int, patch: int) -> ViTConfig:
+    return ViTConfig(num_classes=classes, d_model=768, num_layers=layers, num_heads=12, ffn_hidden=3072,
+                     num_cls_tokens=0, embed=EmbedConfig(kind="patches", image_size=size, in_channels=channels,
+                                                         patch_size=patch, positions="absolute"))
+
+
+for _size, _layers in _AIT_SIZES.items():
+    for _task, _shape in _AIT_TASKS.items():
+        register_preset(f"vit_{_size}_{_task}", ViT, lambda l=_layers, s=_shape: _ait_vit(l, *s),
+                        f"AiT §5.1, Table 6 (ViT-{_size.capitalize()}, {_task})")
+
+register_preset("vit_micro", ViT, lambda: ViTConfig(
+    num_classes=5, d_model=32, num_layers=2, num_heads=2, ffn_hidden=48, pos_dim=8,
+    embed=EmbedConfig(kind="patches", image_size=8, in_channels=1, patch_size=2, positions="relative")),
+    "test-sized ViT (8×8 images, relative positions)")
