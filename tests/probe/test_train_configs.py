@@ -17,6 +17,7 @@ BAD_VALUES = {
     "optim.weight_decay": ["nan", "inf", "-0.1"],
     "optim.grad_clip": ["nan", "inf", "-1"],
     "optim.warmup_steps": ["-1"],
+    "optim.decay_steps": ["-1"],
     "optim.label_smoothing": ["nan", "1.0", "-0.1"],
     "graph_prior.weight": ["nan", "inf", "-1e-4"],
     "data.batch_size": ["0", "-8"],

@@ -52,6 +52,7 @@ class OptimSection:
     warmup_steps: int = 0
     warmup_lr: float = 1e-6
     min_lr: float = 1e-5
+    decay_steps: int = 0                          # > 0: cosine reaches min_lr at this step, then stays (NI A.1.5)
     grad_clip: float = 1.0                        # max global grad norm; 0 = off
     label_smoothing: float = 0.0
 
@@ -319,6 +320,7 @@ POSITIVE, NON_NEGATIVE, AT_LEAST_ONE, UNIT = Bound(0, low_open=True), Bound(0), 
 NUMERIC_RULES: dict[str, Bound] = {
     "optim.lr": POSITIVE, "optim.warmup_lr": NON_NEGATIVE, "optim.min_lr": NON_NEGATIVE,
     "optim.weight_decay": NON_NEGATIVE, "optim.grad_clip": NON_NEGATIVE, "optim.warmup_steps": NON_NEGATIVE,
+    "optim.decay_steps": NON_NEGATIVE,
     "optim.label_smoothing": UNIT, "optim.betas.*": UNIT,
     "graph_prior.weight": NON_NEGATIVE, "aux_loss_weights.*": NON_NEGATIVE,
     "data.batch_size": AT_LEAST_ONE, "data.num_workers": NON_NEGATIVE, "data.max_samples": NON_NEGATIVE,
