@@ -112,3 +112,10 @@ register_preset("vit_micro", ViT, lambda: ViTConfig(
     num_classes=5, d_model=32, num_layers=2, num_heads=2, ffn_hidden=48, pos_dim=8,
     embed=EmbedConfig(kind="patches", image_size=8, in_channels=1, patch_size=2, positions="relative")),
     "test-sized ViT (8×8 images, relative positions)")
+
+# NI §4.3 trains ViTs "with the same architectural scaffolding" on PGM but gives no ViT table:
+# NI Table 7's width (192-d, 4 heads) and 8 layers, 80×80 panels, one score per candidate.
+register_preset("vit_pgm", ViT, lambda: ViTConfig(
+    num_classes=1, d_model=192, num_layers=8, num_heads=4, ffn_hidden=192,
+    embed=EmbedConfig(kind="panels", image_size=80, in_channels=16, num_context=8)),
+    "NI §4.3 ViT baseline on PGM (width of NI Table 7; depth not given in the paper: 8)")
