@@ -15,7 +15,7 @@ from torch import nn
 import modwire
 from modwire.models import ViT, ViTConfig
 from modwire.models.set_model import EmbedConfig
-from modwire.models.vit import pad_bias
+from modwire.nn.positions import pad_bias
 
 
 def _copy_block(block, layer: nn.TransformerEncoderLayer) -> None:

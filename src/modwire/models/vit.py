@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn import ProcessorLayer
+from ..nn.positions import RelativePositionBias, pad_bias
 from .config import COUNT, heads_of
 from .registry import register_model_type, register_preset
 from .set_model import EmbedConfig, SetModel, SetModelConfig
@@ -45,12 +45,6 @@ class ViTConfig(SetModelConfig):
         return () if self.embed.positions == "relative" else ("pos_dim",)
 
 
-def pad_bias(bias: Tensor, num_tokens: int) -> Tensor:
-    """``[..., G, G] → [..., N, N]``: a bias over the first ``G`` (patch) tokens, 0 for the rest."""
-    pad = num_tokens - bias.shape[-1]
-    return bias if pad == 0 else F.pad(bias, (0, pad, 0, pad))
-
-
 class ViT(SetModel):
     """``model(x) → logits`` (see :mod:`modwire.models.set_model` for the output shapes);
     ``forward_intermediates(x)`` adds every layer's attention weights ``[B, H, N, N]``."""
@@ -64,8 +58,6 @@ class ViT(SetModel):
                                     for _ in range(c.num_layers))
         self.relative = None
         if c.embed.positions == "relative" and self.embed.grid is not None:
-            from ..nn.positions import RelativePositionBias
-
             self.relative = RelativePositionBias(self.embed.grid, c.num_heads, c.pos_dim)
 
     def encode(self, x: Tensor, *, record: bool) -> tuple[Tensor, dict[str, Any]]:
