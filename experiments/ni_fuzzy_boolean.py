@@ -174,7 +174,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--width", type=int, default=64, help="d_model = d_code = MLP widths (NI Table 3: 128)")
     ap.add_argument("--points", type=int, default=32768, help="training points per function (NI: 131072)")
     ap.add_argument("--val-points", type=int, default=4096, help="validation points per function (NI: 32768)")
-    ap.add_argument("--epochs", type=int, default=12, help="pre-training epochs (NI: 20)")
+    ap.add_argument("--epochs", type=int, default=14, help="pre-training epochs (NI: 20)")
     ap.add_argument("--lr", type=float, default=6e-3, help="pre-training lr, constant (NI Table 3: 0.006)")
     ap.add_argument("--adapt-points", type=int, default=8192, help="fine-tuning points per new function")
     ap.add_argument("--adapt-epochs", type=int, default=3, help="fine-tuning epochs (NI Table 3: 3)")

@@ -89,6 +89,18 @@ def _check_device(x: Tensor, name: str, weight: Tensor) -> None:
 
 
 
+def _check_images(x: Tensor, name: str, who: str, expected: tuple[int, ...], weight: Tensor,
+                  what: str = "images", note: str = "") -> Tensor:
+    """``x`` is a float ``[B, *expected]`` batch on ``weight``'s device and dtype, finite, not empty."""
+    layout = f"{what} [B, {', '.join(map(str, expected))}]{note}"
+    _check_tensor(x, name, layout)
+    if x.dim() != 4 or tuple(x.shape[1:]) != expected:
+        raise ValueError(f"{name}: {who} expects {layout}, got {list(x.shape)}")
+    _check_not_empty(x, name, layout)
+    _check_float(x, name, layout, weight)
+    return x
+
+
 class ChannelLayerNorm(nn.LayerNorm):
     """LayerNorm over the channel axis of a ``[B, C, H, W]`` map."""
 
@@ -130,13 +142,7 @@ class ConvTokenizer(nn.Module):
     def check_input(self, x: Tensor, *, name: str = "x") -> Tensor:
         """Refuse what this tokenizer cannot read (module docstring); return ``x``."""
         expected = (self.in_channels, self.image_size, self.image_size)
-        layout = f"images [B, {', '.join(map(str, expected))}]"
-        _check_tensor(x, name, layout)
-        if x.dim() != 4 or tuple(x.shape[1:]) != expected:
-            raise ValueError(f"{name}: ConvTokenizer expects {layout}, got {list(x.shape)}")
-        _check_not_empty(x, name, layout)
-        _check_float(x, name, layout, self.stem[0].weight)
-        return x
+        return _check_images(x, name, "ConvTokenizer", expected, self.stem[0].weight)
 
     def forward(self, x: Tensor, *, name: str = "x") -> Tensor:
         x = self.check_input(x, name=name)
@@ -259,13 +265,7 @@ class PatchEmbedding(nn.Module):
     def check_input(self, x: Tensor, *, name: str = "x") -> Tensor:
         """Refuse what this embedding cannot read (module docstring of :mod:`modwire.nn.tokenizers`)."""
         expected = (self.in_channels, self.image_size, self.image_size)
-        layout = f"images [B, {', '.join(map(str, expected))}]"
-        _check_tensor(x, name, layout)
-        if x.dim() != 4 or tuple(x.shape[1:]) != expected:
-            raise ValueError(f"{name}: PatchEmbedding expects {layout}, got {list(x.shape)}")
-        _check_not_empty(x, name, layout)
-        _check_float(x, name, layout, self.proj.weight)
-        return x
+        return _check_images(x, name, "PatchEmbedding", expected, self.proj.weight)
 
     def forward(self, x: Tensor, *, name: str = "x") -> Tensor:
         h = self.proj(self.check_input(x, name=name)).flatten(2).transpose(1, 2)   # [B, G, dim]
@@ -300,13 +300,8 @@ class PanelEncoder(nn.Module):
 
     def check_input(self, x: Tensor, *, name: str = "x") -> Tensor:
         expected = (self.num_panels, self.panel_size, self.panel_size)
-        layout = f"panels [B, {', '.join(map(str, expected))}] ({self.num_context} context, then candidates)"
-        _check_tensor(x, name, layout)
-        if x.dim() != 4 or tuple(x.shape[1:]) != expected:
-            raise ValueError(f"{name}: PanelEncoder expects {layout}, got {list(x.shape)}")
-        _check_not_empty(x, name, layout)
-        _check_float(x, name, layout, self.cnn[0].weight)
-        return x
+        return _check_images(x, name, "PanelEncoder", expected, self.cnn[0].weight, what="panels",
+                             note=f" ({self.num_context} context, then candidates)")
 
     def forward(self, x: Tensor, *, name: str = "x") -> Tensor:
         b, p, s, _ = self.check_input(x, name=name).shape

@@ -49,12 +49,7 @@ def build_digits(split: str, size: int = 32, transform: Callable | None = None) 
         raise ValueError(f"digits: split must be 'train', 'val' or 'test', got {split!r}")
     if isinstance(size, bool) or not isinstance(size, int) or size < 8 or size % 8:
         raise ValueError(f"digits: size must be a positive multiple of 8 (the images are 8x8), got {size!r}")
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError:
-        raise ModuleNotFoundError("digits: the task reads the data shipped with scikit-learn; "
-                                  "pip install scikit-learn (or 'modwire[analysis]')") from None
-    data = load_digits()
+    data = sklearn_digits("digits")
     order = np.random.RandomState(0).permutation(len(data.target))
     index = order[:NUM_TEST] if split != "train" else order[NUM_TEST:]
     return DigitsDataset(data.images[index], data.target[index], size, transform)
@@ -70,3 +65,13 @@ register_task(TaskInfo(
     description="scikit-learn's 8x8 digits (offline, ships with scikit-learn), upsampled 8->32",
     describe=_describe, splits=("train", "val", "test"), params={"size": 32, "transform": None},
 ), build_digits)
+
+
+def sklearn_digits(task: str):
+    """scikit-learn's bundled 8×8 digits (``load_digits()``), or an error naming ``task`` and the fix."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        raise ModuleNotFoundError(f"{task}: the task reads the digits shipped with scikit-learn; "
+                                  "pip install scikit-learn (or 'modwire[analysis]')") from None
+    return load_digits()

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
+from ..loaders.digits import sklearn_digits
 from ..loaders.digits_multitask import per_source
 from ._common import GeneratedDataset, check_seed, sample_rng, split_size
 
@@ -42,12 +43,7 @@ DEFAULT_SIZE = {"train": 12_000, "val": 1_500, "test": 1_500}
 @lru_cache(maxsize=None)
 def base_images(split: str) -> tuple[np.ndarray, np.ndarray]:
     """``(glyphs float32 [n, 8, 8] in [0, 1], labels int64 [n])``: the split's pool of base digits."""
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError:
-        raise ModuleNotFoundError("digits_multitask_offline: the task reads the digits shipped with "
-                                  "scikit-learn; pip install scikit-learn (or 'modwire[analysis]')") from None
-    data = load_digits()
+    data = sklearn_digits("digits_multitask_offline")
     order = np.random.RandomState(12345).permutation(len(data.target))
     cut = {"test": order[:300], "val": order[300:600], "train": order[600:]}[split]
     return (data.images[cut] / 16.0).astype(np.float32), data.target[cut].astype(np.int64)
