@@ -42,11 +42,12 @@ def count_flops(fn: Callable[[], object], grad: bool = False) -> int:
     """FLOPs of one call of ``fn`` (matmul/conv/attention; elementwise ops excluded).
     A multiply-add counts as 2 FLOPs: ``nn.Linear(i, o)`` on ``[B, i]`` is ``2·B·i·o``.
 
-    Runs under ``no_grad`` (or ``enable_grad`` if ``grad``, counting the backward of
-    whatever ``fn`` backpropagates too), never under ``inference_mode``:
-    FlopCounterMode's module tracker fails on parameters passed as module inputs under
-    inference mode. The FLOPs are the same."""
-    with torch.inference_mode(False), (torch.enable_grad() if grad else torch.no_grad()), \
+    Runs with autograd on (``grad``: also counting the backward of whatever ``fn``
+    backpropagates), never under ``inference_mode`` or ``no_grad``: FlopCounterMode's module
+    tracker fails on a parameter passed to a module as an input (NI's relative positions pass
+    their embedding tables) when no graph is recorded. The FLOPs are the same."""
+    del grad   # the forward is counted either way; a backward only if fn runs one
+    with torch.inference_mode(False), torch.enable_grad(), \
             FlopCounterMode(display=False, custom_mapping=CPU_SDPA_FLOPS) as counter:
         fn()
     return counter.get_total_flops()
