@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 import modwire
@@ -45,6 +46,15 @@ def test_readme_quickstart_runs_as_written(tmp_path, monkeypatch):
     assert tuple(scope["inter"].link_probs.shape) == (320, 320)
     assert scope["small"].config.num_processor_modules == 40
     assert (tmp_path / "runs" / "nac" / "model.safetensors").is_file()
+
+
+def test_readme_ni_example_runs_as_written():
+    scope: dict = {}
+    exec(compile(_section_code("Neural Interpreters and the ViT", "python"), "README.md#ni", "exec"), scope)
+    assert tuple(scope["logits"].shape) == (8, 10) and tuple(scope["fast"].shape) == (8, 10)
+    assert tuple(scope["compat"].shape) == (8, 5, 67) and tuple(scope["types"].shape) == (8, 67, 24)
+    torch.testing.assert_close(scope["compat"].sum(1), torch.ones(8, 67), atol=1e-4, rtol=0)   # Σ_u C_ui ≈ 1
+    assert scope["ni"].config.num_functions == 6 and scope["ni"].config.num_added_functions == 0  # 5 + 3 - 2
 
 
 def test_readme_speed_claims_agree_with_the_benchmarks_readme():
