@@ -3,6 +3,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from modwire import cli
 from modwire.tasks import get_task
@@ -53,3 +54,28 @@ def test_cpu_listops_configs_use_each_models_learning_rate():
     assert nac.model.name == "nac_small" and pio.model.name == "perceiver_io_small"
     assert (nac.optim.lr, nac.optim.warmup_steps) == (5e-4, 200) and (pio.optim.lr, pio.optim.warmup_steps) == (1e-3, 50)
     assert nac.data.params == pio.data.params and nac.max_steps == pio.max_steps
+
+
+def test_ni_cpu_config_trains_evaluates_and_finetunes(tmp_path, capsys):
+    """NI Table 1's protocol end to end at toy size: train on the 20 functions, eval, then new CLS
+    tokens for the 10 held-out ones trained alone (`--train cls`): the other weights stay put."""
+    run = tmp_path / "ni"
+    size = "data.params.size={train: 64, val: 32}"
+    assert cli.main(["train", str(ROOT / "configs" / "cpu" / "ni_fuzzy_boolean.yaml"), "--set", f"out_dir={run}",
+                     "max_steps=2", "progress=false", "data.batch_size=32", size]) == 0
+    trained = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert cli.main(["eval", str(run)]) == 0
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert again["r2"] == pytest.approx(trained["val"]["r2"]) and "r2_std" in again
+    out = tmp_path / "ft"
+    assert cli.main(["finetune", str(run), "--task", "fuzzy_boolean_adapt", "--train", "cls", "--seeds", "0",
+                     "--epochs", "1", "--batch-size", "32", "--out", str(out), "--set", size, "progress=false"]) == 0
+    import modwire
+    from modwire.training.checkpoint import choose_checkpoint
+
+    before = modwire.from_pretrained(choose_checkpoint(run)[0])
+    after = modwire.from_pretrained(choose_checkpoint(out / "seed-0")[0])
+    assert after.config.num_cls_tokens == 10 and before.config.num_cls_tokens == 20
+    b, a = before.state_dict(), after.state_dict()
+    assert set(a) == set(b) and a["cls_tokens"].shape == (10, b["cls_tokens"].shape[1])
+    assert all(torch.equal(a[k], b[k]) for k in a if not k.startswith(("cls_tokens", "heads.")))
