@@ -81,6 +81,50 @@ def finetune(setting: str, args: argparse.Namespace) -> int:
                  "progress=false"])
 
 
+# ----------------------------------------------------------------------------- dynamic inference
+
+def dynamic_inference(out: Path) -> dict:
+    """The pre-trained model's validation R² with fewer function iterations per script (anytime
+    inference, NI Fig. 8) and with each function dropped in turn (NI Fig. 5c); cached in
+    ``pretrain/dynamic.json``."""
+    import copy
+
+    import torch
+
+    from modwire.models import from_pretrained
+    from modwire.tasks import build_dataset, compute_metrics
+    from modwire.training import load_config
+    from modwire.training.checkpoint import choose_checkpoint
+
+    path = out / "pretrain" / "dynamic.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    cfg = load_config(str(out / "pretrain" / "config.yaml"))
+    model = from_pretrained(choose_checkpoint(out / "pretrain")[0]).eval()
+    data = build_dataset(cfg.data.task, cfg.data.val_split, **cfg.data.params)
+    x, y = (torch.stack(t) for t in zip(*(data[i] for i in range(len(data)))))
+
+    def r2(m, **kw) -> float:
+        with torch.no_grad():
+            return compute_metrics(("r2",), torch.cat([m(xb, **kw) for xb in x.split(512)]), y)["r2"]
+
+    n_i, u = model.config.num_iterations, model.config.num_functions
+    result = {"iterations": {str(k): r2(model, iterations=k) for k in range(1, n_i + 1)}, "dropped": {}}
+    for f in range(u):
+        m = copy.deepcopy(model)
+        m.drop_functions([f])
+        result["dropped"][str(f)] = r2(m)
+    path.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def format_dynamic(d: dict) -> str:
+    its = ", ".join(f"{k}: {v:.4f}" for k, v in d["iterations"].items())
+    drops = ", ".join(f"f{k}: {v:.4f}" for k, v in d["dropped"].items())
+    return (f"Anytime inference (NI Fig. 8), pre-training R² by function iterations per script: {its}.\n"
+            f"Function dropping (NI Fig. 5c), pre-training R² with one function removed: {drops}.")
+
+
 # ----------------------------------------------------------------------------- the table
 
 def setting_results(out: Path, setting: str) -> list[dict]:
@@ -161,6 +205,8 @@ def plot(table: list, path: Path) -> Path | None:
 def report(out: Path) -> str:
     table = rows(out)
     text = format_table(table)
+    if (out / "pretrain" / "result.json").is_file():
+        text += "\n" + format_dynamic(dynamic_inference(out))
     (out / "table.md").write_text(text + "\n")
     plot(table, out / "table1.png")
     return text

@@ -63,6 +63,10 @@ def test_quick_run_pretrains_finetunes_every_setting_and_reports(tmp_path, monke
     table = fz.rows(tmp_path)
     assert all(ours is not None and ours[3] == 1 for _, _, ours, _ in table)
     assert (tmp_path / "table.md").read_text().startswith("| parameter set |")
+    dynamic = json.loads((tmp_path / "pretrain" / "dynamic.json").read_text())
+    pre = json.loads((tmp_path / "pretrain" / "result.json").read_text())["val"]["r2"]
+    assert list(dynamic["iterations"]) == ["1", "2"] and len(dynamic["dropped"]) == 4
+    assert dynamic["iterations"]["2"] == pytest.approx(pre, rel=1e-5)      # all iterations: the run's own score
     # a rerun reads the finished runs back instead of training again
     mtime = (tmp_path / "pretrain" / "result.json").stat().st_mtime
     assert fz.main(["--quick", "--out", str(tmp_path), "--workers", "1"]) == 0
