@@ -17,21 +17,20 @@ Shapes: NI Table 5 (the digits ViT: 192-d, 8 layers, 3 heads, MLP 192; 64 patche
 tokens) and AiT §5.1 ViT-Small (768-d, 2 layers, 12 heads, MLP 3072; 64 patches + 1 = 65).
 Timed: inference (eval, ``torch.no_grad``; the peer then takes PyTorch's fused "fast path",
 ``torch._transformer_encoder_layer_fwd``) and a train step (train mode, forward + backward of
-a fixed random projection of the output). The two sides alternate (ours, peer, ours, ...) and
-each reports its median; the ratio ours/peer is in throughput (peer seconds / our seconds), so
+a fixed random projection of the output). The two sides alternate (ours, peer, ours, ...; one
+warm-up call each) and each reports its median; the ratio ours/peer is in throughput (peer seconds / our seconds), so
 > 1 means we are faster. Target: >= 0.95 for every row (printed PASS/FAIL, not with --quick).
 """
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
+from modwire.analysis import time_interleaved
 from modwire.models.set_model import EmbedConfig
 from modwire.models.vit import ViT, ViTConfig
 
@@ -91,31 +90,25 @@ def max_diff(ours: ViT, peer: nn.TransformerEncoder, x: Tensor) -> tuple[float, 
     return fast, slow
 
 
-def timed(fn, x: Tensor, g: Tensor, *, train: bool) -> float:
-    t = time.perf_counter()
-    if train:
-        (fn(x) * g).sum().backward()
-    else:
-        with torch.no_grad():
-            fn(x)
-    return time.perf_counter() - t
+def step(mod: nn.Module, fn, x: Tensor, g: Tensor, *, train: bool):
+    """One call to time: an inference forward, or a forward + backward of ``<fn(x), g>``."""
+    def run() -> None:
+        if train:
+            mod.zero_grad(set_to_none=True)
+            (fn(x) * g).sum().backward()
+        else:
+            with torch.no_grad():
+                fn(x)
+    return run
 
 
 def compare(ours: ViT, peer: nn.TransformerEncoder, x: Tensor, *, train: bool, repeats: int) -> tuple[float, float, float]:
     """Interleaved timings; returns (our median s, peer median s, ours/peer throughput)."""
-    sides = {"ours": (ours, our_body(ours)), "peer": (peer, peer)}
     g = torch.randn_like(x)
-    times: dict[str, list[float]] = {k: [] for k in sides}
-    for mod, _ in sides.values():
-        mod.train(train)
-    for rep in range(repeats + 1):                   # the first round is warm-up
-        for name, (mod, fn) in (sides.items() if rep % 2 else reversed(sides.items())):
-            mod.zero_grad(set_to_none=True)
-            t = timed(fn, x, g, train=train)
-            if rep:
-                times[name].append(t)
-    o, p = statistics.median(times["ours"]), statistics.median(times["peer"])
-    return o, p, p / o
+    ours.train(train), peer.train(train)
+    t = time_interleaved({"ours": step(ours, our_body(ours), x, g, train=train),
+                          "peer": step(peer, peer, x, g, train=train)}, iters=repeats)
+    return t["ours"], t["peer"], t["peer"] / t["ours"]
 
 
 def main() -> None:
