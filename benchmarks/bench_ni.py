@@ -171,7 +171,8 @@ def ni_vs_vit(ni: NeuralInterpreter, vit: ViT, batch: int, repeats: int) -> None
     print(f"  {'mode':<10} {'NI s':>9} {'ViT s':>9} {'NI time / ViT time':>19}")
     for train in (False, True):
         t = time_interleaved({"NI": call(ni, x, train=train), "ViT": call(vit, x, train=train)}, iters=repeats)
-        print(f"  {'train' if train else 'inference':<10} {t['NI']:>9.4f} {t['ViT']:>9.4f} {t['NI'] / t['ViT']:>18.2f}x")
+        mode = "train" if train else "inference"
+        print(f"  {mode:<10} {t['NI']:>9.4f} {t['ViT']:>9.4f} {t['NI'] / t['ViT']:>18.2f}x")
 
 
 def function_sweep(counts: Sequence[int], batch: int, repeats: int, *, quick: bool) -> None:

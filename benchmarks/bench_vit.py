@@ -18,8 +18,9 @@ tokens) and AiT §5.1 ViT-Small (768-d, 2 layers, 12 heads, MLP 3072; 64 patches
 Timed: inference (eval, ``torch.no_grad``; the peer then takes PyTorch's fused "fast path",
 ``torch._transformer_encoder_layer_fwd``) and a train step (train mode, forward + backward of
 a fixed random projection of the output). The two sides alternate (ours, peer, ours, ...; one
-warm-up call each) and each reports its median; the ratio ours/peer is in throughput (peer seconds / our seconds), so
-> 1 means we are faster. Target: >= 0.95 for every row (printed PASS/FAIL, not with --quick).
+warm-up call each; ``modwire.analysis.time_interleaved``) and each reports its median; the ratio
+ours/peer is in throughput (peer seconds / our seconds), so > 1 means we are faster.
+Target: >= 0.95 for every row (printed PASS/FAIL, not with --quick).
 """
 from __future__ import annotations
 
@@ -102,7 +103,8 @@ def step(mod: nn.Module, fn, x: Tensor, g: Tensor, *, train: bool):
     return run
 
 
-def compare(ours: ViT, peer: nn.TransformerEncoder, x: Tensor, *, train: bool, repeats: int) -> tuple[float, float, float]:
+def compare(ours: ViT, peer: nn.TransformerEncoder, x: Tensor, *, train: bool,
+            repeats: int) -> tuple[float, float, float]:
     """Interleaved timings; returns (our median s, peer median s, ours/peer throughput)."""
     g = torch.randn_like(x)
     ours.train(train), peer.train(train)
