@@ -1,5 +1,5 @@
 """Models, one file per system. Importing this package registers every preset."""
-from . import nac, perceiver_io, vit  # noqa: F401  (registers presets)
+from . import nac, neural_interpreter, perceiver_io, vit  # noqa: F401  (registers presets)
 from .axis import ModuleAxis
 from .base import PretrainedModel
 from .config import ModelConfig

@@ -17,6 +17,19 @@ options the four papers need, each with one meaning:
 * ``null_kv``: a zero key and a zero value are prepended, so a query can read nothing (NFM
   "Default Computation"): its score is 0, it is always allowed and competes in top-k.
 * ``row_scale``: multiplies each query's output (NI Eq. 7-10, ``C_ui``).
+* ``key_scale`` (``c_j ≥ 0``) with ``renorm_eps`` (``ε ≥ 0``): NI Eq. 7's kernel-modulated,
+  renormalised weights ``W_ij = r_i c_j s_ij / (ε + Σ_j r_i c_j s_ij)``, where
+  ``s = softmax_j(scale·q·k + bias)`` and ``r_i`` = ``row_scale`` (1 if None). (The paper
+  prints ``W̃_ij / (ε + W̃_ij)``; the sum over ``j`` is meant, as in the authors' code and
+  implementation notes §2.) Here ``row_scale`` enters the weights instead of multiplying the
+  output afterwards. The fused path uses, exactly::
+
+      out_i = Σ_j W_ij v_j = r_i Σ_j s_ij c_j v_j / (ε + r_i Σ_j s_ij c_j)
+
+  i.e. ONE fused softmax-attention over the augmented values ``[c_j v_j, c_j]`` gives the
+  numerator (first ``dv`` columns) and ``Σ_j s_ij c_j`` (last column). No ``log c_j`` enters
+  the logits, so ``c_j = 0`` is exact and finite. A row whose denominator is 0 (``ε = 0`` and
+  ``r_i Σ_j s_ij c_j = 0``) reads nothing: zeros, like a row with no allowed key.
 
 The fused ``F.scaled_dot_product_attention`` runs whenever the options allow (no weights
 asked for, no top-k); the explicit softmax path only where needed.
@@ -104,13 +117,13 @@ def _select_topk(scores: Tensor, k: int) -> Tensor:
 
 def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern | None = None,
            key_mask: Tensor | None = None, row_scale: Tensor | float | None = None, topk: int | None = None,
-           null_kv: bool = False, scale: float | None = None,
-           return_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+           null_kv: bool = False, scale: float | None = None, key_scale: Tensor | None = None,
+           renorm_eps: float = 0.0, return_weights: bool = False) -> tuple[Tensor, Tensor | None]:
     """``softmax_j(scale · q_i·k_j + bias_ij) v_j`` with the options of the module docstring.
 
     Shapes: q ``[..., Nq, dk]``, k ``[..., Nk, dk]``, v ``[..., Nk, dv]``; ``bias`` (float) and
-    ``key_mask`` (bool) broadcastable to ``[..., Nq, Nk]``; ``row_scale`` to ``[..., Nq]``.
-    ``scale`` defaults to ``dk ** -0.5``.
+    ``key_mask`` (bool) broadcastable to ``[..., Nq, Nk]``; ``row_scale`` to ``[..., Nq]``;
+    ``key_scale`` to ``[..., Nk]`` (NI Eq. 7, with ``renorm_eps``). ``scale`` defaults to ``dk ** -0.5``.
     Returns ``(out [..., Nq, dv], weights [..., Nq, Nk] or None)``; the weights cover the real
     keys only (with ``null_kv`` the null slot's weight is one minus their sum) and include
     ``row_scale``, so ``out = weights @ v``.
@@ -119,10 +132,16 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern |
         if not isinstance(bias, AttentionPattern):
             raise TypeError(f"attend: bias must be a float tensor or an AttentionPattern (an object with an "
                             f"attend(q, k, v, *, scale, return_weights) method), got {type(bias).__name__}")
-        if key_mask is not None or row_scale is not None or topk is not None or null_kv:
+        if key_mask is not None or row_scale is not None or topk is not None or null_kv or key_scale is not None:
             raise ValueError("attend: a precomputed attention pattern takes no other options")
         return bias.attend(q, k, v, scale=scale, return_weights=return_weights)
     _check(q, k, v, key_mask, topk)
+    if key_scale is None and renorm_eps != 0:
+        raise ValueError(f"attend: renorm_eps ({renorm_eps!r}) renormalises key-scaled weights; pass key_scale too")
+    if key_scale is not None:
+        return _renormalised(q, k, v, bias=bias, key_mask=key_mask, row_scale=row_scale, topk=topk,
+                             null_kv=null_kv, scale=scale, key_scale=key_scale, eps=renorm_eps,
+                             return_weights=return_weights)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     bias = None if bias is None else bias.to(q.dtype)
     has_key = None if key_mask is None or null_kv else key_mask.any(dim=-1, keepdim=True)
@@ -160,6 +179,38 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern |
     if weights is not None and null_kv:
         weights = weights[..., 1:]
     return out, (weights if return_weights else None)
+
+
+def _renormalised(q: Tensor, k: Tensor, v: Tensor, *, bias, key_mask, row_scale, topk, null_kv, scale,
+                  key_scale: Tensor, eps: float, return_weights: bool) -> tuple[Tensor, Tensor | None]:
+    """NI Eq. 7: ``W_ij = r_i c_j s_ij / (ε + Σ_j r_i c_j s_ij)`` (module docstring)."""
+    if null_kv:
+        raise ValueError("attend: key_scale (NI Eq. 7) does not combine with null_kv")
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps >= 0:
+        raise ValueError(f"attend: renorm_eps must be a number >= 0, got {eps!r}")
+    c = key_scale.to(q.dtype)
+    r = None if row_scale is None else (row_scale.to(q.dtype) if isinstance(row_scale, Tensor) else row_scale)
+    if return_weights or topk is not None:        # explicit: s, then W, then W @ v
+        _, s = attend(q, k, v, bias=bias, key_mask=key_mask, topk=topk, scale=scale, return_weights=True)
+        w = s * c.unsqueeze(-2)                                           # c_j s_ij   [..., Nq, Nk]
+        w = w if r is None else w * (r.unsqueeze(-1) if isinstance(r, Tensor) else r)
+        w = w / _safe(eps + w.sum(-1, keepdim=True))
+        return w @ v, (w if return_weights else None)
+    c = c.unsqueeze(-1)                                                   # [..., Nk, 1]
+    cv = v * c                                                            # c_j v_j   [..., Nk, dv]
+    aug = torch.cat([cv, c.expand(*cv.shape[:-1], 1)], dim=-1)            # [c_j v_j, c_j]
+    z, _ = attend(q, k, aug, bias=bias, key_mask=key_mask, scale=scale)  # [..., Nq, dv + 1]
+    num, den = z[..., :-1], z[..., -1:]                # Σ_j s_ij c_j v_j,  Σ_j s_ij c_j
+    if r is not None:
+        r = r.unsqueeze(-1) if isinstance(r, Tensor) else r
+        num, den = r * num, r * den
+    return num / _safe(eps + den), None
+
+
+def _safe(den: Tensor) -> Tensor:
+    """A denominator with exact zeros replaced by 1: those rows have a zero numerator (all
+    ``r_i c_j s_ij = 0``), so they read zeros instead of 0/0."""
+    return torch.where(den == 0, torch.ones_like(den), den)
 
 
 ReadInMethod = Literal["factorized", "literal"]

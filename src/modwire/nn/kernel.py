@@ -6,7 +6,11 @@ Both papers connect things by a kernel of the cosine distance between unit vecto
   Eq. 3: ``K_ij ~ Concrete(P_ij, τ)``, ``K̂_ij = K_ij / (δ + Σ_j K_ij)`` (over *senders*),
   entering the attention logits as ``log K̂``.
 * NI Eq. 2-3: ``C̃_ui = exp(-d(s_u, t_i)/σ)`` where ``d ≤ τ`` (truncation), 0 elsewhere;
-  ``C_ui = C̃_ui / (ε + Σ_u C̃_ui)`` (over *functions*).
+  ``C_ui = C̃_ui / (ε + Σ_u C̃_ui)`` (over *functions*): :func:`type_matching`. The paper's
+  Eq. 3 prints "if ``d > τ``"; its text keeps the *close* pairs ("functions are only granted
+  access to set elements whose types lie in the immediate vicinity of their signatures",
+  App. A.1.3; Fig. 2) and so does the authors' code (``kernels.py`` sends ``d > τ`` to ``∞``):
+  we keep ``d ≤ τ``.
 
 The functions here compose into either: :func:`signature_log_kernel` (log-kernel and
 truncation mask), :func:`concrete_log_sample` (NAC's stochastic kernel),
@@ -63,11 +67,33 @@ def normalize_log_kernel(log_k: Tensor, *, dim: int = -1, delta: float = 1e-6,
                          mask: Tensor | None = None) -> Tensor:
     """``log K̂`` with ``K̂ = K·1[mask] / (δ + Σ_dim K·1[mask])`` (NAC Eq. 3 over senders, ``dim=-1``;
     NI Eq. 3 over functions with ``δ = ε``). Masked entries get a large finite negative value
-    (their ``exp`` is 0), so a fully masked slice stays finite."""
+    (their ``exp`` is 0), so a fully masked slice stays finite (and, with ``δ = 0``, all 0)."""
+    if delta < 0:
+        raise ValueError(f"normalize_log_kernel: delta must be >= 0, got {delta!r}")
+    fill = mask_value(log_k.dtype)
     if mask is not None:
-        log_k = log_k.masked_fill(~mask, mask_value(log_k.dtype))
+        log_k = log_k.masked_fill(~mask, fill)
     log_sum = torch.logsumexp(log_k, dim=dim, keepdim=True)
-    return log_k - torch.logaddexp(log_sum, torch.full_like(log_sum, math.log(delta)))
+    if delta > 0:
+        log_sum = torch.logaddexp(log_sum, torch.full_like(log_sum, math.log(delta)))
+    out = log_k - log_sum
+    return out if mask is None or delta > 0 else out.masked_fill(~mask, fill)
+
+
+def type_matching(types: Tensor, signatures: Tensor, sigma: float | Tensor, *, truncation: float | None,
+                  eps: float) -> Tensor:
+    """NI Eq. 2-3, the function-variable compatibility ``C [B, U, N]``::
+
+        d_ui = 1 - s_u·t_i,   C̃_ui = exp(-d_ui/σ) if d_ui ≤ τ else 0,   C_ui = C̃_ui / (ε + Σ_u C̃_ui)
+
+    types ``[B, N, d_type]`` (TypeInference's output), signatures ``[U, d_type]`` (or per sample
+    ``[B, U, d_type]``); both are projected onto the unit sphere here (``d = 1 - cos``). σ > 0
+    (learned, log-parameterised by the model); ``truncation`` τ (None: keep every pair; the
+    module docstring says why ``d ≤ τ``); ε ≥ 0 (0: a variable no function reaches gets
+    ``C = 0``, not 0/0). Built from :func:`signature_log_kernel` and :func:`normalize_log_kernel`
+    (over the functions axis) in the log domain."""
+    log_c, keep = signature_log_kernel(signatures, types, sigma, truncation=truncation)   # [B, U, N]
+    return normalize_log_kernel(log_c, dim=-2, delta=eps, mask=keep).exp()
 
 
 class SignatureKernel(nn.Module):

@@ -1,0 +1,463 @@
+"""Neural Interpreters (NI; Rahaman et al. 2021) — NI §2, App. A, C.2.3.
+
+A :class:`~modwire.models.set_model.SetModel` (embedding, CLS tokens, heads: NI §4 uses the ViT's
+scaffolding) whose body is a stack of ``n_s`` scripts with no parameter sharing (Eq. 1). Read top
+to bottom like NI §2:
+
+1. **Functions** ``f_u = (s_u, c_u)``: a signature on the unit sphere of ``d_type`` dimensions
+   and a code (:class:`Functions`; signatures often frozen at a random draw, App. A.1.4).
+2. **Type inference** (Eq. 2): ``t_i = normalise(MLP(LN(x_i)))`` (:class:`TypeInference`).
+3. **Type matching** (Eq. 3): ``C_ui = C̃_ui / (ε + Σ_u C̃_ui)``, ``C̃_ui = exp(-d_ui/σ)`` where
+   ``d_ui = 1 - s_u·t_i ≤ τ`` (:func:`~modwire.nn.kernel.type_matching`; why ``≤`` is there).
+4. **ModLin / ModMLP** (Eq. 4-5): :class:`~modwire.nn.modulated.ModulatedLinear` of kind ``"ni"``.
+5. **ModAttn** (Eq. 6-8): per function and head, ``W_uhij = C_ui C_uj s_uhij / (ε + Σ_j C_ui C_uj
+   s_uhij)`` with ``s = softmax_j(q·k/√d_key + b^{uh})`` (positional bias, App. C.2.3), through
+   :func:`~modwire.nn.attention.attend` ``(key_scale=C_uj, row_scale=C_ui, renorm_eps=ε)``: one
+   fused attention (the identity is stated there).
+6. **LOC** (Eq. 9-10): ``a = x + C_ui·ModAttn(LN(x))``, ``y = a + C_ui·ModMLP(LN(a))``.
+7. **Interpreter** (Eq. 11): ``y_i = x_i + Σ_u C_ui LOCs(x)_ui`` (``interpreter_residual``).
+8. **FnIter / Script** (Eq. 12-14): ``n_i`` iterations of type matching + interpreter sharing
+   weights (type matching recomputed every iteration).
+
+All functions run together on a ``[B, U, N, d]`` grid: codes ``[U, d_code]`` enter every ModLin as
+``[U, 1, d_code]`` and broadcast over the batch and the tokens (no loop over functions, heads or
+tokens; the first LOC reads ``x`` as ``[B, 1, N, d]``, NI: "x_ui = x_i for all u").
+
+**Eq. 11 and the authors' code.** As printed, Eq. 11 adds ``x_i`` to ``Σ_u C_ui LOCs(x)_ui``,
+and each stream ``LOCs(x)_ui`` already carries ``x_i`` through the LOC residuals (Eq. 9-10). With
+``Σ_u C_ui ≈ 1`` the residual stream roughly doubles every iteration (``2^{n_s·n_i}`` over the
+model; measured on ``ni_digits`` at initialisation, 8 iterations, ``|y_i|/|x_i|`` = 2.0, 4.0,
+8.0, … 256.5 where ``"update"`` / ``"none"`` give 1.00 … 1.08; the final LayerNorm hides the
+scale, but each iteration's update then weighs half as much as the previous one's relative to the
+stream). The authors' released digits preset (``presets/digits.yml``: ``no_residual: true`` for
+the function pod and the script) has no identity path: ``y_i = Σ_u C_ui LOCs(x)_ui``, which keeps
+the scale but maps a variable no function reaches to 0. ``interpreter_residual``:
+
+* ``"identity"`` (default): Eq. 11 as printed;
+* ``"none"``: the authors' code, ``y_i = Σ_u C_ui LOCs(x)_ui``;
+* ``"update"``: ``y_i = x_i + Σ_u C_ui (LOCs(x)_ui - x_i)``: the identity path of Eq. 11 kept
+  (``C_·i = 0 ⇒ y_i = x_i``) without the doubling; equal to ``"none"`` where ``Σ_u C_ui = 1``.
+
+With ``U = 1``, ``ε = 0``, no truncation (so ``C ≡ 1``) and one iteration, ``"update"`` and
+``"none"`` make a script a stack of ``n_l`` pre-LN transformer layers whose linear maps are
+``W·diag(LN(W_c c))`` (tested against the ViT's blocks).
+
+Dynamic inference (NI §4.2-4.3): :meth:`NeuralInterpreter.add_functions` (capacity extension),
+:meth:`~NeuralInterpreter.drop_functions` and :meth:`~NeuralInterpreter.module_axis` (function
+dropping), ``model(x, iterations=k)`` (anytime inference), ``forward_intermediates(x)``
+(``compatibility``: ``C`` ``[B, U, N]`` and ``types`` ``[B, N, d_type]`` per function iteration).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..nn.attention import attend, merge_heads, split_heads
+from ..nn.kernel import type_matching
+from ..nn.modulated import ModulatedFFN, ModulationSpec, PreNorm
+from ..nn.positions import RelativePositionBias, pad_bias
+from .axis import ModuleAxis
+from .config import COUNT, POSITIVE, Bounds, check_choice, heads_of
+from .registry import register_model_type, register_preset
+from .set_model import EmbedConfig, SetModel, SetModelConfig
+
+RESIDUALS = ("identity", "none", "update")
+
+
+# ----------------------------------------------------------------------------- configuration
+
+@dataclass
+class NeuralInterpreterConfig(SetModelConfig):
+    """NI hyperparameters; defaults are NI Table 4 (digits; see :func:`_digits` for the widths
+    the table leaves open)."""
+
+    model_type = "neural_interpreter"
+
+    num_scripts: int = 1               # n_s (Eq. 1), no sharing between scripts
+    num_iterations: int = 8            # n_i (Eq. 14), weights shared
+    num_locs: int = 1                  # n_l (Eq. 11)
+    num_functions: int = 5             # n_f
+    num_added_functions: int = 0       # capacity extension (add_functions), kept apart for "new_functions"
+    num_heads: int = 4
+    qk_head_dim: int = 128             # key/query features per head; values: d_model / num_heads per head
+    ffn_hidden: int = 192              # ModMLP width (Eq. 5)
+    d_code: int = 192
+    d_type: int = 24
+    tau: float | None = 1.4            # truncation τ of Eq. 3 (keep d ≤ τ); None: no truncation
+    sigma_init: float = 1.0            # σ of Eq. 3 at initialisation (learned, log-parameterised)
+    eps: float = 1e-6                  # ε of Eq. 3 and Eq. 7
+    type_hidden: int = 192             # type-inference MLP width (Eq. 2)
+    type_depth: int = 2                # its number of linear layers
+    freeze_signatures: bool = True     # signatures fixed at a random draw on the sphere (App. A.1.4)
+    freeze_codes: bool = False
+    interpreter_residual: str = "identity"
+    pos_dim: int = 32                  # relative positions (App. C.2.3): width of e_row / e_col
+    function_positions: bool = True    # each function's own positional bias (Eq. 22-23)
+
+    bounds = {**SetModelConfig.bounds,
+              **{n: COUNT for n in ("num_scripts", "num_iterations", "num_locs", "num_functions", "qk_head_dim",
+                                    "ffn_hidden", "d_code", "type_hidden", "type_depth", "pos_dim")},
+              "num_added_functions": Bounds(lo=0),
+              "num_heads": heads_of("d_model"),
+              "d_type": Bounds(lo=2, note="a sphere in d_type dimensions needs d_type >= 2"),
+              "tau": Bounds(lo=0, hi=2, note="d = 1 - cos lies in [0, 2]; None: no truncation"),
+              "sigma_init": POSITIVE,
+              "eps": Bounds(lo=0, note="0 only without truncation or with one function: else 0/0 is read as 0")}
+
+    def unused_fields(self) -> tuple[str, ...]:
+        relative = self.embed.kind == "patches" and self.embed.positions == "relative"
+        return () if relative else ("pos_dim",)
+
+    def validate(self) -> None:
+        super().validate()
+        check_choice("interpreter_residual", self.interpreter_residual, RESIDUALS)
+
+    @property
+    def total_functions(self) -> int:
+        return self.num_functions + self.num_added_functions
+
+    @property
+    def modulation(self) -> ModulationSpec:
+        return ModulationSpec("ni", self.d_code)
+
+
+# ----------------------------------------------------------------------------- 1-3. functions, types
+
+def random_signatures(n: int, d_type: int) -> Tensor:
+    """``n`` points drawn uniformly on the unit sphere in ``d_type`` dimensions ``[n, d_type]``."""
+    return F.normalize(torch.randn(n, d_type), dim=-1)
+
+
+class Functions(nn.Module):
+    """The functions of one script (NI §2 "Functions"): ``signatures [U, d_type]`` (unit norm) and
+    ``codes [U, d_code]``; after :meth:`~NeuralInterpreter.add_functions`, ``added_signatures`` /
+    ``added_codes`` hold the new ones (their own tensors, so they can be trained alone). Frozen
+    signatures / codes are parameters with ``requires_grad=False``."""
+
+    def __init__(self, c: NeuralInterpreterConfig) -> None:
+        super().__init__()
+        self.signatures = nn.Parameter(random_signatures(c.num_functions, c.d_type),
+                                       requires_grad=not c.freeze_signatures)
+        self.codes = nn.Parameter(torch.randn(c.num_functions, c.d_code), requires_grad=not c.freeze_codes)
+        self.added_signatures = self.added_codes = None
+        if c.num_added_functions:
+            self.add(c.num_added_functions, c.d_type, c.d_code)
+
+    def add(self, n: int, d_type: int, d_code: int) -> None:
+        """Append ``n`` trainable functions: random signatures on the sphere, codes ``N(0, 1)``."""
+        like = self.codes
+        sig, code = random_signatures(n, d_type).to(like), torch.randn(n, d_code).to(like)
+        if self.added_signatures is not None:
+            sig, code = torch.cat([self.added_signatures.data, sig]), torch.cat([self.added_codes.data, code])
+        self.added_signatures, self.added_codes = nn.Parameter(sig), nn.Parameter(code)
+
+    def all(self) -> tuple[Tensor, Tensor]:
+        """``(signatures [U, d_type], codes [U, d_code])``, the added functions last."""
+        if self.added_signatures is None:
+            return self.signatures, self.codes
+        return torch.cat([self.signatures, self.added_signatures]), torch.cat([self.codes, self.added_codes])
+
+
+class TypeInference(nn.Module):
+    """NI Eq. 2: ``t_i = MLP(LN(x_i)) / |MLP(LN(x_i))|``, a GELU MLP with ``depth`` linear layers.
+    ``[B, N, d] → [B, N, d_type]`` on the unit sphere."""
+
+    def __init__(self, dim: int, d_type: int, hidden: int, depth: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        widths = [dim] + [hidden] * (depth - 1) + [d_type]
+        layers: list[nn.Module] = []
+        for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+            layers += [nn.Linear(a, b)] + ([nn.GELU()] if i < depth - 1 else [])
+        self.mlp = nn.Sequential(*layers)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.normalize(self.mlp(self.norm(x)), dim=-1)
+
+
+# ----------------------------------------------------------------------------- 5-7. ModAttn, LOC
+
+class ModAttn(nn.Module):
+    """NI Eq. 6-8 for all functions at once. ``x [B, U|1, N, d]`` (normalised), ``code [U, 1, d_code]``,
+    ``C [B, U, N]``, ``bias`` ``[(U,) H, N, N]`` or None → ``[B, U, N, d]``. Keys have no bias: it
+    adds ``q_i·b_k`` to every logit of row ``i`` and cancels in the softmax."""
+
+    def __init__(self, dim: int, num_heads: int, qk_head_dim: int, mod: ModulationSpec) -> None:
+        super().__init__()
+        self.num_heads, self.scale = num_heads, qk_head_dim ** -0.5
+        self.q = mod.linear(dim, num_heads * qk_head_dim)
+        self.k = mod.linear(dim, num_heads * qk_head_dim, bias=False)
+        self.v, self.o = mod.linear(dim, dim), mod.linear(dim, dim)
+
+    def forward(self, x: Tensor, code: Tensor, C: Tensor, *, eps: float, bias: Tensor | None = None,
+                record: bool = False) -> tuple[Tensor, Tensor | None]:
+        h = self.num_heads
+        q, k, v = (split_heads(f(x, code), h) for f in (self.q, self.k, self.v))   # [B, U, H, N, ·]
+        c = C.unsqueeze(-2)                                                       # [B, U, 1, N]
+        y, w = attend(q, k, v, bias=bias, scale=self.scale, key_scale=c, row_scale=c, renorm_eps=eps,
+                      return_weights=record)                                      # Eq. 7-8
+        return self.o(merge_heads(y), code), w                                    # [B, U, N, d]
+
+
+class LOC(nn.Module):
+    """NI Eq. 9-10: ``a = x + C_ui·ModAttn(LN(x))``, ``y = a + C_ui·ModMLP(LN(a))`` (so ``C_ui = 0``
+    leaves ``x_ui`` unchanged), plus this LOC's relative positional bias (App. C.2.3) when the
+    input is a grid of patches."""
+
+    def __init__(self, c: NeuralInterpreterConfig, grid: tuple[int, int] | None) -> None:
+        super().__init__()
+        mod = c.modulation
+        self.attn = PreNorm(c.d_model, ModAttn(c.d_model, c.num_heads, c.qk_head_dim, mod), residual=False)
+        self.ffn = PreNorm(c.d_model, ModulatedFFN(c.d_model, c.ffn_hidden, mod=mod, activation="gelu"),
+                           residual=False)
+        self.relative = None
+        if grid is not None:
+            self.relative = RelativePositionBias(grid, c.num_heads, c.pos_dim,
+                                                 mod=mod if c.function_positions else None)
+
+    def position_bias(self, codes: Tensor, num_tokens: int) -> Tensor | None:
+        """``[U, H, N, N]`` (or ``[H, N, N]`` without per-function biases); 0 for CLS pairs."""
+        if self.relative is None:
+            return None
+        return pad_bias(self.relative(codes if self.relative.f_row is not None else None), num_tokens)
+
+    def forward(self, x: Tensor, code: Tensor, C: Tensor, *, eps: float, bias: Tensor | None,
+                record: bool = False) -> tuple[Tensor, Tensor | None]:
+        g = C.unsqueeze(-1)                                                       # C_ui  [B, U, N, 1]
+        y, w = self.attn(x, code, C, eps=eps, bias=bias, record=record)
+        a = x + g * y                                                             # Eq. 9
+        return a + g * self.ffn(a, code), w                                       # Eq. 10
+
+
+# ----------------------------------------------------------------------------- 8. scripts
+
+class Script(nn.Module):
+    """NI Eq. 12-14: ``n_i`` function iterations (type matching recomputed, then the interpreter),
+    sharing this script's parameters: type inference, σ, functions, ``n_l`` LOCs."""
+
+    def __init__(self, c: NeuralInterpreterConfig, grid: tuple[int, int] | None) -> None:
+        super().__init__()
+        self.tau, self.eps, self.num_iterations, self.residual = c.tau, c.eps, c.num_iterations, c.interpreter_residual
+        self.type_inference = TypeInference(c.d_model, c.d_type, c.type_hidden, c.type_depth)
+        self.log_sigma = nn.Parameter(torch.tensor(float(c.sigma_init)).log())
+        self.functions = Functions(c)
+        self.locs = nn.ModuleList(LOC(c, grid) for _ in range(c.num_locs))
+
+    def type_matching(self, x: Tensor, signatures: Tensor) -> tuple[Tensor, Tensor]:
+        """Eq. 2-3 (Eq. 13): ``(C [B, U, N], types [B, N, d_type])``."""
+        t = self.type_inference(x)
+        return type_matching(t, signatures, self.log_sigma.exp(), truncation=self.tau, eps=self.eps), t
+
+    def interpret(self, x: Tensor, codes: Tensor, C: Tensor, biases: Sequence[Tensor | None], *,
+                  record: bool = False) -> tuple[Tensor, list]:
+        """Eq. 11: the LOC stack on every function's stream, then the ``C``-weighted sum over functions."""
+        eps, code = self.eps, codes.unsqueeze(-2)                          # [U, 1, d_code]
+        xs, weights = x.unsqueeze(1), []                                          # x_ui = x_i  [B, 1, N, d]
+        for loc, bias in zip(self.locs, biases):
+            xs, w = loc(xs, code, C, eps=eps, bias=bias, record=record)           # [B, U, N, d]
+            weights.append(w)
+        y = torch.einsum("bun,bund->bnd", C, xs)                                  # Σ_u C_ui LOCs(x)_ui
+        mode = self.residual
+        if mode == "identity":
+            y = x + y
+        elif mode == "update":                                                    # x_i + Σ_u C_ui (· - x_i)
+            y = y + (1 - C.sum(1)).unsqueeze(-1) * x
+        return y, weights
+
+    def forward(self, x: Tensor, *, iterations: int | None = None, record: bool = False
+                ) -> tuple[Tensor, dict[str, list]]:
+        signatures, codes = self.functions.all()
+        biases = [loc.position_bias(codes, x.shape[1]) for loc in self.locs]     # once: no x dependence
+        out: dict[str, list] = {"compatibility": [], "types": [], "propagator_attention": []}
+        for _ in range(self.num_iterations if iterations is None else iterations):   # Eq. 14
+            C, t = self.type_matching(x, signatures)                              # Eq. 13
+            x, w = self.interpret(x, codes, C, biases, record=record)             # Eq. 12
+            if record:
+                out["compatibility"].append(C)
+                out["types"].append(t)
+                out["propagator_attention"].extend(w)
+        return x, out
+
+
+# ----------------------------------------------------------------------------- the model
+
+class NeuralInterpreter(SetModel):
+    """``model(x[, task], iterations=None)`` → logits (shapes: :mod:`modwire.models.set_model`).
+    ``iterations=k``: every script runs ``k`` function iterations instead of ``n_i`` (anytime
+    inference, NI Fig. 8). ``forward_intermediates`` adds ``compatibility`` and ``types`` (one per
+    function iteration, scripts in order) and every LOC's attention ``[B, U, H, N, N]``."""
+
+    config_class = NeuralInterpreterConfig
+
+    def __init__(self, config: NeuralInterpreterConfig) -> None:
+        super().__init__(config)
+        c = config
+        grid = self.embed.grid if c.embed.positions == "relative" else None
+        self.scripts = nn.ModuleList(Script(c, grid) for _ in range(c.num_scripts))   # Eq. 1
+
+    def encode(self, x: Tensor, *, record: bool, iterations: int | None = None) -> tuple[Tensor, dict[str, Any]]:
+        if iterations is not None and (isinstance(iterations, bool) or not isinstance(iterations, int)
+                                       or iterations < 1):
+            raise ValueError(f"iterations must be a positive int (function iterations per script), got {iterations!r}")
+        extra: dict[str, list] = {"compatibility": [], "types": [], "propagator_attention": []}
+        for script in self.scripts:
+            x, out = script(x, iterations=iterations, record=record)
+            for key, value in out.items():
+                extra[key].extend(value)
+        return x, extra
+
+    # ------------------------------------------------------------------------- dynamic inference
+
+    def add_functions(self, n: int) -> None:
+        """Capacity extension (NI §4.2, Fig. 5b): ``n`` new functions per script, with random
+        signatures on the sphere and random codes, kept in ``added_signatures`` / ``added_codes``
+        (the ``"new_functions"`` parameter set). A new function whose signature no type reaches
+        under the truncation leaves every output unchanged."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"add_functions: n must be a positive int, got {n!r}")
+        c = self.config
+        for script in self.scripts:
+            script.functions.add(n, c.d_type, c.d_code)
+        self.config = c.replace(num_added_functions=c.num_added_functions + n)
+
+    def merge_added_functions(self) -> None:
+        """Fold the added functions into ``signatures`` / ``codes`` (e.g. before module dropping)."""
+        c = self.config
+        if not c.num_added_functions:
+            return
+        for script in self.scripts:
+            f = script.functions
+            sig, code = (t.detach() for t in f.all())
+            f.signatures = nn.Parameter(sig.clone(), requires_grad=f.signatures.requires_grad)
+            f.codes = nn.Parameter(code.clone(), requires_grad=f.codes.requires_grad)
+            f.added_signatures = f.added_codes = None
+        self.config = c.replace(num_functions=c.total_functions, num_added_functions=0)
+
+    def drop_functions(self, ids: Sequence[int] | Tensor) -> None:
+        """Remove functions ``ids`` (indices into ``[functions..., added functions...]``) from every
+        script, in place (NI Fig. 5c: functions removed at test time). Added functions are merged first."""
+        self.merge_added_functions()
+        u = self.config.num_functions
+        drop = torch.as_tensor(ids, dtype=torch.long).flatten().cpu()
+        if len(drop) and (drop.min() < 0 or drop.max() >= u or len(drop.unique()) != len(drop)):
+            raise ValueError(f"drop_functions: ids must be distinct indices in [0, {u}), got {drop.tolist()}")
+        keep = torch.tensor([i for i in range(u) if i not in set(drop.tolist())], dtype=torch.long)
+        if len(keep) == 0:
+            raise ValueError(f"drop_functions: at least one of the {u} functions must stay")
+        for script in self.scripts:
+            f = script.functions
+            for name in ("signatures", "codes"):
+                old = getattr(f, name)
+                setattr(f, name, nn.Parameter(old.data[keep.to(old.device)].clone(), requires_grad=old.requires_grad))
+        self.config = self.config.replace(num_functions=len(keep))
+
+    def module_axis(self) -> ModuleAxis:
+        """The functions (NI §2): each script's ``signatures`` and ``codes`` rows (``modwire analyze``
+        drops functions through them, NI Fig. 5c)."""
+        c = self.config
+        names = tuple(f"scripts.{i}.functions.{n}" for i in range(c.num_scripts) for n in ("signatures", "codes"))
+        fixed = ("it has added functions (add_functions): call merge_added_functions() first"
+                 if c.num_added_functions else None)
+        return ModuleAxis("functions", c.num_functions, "num_functions", names, fixed=fixed)
+
+    # ------------------------------------------------------------------------- fine-tuning protocol
+
+    def parameter_sets(self) -> dict[str, tuple[str, ...]]:
+        """``cls`` (CLS tokens, heads; NI Table 1 row 2), ``type_inference`` (type-inference MLP and
+        LN, signatures, σ; Table 1 row 3 is ``cls`` + this), ``signatures_codes`` (Fig. 5b),
+        ``functions`` (the LOCs and the codes), ``new_functions`` (after :meth:`add_functions`), ``all``."""
+        s = [f"scripts.{i}." for i in range(self.config.num_scripts)]
+        sets = {**super().parameter_sets(),
+                "type_inference": tuple(p + n for p in s for n in ("type_inference.", "log_sigma",
+                                                                   "functions.signatures", "functions.added_signatures")),
+                "signatures_codes": tuple(p + "functions." for p in s),
+                "functions": tuple(p + n for p in s for n in ("locs.", "functions.codes", "functions.added_codes"))}
+        if self.config.num_added_functions:
+            sets["new_functions"] = tuple(p + "functions.added_" for p in s)
+        return sets
+
+    def no_weight_decay(self) -> tuple[str, ...]:
+        return super().no_weight_decay() + self.existing_names("signatures", "codes", "log_sigma", "e_row", "e_col")
+
+
+register_model_type(NeuralInterpreter)
+
+
+# ----------------------------------------------------------------------------- presets
+
+def _digits() -> NeuralInterpreterConfig:
+    """NI Table 4 (digits: SVHN, MNIST-M, MNIST; 32×32 RGB in 4×4 patches, one CLS token and head
+    per dataset, relative positions, App. C.2.3), 6.43 × 10⁵ parameters in the paper.
+
+    The table leaves three widths open; the authors' released preset (``presets/digits.yml`` with
+    ``nfc.py``) fixes them:
+
+    * **key/query features per head: 128.** The config says ``num_heads_in_loc: 4``,
+      ``num_features_per_loc_head: 32``; the code builds queries and keys of width
+      ``num_heads · (num_heads · 32) = 512``, i.e. 4 heads × 128 — Table 4's "128" (the
+      implementation notes' "4 × 32" is the config's number). Values take ``d_model / 4 = 48`` per head.
+    * **ModMLP width: 192** (``d_model``; the code's ``pointwise_mlp``; Table 5 gives the ViT's as 192).
+    * **positional embedding width: 32.** Not in the paper. The authors' code uses 128 but with a
+      per-function term ``(W c_u)_h`` that ignores the offset (1 536 parameters), not Eq. 22-23's
+      ModLin of the embedding; with Eq. 22-23's ModLin (``W_c`` of ``pos_dim × d_code`` per row
+      and column) at 128 the model would have 6.82 × 10⁵ (+6.0 %). At 32: 6.40 × 10⁵.
+
+    Count (this preset, 640 375 = 6.40 × 10⁵, −0.41 % of 6.43 × 10⁵): patch embedding 9 408;
+    CLS tokens 576, final LN 384, three heads 5 790; script: type inference 42 072 (LN 384,
+    192→192→24), σ 1, signatures 120 (frozen, counted), codes 960; LOC: 2 LN 768, q 135 680
+    (ModLin 192→512 with bias, W_c 192×192), k 135 168 (no bias), v, o and the two ModMLP
+    layers 4 × 73 920, positions 13 768 (e_row, e_col 2 × 15 × 32; w_row, w_col 2 × 4 × 32;
+    ModLin_row, ModLin_col 2 × (4 × 32 + 4 + 32 × 192)). The authors' 643 059 also counts tensors
+    their forward never reads (absolute positions 12 288, a type codebook 2 400, output signatures
+    120) and uses one shared CLS token and head (``use_shared_cls_tokens``) where the text has three."""
+    return NeuralInterpreterConfig(
+        num_classes=10, num_cls_tokens=3, task_input=True,
+        embed=EmbedConfig(kind="patches", image_size=32, in_channels=3, patch_size=4, positions="relative"))
+
+
+def _fuzzy_boolean() -> NeuralInterpreterConfig:
+    """NI Table 3 (§4.1, App. B): 5 scalar inputs with learned positions, 20 CLS tokens (one per
+    function) and a shared regression head; 128-d, 2 scripts × 2 iterations × 1 LOC, 4 functions,
+    1 head of 32 key features (the authors' convention above: ``1 · 32``), ModMLP 128 (``d_model``),
+    type MLP 128 × 2, learned signatures and codes, τ = 1.6, d_type = 24."""
+    return NeuralInterpreterConfig(
+        num_classes=1, num_cls_tokens=20, shared_head=True, d_model=128, d_code=128, num_scripts=2,
+        num_iterations=2, num_locs=1, num_functions=4, num_heads=1, qk_head_dim=32, ffn_hidden=128,
+        type_hidden=128, freeze_signatures=False, tau=1.6, d_type=24,
+        embed=EmbedConfig(kind="vectors", input_dim=1, max_len=5))
+
+
+# NI Table 9 on top of Table 7: (τ, d_type, frozen signatures) per PGM regime.
+PGM_REGIMES = {"neutral": (1.62, 20, False), "interpolation": (1.62, 20, False),
+               "attribute_pairs": (1.40, 32, True), "triple_pairs": (1.66, 24, False),
+               "triples": (1.42, 24, True), "extrapolation": (1.42, 24, True)}
+
+
+def _pgm(tau: float, d_type: int, frozen: bool) -> NeuralInterpreterConfig:
+    """NI Table 7 (all PGM runs) with one column of Table 9: 192-d codes and features, 2 scripts ×
+    8 iterations × 1 LOC, 5 functions, 4 heads × 32 key features per LOC head as in the digits
+    preset (4 × 128 in the code's convention), type MLP 192 × 2, learned codes; panels of 80×80,
+    8 context + 8 candidates, each candidate with the context and a CLS token (§4.3, App. D)."""
+    return NeuralInterpreterConfig(
+        num_classes=1, num_cls_tokens=1, num_scripts=2, num_iterations=8, num_locs=1, num_functions=5,
+        tau=tau, d_type=d_type, freeze_signatures=frozen,
+        embed=EmbedConfig(kind="panels", image_size=80, in_channels=16, num_context=8))
+
+
+def _micro() -> NeuralInterpreterConfig:
+    return NeuralInterpreterConfig(
+        num_classes=5, d_model=32, d_code=16, num_scripts=2, num_iterations=2, num_functions=3, num_heads=2,
+        qk_head_dim=8, ffn_hidden=48, d_type=8, tau=1.6, type_hidden=32, pos_dim=8, freeze_signatures=True,
+        embed=EmbedConfig(kind="patches", image_size=8, in_channels=1, patch_size=2, positions="relative"))
+
+
+register_preset("ni_digits", NeuralInterpreter, _digits, "NI Table 4 (digits, 6.43e5 parameters)")
+register_preset("ni_fuzzy_boolean", NeuralInterpreter, _fuzzy_boolean, "NI Table 3 (fuzzy Boolean expressions)")
+for _regime, _cols in PGM_REGIMES.items():
+    register_preset(f"ni_pgm_{_regime}", NeuralInterpreter, lambda c=_cols: _pgm(*c),
+                    f"NI Tables 7 and 9 (PGM, {_regime})")
+register_preset("ni_micro", NeuralInterpreter, _micro, "test-sized NI (8×8 images, relative positions)")
