@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from modwire.analysis import count_flops, time_interleaved
-from modwire.models.set_model import EmbedConfig
+from modwire.models.registry import get_config
 from modwire.models.vit import ViT, ViTConfig
 
 try:
@@ -48,23 +48,18 @@ FUNCTION_COUNTS = (1, 2, 4, 8, 16, 32)
 
 
 def ni_config(num_functions: int = 5, *, quick: bool = False) -> NeuralInterpreterConfig:
-    """NI Table 4 (the config defaults) on 32×32 digits, 3 CLS tokens (NI §4.2); tiny with ``quick``."""
-    if quick:
-        return NeuralInterpreterConfig(
-            num_classes=10, num_cls_tokens=2, d_model=32, num_functions=num_functions, num_iterations=2,
-            num_heads=2, qk_head_dim=8, ffn_hidden=32, d_code=16, d_type=8, type_hidden=16, pos_dim=8,
-            embed=EmbedConfig(kind="patches", image_size=8, in_channels=1, patch_size=2, positions="relative"))
-    return NeuralInterpreterConfig(num_classes=10, num_cls_tokens=3, num_functions=num_functions,
-                                   embed=EmbedConfig(kind="patches", image_size=32, in_channels=3, patch_size=4,
-                                                     positions="relative"))
+    """The ``ni_digits`` preset (NI Table 4; ``ni_micro`` with ``quick``) with ``num_functions``
+    functions, answering through all its CLS tokens (no per-sample ``task``)."""
+    return get_config("ni_micro" if quick else "ni_digits", num_functions=num_functions, task_input=False)
 
 
 def vit_config(c: NeuralInterpreterConfig, *, quick: bool = False) -> ViTConfig:
-    """NI Table 5's ViT (3 heads × 64, MLP 192) at the NI's width, depth and embedding."""
+    """The ``vit_digits`` preset (NI Table 5: 3 heads × 64, MLP 192) at the NI's width, depth
+    (``n_s · n_i · n_l`` layers), CLS tokens and embedding."""
     depth = c.num_scripts * c.num_iterations * c.num_locs
-    heads, mlp = (2, c.ffn_hidden) if quick else (3, 192)
-    return ViTConfig(num_classes=c.num_classes, num_cls_tokens=c.num_cls_tokens, d_model=c.d_model,
-                     num_layers=depth, num_heads=heads, ffn_hidden=mlp, pos_dim=c.pos_dim, embed=c.embed)
+    over = {"num_heads": 2, "ffn_hidden": c.ffn_hidden, "pos_dim": c.pos_dim} if quick else {}
+    return get_config("vit_digits", d_model=c.d_model, num_layers=depth, num_cls_tokens=c.num_cls_tokens,
+                      num_classes=c.num_classes, task_input=False, embed=c.embed, **over)
 
 
 # ----------------------------------------------------------------------------- the per-function loop

@@ -106,7 +106,6 @@ def test_bench_vit_quick_runs_and_matches_the_torch_encoder():
 
 
 def test_bench_ni_quick_runs_and_the_loop_matches_the_batched_functions():
-    pytest.importorskip("modwire.models.neural_interpreter")
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_ni.py"), "--quick"],
                          capture_output=True, text=True, timeout=120, check=True).stdout
     diff = float(re.search(r"max \|batched - loop\| = ([\d.e+-]+)", out).group(1))
