@@ -3,6 +3,8 @@
     modwire train CONFIG.yaml [--set key=value ...] [--resume] [--allow-change KEYS] [--overwrite]
     modwire train --resume RUN_DIR [--set key=value ...] [--allow-change KEYS]
     modwire eval RUN_DIR_OR_CHECKPOINT [--task NAME] [--split SPLIT] [--max-samples N] [--set key=value ...]
+    modwire finetune RUN --task T [--train SETS] [--shots K --ways N] [--seeds 0,1,2] [--epochs E] [--lr LR]
+                     [--batch-size B] [--out DIR] [--set key=value ...]
     modwire list models|tasks
     modwire analyze RUN_DIR [--baseline RUN_DIR ...] [--out DIR] [--drop FRACTIONS] [--edges FRACTIONS] [--block-size N]
                     [--split SPLIT] [--batch N] [--max-samples N] [--set key=value ...] [--no-plots]
@@ -16,14 +18,15 @@ SIGTERM (a ``last`` checkpoint is written first; resume with ``--resume RUN_DIR`
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="modwire",
-                                 description="Modular attention networks: train, evaluate, list, analyze.")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{train,eval,list,analyze}")
+                                 description="Modular attention networks: train, evaluate, fine-tune, list, analyze.")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{train,eval,finetune,list,analyze}")
     t = sub.add_parser("train", help="train a model on a task from a YAML config")
     t.add_argument("config", nargs="?", help="YAML file (see configs/); omitted: defaults + --set")
     t.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
@@ -45,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="score the first N samples of the split only (same as --set data.max_samples=N)")
     e.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="data.* overrides, e.g. data.params.root=/data/tiny-imagenet")
+    _finetune_parser(sub)
     l = sub.add_parser("list", help="list model presets or tasks")
     l.add_argument("what", choices=["models", "tasks"])
     a = sub.add_parser("analyze", help="drop modules / eliminate edges of a trained run (NAC Fig. 5, 8, 10, 15); for a "
@@ -75,6 +79,51 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+FINETUNE_HELP = """\
+For each seed, one training run (checkpointed, resumable: run the same command again to skip
+finished seeds and resume an interrupted one) into OUT/seed-<s>, starting from RUN's weights
+(its best, else last checkpoint) with new task outputs (CLS tokens / head; --set
+finetune.new_task=false keeps them). Prints the task's first metric on the validation split per
+seed with mean ± std (sample std) and writes OUT/summary.json.
+
+Paper protocols:
+  NI Table 1 (fuzzy Boolean, App. B Table 3): --task fuzzy_boolean_adapt --epochs 3 --lr 0.05
+      with --train cls | cls,type_inference | all
+  NI Fig. 5a (K-MNIST few-shot, App. C.2.2): --shots K --seeds 0,1,2,3,4,5 (10 epochs, batch 128,
+      RAdam at a constant lr: 0.05 NI, 0.03 ViT; the seed also draws the subset)
+  NI Fig. 5b (capacity extension): --set finetune.add_functions=N --train signatures_codes
+      (or new_functions: the added pairs only)
+  NAC Fig. 4 (few-shot NAC vs Perceiver IO): --ways 8 --shots K for K in 1..16, --train all
+"""
+
+
+def _finetune_parser(sub) -> None:
+    f = sub.add_parser("finetune", help="fine-tune a trained run on a task over several seeds (NI Table 1, "
+                       "Fig. 5; NAC Fig. 4)", description=FINETUNE_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    f.add_argument("path", metavar="RUN", help="pretrained run directory (its best, else last checkpoint) or "
+                                               "checkpoint directory")
+    f.add_argument("--task", required=True, help="the task to fine-tune on (modwire list tasks)")
+    f.add_argument("--train", default="all", metavar="SETS",
+                   help="comma-separated parameter sets that train, the rest frozen (NI Table 1: cls, "
+                        "cls,type_inference, all; NI Fig. 5b: signatures_codes; NAC/PIO: head, readout, all); "
+                        "default all")
+    f.add_argument("--shots", type=int, default=0, metavar="K",
+                   help="K training samples per class, drawn by the seed (NI Fig. 5a, NAC Fig. 4); default all")
+    f.add_argument("--ways", type=int, default=0, metavar="N",
+                   help="N classes drawn by the seed, labels renumbered 0..N-1 (NAC Fig. 4: 8); default all")
+    f.add_argument("--seeds", default="0,1,2,3,4,5", help="comma-separated seeds; default 0-5 (NI App. C.2.2: 6)")
+    f.add_argument("--epochs", type=int, default=10, help="default 10 (NI App. C.2.2; Table 1 used 3)")
+    f.add_argument("--lr", type=float, default=None,
+                   help="constant RAdam learning rate; default 0.05 (NI), 0.03 for a ViT (NI App. C.2.2); "
+                        "NAC/PIO get 0.05 too (NAC Fig. 4 gives no fine-tuning lr: sweep it)")
+    f.add_argument("--batch-size", type=int, default=None, metavar="B",
+                   help="default 128 (NI App. C.2.2), cut to K·N for a smaller few-shot set")
+    f.add_argument("--out", help="output directory (default RUN/finetune/<task>-<sets>[-<K>shot][-<N>way])")
+    f.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                   help="training-config overrides for every seed, e.g. optim.grad_clip=1 data.params.root=/data")
+
+
 def cmd_train(args) -> int:
     from .training import load_config, train
     from .training.checkpoint import CheckpointWriteError
@@ -101,6 +150,55 @@ def cmd_train(args) -> int:
         return 1
     print(dumps({k: result[k] for k in ("status", "step", "val", "best", "run_dir")}))
     return result["exit_code"]
+
+
+def cmd_finetune(args) -> int:
+    from .training import load_config
+    from .training.checkpoint import CheckpointWriteError
+    from .training.finetune import default_out_dir, finetune_overrides, finetune_seeds, summary_table
+    from .training.lock import RunLockedError
+
+    seeds = _int_list(args.seeds, "--seeds")
+    train = [t.strip() for t in args.train.split(",") if t.strip()]
+    if not train:
+        raise ValueError(f"--train: expected comma-separated parameter-set names such as all or cls,type_inference, "
+                         f"got {args.train!r}")
+    for flag, value, low in (("--shots", args.shots, 0), ("--ways", args.ways, 0), ("--epochs", args.epochs, 1),
+                             ("--batch-size", args.batch_size, 1)):
+        if value is not None and value < low:
+            raise ValueError(f"{flag}: expected an integer >= {low}, got {value}")
+    if args.lr is not None and not args.lr > 0:
+        raise ValueError(f"--lr: expected a positive number, got {args.lr}")
+    base, meta = finetune_overrides(args.path, args.task, train=train, shots=args.shots, ways=args.ways,
+                                    epochs=args.epochs, lr=args.lr, batch_size=args.batch_size)
+    out = Path(args.out) if args.out else default_out_dir(args.path, args.task, train, args.shots, args.ways)
+
+    def config_for(seed: int, run_dir: Path):
+        return load_config(None, [*base, *args.overrides, f"seed={seed}", f"out_dir={json.dumps(str(run_dir))}"])
+
+    for seed in seeds[:1]:
+        config_for(seed, out / f"seed-{seed}")   # a bad --set or flag fails before anything is written
+    try:
+        summary, code = finetune_seeds(config_for, seeds, out, meta={**meta, "seeds": seeds},
+                                       log=lambda s: print(f"modwire finetune: {s}", file=sys.stderr))
+    except (RunLockedError, CheckpointWriteError, PermissionError) as e:
+        print(f"modwire finetune: error: {e}", file=sys.stderr)
+        return 1
+    print(summary_table(summary))
+    print(f"summary: {out / 'summary.json'}")
+    return code
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    """``"0,1,2"`` → ``[0, 1, 2]``: distinct non-negative integers."""
+    try:
+        values = [int(t) for t in text.replace(",", " ").split()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 0 or len(set(values)) != len(values):
+        raise ValueError(f"{flag}: expected distinct non-negative integers separated by commas, e.g. 0,1,2; "
+                         f"got {text!r}")
+    return values
 
 
 def cmd_eval(args) -> int:
@@ -169,9 +267,11 @@ def cmd_list(args) -> int:
     else:
         from .tasks import get_task, list_tasks
 
-        for name in list_tasks():
+        names = list_tasks()
+        width = max(24, 2 + max(map(len, names), default=0))   # a long name never runs into its kind
+        for name in names:
             info = get_task(name)
-            print(f"{name:<24}{info.kind:<11}{info.description}")
+            print(f"{name:<{width}}{info.kind:<11}{info.description}")
     return 0
 
 
@@ -179,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
     try:
-        return {"train": cmd_train, "eval": cmd_eval, "list": cmd_list, "analyze": cmd_analyze}[args.command](args)
+        return {"train": cmd_train, "eval": cmd_eval, "finetune": cmd_finetune, "list": cmd_list,
+                "analyze": cmd_analyze}[args.command](args)
     except (KeyError, ValueError, FileNotFoundError, TypeError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         print(f"modwire {args.command}: error: {msg}", file=sys.stderr)

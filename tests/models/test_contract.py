@@ -19,7 +19,7 @@ import modwire
 
 PRESETS = modwire.list_models()
 BIG = {"nac_tiny_imagenet", "nac_imagenet", "perceiver_io_tiny_imagenet", "nac_conditional_nlvr2",
-       *[n for n in PRESETS if n.startswith(("vit_medium_", "vit_base_")) or n.endswith("_pet")]}
+       *[n for n in PRESETS if n.startswith(("vit_medium_", "vit_base_", "ni_pgm_")) or n.endswith("_pet")]}
 REAL = [pytest.param(name, marks=pytest.mark.slow) if name in BIG else name for name in PRESETS]
 BATCH = 2
 

@@ -9,7 +9,7 @@ from modwire.training import build_model_for_task, load_config
 
 
 @pytest.mark.parametrize("make, match", [
-    (lambda: InputSpec("audio"), r"InputSpec.kind: got 'audio', expected one of \['image', 'tokens', 'vectors'\]"),
+    (lambda: InputSpec("audio"), r"InputSpec.kind: got 'audio', expected one of \['image', 'tokens', 'vectors', 'index'\]"),
     (lambda: InputSpec.image(0, 32, 32), r"InputSpec.channels \(image\): got 0, expected a positive int"),
     (lambda: InputSpec.image(3, 32.0, 32), r"InputSpec.height \(image\): got 32.0"),
     (lambda: InputSpec.image(True, 32, 32), r"InputSpec.channels \(image\): got True"),

@@ -160,3 +160,13 @@ def test_ni_compatibility_literal_by_hand():
     # d = [[0, 1, 2], [1, 0, 1]] → C̃ = [[1, e^-2, 0], [e^-2, 1, e^-2]]
     ct = _t([[1.0, E(-2), 0.0], [E(-2), 1.0, E(-2)]])
     torch.testing.assert_close(C, ct / (0.1 + ct.sum(0, keepdim=True)), rtol=0, atol=1e-15)
+
+
+def test_ni_attention_weights_literal_by_hand():
+    """NI Eq. 7 (sum over j in the denominator): s = (0.5, 0.25, 0.25), c = (1, 0, 2), r = 0.5, ε = 0.1:
+    W̃ = (0.25, 0, 0.25), W = W̃ / (0.1 + 0.5); a row with r = 0 is all zeros."""
+    from reference.ni import ni_attention_weights_literal
+
+    s = _t([[0.5, 0.25, 0.25], [0.2, 0.3, 0.5]])
+    w = ni_attention_weights_literal(s, _t([1.0, 0.0, 2.0]), _t([0.5, 0.0]), 0.1)
+    torch.testing.assert_close(w, _t([[0.25 / 0.6, 0.0, 0.25 / 0.6], [0.0, 0.0, 0.0]]), rtol=0, atol=1e-15)

@@ -54,8 +54,14 @@ def folder_root(tmp_path_factory):
     return root
 
 
+# The parameters that give the old items: NAC and Perceiver IO have one read-out, so fuzzy Boolean in its
+# single-head "pair" layout; PGM at the files' 160×160 panels (the default is NI's 80).
+OLD_PARAMS = {"fuzzy_boolean": {"layout": "pair"}, "fuzzy_boolean_adapt": {"layout": "pair"},
+               "pgm": {"panel_size": 160}}
+
+
 def params_for(task, folder_root):
-    return {"root": str(folder_root)} if task == "image_folder" else {}
+    return {"root": str(folder_root)} if task == "image_folder" else dict(OLD_PARAMS.get(task, {}))
 
 
 def multimodal(task):
@@ -67,7 +73,7 @@ def test_every_task_has_a_described_valid_input_and_class_count(folder_root):
     for task in list_tasks():
         info = describe_task(task, params_for(task, folder_root))
         for name, spec in named_inputs(info.inputs).items():
-            assert isinstance(spec, InputSpec) and spec.kind in ("image", "tokens", "vectors"), (task, name)
+            assert isinstance(spec, InputSpec) and spec.kind in ("image", "tokens", "vectors", "index"), (task, name)
         assert isinstance(info.num_classes, int) and info.num_classes >= 1, task
         if task in OLD:
             assert info.num_classes == OLD[task][1], task
@@ -90,7 +96,7 @@ def _flat(d, prefix=""):
 @pytest.mark.parametrize("task", sorted(OLD))
 def test_mapping_gives_exactly_the_old_model_configs(task):
     overrides, num_classes = OLD[task]
-    info = get_task(task)
+    info = describe_task(task, OLD_PARAMS.get(task))
     for preset in PRESETS:
         if multimodal(task) and preset.startswith("perceiver_io"):
             continue
@@ -135,7 +141,7 @@ def _real_batch(task, folder_root):
     if task not in GENERATORS and task != "image_folder":
         return None
     info = get_task(task)
-    params = params_for(task, folder_root) or {"size": 2}  # generators: 2 items (sets of 20 for some)
+    params = params_for(task, folder_root) if task == "image_folder" else {"size": 2, **params_for(task, None)}
     ds = build_dataset(task, "train", **params)
     items = [ds[0], ds[1]]
     if info.collate is not None:

@@ -15,8 +15,8 @@ from modwire.tasks import InputSpec, build_dataset, get_task, list_tasks
 from modwire.tasks.loaders import images, text
 from modwire.tasks.loaders.mnist import DEBIAN_FASHION_MNIST
 
-LOADERS = ["cifar10", "cifar100", "fashion_mnist", "imdb_bytes", "lra_listops", "mnist", "modelnet40", "pgm",
-           "tiny_imagenet", "tiny_imagenet_r"]
+LOADERS = ["cifar10", "cifar100", "fashion_mnist", "imdb_bytes", "kmnist", "lra_listops", "mnist", "mnist_m",
+           "modelnet40", "pgm", "svhn", "tiny_imagenet", "tiny_imagenet_r"]
 
 
 def test_all_loaders_registered_and_need_a_root(tmp_path):
@@ -470,17 +470,18 @@ def test_pgm_npz_panels_targets_and_order(tmp_path):
     images = {i: _pgm(folder / f"PGM_neutral_train_{i}.npz", i, i % 8) for i in (0, 1, 10, 2)}
     _pgm(folder / "PGM_neutral_val_0.npz", 5, 3)
     _pgm(folder / "PGM_interpolation_train_0.npz", 6, 4)
-    ds = build_dataset("pgm", "train", root=tmp_path)  # root/<regime>/ is found
+    ds = build_dataset("pgm", "train", root=tmp_path, panel_size=160)  # root/<regime>/ is found; the files' size
     assert len(ds) == 4 and [int(ds[i][1]) for i in range(4)] == [0, 1, 2, 2]  # ordered by i: 0, 1, 2, 10
     x, y = ds[3]
     assert x.shape == (16, 160, 160) and x.dtype == torch.float32 and y.dtype == torch.long
     assert torch.equal((x * 255).round().to(torch.uint8), torch.from_numpy(images[10]))
     assert ds.meta_target(3).tolist() == np.eye(12, dtype=np.int64)[10].tolist()
     assert len(build_dataset("pgm", "val", root=folder)) == 1
-    flat = build_dataset("pgm", "train", root=folder, flatten=True)[3][0]
+    flat = build_dataset("pgm", "train", root=folder, flatten=True, panel_size=160)[3][0]
     assert flat.shape == (16, 25600) and torch.equal(flat[9], x[9].flatten())
-    assert get_task("pgm").inputs == InputSpec.image(16, 160, 160)
-    assert get_task("pgm").resolve({"flatten": True}).inputs == InputSpec.vectors(16, 25600, ordered=True)
+    assert get_task("pgm").resolve({"panel_size": 160}).inputs == InputSpec.image(16, 160, 160)
+    assert get_task("pgm").resolve({"flatten": True, "panel_size": 160}).inputs == InputSpec.vectors(
+        16, 25600, ordered=True)
     assert ConvTokenizer(160, 16, channels=4, pos_dim=2)(x[None]).shape == (1, 400, 6)
     assert LinearTokenizer(25600, 4, max_len=16)(flat[None]).shape == (1, 16, 4)
     with pytest.raises(FileNotFoundError, match="no files PGM_extrapolation_train_<i>.npz") as e:
@@ -522,3 +523,24 @@ def test_imagenet_class_folders(tmp_path):
     assert abs(float(x.mean()) - 200 / 255) < 0.02
     with pytest.raises(FileNotFoundError, match="train/<wnid>"):
         T.build_dataset("imagenet", "train", root=str(tmp_path / "nowhere"))
+
+
+def test_pgm_panel_size_area_downsamples(tmp_path):
+    from task_fixtures import write_pgm
+
+    written = write_pgm(tmp_path, "test", 2)
+    full = build_dataset("pgm", "test", root=tmp_path, panel_size=160)[1][0]
+    x, y = build_dataset("pgm", "test", root=tmp_path)[1]              # NI: 80×80 panels (the default)
+    assert x.shape == (16, 80, 80) and int(y) == written[1][1] == 1
+    want = full.reshape(16, 80, 2, 80, 2).mean((2, 4))                  # each pixel: the mean of its 2×2 block
+    assert torch.allclose(x, want, atol=1e-6) and float(x[9, 3, 5]) == pytest.approx(
+        written[1][0][9, 6:8, 10:12].mean() / 255, abs=1e-6)
+    assert build_dataset("pgm", "test", root=tmp_path, panel_size=40, flatten=True)[0][0].shape == (16, 1600)
+    assert get_task("pgm").inputs == InputSpec.image(16, 80, 80)
+    assert get_task("pgm").resolve({"panel_size": 160, "flatten": True}).inputs == InputSpec.vectors(
+        16, 25600, ordered=True)
+    for bad in (0, 161, 80.0, True):
+        with pytest.raises(ValueError, match=r"panel_size must be an int in \[1, 160\]"):
+            build_dataset("pgm", "test", root=tmp_path, panel_size=bad)
+    with pytest.raises(ValueError, match=r"^pgm: panel_size must be an int in \[1, 160\].*got 200"):
+        get_task("pgm").resolve({"panel_size": 200})

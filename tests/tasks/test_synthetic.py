@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import modwire.tasks as tasks
-from modwire.tasks import InputSpec, build_dataset, get_task, list_tasks, r2_score
+from modwire.tasks import InputSpec, build_dataset, describe_task, get_task, list_tasks, r2_score
 from modwire.tasks.synthetic import fuzzy_boolean as fb
 from modwire.tasks.synthetic import listops as lo
 from modwire.tasks.synthetic import sort_of_clevr as soc
@@ -41,7 +41,7 @@ def test_registry_lists_generators():
         assert info.kind == "generator"
         assert {"seed", "size"} <= set(info.params)
     assert get_task("listops").collate is lo.collate
-    assert get_task("fuzzy_boolean").loss == "mse" and get_task("fuzzy_boolean").metrics == ("r2",)
+    assert get_task("fuzzy_boolean").loss == "mse" and get_task("fuzzy_boolean").metrics == ("r2", "r2_std")
     assert get_task("sort_of_clevr").inputs == InputSpec.vectors(225, 88)
     assert "relational" in get_task("sort_of_clevr").description
 
@@ -72,7 +72,7 @@ def test_item_shapes_match_task_info(name):
     else:
         assert x.shape == spec.shape and x.dtype == torch.float32
     if info.loss == "mse":
-        assert y.dtype == torch.float32 and y.shape == (info.num_classes,)
+        assert y.dtype == torch.float32 and y.shape == (info.heads * info.num_classes,)  # fuzzy_boolean: [F]
     else:
         assert y.dtype == torch.long and y.dim() == 0 and 0 <= int(y) < info.num_classes
     with pytest.raises(IndexError):
@@ -347,8 +347,8 @@ def test_fuzzy_boolean_corners_range_and_r2():
     assert np.isclose(fb.evaluate(x, t), acc)
 
 
-def test_fuzzy_boolean_items():
-    ds = small("fuzzy_boolean")
+def test_fuzzy_boolean_pair_layout_items():
+    ds = small("fuzzy_boolean", layout="pair")
     assert len(ds) == 10 * 20
     ys, preds = [], []
     for i in range(len(ds)):
@@ -365,15 +365,65 @@ def test_fuzzy_boolean_items():
     assert torch.equal(ds[0][0][:5], ds[19][0][:5])  # the 20 functions share a point
     assert r2_score(torch.stack(preds), torch.stack(ys)) == pytest.approx(1.0, abs=1e-6)
     assert r2_score(torch.stack(ys), torch.stack(ys)) == 1.0
-    adapt = small("fuzzy_boolean_adapt")
+    adapt = small("fuzzy_boolean_adapt", layout="pair")
     assert len(adapt) == 10 * 10 and int(fb.function_id_of(adapt[3][0])) == 23
-    assert get_task("fuzzy_boolean").inputs == get_task("fuzzy_boolean_adapt").inputs == InputSpec.vectors(
-        6, 31, ordered=True)
+    pair = {"layout": "pair"}
+    assert describe_task("fuzzy_boolean", pair).inputs == describe_task("fuzzy_boolean_adapt", pair).inputs \
+        == InputSpec.vectors(6, 31, ordered=True)
+    assert describe_task("fuzzy_boolean", pair).heads == 1
     # other function seed → other functions, same points
-    other = small("fuzzy_boolean", function_seed=1)
+    other = small("fuzzy_boolean", function_seed=1, layout="pair")
     assert torch.equal(other[0][0], ds[0][0]) and not all(
         torch.equal(other[i][1], ds[i][1]) for i in range(20))
     assert tasks.compute_metrics(("r2",), torch.stack(ys), torch.stack(ys))["r2"] == 1.0
+
+
+def test_fuzzy_boolean_sample_layout_is_nis():
+    """NI §4.1: one sample = the 5 scalars [5, 1] and the targets of all F functions [F]; heads = F."""
+    ds = small("fuzzy_boolean")
+    pair = small("fuzzy_boolean", layout="pair")
+    assert len(ds) == 10 and ds.num_points == pair.num_points == 10
+    for p in range(10):
+        x, y = ds[p]
+        assert x.shape == (5, 1) and x.dtype == y.dtype == torch.float32 and y.shape == (20,)
+        assert torch.equal(x[:, 0], pair[20 * p][0][:5, 0])               # the same points in both layouts
+        assert torch.equal(y, torch.cat([pair[20 * p + u][1] for u in range(20)]))  # and the same targets
+        for u in (0, 7, 19):                                               # against the one-function form
+            assert abs(float(y[u]) - fb.evaluate(x[:, 0].double().numpy(), fb.truth_table(u))) < 1e-6
+    adapt = small("fuzzy_boolean_adapt")
+    assert adapt[4][1].shape == (10,) and torch.equal(adapt[4][0], ds[4][0])
+    assert abs(float(adapt[4][1][3]) - fb.evaluate(ds[4][0][:, 0].double().numpy(), fb.truth_table(23))) < 1e-6
+    own = small("fuzzy_boolean", function_ids=(5, 2))                      # the order of function_ids is kept
+    assert torch.equal(own[1][1], ds[1][1][[5, 2]])
+    for name, heads in (("fuzzy_boolean", 20), ("fuzzy_boolean_adapt", 10)):
+        info = get_task(name)
+        assert (info.inputs, info.heads, info.num_classes) == (InputSpec.vectors(5, 1, ordered=True), heads, 1)
+    assert describe_task("fuzzy_boolean", {"function_ids": (1, 2, 3)}).heads == 3
+    assert get_task("fuzzy_boolean").params["size"] == {"train": 131072, "val": 32768}   # 163840 per function, 80/20
+
+
+def test_fuzzy_boolean_evaluate_all_matches_one_at_a_time():
+    x = np.random.default_rng(1).random((7, 5))
+    tables = np.stack([fb.truth_table(u) for u in range(30)])
+    want = np.stack([fb.evaluate(x, t) for t in tables], -1)
+    np.testing.assert_allclose(fb.evaluate_all(x, tables), want, rtol=0, atol=1e-15)
+    assert fb.evaluate_all(x, np.zeros((1, 32), bool)).max() == 0      # an empty table: f ≡ 0
+
+
+def test_r2_per_function_mean_and_std():
+    """r2 on [N, F] is the mean of the per-column R² (sklearn's uniform_average), not pooled."""
+    g = torch.Generator().manual_seed(0)
+    y = torch.rand(200, 3, generator=g, dtype=torch.float64) * torch.tensor([1.0, 10.0, 0.1], dtype=torch.float64)
+    pred = y + 0.05 * torch.randn(200, 3, generator=g, dtype=torch.float64)
+    per = [1 - ((y[:, k] - pred[:, k]) ** 2).sum() / ((y[:, k] - y[:, k].mean()) ** 2).sum() for k in range(3)]
+    per = torch.stack(per).double()
+    m = tasks.compute_metrics(("r2", "r2_std"), pred, y)
+    assert m["r2"] == pytest.approx(per.mean().item(), abs=1e-9) and m["r2_std"] == pytest.approx(
+        per.std(unbiased=False).item(), abs=1e-9)
+    assert m["r2"] < 0.9 < r2_score(pred.reshape(-1), y.reshape(-1))  # pooling would hide the poor third column
+    one = tasks.compute_metrics(("r2", "r2_std"), pred[:, :1], y[:, :1])
+    assert one["r2"] == pytest.approx(per[0].item(), abs=1e-9) and one["r2_std"] == 0.0
+    assert r2_score(pred[:, 1], y[:, 1]) == pytest.approx(per[1].item(), abs=1e-9)
 
 
 def test_listops_nesting_depth():

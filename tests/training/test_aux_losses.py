@@ -23,7 +23,7 @@ class ToyAuxConfig(ModelConfig):
     tokenizer: TokenizerConfig = field(default_factory=lambda: TokenizerConfig(kind="linear", input_dim=8,
                                                                                 token_dim=16))
 
-    def input_overrides(self, inputs, num_classes: int) -> dict:
+    def input_overrides(self, inputs, num_classes: int, heads: int = 1) -> dict:
         return {"tokenizer": TokenizerConfig.for_input(single_input(inputs, self.model_type)),
                 "num_classes": num_classes}
 

@@ -113,6 +113,13 @@ def test_cosine_schedule_with_warmup():
     assert lr_at(60, 110, c.optim) == pytest.approx(0.55) and lr_at(110, 110, c.optim) == pytest.approx(0.1)
 
 
+def test_cosine_schedule_reaches_min_lr_at_decay_steps_then_stays():
+    """NI App. A.1.5 / Table 4: anneal over decay_steps (< total), then keep the minimum."""
+    c = load_config(None, ["optim.lr=1.0", "optim.min_lr=0.1", "optim.decay_steps=100"])
+    assert lr_at(0, 150, c.optim) == 1.0 and lr_at(50, 150, c.optim) == pytest.approx(0.55)
+    assert lr_at(100, 150, c.optim) == pytest.approx(0.1) and lr_at(149, 150, c.optim) == pytest.approx(0.1)
+
+
 def test_ema_and_bf16(tmp_path):
     result = train(cfg(tmp_path, "ema_decay=0.9", "precision=bf16", "epochs=1"))
     ema = load_file(str(tmp_path / "run" / "checkpoints" / "last" / "ema.safetensors"))

@@ -48,6 +48,10 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
     params = cfg.data.params if task == cfg.data.task else {}
     info = describe_task(task, params)  # the class count and inputs of these parameters
     dataset = build_dataset(task, split or cfg.data.val_split, max_samples=cfg.data.max_samples, **params)
+    if task == cfg.data.task and (cfg.data.few_shot.shots or cfg.data.few_shot.ways):  # a few-shot run's classes
+        from ..training.finetune import few_shot_eval_set
+
+        dataset = few_shot_eval_set(cfg, info, dataset, split or cfg.data.val_split)
     model = from_pretrained(ckpt)
     if task != cfg.data.task:   # another task's data (the run's own fits by construction)
         check_task_fits(model, info)
@@ -68,7 +72,7 @@ def check_task_fits(model, info) -> None:
 
     if type(model.config).input_overrides is ModelConfig.input_overrides:
         return                                      # a model that does not describe its input layer
-    expected = model.config.input_overrides(info.inputs, info.num_classes)  # ValueError: cannot read them
+    expected = model.config.input_overrides(info.inputs, info.num_classes, info.heads)  # ValueError: cannot read them
     differ = [f"{path}: the model has {have!r}, the task needs {want!r}"
               for path, want, have in _leaves(expected, model.config) if have != want]
     if differ:

@@ -88,6 +88,17 @@ POSITIVE = Bounds(lo=0, lo_open=True)                # temperatures, bandwidths,
 # (a dropout-like rate would be Bounds(lo=0, hi=1, hi_open=True))
 
 
+def check_single_head(heads: int, model_type: str) -> None:
+    """A ValueError unless ``heads == 1``: for models with one read-out (NAC, Perceiver IO), given
+    a task whose samples carry ``heads`` predictions, one per CLS token (NI §4.1-4.2)."""
+    if heads != 1:
+        raise ValueError(
+            f"the task gives heads={heads} predictions per sample (one per CLS token, NI §4.1-4.2), but a "
+            f"{model_type!r} model has a single read-out (heads=1): use a model with one CLS token per head "
+            f"(a ViT or Neural Interpreter), or the task's single-head form where it has one (fuzzy_boolean / "
+            f"fuzzy_boolean_adapt: data.params.layout: pair, one item per (point, function))")
+
+
 def heads_of(dim: str) -> Bounds:
     """An attention head count: ≥ 1 and divides ``dim`` (heads split the width)."""
     return Bounds(lo=1, divides=dim)
@@ -229,11 +240,12 @@ class ModelConfig(ConfigBase):
                 else copy.deepcopy(value)   # the caller's dicts are never modified
         return out
 
-    def input_overrides(self, inputs: Inputs, num_classes: int) -> dict[str, Any]:
+    def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
         """The config fields (nested form) that fit this model to a task's ``inputs`` (an
-        :class:`~modwire.models.inputs.InputSpec` or a mapping of named specs) and class count.
-        Each model type implements it for its own input layer; an input it cannot read is a
-        ValueError that says so."""
+        :class:`~modwire.models.inputs.InputSpec` or a mapping of named specs), class count (the
+        width of one head) and ``heads`` (predictions per sample, one per CLS token:
+        ``TaskInfo.heads``). Each model type implements it for its own input layer; an input or
+        head count it cannot serve is a ValueError that says so."""
         raise ValueError(f"model type {self.model_type!r} does not say how it reads a task's inputs "
                          f"(its config class implements no input_overrides)")
 
@@ -241,9 +253,9 @@ class ModelConfig(ConfigBase):
         """The names of the inputs this configured model takes (``("x",)``: one input, ``model(x)``)."""
         return ("x",)
 
-    def for_inputs(self, inputs: Inputs, num_classes: int) -> "ModelConfig":
-        """This config fitted to a task's inputs and class count: ``replace(**input_overrides(...))``."""
-        return self.replace(**self.input_overrides(check_inputs(inputs), num_classes))
+    def for_inputs(self, inputs: Inputs, num_classes: int, heads: int = 1) -> "ModelConfig":
+        """This config fitted to a task's inputs, class count and heads: ``replace(**input_overrides(...))``."""
+        return self.replace(**self.input_overrides(check_inputs(inputs), num_classes, heads))
 
     def replace(self, **overrides: Any) -> "ModelConfig":
         """A copy with some fields changed (validated); sub-configs take partial dicts."""

@@ -5,15 +5,19 @@ its own input layer (``ModelConfig.input_overrides`` / ``for_inputs``): NAC and
 Perceiver IO through the shared tokenizer (:meth:`TokenizerConfig.for_input`), a ViT
 through a patch embedding, and so on. Nothing here knows about a model.
 
-Three kinds, each a per-sample tensor (a batch adds a leading ``B`` axis):
+Four kinds, each a per-sample tensor (a batch adds a leading ``B`` axis):
 
 * ``image``: float ``[channels, height, width]`` (values in [0, 1] unless a task says otherwise).
 * ``tokens``: integer ids ``[L]`` with ``L ≤ length`` and ids ``< vocab_size``;
   ``pad_id`` is the id that right-pads a batch of variable-length sequences (``padded``).
 * ``vectors``: float ``[N, dim]``, a set (``ordered=False``: the order carries no meaning,
   e.g. a point cloud) or a sequence (``ordered=True``: position ``i`` means something, e.g.
-  Fuzzy Boolean's CLS token); ``length`` bounds ``N`` (None: only known from the files);
+  Fuzzy Boolean's 5 scalar inputs); ``length`` bounds ``N`` (None: only known from the files);
   ``padded``: variable-length sets right-padded per batch with zero rows.
+* ``index``: one integer in ``[0, vocab_size)`` per sample, shape ``()`` (a batch is
+  ``LongTensor [B]``): a categorical side input that selects something, e.g. which dataset
+  an image of NI's digits multi-task comes from, hence which CLS token's head scores it
+  (NI §4.2, App. C.1). It is not a sequence: tokenizer-based models refuse it.
 
 A multimodal input is a mapping of named specs, e.g. ``{"x": image tokens, "condition":
 question ids}`` for a conditional NAC (NAC §2.2, App. G), whose items are dicts of
@@ -27,14 +31,14 @@ from typing import Any, Mapping, Union
 import torch
 from torch import Tensor
 
-INPUT_KINDS = ("image", "tokens", "vectors")
+INPUT_KINDS = ("image", "tokens", "vectors", "index")
 _FIELDS = {"image": ("channels", "height", "width"), "tokens": ("length", "vocab_size", "pad_id", "padded"),
-           "vectors": ("length", "dim", "padded", "ordered")}
+           "vectors": ("length", "dim", "padded", "ordered"), "index": ("vocab_size",)}
 
 
 @dataclass(frozen=True)
 class InputSpec:
-    """One input of a task. Build with :meth:`image`, :meth:`tokens` or :meth:`vectors`;
+    """One input of a task. Build with :meth:`image`, :meth:`tokens`, :meth:`vectors` or :meth:`index`;
     fields that do not belong to ``kind`` stay None (checked)."""
 
     kind: str
@@ -42,7 +46,7 @@ class InputSpec:
     height: int | None = None       # image
     width: int | None = None        # image
     length: int | None = None       # tokens: max length; vectors: max set size / sequence length
-    vocab_size: int | None = None   # tokens
+    vocab_size: int | None = None   # tokens; index: the number of values
     pad_id: int | None = None       # tokens: the padding id (None: no padding id)
     dim: int | None = None          # vectors: feature width
     padded: bool = False            # variable length, right-padded per batch (tokens: with pad_id)
@@ -59,6 +63,11 @@ class InputSpec:
     @classmethod
     def vectors(cls, length: int | None, dim: int, *, padded: bool = False, ordered: bool = False) -> "InputSpec":
         return cls("vectors", length=length, dim=dim, padded=padded, ordered=ordered)
+
+    @classmethod
+    def index(cls, n: int) -> "InputSpec":
+        """One integer in ``[0, n)`` per sample (per-sample shape ``()``)."""
+        return cls("index", vocab_size=n)
 
     def __post_init__(self) -> None:
         if self.kind not in INPUT_KINDS:
@@ -96,13 +105,18 @@ class InputSpec:
             return (self.channels, self.height, self.width)
         if self.kind == "tokens":
             return (self.length,)
+        if self.kind == "index":
+            return ()
         return (self.length, self.dim)
 
     def example(self, batch: int = 2, *, length: int | None = None, seed: int = 0) -> Tensor:
         """A random batch of this input (for smoke tests of a model built for a task):
-        images ``[B, C, H, W]`` in [0, 1], ids ``[B, L]`` (no padding ids), vectors ``[B, N, dim]``;
-        ``length`` sets ``L`` / ``N`` (default: the spec's length, or 4 when unknown)."""
+        images ``[B, C, H, W]`` in [0, 1], ids ``[B, L]`` (no padding ids), vectors ``[B, N, dim]``,
+        an index ``LongTensor [B]`` in ``[0, vocab_size)``; ``length`` sets ``L`` / ``N`` (default:
+        the spec's length, or 4 when unknown)."""
         g = torch.Generator().manual_seed(seed)
+        if self.kind == "index":
+            return torch.randint(0, self.vocab_size, (batch,), generator=g)
         n = length or self.length or 4
         if self.kind == "image":
             return torch.rand(batch, self.channels, self.height, self.width, generator=g)

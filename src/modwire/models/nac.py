@@ -39,7 +39,8 @@ from ..nn.modulated import ACTIVATIONS, MODULATIONS
 from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
 from .base import Intermediates, PretrainedModel
-from .config import COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_choice, heads_of
+from .config import COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_choice, check_single_head, heads_of
+from .finetune_protocol import ReadOutHeadFineTuning
 from .inputs import Inputs, named_inputs
 from .registry import register_model_type, register_preset
 from .tokenizer_config import TOKENIZER_LEGACY_KEYS, TokenizerConfig, build_tokenizer
@@ -186,9 +187,11 @@ class NACConfig(ModelConfig):
             raise ValueError(f"config field 'initial_state': 'code' needs d_code == d_model, "
                              f"got d_code={self.d_code}, d_model={self.d_model}")
 
-    def input_overrides(self, inputs: Inputs, num_classes: int) -> dict[str, Any]:
+    def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
         """The executor's tokenizer reads ``x`` (§2.1); a ``condition`` input makes the circuit
-        generator conditional (§2.2, App. G) and sets the tokenizer it reads the condition with."""
+        generator conditional (§2.2, App. G) and sets the tokenizer it reads the condition with.
+        One read-out: ``heads`` must be 1."""
+        check_single_head(heads, self.model_type)
         named = named_inputs(inputs)
         if "x" not in named or set(named) - {"x", "condition"}:
             raise ValueError(f"a NAC reads an input 'x' and optionally a 'condition' (NAC §2.2, App. G), "
@@ -303,12 +306,13 @@ class ConditionalGenerator(nn.Module):
 
 # ----------------------------------------------------------------------------- 2. circuit executor
 
-class NAC(PretrainedModel):
+class NAC(ReadOutHeadFineTuning, PretrainedModel):
     """Neural Attentive Circuit classifier: ``model(x) → logits [B, num_classes]``, or
     ``model(x, condition=c)`` for a conditional NAC. ``forward_intermediates`` also returns
     the circuit, ``P`` and the attention of every stage (:class:`~modwire.models.base.Intermediates`)."""
 
     config_class = NACConfig
+    readout_design = ("generator.outputs.",)          # the output modules' free design (§2.2)
     legacy_state_keys = PretrainedModel.legacy_state_keys + (
         (r"^(processors|outputs)\.", r"generator.\1."), (r"^edge_mask$", "propagator_kernel.edge_mask"))
 

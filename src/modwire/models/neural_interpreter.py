@@ -106,11 +106,11 @@ class NeuralInterpreterConfig(SetModelConfig):
               "d_type": Bounds(lo=2, note="a sphere in d_type dimensions needs d_type >= 2"),
               "tau": Bounds(lo=0, hi=2, note="d = 1 - cos lies in [0, 2]; None: no truncation"),
               "sigma_init": POSITIVE,
-              "eps": Bounds(lo=0, note="0 only without truncation or with one function: else 0/0 is read as 0")}
+              "eps": Bounds(lo=0, note="ε = 0 is exact renormalisation; a variable no function reaches then gets C = 0")}
 
     def unused_fields(self) -> tuple[str, ...]:
         relative = self.embed.kind == "patches" and self.embed.positions == "relative"
-        return () if relative else ("pos_dim",)
+        return () if relative else ("pos_dim", "function_positions")
 
     def validate(self) -> None:
         super().validate()

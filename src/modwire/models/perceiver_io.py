@@ -20,7 +20,8 @@ from ..nn.modulated import ACTIVATIONS
 from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
 from .base import Intermediates, PretrainedModel
-from .config import COUNT, ModelConfig, check_choice, heads_of
+from .config import COUNT, ModelConfig, check_choice, check_single_head, heads_of
+from .finetune_protocol import ReadOutHeadFineTuning
 from .inputs import Inputs
 from .registry import register_model_type, register_preset
 from .tokenizer_config import TOKENIZER_LEGACY_KEYS, TokenizerConfig, build_tokenizer, single_input
@@ -50,8 +51,10 @@ class PerceiverIOConfig(ModelConfig):
                                     "num_output_modules", "ffn_hidden")},
               **{n: heads_of("d_model") for n in ("num_heads", "read_in_heads", "read_out_heads")}}
 
-    def input_overrides(self, inputs: Inputs, num_classes: int) -> dict[str, Any]:
-        """Perceiver IO reads one input through its tokenizer (the encoder's key/value array)."""
+    def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
+        """Perceiver IO reads one input through its tokenizer (the encoder's key/value array);
+        one read-out: ``heads`` must be 1."""
+        check_single_head(heads, self.model_type)
         return {"tokenizer": TokenizerConfig.for_input(single_input(inputs, self.model_type)),
                 "num_classes": num_classes}
 
@@ -59,11 +62,12 @@ class PerceiverIOConfig(ModelConfig):
         check_choice("activation", self.activation, ACTIVATIONS)
 
 
-class PerceiverIO(PretrainedModel):
+class PerceiverIO(ReadOutHeadFineTuning, PretrainedModel):
     """Perceiver IO classifier. ``model(x) → logits [B, num_classes]``;
     ``forward_intermediates(x)`` adds the attention weights and the final ``states``."""
 
     config_class = PerceiverIOConfig
+    readout_design = ("output_queries",)              # the decoder's learned queries
 
     def __init__(self, config: PerceiverIOConfig) -> None:
         super().__init__()

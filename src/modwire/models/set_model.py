@@ -194,6 +194,12 @@ class SetModel(PretrainedModel):
         self._build_outputs()
         self.norm = nn.LayerNorm(c.d_model)
 
+    @property
+    def num_classes(self) -> int:
+        """The width of the logits: a head's classes, or a PGM model's candidates (one score each)."""
+        e = self.config.embed
+        return e.in_channels - e.num_context if e.kind == "panels" else self.config.num_classes
+
     def _build_outputs(self) -> None:
         c, t = self.config, max(self.config.num_cls_tokens, 1)
         self.cls_tokens = nn.Parameter(trunc_normal_(torch.empty(c.num_cls_tokens, c.d_model), std=0.02)) \

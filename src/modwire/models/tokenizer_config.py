@@ -65,7 +65,13 @@ class TokenizerConfig(ConfigBase):
         ``conv`` (NAC App. C), token ids → ``embedding`` with learned positions up to the spec's
         length and its padding id, vectors → ``linear`` with learned positions only for an ordered
         sequence (a set stays permutation-invariant). Widths (``token_dim``, ``conv_channels``,
-        ``pos_dim``) are the model's own and are left alone."""
+        ``pos_dim``) are the model's own and are left alone. An ``index`` (one integer per
+        sample, e.g. the dataset of NI's digits multi-task) is no sequence: refused."""
+        if spec.kind == "index":
+            raise ValueError(f"a tokenizer reads images, token sequences or vectors, not an index input "
+                             f"({spec!r}: one integer per sample, e.g. which dataset a sample comes from, "
+                             f"read by a model with one CLS token per value such as a ViT or Neural "
+                             f"Interpreter); use such a model, or a task without it")
         if spec.kind == "image":
             if spec.height != spec.width or spec.height % 8:
                 raise ValueError(f"the conv tokenizer reads square images whose side is a multiple of 8 "

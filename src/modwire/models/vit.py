@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn import ProcessorLayer
+from ..nn.positions import RelativePositionBias, pad_bias
 from .config import COUNT, heads_of
 from .registry import register_model_type, register_preset
 from .set_model import EmbedConfig, SetModel, SetModelConfig
@@ -45,12 +45,6 @@ class ViTConfig(SetModelConfig):
         return () if self.embed.positions == "relative" else ("pos_dim",)
 
 
-def pad_bias(bias: Tensor, num_tokens: int) -> Tensor:
-    """``[..., G, G] → [..., N, N]``: a bias over the first ``G`` (patch) tokens, 0 for the rest."""
-    pad = num_tokens - bias.shape[-1]
-    return bias if pad == 0 else F.pad(bias, (0, pad, 0, pad))
-
-
 class ViT(SetModel):
     """``model(x) → logits`` (see :mod:`modwire.models.set_model` for the output shapes);
     ``forward_intermediates(x)`` adds every layer's attention weights ``[B, H, N, N]``."""
@@ -64,8 +58,6 @@ class ViT(SetModel):
                                     for _ in range(c.num_layers))
         self.relative = None
         if c.embed.positions == "relative" and self.embed.grid is not None:
-            from ..nn.positions import RelativePositionBias
-
             self.relative = RelativePositionBias(self.embed.grid, c.num_heads, c.pos_dim)
 
     def encode(self, x: Tensor, *, record: bool) -> tuple[Tensor, dict[str, Any]]:
@@ -112,3 +104,10 @@ register_preset("vit_micro", ViT, lambda: ViTConfig(
     num_classes=5, d_model=32, num_layers=2, num_heads=2, ffn_hidden=48, pos_dim=8,
     embed=EmbedConfig(kind="patches", image_size=8, in_channels=1, patch_size=2, positions="relative")),
     "test-sized ViT (8×8 images, relative positions)")
+
+# NI §4.3 trains ViTs "with the same architectural scaffolding" on PGM but gives no ViT table:
+# NI Table 7's width (192-d, 4 heads) and 8 layers, 80×80 panels, one score per candidate.
+register_preset("vit_pgm", ViT, lambda: ViTConfig(
+    num_classes=1, d_model=192, num_layers=8, num_heads=4, ffn_hidden=192,
+    embed=EmbedConfig(kind="panels", image_size=80, in_channels=16, num_context=8)),
+    "NI §4.3 ViT baseline on PGM (width of NI Table 7; depth not given in the paper: 8)")

@@ -6,7 +6,8 @@ from .block_sparse import (BlockSparseBias, BlockSparseKernel, BlockSparseLayout
 from .blocks import ProcessorLayer, ReadIn, ReadOut, SelfAttention
 from .init import init_linear_, trunc_normal_
 from .kernel import (EdgeMaskedKernel, SignatureKernel, concrete_log_sample, cosine_distance,
-                     normalize_log_kernel, signature_log_kernel)
+                     normalize_log_kernel, signature_log_kernel, type_matching)
+from .positions import RelativePositionBias, pad_bias
 from .modulated import PLAIN, ModulatedFFN, ModulatedLinear, ModulationSpec, PreNorm, mlp
 from .tokenizers import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer, PanelEncoder, PatchEmbedding
 
@@ -16,5 +17,5 @@ __all__ = [
     "ModulatedFFN", "ModulatedLinear", "ModulationSpec", "PreNorm", "ProcessorLayer", "ReadIn", "ReadOut",
     "SelfAttention", "SignatureKernel", "attend", "block_order", "block_sparse_attend",
     "concrete_log_sample", "cosine_distance", "init_linear_", "mask_value", "mlp", "normalize_log_kernel",
-    "order_by_groups", "PanelEncoder", "PatchEmbedding", "signature_log_kernel", "trunc_normal_",
+    "order_by_groups", "RelativePositionBias", "pad_bias", "type_matching", "PanelEncoder", "PatchEmbedding", "signature_log_kernel", "trunc_normal_",
 ]

@@ -7,7 +7,9 @@ how it is scored) and a ``build``
 function ``build(split, **params) -> torch.utils.data.Dataset`` whose items are
 ``(input, target)`` tensors; a multimodal task for a conditional model (NAC §2.2, App. G)
 gives ``input`` as a dict ``{"x": executor input, "condition": circuit generator input}``,
-which a model takes as ``model(x, condition=c)``. Built-in generators need no files and make each sample
+which a model takes as ``model(x, condition=c)``; NI's digits multi-task gives ``{"x": image,
+"task": dataset id}`` (an ``InputSpec.index``) for a model with one CLS token and head per
+dataset (``TaskInfo.heads``), ``model(x, task=t)``. Built-in generators need no files and make each sample
 a pure function of ``(seed, index)``, so a split is a fixed dataset; loaders read the
 official on-disk formats from ``root`` and never download.
 """
@@ -40,7 +42,8 @@ def pad_collate(batch: Sequence[tuple[Tensor, Tensor]], pad_value: int = 0) -> t
 
 
 
-Describe = Callable[[dict[str, Any]], tuple[Inputs, "int | None"]]
+# describe(params) -> (inputs, num_classes) or (inputs, num_classes, heads)
+Describe = Callable[[dict[str, Any]], tuple]
 
 
 @dataclass(frozen=True)
@@ -48,16 +51,22 @@ class TaskInfo:
     """What a model and a trainer need to know about a task.
 
     name: registry name. kind: ``"generator"`` (built in) or ``"loader"`` (reads files).
-    num_classes: output width (1 for scalar regression); None when only the data tell it
-        (e.g. ``image_folder`` counts its class folders): see :meth:`resolve`.
+    num_classes: output width of one head (1 for scalar regression); None when only the data
+        tell it (e.g. ``image_folder`` counts its class folders): see :meth:`resolve`.
+    heads: how many predictions one sample carries, each read from its own CLS token by a
+        model that has them (NI §4.1-4.2): Fuzzy Boolean's ``F`` functions (targets ``[F]``,
+        the model returns ``[B, F]``), or the 3 datasets of the digits multi-task (one label per
+        sample; its ``task`` input picks the head, the model returns ``[B, num_classes]``).
+        Models with a single read-out (NAC, Perceiver IO) refuse ``heads != 1``.
     inputs: what one item's input is, as an :class:`~modwire.models.inputs.InputSpec`
         (image / tokens / vectors and their shape, vocabulary, padding id), or a mapping of
         named specs for a multimodal task (``{"x": ..., "condition": ...}``). Each model maps it
         onto its own input layer (``ModelConfig.for_inputs``); tasks know nothing of models.
     describe: for a task whose inputs or class count depend on its parameters (a patch size,
         feature widths, a maximum length, the folders under ``root``): ``describe(params) ->
-        (inputs, num_classes)`` given the full parameters (defaults merged). ``inputs`` and
-        ``num_classes`` left out are filled from ``describe(params)`` at registration.
+        (inputs, num_classes)`` or ``(inputs, num_classes, heads)`` given the full parameters
+        (defaults merged). ``inputs`` and ``num_classes`` left out are filled from
+        ``describe(params)`` at registration; a ``heads`` it gives always replaces the field.
     loss: one of ``LOSSES``. metrics: names from :mod:`modwire.tasks.metrics`.
     splits: the split names ``build`` accepts. params: defaults of ``build``'s keyword
         parameters (documented there). collate: optional batch collation (padding).
@@ -83,6 +92,7 @@ class TaskInfo:
     subsets: dict[str, Callable] = field(default_factory=dict)
     categories: tuple[Callable, tuple[str, ...]] | None = None
     describe: Describe | None = None
+    heads: int = 1                      # last: the fields before it keep their positions
 
     def __post_init__(self) -> None:
         if self.kind not in ("generator", "loader"):
@@ -92,10 +102,12 @@ class TaskInfo:
         if self.inputs is None:
             if self.describe is None:
                 raise ValueError(f"task {self.name!r}: give inputs= (an InputSpec) or describe=")
-            inputs, num_classes = self._described(self.params)
+            inputs, num_classes, heads = self._described(self.params)
             object.__setattr__(self, "inputs", inputs)
             if self.num_classes is None:
                 object.__setattr__(self, "num_classes", num_classes)
+            if heads is not None:
+                object.__setattr__(self, "heads", heads)
         if isinstance(self.inputs, Mapping) and "tokenizer" in self.inputs:
             raise TypeError(f"task {self.name!r}: inputs describe the data, not a model: got model fields "
                             f"{dict(self.inputs)}; give e.g. InputSpec.image(3, 32, 32), InputSpec.tokens(2000, 16, "
@@ -105,6 +117,7 @@ class TaskInfo:
             raise ValueError(f"task {self.name!r}: num_classes is required without describe=")
         if self.num_classes is not None:
             _check_num_classes(self.name, self.num_classes)
+        _check_heads(self.name, self.heads)
 
     def merged_params(self, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The task's default parameters updated by ``params``; an unknown name is a KeyError."""
@@ -120,26 +133,39 @@ class TaskInfo:
         merged = self.merged_params(params)
         if self.describe is None:
             return self
-        inputs, num_classes = self._described(merged)
+        inputs, num_classes, heads = self._described(merged)
         if num_classes is None:
             raise ValueError(f"task {self.name!r}: its class count comes from the data, which the "
                              f"parameters {merged} do not locate")
         _check_num_classes(self.name, num_classes)
+        heads = self.heads if heads is None else heads
+        _check_heads(self.name, heads)
         return dataclasses.replace(self, inputs=check_inputs(inputs, f"task {self.name!r}: inputs"),
-                                   num_classes=num_classes)
+                                   num_classes=num_classes, heads=heads)
 
-    def _described(self, params: dict[str, Any]) -> tuple[Inputs, int | None]:
+    def _described(self, params: dict[str, Any]) -> tuple[Inputs, int | None, int | None]:
+        """``describe(params)`` as ``(inputs, num_classes, heads)`` (heads None: not described)."""
         try:
-            return self.describe(params)
+            out = self.describe(params)
         except (TypeError, ValueError) as e:  # a parameter the description cannot use: name the task once
             if str(e).startswith((self.name, f"task {self.name!r}")):
                 raise
             raise type(e)(f"task {self.name!r}: {e}") from e
+        if not isinstance(out, tuple) or len(out) not in (2, 3):
+            raise TypeError(f"task {self.name!r}: describe(params) must return (inputs, num_classes) or "
+                            f"(inputs, num_classes, heads), got {out!r}")
+        return out if len(out) == 3 else (*out, None)
 
 
 def _check_num_classes(task: str, n: Any) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"task {task!r}: num_classes must be a positive int, got {n!r}")
+
+
+def _check_heads(task: str, n: Any) -> None:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"task {task!r}: heads must be a positive int (predictions per sample, one per "
+                         f"CLS token), got {n!r}")
 
 
 _TASKS: dict[str, tuple[TaskInfo, Callable[..., Dataset]]] = {}

@@ -1,4 +1,10 @@
-"""Metrics, computed from a whole split's predictions (not averaged per batch)."""
+"""Metrics, computed from a whole split's predictions (not averaged per batch).
+
+``top1`` / ``top5``: accuracy of logits ``[N, C]`` against labels ``[N]``. ``r2``: coefficient of
+determination of predictions ``[N]`` / ``[N, F]``; with ``F > 1`` outputs per sample (one per
+CLS token, e.g. Fuzzy Boolean's functions) the mean over outputs of the per-output R², and
+``r2_std`` its standard deviation over outputs (NI Table 1 reports both).
+"""
 from __future__ import annotations
 
 from torch import Tensor
@@ -10,18 +16,36 @@ def topk_accuracy(logits: Tensor, targets: Tensor, k: int = 1) -> float:
     return (logits.topk(k, dim=-1).indices == targets[:, None]).any(-1).float().mean().item()
 
 
+def r2_per_column(pred: Tensor, target: Tensor) -> Tensor:
+    """R² of each output column, float64 ``[F]``: ``1 - SS_res / SS_tot`` per column of
+    ``pred, target [N, F]`` (``[N]`` or ``[N, 1]``: one column)."""
+    target = target.reshape(pred.shape) if target.numel() == pred.numel() else target
+    pred, target = pred.double().reshape(pred.shape[0], -1), target.double().reshape(target.shape[0], -1)
+    ss_res = ((target - pred) ** 2).sum(0)
+    ss_tot = ((target - target.mean(0)) ** 2).sum(0)
+    return 1 - ss_res / ss_tot
+
+
 def r2_score(pred: Tensor, target: Tensor) -> float:
-    """Coefficient of determination ``1 - SS_res / SS_tot`` over all elements."""
-    pred, target = pred.reshape(-1).double(), target.reshape(-1).double()
-    ss_res = ((target - pred) ** 2).sum()
-    ss_tot = ((target - target.mean()) ** 2).sum()
-    return (1 - ss_res / ss_tot).item()
+    """Coefficient of determination. One output column (``[N]``, ``[N, 1]``): ``1 - SS_res /
+    SS_tot`` over all rows. Several (``[N, F]``, e.g. the ``F`` functions of Fuzzy Boolean, NI
+    §4.1): the mean over columns of each column's R² (scikit-learn's
+    ``r2_score(multioutput="uniform_average")``; NI Table 1's "mean R² over tasks"), not one R²
+    of all values pooled, which would credit a model for the spread between functions."""
+    return r2_per_column(pred, target).mean().item()
+
+
+def r2_std(pred: Tensor, target: Tensor) -> float:
+    """Standard deviation over output columns of their R² (NI Table 1's "± StdDev over tasks";
+    population form, ``ddof = 0``); 0 for one column."""
+    return r2_per_column(pred, target).std(unbiased=False).item()
 
 
 METRICS = {
     "top1": lambda out, y: topk_accuracy(out, y, 1),
     "top5": lambda out, y: topk_accuracy(out, y, 5),
     "r2": r2_score,
+    "r2_std": r2_std,
 }
 
 

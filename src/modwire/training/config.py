@@ -20,6 +20,16 @@ class ModelSection:
 
 
 @dataclass
+class FewShotSection:
+    """A k-shot n-way training subset drawn by the run's ``seed`` (``modwire.training.finetune``;
+    NI Fig. 5a, NAC Fig. 4): ``ways`` classes, ``shots`` training samples of each, labels
+    renumbered 0..ways-1 in class order; the validation split keeps every sample of those
+    classes, renumbered alike. Classification tasks with one head only."""
+    shots: int = 0                                # k samples per class; 0 = every sample of the drawn classes
+    ways: int = 0                                 # n classes; 0 = every class (labels unchanged)
+
+
+@dataclass
 class DataSection:
     task: str = "triangle"                        # a task from modwire.tasks.list_tasks()
     params: dict[str, Any] = field(default_factory=dict)  # task build() parameters
@@ -27,9 +37,10 @@ class DataSection:
     val_split: str = "val"
     batch_size: int = 64                          # global batch (split across processes)
     num_workers: int = 0
-    augment: bool = False                         # NAC App. C regimen, image tasks only
+    augment: Any = False                          # false | true = "deit" (NAC App. C regimen) | "randaugment" (NI App. C)
     mixup: bool = False                           # mixup/cutmix with label smoothing
     max_samples: int = 0                          # > 0: only the first N samples of each split; 0 = all
+    few_shot: FewShotSection = field(default_factory=FewShotSection)  # applied after max_samples
 
 
 @dataclass
@@ -41,6 +52,7 @@ class OptimSection:
     warmup_steps: int = 0
     warmup_lr: float = 1e-6
     min_lr: float = 1e-5
+    decay_steps: int = 0                          # > 0: cosine reaches min_lr at this step, then stays (NI A.1.5)
     grad_clip: float = 1.0                        # max global grad norm; 0 = off
     label_smoothing: float = 0.0
 
@@ -60,11 +72,24 @@ class GraphPriorSection:
 
 
 @dataclass
+class FinetuneSection:
+    """Start from trained weights (``modwire finetune``; NI Table 1, Fig. 5, NAC Fig. 4). With
+    ``init`` the architecture is the checkpoint's ``config.json`` (``model.name`` only labels the
+    run and ``model.overrides`` must be empty). Parameters outside the ``train`` sets (names from
+    ``model.parameter_sets()``) are frozen (``requires_grad=False``) and left out of the optimizer."""
+    init: Optional[str] = None                    # run directory (its best, else last checkpoint) or checkpoint dir
+    new_task: bool = False                        # fresh task-specific outputs (model.new_task): CLS tokens / head
+    train: list[str] = field(default_factory=lambda: ["all"])  # parameter sets that train, e.g. [cls, type_inference]
+    add_functions: int = 0                        # > 0: model.add_functions(n) first (NI §4.2, Fig. 5b)
+
+
+@dataclass
 class TrainConfig:
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
     optim: OptimSection = field(default_factory=OptimSection)
     graph_prior: GraphPriorSection = field(default_factory=GraphPriorSection)  # legacy; see above
+    finetune: FinetuneSection = field(default_factory=FinetuneSection)
     # Weight of each auxiliary loss a model reports (``model.auxiliary_losses()``, e.g. NAC's
     # "graph"): the objective is task loss + Σ weight·loss. Every reported loss needs one.
     aux_loss_weights: dict[str, float] = field(default_factory=dict)
@@ -295,18 +320,22 @@ POSITIVE, NON_NEGATIVE, AT_LEAST_ONE, UNIT = Bound(0, low_open=True), Bound(0), 
 NUMERIC_RULES: dict[str, Bound] = {
     "optim.lr": POSITIVE, "optim.warmup_lr": NON_NEGATIVE, "optim.min_lr": NON_NEGATIVE,
     "optim.weight_decay": NON_NEGATIVE, "optim.grad_clip": NON_NEGATIVE, "optim.warmup_steps": NON_NEGATIVE,
+    "optim.decay_steps": NON_NEGATIVE,
     "optim.label_smoothing": UNIT, "optim.betas.*": UNIT,
     "graph_prior.weight": NON_NEGATIVE, "aux_loss_weights.*": NON_NEGATIVE,
     "data.batch_size": AT_LEAST_ONE, "data.num_workers": NON_NEGATIVE, "data.max_samples": NON_NEGATIVE,
+    "data.few_shot.shots": NON_NEGATIVE, "data.few_shot.ways": NON_NEGATIVE, "finetune.add_functions": NON_NEGATIVE,
     "epochs": AT_LEAST_ONE, "grad_accum": AT_LEAST_ONE, "log_every": AT_LEAST_ONE,
     "max_steps": NON_NEGATIVE, "checkpoint_every": NON_NEGATIVE, "seed": NON_NEGATIVE, "ema_decay": UNIT,
 }
+
+AUGMENT_CHOICES = (False, True, "deit", "randaugment")  # data.augment; True = "deit"
 
 #: Every string field with a fixed set of values.
 CHOICES: dict[str, tuple[str, ...]] = {
     "precision": PRECISIONS, "optim.name": OPTIMIZERS, "device": ("auto", "cpu", "cuda"),
     "graph_prior.loss": ("mse", "kl"), "graph_prior.reduction": ("sum", "mean"),
-    "graph_prior.align": ("degree", "none"),
+    "graph_prior.align": ("degree", "none"), "data.augment": AUGMENT_CHOICES,
 }
 
 
@@ -341,6 +370,30 @@ def validate(c: TrainConfig) -> None:
     if c.optim.min_lr > c.optim.lr:
         raise ValueError(f"config key 'optim.min_lr': got {c.optim.min_lr:g}, expected <= optim.lr ({c.optim.lr:g}): "
                          f"the schedule decays from lr to min_lr")
+    _validate_finetune(c)
+
+
+def _validate_finetune(c: TrainConfig) -> None:
+    """The relations between the fine-tuning fields (``finetune.*``, ``data.few_shot``)."""
+    f, shot = c.finetune, c.data.few_shot
+    if f.init is not None and not f.init.strip():
+        raise ValueError("config key 'finetune.init': got an empty path, expected a run or checkpoint directory "
+                         "(or null to train from scratch)")
+    if f.init is not None and c.model.overrides:
+        raise ValueError(f"config key 'model.overrides': got {sorted(c.model.overrides)}, but with finetune.init the "
+                         f"architecture comes from the checkpoint's config.json ({f.init}): leave it empty")
+    if f.new_task and f.init is None:
+        raise ValueError("config key 'finetune.new_task': new task outputs replace a trained model's, so it needs "
+                         "finetune.init (a run or checkpoint directory)")
+    if f.add_functions and f.init is None:
+        raise ValueError("config key 'finetune.add_functions': functions are added to a trained model, so it needs "
+                         "finetune.init (a run or checkpoint directory)")
+    if not f.train or not all(isinstance(n, str) and n.strip() for n in f.train):
+        raise ValueError(f"config key 'finetune.train': got {list(f.train)!r}, expected a non-empty list of "
+                         f"parameter-set names such as [all] or [cls, type_inference]")
+    if shot.ways and c.data.mixup:
+        raise ValueError("config key 'data.mixup': mixup mixes the task's labels, but data.few_shot.ways "
+                         "renumbers them: switch one off")
 
 
 def to_yaml(c: TrainConfig) -> str:

@@ -32,10 +32,14 @@ def build_optimizer(model: nn.Module, cfg: OptimSection) -> torch.optim.Optimize
 
 
 def lr_at(step: int, total: int, cfg: OptimSection) -> float:
-    """Linear warm-up from ``warmup_lr`` to ``lr`` over ``warmup_steps``, then cosine to ``min_lr``."""
+    """Linear warm-up from ``warmup_lr`` to ``lr`` over ``warmup_steps``, then cosine to ``min_lr``,
+    reached at the last step or, with ``decay_steps > 0``, at step ``decay_steps`` and kept after
+    (NI App. A.1.5: "anneal ... over 80-90% of the training steps, and keep the learning rate at
+    the minimum for the remainder"; Table 4: 120000 decay steps)."""
     if step < cfg.warmup_steps:
         return cfg.warmup_lr + (cfg.lr - cfg.warmup_lr) * step / cfg.warmup_steps
-    span = max(1, total - cfg.warmup_steps)
+    end = cfg.decay_steps if cfg.decay_steps > 0 else total
+    span = max(1, end - cfg.warmup_steps)
     t = min(1.0, (step - cfg.warmup_steps) / span)
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * t))
 

@@ -50,6 +50,7 @@ from ..tasks import build_dataset, describe_task, get_task
 from . import distributed
 from .config import TrainConfig
 from .feedback import Feedback, MetricsLog
+from .finetune import few_shot_splits, pretrained_model, select_trainable
 from .legacy import map_legacy_graph_prior
 from .lock import RunLock
 from .optim import build_optimizer, build_scheduler
@@ -73,7 +74,7 @@ def build_model_for_task(cfg: TrainConfig) -> PretrainedModel:
     preset = get_config(cfg.model.name)
     user = OmegaConf.to_container(cfg.model.overrides) if OmegaConf.is_config(cfg.model.overrides) \
         else dict(cfg.model.overrides)
-    overrides = deep_merge(preset.normalize(preset.input_overrides(info.inputs, info.num_classes)),
+    overrides = deep_merge(preset.normalize(preset.input_overrides(info.inputs, info.num_classes, info.heads)),
                            preset.normalize(user))
     given, taken = sorted(named_inputs(info.inputs)), sorted(get_config(cfg.model.name, **overrides).input_names())
     if given != taken:
@@ -88,25 +89,39 @@ def build_datasets(cfg: TrainConfig) -> tuple[Any, Any]:
     d = cfg.data
     train_set = build_dataset(d.task, d.train_split, max_samples=d.max_samples, **d.params)
     val_set = build_dataset(d.task, d.val_split, max_samples=d.max_samples, **d.params)
+    if d.few_shot.shots or d.few_shot.ways:        # k-shot n-way subset of the run's seed (finetune.py)
+        train_set, val_set = few_shot_splits(cfg, describe_task(d.task, d.params), train_set, val_set)
     return train_set, val_set
 
 
 def apply_augmentation(cfg: TrainConfig, info, train_set, val_set):
-    """NAC App. C regimen for image tasks: per-sample transforms (``data.augment``) and
-    batch-level Mixup/CutMix with label smoothing (``data.mixup``)."""
-    if not (cfg.data.augment or cfg.data.mixup):
+    """Per-sample transforms (``data.augment``) and batch-level Mixup/CutMix with label smoothing
+    (``data.mixup``). ``augment``: ``true`` / ``"deit"``, the NAC App. C regimen for image tasks
+    (crop, flip, RandAugment, normalise, erasing); ``"randaugment"``, RandAugment alone (NI App.
+    C, digits: no crop or flip), on the image ``x`` of a single- or multi-input task (e.g. the
+    digits multi-task's ``{"x", "task"}``: ``task`` passes through); evaluation is untouched."""
+    augment = "deit" if cfg.data.augment is True else cfg.data.augment
+    if not (augment or cfg.data.mixup):
         return train_set, val_set, None
-    from ..tasks.augment import AugmentedDataset, MixupCutmix, eval_transform, standard_train_transform
+    from ..tasks.augment import (AugmentedDataset, MixupCutmix, eval_transform, rand_augment_transform,
+                                 standard_train_transform)
 
     info = info.resolve(cfg.data.params)  # the class count and image size of these params
-    spec = info.inputs
-    if getattr(spec, "kind", None) != "image" or info.loss != "cross_entropy":
-        kinds = {name: s.kind for name, s in named_inputs(spec).items()}
-        raise ValueError(f"data.augment / data.mixup need an image classification task; task {info.name!r} "
-                         f"gives {kinds!r} inputs and a {info.loss!r} loss")
+    named = named_inputs(info.inputs)
+    spec = named.get("x")
+    single = len(named) == 1
+    if spec is None or spec.kind != "image" or info.loss != "cross_entropy" or (
+            not single and (augment == "deit" or cfg.data.mixup)):
+        kinds = {name: s.kind for name, s in named.items()}
+        raise ValueError(f"data.augment / data.mixup need an image classification task; task {info.name!r} gives "
+                         f"{kinds!r} inputs and a {info.loss!r} loss (with several inputs, only data.augment: "
+                         f"randaugment, without mixup, which augments the image 'x' and passes the others through)")
     mixer = MixupCutmix(num_classes=info.num_classes, label_smoothing=cfg.optim.label_smoothing) \
         if cfg.data.mixup else None
-    if cfg.data.augment:
+    if augment == "randaugment":
+        fill = 0.5 if spec.channels != 3 else (0.485, 0.456, 0.406)   # timm fills with the ImageNet mean
+        train_set = AugmentedDataset(train_set, rand_augment_transform(fill=fill), cfg.seed)
+    elif augment:
         c = spec.channels
         norm = {} if c == 3 else {"mean": (0.5,) * c, "std": (0.5,) * c}
         train_set = AugmentedDataset(train_set, standard_train_transform(spec.height, **norm), cfg.seed)
@@ -161,7 +176,10 @@ def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path) 
     local_batch = cfg.data.batch_size // (world * cfg.grad_accum)
     info = get_task(cfg.data.task)
     torch.manual_seed(cfg.seed)
-    model = build_model_for_task(cfg).to(dist_info.device)
+    model = pretrained_model(cfg, describe_task(cfg.data.task, cfg.data.params)) if cfg.finetune.init \
+        else build_model_for_task(cfg)
+    select_trainable(model, cfg.finetune.train)     # the rest frozen, left out of the optimizer (finetune.py)
+    model = model.to(dist_info.device)
     train_set, val_set, mixer = apply_augmentation(cfg, info, *build_datasets(cfg))
     sampler = distributed.EpochSampler(len(train_set), cfg.seed, dist_info.rank, world)
     train_loader = make_loader(train_set, local_batch, sampler, info, cfg.data.num_workers, drop_last=True)
@@ -287,7 +305,9 @@ def start(run: Run, state: TrainState, *, resumed: bool) -> None:
         "parameters": f"{state.model.num_parameters():,} ({state.model.num_parameters(True):,} trainable)",
         "steps": f"{run.steps_per_epoch} per epoch, {run.total} in all (batch {cfg.data.batch_size} = "
                  f"{run.dist.world} × {cfg.grad_accum} × {run.local_batch})",
-        "device": f"{run.device} × {run.dist.world}, precision {cfg.precision}"})
+        "device": f"{run.device} × {run.dist.world}, precision {cfg.precision}",
+        **({"fine-tuning": f"from {cfg.finetune.init}; training {', '.join(cfg.finetune.train)}"
+                           f"{'; new task outputs' if cfg.finetune.new_task else ''}"} if cfg.finetune.init else {})})
     state.model.train()
     run.tick = time.perf_counter()
 

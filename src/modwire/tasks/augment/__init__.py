@@ -10,7 +10,8 @@ without torchvision, one file per idea (as timm's ``timm.data``):
 * ``rand_augment``: ``RandAugment`` and the functional ops it draws from;
 * ``random_erasing``: ``RandomErasing``;
 * ``mixup``: batch-level ``MixupCutmix``, label smoothing, ``soft_target_cross_entropy``;
-* ``pipelines``: ``standard_train_transform``, ``eval_transform``, ``AugmentedDataset``.
+* ``pipelines``: ``standard_train_transform``, ``eval_transform``, ``rand_augment_transform``
+  (NI App. C: RandAugment alone), ``AugmentedDataset``.
 
 Conventions
 -----------
@@ -28,7 +29,7 @@ Conventions
   for ``soft_target_cross_entropy``.
 """
 from .mixup import MixParams, MixupCutmix, smooth_one_hot, soft_target_cross_entropy
-from .pipelines import AugmentedDataset, eval_transform, standard_train_transform
+from .pipelines import AugmentedDataset, eval_transform, rand_augment_transform, standard_train_transform
 from .rand_augment import (RANDAUGMENT_OPS, RandAugment, adjust_brightness, adjust_contrast, adjust_saturation,
                            adjust_sharpness, affine, autocontrast, equalize, posterize, rotate, shear_x, shear_y,
                            solarize, translate_x, translate_y)
@@ -40,7 +41,7 @@ __all__ = [
     "IMAGENET_MEAN", "IMAGENET_STD", "RANDAUGMENT_OPS", "AugmentedDataset", "CenterCrop", "Compose", "MixParams",
     "MixupCutmix", "Normalize", "RandAugment", "RandomErasing", "RandomHorizontalFlip", "RandomResizedCrop",
     "Resize", "ToFloat", "Transform", "adjust_brightness", "adjust_contrast", "adjust_saturation",
-    "adjust_sharpness", "affine", "autocontrast", "equalize", "eval_transform", "posterize", "rotate", "shear_x",
+    "adjust_sharpness", "affine", "autocontrast", "equalize", "eval_transform", "posterize", "rand_augment_transform", "rotate", "shear_x",
     "shear_y", "smooth_one_hot", "soft_target_cross_entropy", "solarize", "standard_train_transform",
     "translate_x", "translate_y",
 ]

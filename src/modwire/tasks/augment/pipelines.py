@@ -17,7 +17,7 @@ from .random_erasing import RandomErasing
 from .transforms import (IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, Normalize, RandomHorizontalFlip,
                          RandomResizedCrop, Resize, ToFloat, _pair)
 
-__all__ = ["AugmentedDataset", "eval_transform", "standard_train_transform"]
+__all__ = ["AugmentedDataset", "eval_transform", "rand_augment_transform", "standard_train_transform"]
 
 
 def standard_train_transform(image_size: int | Sequence[int], *, scale: tuple[float, float] = (0.08, 1.0),
@@ -40,6 +40,16 @@ def standard_train_transform(image_size: int | Sequence[int], *, scale: tuple[fl
         Normalize(mean, std),
         RandomErasing(erase_prob),
     ])
+
+
+def rand_augment_transform(*, num_ops: int = 2, magnitude: float = 9, magnitude_std: float = 0.5,
+                           fill: float | Sequence[float] = 0.5) -> Compose:
+    """RandAugment alone (NI App. C: digit images "augmented with RandAugment", timm's
+    implementation): ToFloat -> RandAugment(2, 9, magnitude_std 0.5, fill). No crop, no flip (a
+    mirrored digit is another symbol), no normalisation: images stay in [0, 1], as evaluation
+    sees them. ``[C, H, W] -> [C, H, W]``. (timm's op table also has Invert and SolarizeAdd;
+    this RandAugment uses torchvision's.)"""
+    return Compose([ToFloat(), RandAugment(num_ops, magnitude, magnitude_std=magnitude_std, fill=fill)])
 
 
 def eval_transform(image_size: int | Sequence[int], *, crop_pct: float = 1.0,
@@ -67,13 +77,15 @@ class AugmentedDataset(Dataset):
     ``modwire.seeding.derive_seed(seed, e, i)``, so augmentation is a pure function of ``(seed, epoch,
     index)``: reproducible regardless of worker count, sampler order or restarts. Items
     that are tuples/lists ``(input, target, ...)`` have only ``input`` transformed; other
-    items are transformed whole. Call :meth:`set_epoch` before each epoch (with
+    items are transformed whole. A dict input (a multi-input task, e.g. ``{"x": image,
+    "task": dataset id}``) has only its entry ``key`` transformed; the others pass through. Call :meth:`set_epoch` before each epoch (with
     ``persistent_workers=True`` the workers keep their own copy, so set it before the
     loader's workers start).
     """
 
-    def __init__(self, dataset: Dataset, transform: Callable[[Tensor, torch.Generator], Tensor], seed: int = 0):
-        self.dataset, self.transform, self.seed, self.epoch = dataset, transform, int(seed), 0
+    def __init__(self, dataset: Dataset, transform: Callable[[Tensor, torch.Generator], Tensor], seed: int = 0,
+                 *, key: str = "x"):
+        self.dataset, self.transform, self.seed, self.epoch, self.key = dataset, transform, int(seed), 0, key
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -89,5 +101,10 @@ class AugmentedDataset(Dataset):
         item = self.dataset[index]
         g = torch_generator(self.seed, self.epoch, index)
         if isinstance(item, (tuple, list)):
-            return (self.transform(item[0], g), *item[1:])
-        return self.transform(item, g)
+            return (self._apply(item[0], g), *item[1:])
+        return self._apply(item, g)
+
+    def _apply(self, x, g: torch.Generator):
+        if isinstance(x, dict):
+            return {**x, self.key: self.transform(x[self.key], g)}
+        return self.transform(x, g)

@@ -4,6 +4,10 @@ Inputs are float ``[1, pad_to, pad_to]`` in [0, 1]: the 28×28 digit zero-padded
 centrally to ``pad_to`` (default 32), because the conv tokenizer needs an image size
 that is a multiple of 8 and 28 is not. ``pad_to=28`` (or ``None``) keeps 28×28 — then
 use a model with another tokenizer, or override ``image_size`` accordingly.
+``upsample_to=S`` resizes the digit (bilinear) to ``S×S`` instead of padding it, and
+``channels=3`` repeats the grey level as RGB: NI App. C.1 "up-samples" every digit
+dataset to 32×32 RGB (``upsample_to=32, channels=3``), e.g. Fashion-MNIST or K-MNIST
+(:mod:`.kmnist`) as a few-shot target for a model pre-trained on the digits multi-task.
 Fashion-MNIST's root defaults to ``/usr/share/datasets/fashion-mnist/``, where
 Debian's package ``dataset-fashion-mnist`` installs the four ``*.gz`` files.
 
@@ -46,28 +50,30 @@ def _layout(task: str) -> str:
     return LAYOUT.replace("{name}", "MNIST")
 
 
-def read_idx(path: Path, ndim: int, task: str = "mnist") -> np.ndarray:
-    """The uint8 array of an idx file (gzip detected by its magic bytes, not the name)."""
-    check_binary(task, path, "an idx file (raw or gzipped)", _layout(task))
+def read_idx(path: Path, ndim: int, task: str = "mnist", layout: str | None = None) -> np.ndarray:
+    """The uint8 array of an idx file (gzip detected by its magic bytes, not the name); errors
+    show ``layout`` (default: the MNIST / Fashion-MNIST layout of ``task``)."""
+    layout = layout or _layout(task)
+    check_binary(task, path, "an idx file (raw or gzipped)", layout)
     raw = path.read_bytes()
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
         except (OSError, EOFError, zlib.error) as exc:
-            raise malformed(task, path, f"broken gzip stream ({exc})", _layout(task)) from None
+            raise malformed(task, path, f"broken gzip stream ({exc})", layout) from None
     if len(raw) < 4 + 4 * ndim:
-        raise malformed(task, path, f"{len(raw)} bytes, shorter than an idx header", _layout(task))
+        raise malformed(task, path, f"{len(raw)} bytes, shorter than an idx header", layout)
     magic = int.from_bytes(raw[:4], "big")
     if magic != IDX_MAGIC[ndim]:
         raise malformed(task, path, f"idx magic 0x{magic:08x}, expected 0x{IDX_MAGIC[ndim]:08x} "
-                                    f"(unsigned bytes, {ndim} dimension{'s' if ndim > 1 else ''})", _layout(task))
+                                    f"(unsigned bytes, {ndim} dimension{'s' if ndim > 1 else ''})", layout)
     dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
     body = memoryview(raw)[4 + 4 * ndim:]
     size = int(np.prod(dims))
     if len(body) != size:
         what = "truncated" if len(body) < size else "has trailing bytes"
         raise malformed(task, path, f"{what}: header says {dims} = {size} bytes of data, found {len(body)}",
-                        _layout(task))
+                        layout)
     return np.frombuffer(body, dtype=np.uint8).reshape(dims)
 
 
@@ -80,31 +86,55 @@ def idx_candidates(folders: list[Path], prefix: str, kind: str) -> list[Path]:
 
 
 class MnistDataset(LoaderDataset):
-    """uint8 images ``[N, 28, 28]`` → ``(float [1, S, S] in [0, 1], long)`` with central zero padding."""
+    """uint8 images ``[N, 28, 28]`` → ``(float [channels, S, S] in [0, 1], long)``: centrally
+    zero-padded to ``S = pad_to``, or (``upsample_to``) resized bilinearly to ``S = upsample_to``."""
 
     def __init__(self, images: np.ndarray, labels: np.ndarray, pad_to: int | None,
-                 transform: Callable | None = None) -> None:
+                 transform: Callable | None = None, *, channels: int = 1, upsample_to: int | None = None) -> None:
         super().__init__(transform)
         self.images = torch.from_numpy(images.copy())
         self.labels = torch.from_numpy(labels.astype(np.int64))
+        self.channels, self.upsample_to = check_channels(channels), check_upsample(upsample_to)
         h, w = images.shape[1:]
         size = pad_to or max(h, w)
-        if size < max(h, w):
+        if size < max(h, w) and upsample_to is None:
             raise ValueError(f"pad_to={pad_to} is smaller than the images ({h}x{w})")
         top, left = (size - h) // 2, (size - w) // 2
-        self.pad = (left, size - w - left, top, size - h - top)  # F.pad order: W then H
+        self.pad = (0,) * 4 if upsample_to else (left, size - w - left, top, size - h - top)  # F.pad: W then H
 
     def __len__(self) -> int:
         return self.images.shape[0]
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        x = self.images[index].float().div_(255.0)[None]
+        x = self.images[index].float().div_(255.0)[None]                      # [1, 28, 28]
         if any(self.pad):
             x = F.pad(x, self.pad)
-        return self._out(x, self.labels[index])
+        if self.upsample_to:
+            x = upsample(x, self.upsample_to)
+        return self._out(x.expand(self.channels, -1, -1).contiguous(), self.labels[index])
 
 
-def _build(task: str, split: str, root: Any, pad_to: int | None, transform: Callable | None) -> MnistDataset:
+def upsample(x: Tensor, size: int) -> Tensor:
+    """Bilinear resize of ``x [C, H, W]`` to ``[C, size, size]`` (antialiased when shrinking)."""
+    if tuple(x.shape[-2:]) == (size, size):
+        return x
+    return F.interpolate(x[None], size=(size, size), mode="bilinear", align_corners=False, antialias=True)[0]
+
+
+def check_channels(channels: Any) -> int:
+    if channels not in (1, 3) or isinstance(channels, bool):
+        raise ValueError(f"channels must be 1 (grey) or 3 (the grey level repeated as RGB), got {channels!r}")
+    return int(channels)
+
+
+def check_upsample(size: Any) -> int | None:
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise ValueError(f"upsample_to must be None (pad instead) or a positive int, got {size!r}")
+    return size
+
+
+def _build(task: str, split: str, root: Any, pad_to: int | None, transform: Callable | None,
+           channels: int = 1, upsample_to: int | None = None) -> MnistDataset:
     layout = _layout(task)
     path = require_root(task, root, layout)
     folders = [path, path / "raw", path / ("FashionMNIST" if task == "fashion_mnist" else "MNIST") / "raw"]
@@ -117,35 +147,40 @@ def _build(task: str, split: str, root: Any, pad_to: int | None, transform: Call
         raise malformed(task, files["labels"], f"{labels.shape[0]} labels for {images.shape[0]} images", layout)
     if labels.size and labels.max() > 9:
         raise malformed(task, files["labels"], f"labels must be 0-9, found {labels.max()}", layout)
-    return MnistDataset(images, labels, pad_to, transform)
+    return MnistDataset(images, labels, pad_to, transform, channels=channels, upsample_to=upsample_to)
 
 
-def build_mnist(split: str, root: Any = None, pad_to: int | None = 32, transform: Callable | None = None):
-    """MNIST ``train`` (60,000) / ``test`` (10,000) digits, padded to ``pad_to``."""
-    return _build("mnist", split, root, pad_to, transform)
+def build_mnist(split: str, root: Any = None, pad_to: int | None = 32, transform: Callable | None = None,
+                channels: int = 1, upsample_to: int | None = None):
+    """MNIST ``train`` (60,000) / ``test`` (10,000) digits, padded to ``pad_to`` (or resized to
+    ``upsample_to``), with ``channels`` 1 or 3."""
+    return _build("mnist", split, root, pad_to, transform, channels, upsample_to)
 
 
-def build_fashion_mnist(split: str, root: Any = None, pad_to: int | None = 32, transform: Callable | None = None):
+def build_fashion_mnist(split: str, root: Any = None, pad_to: int | None = 32, transform: Callable | None = None,
+                        channels: int = 1, upsample_to: int | None = None):
     """Fashion-MNIST ``train`` / ``test``; ``root=None`` uses Debian's install path if it exists."""
     if root is None and os.path.isdir(DEBIAN_FASHION_MNIST):
         root = DEBIAN_FASHION_MNIST
-    return _build("fashion_mnist", split, root, pad_to, transform)
+    return _build("fashion_mnist", split, root, pad_to, transform, channels, upsample_to)
 
 
 def _describe(params: dict) -> tuple[InputSpec, int]:
-    """Grayscale digits ``[1, S, S]``: ``S = pad_to`` (28 when None); 10 classes."""
-    side = 28 if params["pad_to"] is None else params["pad_to"]
-    return InputSpec.image(1, side, side), 10
+    """Digits ``[channels, S, S]``: ``S = upsample_to``, else ``pad_to`` (28 when None); 10 classes."""
+    size = check_upsample(params.get("upsample_to"))
+    side = size or (28 if params["pad_to"] is None else params["pad_to"])
+    return InputSpec.image(check_channels(params.get("channels", 1)), side, side), 10
+
+
+PARAMS = {"root": None, "pad_to": 32, "transform": None, "channels": 1, "upsample_to": None}
 
 
 register_task(TaskInfo(
     name="mnist", kind="loader", description="MNIST digits from idx files, zero-padded 28->32",
-    describe=_describe, splits=("train", "test"),
-    params={"root": None, "pad_to": 32, "transform": None},
+    describe=_describe, splits=("train", "test"), params=dict(PARAMS),
 ), build_mnist)
 register_task(TaskInfo(
     name="fashion_mnist", kind="loader",
     description=f"Fashion-MNIST from idx files (default root {DEBIAN_FASHION_MNIST} if present), padded 28->32",
-    describe=_describe, splits=("train", "test"),
-    params={"root": None, "pad_to": 32, "transform": None},
+    describe=_describe, splits=("train", "test"), params=dict(PARAMS),
 ), build_fashion_mnist)

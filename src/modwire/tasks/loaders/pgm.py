@@ -1,17 +1,21 @@
 """Procedurally Generated Matrices (PGM, Barrett et al. 2018) from the official ``.npz`` files.
 
-Input: float ``[16, 160, 160]`` in [0, 1] (``image`` uint8 / 255, reshaped to 16
-panels: 0-7 the context of the 3×3 matrix in reading order, 8-15 the candidate
-answers); target: the index 0-7 of the right candidate. ``meta_target`` (the
-multi-hot rule encoding) is not part of the item; read it with
+Input: float ``[16, S, S]`` in [0, 1] (``image`` uint8 / 255, reshaped to 16 panels of
+160×160: 0-7 the context of the 3×3 matrix in reading order, 8-15 the candidate answers),
+each panel area-downsampled (the mean over each source pixel's share) to ``S =
+panel_size``: 80 by default, NI §4.3's "a panel being an 80 × 80 image"; ``panel_size=160``
+keeps the files' resolution. Target: the index 0-7 of the right candidate. ``meta_target``
+(the multi-hot rule encoding) is not part of the item; read it with
 :meth:`PGMDataset.meta_target`.
 
 Input description (``TaskInfo.inputs``): an image with the 16 panels as 16 channels,
-``InputSpec.image(16, 160, 160)``, which NAC and Perceiver IO read with the conv tokenizer
-(160 is a multiple of 8; 20×20 = 400 tokens). It mixes context and candidate panels
-from the first layer, like the CNN baselines of the PGM paper. For one token per panel
-instead, pass ``flatten=True``: the input ``[16, 25600]`` is described as an ordered
-sequence of 16 vectors, read by a linear map of each flattened panel plus a learned
+``InputSpec.image(16, S, S)``. NAC and Perceiver IO read it with the conv tokenizer (S a
+multiple of 8; 10×10 = 100 tokens at 80), which mixes context and candidate panels from the
+first layer, like the CNN baselines of the PGM paper; NI / ViT (NI §4.3, App. D) embed each
+panel with a shallow CNN and score each candidate with the 8 context panels ("panels"
+embedding), reading the channels 0-7 as context and 8-15 as candidates. For one token per
+panel through a tokenizer, pass ``flatten=True``: the input ``[16, S·S]`` is described as an
+ordered sequence of 16 vectors, read by a linear map of each flattened panel plus a learned
 position that tells the 8 context panels from the 8 candidates.
 
 Files are read with ``numpy.load(allow_pickle=False)``: nothing in them is unpickled.
@@ -26,12 +30,14 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import FormatError, LoaderDataset, malformed, missing, require_root, text_problem
 
-PANELS, SIZE = 16, 160
+PANELS, SIZE = 16, 160          # the files: 16 panels of 160×160
+DEFAULT_PANEL_SIZE = 80         # NI §4.3: "a panel being an 80 × 80 image"
 
 LAYOUT = """\
 <root>/                        (the regime's folder, e.g. neutral/, or its parent)
@@ -42,11 +48,13 @@ LAYOUT = """\
 
 
 class PGMDataset(LoaderDataset):
-    """``PGM_*.npz`` files read on access → ``(float [16, 160, 160] in [0, 1], long target)``."""
+    """``PGM_*.npz`` files read on access → ``(float [16, S, S] in [0, 1], long target)``, the
+    panels area-downsampled from 160 to ``S = panel_size``."""
 
-    def __init__(self, files: list[Path], flatten: bool = False, transform: Callable | None = None) -> None:
+    def __init__(self, files: list[Path], flatten: bool = False, transform: Callable | None = None,
+                 panel_size: int = SIZE) -> None:
         super().__init__(transform)
-        self.files, self.flatten = files, flatten
+        self.files, self.flatten, self.panel_size = files, flatten, check_panel_size(panel_size)
 
     def __len__(self) -> int:
         return len(self.files)
@@ -88,14 +96,25 @@ class PGMDataset(LoaderDataset):
             raise malformed("pgm", path, f"'image' must be uint8, got {image.dtype}", LAYOUT)
         if target.size != 1 or not np.issubdtype(target.dtype, np.integer) or not 0 <= int(target[0]) <= 7:
             raise malformed("pgm", path, f"'target' must be one integer 0-7, got {target.tolist()[:8]}", LAYOUT)
+        if self.panel_size != SIZE:          # area: each output pixel is the mean of the pixels it covers
+            x = F.interpolate(x[None], size=(self.panel_size,) * 2, mode="area")[0]   # [16, S, S]
         if self.flatten:
-            x = x.reshape(PANELS, SIZE * SIZE)
+            x = x.reshape(PANELS, self.panel_size ** 2)
         return self._out(x, torch.tensor(int(target[0]), dtype=torch.long))
 
 
+def check_panel_size(size: Any) -> int:
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= SIZE:
+        raise ValueError(f"pgm: panel_size must be an int in [1, {SIZE}] (the files' panels are {SIZE}x{SIZE}; "
+                         f"NI uses 80), got {size!r}")
+    return size
+
+
 def build_pgm(split: str, root: Any = None, regime: str = "neutral", flatten: bool = False,
-              transform: Callable | None = None) -> PGMDataset:
-    """The ``PGM_<regime>_<split>_*.npz`` files of ``root`` (or ``root/<regime>/``), ordered by ``i``."""
+              transform: Callable | None = None, panel_size: int = DEFAULT_PANEL_SIZE) -> PGMDataset:
+    """The ``PGM_<regime>_<split>_*.npz`` files of ``root`` (or ``root/<regime>/``), ordered by ``i``;
+    panels downsampled to ``panel_size``."""
+    check_panel_size(panel_size)
     root_path = require_root("pgm", root, LAYOUT)
     pattern = re.compile(rf"^PGM_{re.escape(regime)}_{split}_(\d+)\.npz$")
     searched = [p for p in (root_path / regime, root_path) if p.is_dir()]
@@ -109,20 +128,23 @@ def build_pgm(split: str, root: Any = None, regime: str = "neutral", flatten: bo
         tried = "\n".join(f"  {p}/PGM_{regime}_{split}_<i>.npz" for p in (root_path / regime, root_path))
         raise missing("pgm", f"no files PGM_{regime}_{split}_<i>.npz (regime={regime!r}); tried:\n{tried}", LAYOUT,
                       searched[0])
-    return PGMDataset([p for _, p in sorted(found)], flatten, transform)
+    return PGMDataset([p for _, p in sorted(found)], flatten, transform, panel_size)
 
 
 def _describe(params: dict) -> tuple[InputSpec, int]:
-    """16 panels as the channels of one ``[16, 160, 160]`` image, or (``flatten``) a sequence of 16
-    flattened panels ``[16, 25600]`` whose order (context 0-7, candidates 8-15) matters; 8 answers."""
+    """16 panels as the channels of one ``[16, S, S]`` image, or (``flatten``) a sequence of 16
+    flattened panels ``[16, S·S]`` whose order (context 0-7, candidates 8-15) matters; 8 answers."""
+    s = check_panel_size(params["panel_size"])
     if params["flatten"]:
-        return InputSpec.vectors(PANELS, SIZE * SIZE, ordered=True), 8
-    return InputSpec.image(PANELS, SIZE, SIZE), 8
+        return InputSpec.vectors(PANELS, s * s, ordered=True), 8
+    return InputSpec.image(PANELS, s, s), 8
 
 
 register_task(TaskInfo(
     name="pgm", kind="loader",
-    description="PGM matrices [16, 160, 160] in [0,1] (8 context + 8 candidate panels as channels)",
-    describe=_describe,
-    splits=("train", "val", "test"), params={"root": None, "regime": "neutral", "flatten": False, "transform": None},
+    description="PGM matrices [16, S, S] in [0,1] (8 context + 8 candidate panels as channels), panels "
+                "area-downsampled 160 -> panel_size (default 80, NI §4.3)",
+    describe=_describe, splits=("train", "val", "test"),
+    params={"root": None, "regime": "neutral", "flatten": False, "transform": None,
+            "panel_size": DEFAULT_PANEL_SIZE},
 ), build_pgm)

@@ -10,5 +10,7 @@ Every sample is a pure function of ``(seed, split, index)`` (see ``_common``):
   (NAC §4.4, App. G): ``{"x": image tokens, "condition": 3 question ids}``.
 * ``fuzzy_boolean`` / ``fuzzy_boolean_adapt`` (:mod:`.fuzzy_boolean`): NI's fuzzy Boolean
   regression, pre-training (functions 0-19) and adaptation (20-29).
+* ``digits_multitask_offline`` (:mod:`.digits_offline`): an offline stand-in for NI's digits
+  multi-task from scikit-learn's 8×8 digits, ``{"x": [3, 32, 32], "task": dataset id}``, 3 heads.
 """
-from . import fuzzy_boolean, listops, sort_of_clevr, triangle  # noqa: F401  (register the tasks)
+from . import digits_offline, fuzzy_boolean, listops, sort_of_clevr, triangle  # noqa: F401  (register the tasks)

@@ -1,0 +1,170 @@
+"""ViT and the set-model scaffolding (models/vit.py, models/set_model.py): values, not shapes.
+
+* a ViT block is ``torch.nn.TransformerEncoderLayer(norm_first=True, activation="gelu")`` with the
+  same weights (the public peer, value for value);
+* CLS tokens come after the elements, per-token heads equal separate linear layers, a ``task``
+  id picks its own head, ``num_cls_tokens=0`` reads the mean;
+* the relative positional bias covers patch tokens only (0 for pairs with a CLS token);
+* PGM panels: candidate ``k``'s set is the context plus candidate ``k``; logits ``[B, K]``;
+* ``new_task`` and ``parameter_sets`` (the fine-tuning protocol), save/load after ``new_task``.
+"""
+import pytest
+import torch
+from torch import nn
+
+import modwire
+from modwire.models import ViT, ViTConfig
+from modwire.models.set_model import EmbedConfig
+from modwire.nn.positions import pad_bias
+
+
+def _copy_block(block, layer: nn.TransformerEncoderLayer) -> None:
+    """Our ProcessorLayer's weights into the peer's (in_proj = [q; k; v])."""
+    attn = block.attn.fn
+    with torch.no_grad():
+        layer.self_attn.in_proj_weight.copy_(torch.cat([attn.q.weight, attn.k.weight, attn.v.weight]))
+        layer.self_attn.in_proj_bias.copy_(torch.cat([attn.q.bias, attn.k.bias, attn.v.bias]))
+        layer.self_attn.out_proj.weight.copy_(attn.o.weight)
+        layer.self_attn.out_proj.bias.copy_(attn.o.bias)
+        layer.norm1.load_state_dict(block.attn.norm.state_dict())
+        layer.norm2.load_state_dict(block.ffn.norm.state_dict())
+        layer.linear1.load_state_dict({"weight": block.ffn.fn.fc1.weight, "bias": block.ffn.fn.fc1.bias})
+        layer.linear2.load_state_dict({"weight": block.ffn.fn.fc2.weight, "bias": block.ffn.fn.fc2.bias})
+
+
+def test_vit_blocks_equal_torch_transformer_encoder_layers():
+    torch.manual_seed(0)
+    cfg = ViTConfig(num_classes=3, d_model=24, num_layers=2, num_heads=3, ffn_hidden=40,
+                    embed=EmbedConfig(kind="vectors", input_dim=5))
+    model = ViT(cfg).double().eval()
+    peer = nn.TransformerEncoder(nn.TransformerEncoderLayer(24, 3, 40, dropout=0.0, activation="gelu",
+                                                            batch_first=True, norm_first=True),
+                                 2, enable_nested_tensor=False).double().eval()
+    for block, layer in zip(model.blocks, peer.layers):
+        _copy_block(block, layer)
+    x = torch.randn(4, 7, 24, dtype=torch.float64)
+    ours, _ = model.encode(x, record=False)
+    torch.testing.assert_close(ours, peer(x), atol=1e-10, rtol=1e-10)
+
+
+def _vectors_vit(**kw) -> ViT:
+    cfg = dict(num_classes=2, d_model=16, num_layers=1, num_heads=2, ffn_hidden=8,
+               embed=EmbedConfig(kind="vectors", input_dim=3, max_len=6))
+    return ViT(ViTConfig(**{**cfg, **kw})).double().eval()
+
+
+def test_cls_tokens_follow_the_elements_and_each_has_its_own_head():
+    torch.manual_seed(1)
+    model = _vectors_vit(num_cls_tokens=3)
+    x = torch.randn(5, 6, 3, dtype=torch.float64)
+    inter = model.forward_intermediates(x)
+    y = inter.states                                              # [B, 6 + 3, d], normalised
+    assert y.shape == (5, 9, 16)
+    w, b = model.heads.weight, model.heads.bias
+    expected = torch.stack([y[:, 6 + t] @ w[t].T + b[t] for t in range(3)], dim=1)   # [B, T, C]
+    torch.testing.assert_close(inter.logits, expected)
+    # the elements' tokens are the embedding; the CLS tokens the learned vectors
+    tokens = model.embed(x)
+    torch.testing.assert_close(tokens, model.embed.proj(x) + model.embed.pos.weight[:6])
+
+
+def test_task_ids_choose_each_samples_head():
+    torch.manual_seed(2)
+    model = _vectors_vit(num_cls_tokens=3, task_input=True)
+    x = torch.randn(4, 6, 3, dtype=torch.float64)
+    task = torch.tensor([2, 0, 1, 2])
+    out = model(x, task=task)
+    model.config.task_input = False                               # all heads, for comparison
+    every = model(x)                                              # [B, T, C]
+    torch.testing.assert_close(out, every[torch.arange(4), task])
+    model.config.task_input = True
+    with pytest.raises(ValueError, match=r"task: ids must lie in \[0, 3\)"):
+        model(x, task=torch.tensor([0, 1, 3, 0]))
+    with pytest.raises(ValueError, match="needs 'task' ids"):
+        model(x)
+
+
+def test_shared_head_gives_one_regression_per_cls_token():
+    torch.manual_seed(3)
+    model = _vectors_vit(num_cls_tokens=4, shared_head=True, num_classes=1)
+    x = torch.randn(3, 6, 3, dtype=torch.float64)
+    inter = model.forward_intermediates(x)
+    assert model.heads.weight.shape == (1, 1, 16)
+    expected = inter.states[:, -4:] @ model.heads.weight[0, 0] + model.heads.bias[0, 0]
+    torch.testing.assert_close(inter.logits, expected)            # [B, T]
+
+
+def test_no_cls_token_reads_the_mean_of_the_outputs():
+    torch.manual_seed(4)
+    model = _vectors_vit(num_cls_tokens=0)
+    x = torch.randn(3, 6, 3, dtype=torch.float64)
+    inter = model.forward_intermediates(x)
+    assert inter.states.shape[1] == 6
+    expected = inter.states.mean(1) @ model.heads.weight[0].T + model.heads.bias[0]
+    torch.testing.assert_close(inter.logits, expected)
+
+
+def test_relative_bias_covers_patch_tokens_only():
+    torch.manual_seed(5)
+    model = modwire.create_model("vit_micro").eval()              # 8×8 images, 2×2 patches: 16 tokens + CLS
+    bias = pad_bias(model.relative(), 17)
+    assert bias.shape == (2, 17, 17)
+    assert (bias[:, 16] == 0).all() and (bias[:, :, 16] == 0).all()
+    assert bias[:, :16, :16].abs().sum() > 0
+    # the same displacement gets the same bias: token (0,0)→(1,1) and (1,1)→(2,2) on the 4×4 grid
+    torch.testing.assert_close(bias[:, 0, 5], bias[:, 5, 10])
+    # the bias changes the output (it is used), and it is per head
+    x = torch.rand(2, 1, 8, 8)
+    with torch.no_grad():
+        before = model(x)
+        model.relative.e_row.add_(1.0)
+        assert not torch.allclose(model(x), before)
+
+
+def test_pgm_panels_make_one_set_per_candidate():
+    torch.manual_seed(6)
+    cfg = ViTConfig(num_classes=1, d_model=16, num_layers=1, num_heads=2, ffn_hidden=8,
+                    embed=EmbedConfig(kind="panels", image_size=16, in_channels=6, num_context=3,
+                                      panel_channels=4))
+    model = ViT(cfg).eval()
+    x = torch.rand(2, 6, 16, 16)
+    sets = model.embed(x)                                         # [B·K, 3 + 1, d], K = 3
+    assert sets.shape == (6, 4, 16)
+    e = model.embed.cnn(x.reshape(12, 1, 16, 16)).view(2, 6, 16)
+    torch.testing.assert_close(sets.view(2, 3, 4, 16)[1, 2], torch.cat([e[1, :3], e[1, 5:6]]) + model.embed.slots)
+    logits = model(x)
+    assert logits.shape == (2, 3)
+    # permuting the candidates permutes the scores
+    perm = torch.tensor([0, 1, 2, 5, 3, 4])
+    torch.testing.assert_close(model(x[:, perm]), logits[:, [2, 0, 1]], atol=1e-5, rtol=1e-5)
+
+
+def test_new_task_replaces_cls_tokens_and_heads_and_round_trips(tmp_path):
+    torch.manual_seed(7)
+    model = modwire.create_model("vit_digits")
+    before = {n: p.clone() for n, p in model.named_parameters()}
+    model.new_task(num_classes=7)
+    assert model.config.num_cls_tokens == 1 and not model.config.task_input and model.config.num_classes == 7
+    assert model.cls_tokens.shape == (1, 192) and model.heads.weight.shape == (1, 7, 192)
+    kept = [n for n, p in model.named_parameters() if n in before and torch.equal(p, before[n])]
+    assert len(kept) == len(before) - 3                           # all but cls_tokens, heads.weight, heads.bias
+    x = torch.rand(2, 3, 32, 32)
+    model.eval()
+    model.save_pretrained(tmp_path)
+    loaded = modwire.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), model(x), atol=0, rtol=0)
+
+
+def test_parameter_sets_name_existing_parameters():
+    model = modwire.create_model("vit_micro")
+    names = [n for n, _ in model.named_parameters()]
+    sets = model.parameter_sets()
+    assert set(sets) >= {"cls", "all"}
+    cls = [n for n in names if n.startswith(sets["cls"])]
+    assert sorted(cls) == ["cls_tokens", "heads.bias", "heads.weight"]
+
+
+def test_digits_preset_has_the_table_5_parameter_count():
+    n = modwire.create_model("vit_digits").num_parameters()
+    assert abs(n - 1.80e6) / 1.80e6 < 0.01, n                     # NI Table 5: 1.80 × 10⁶
