@@ -35,13 +35,9 @@ import torch
 from torch import Tensor, nn
 
 from modwire.analysis import count_flops, time_interleaved
+from modwire.models.neural_interpreter import NeuralInterpreter, NeuralInterpreterConfig, Script
 from modwire.models.registry import get_config
 from modwire.models.vit import ViT, ViTConfig
-
-try:
-    from modwire.models.neural_interpreter import NeuralInterpreter, NeuralInterpreterConfig, Script
-except ImportError as e:  # the NI lands on its own branch first
-    raise SystemExit(f"bench_ni.py needs modwire.models.neural_interpreter ({e})") from None
 
 TARGET_LOOP = 3.0
 FUNCTION_COUNTS = (1, 2, 4, 8, 16, 32)
