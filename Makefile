@@ -44,6 +44,8 @@ bench: install
 	$(BIN)/python benchmarks/bench_graph.py
 	$(BIN)/python benchmarks/bench_startup.py
 	$(BIN)/python benchmarks/bench_input_checks.py
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_vit.py
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_ni.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

@@ -94,3 +94,25 @@ def test_conditional_nac_quick_prints_what_it_saves(tmp_path):
     sep = saved["separation_trained"]
     assert 0 <= sep["accuracy"] <= 1 and 0 < sep["chance"] < 1
     assert "~64%" in out and "53%" in out   # the paper's numbers, printed next to the run's
+
+
+def test_bench_vit_quick_runs_and_matches_the_torch_encoder():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_vit.py"), "--quick"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    diff = float(re.search(r"max \|ours - peer\| = ([\d.e+-]+)", out).group(1))
+    assert diff < 1e-5  # our blocks with the peer's weights compute nn.TransformerEncoder's function
+    rows = re.findall(r"^  tiny, (inference|train): ([\d.]+)x$", out, flags=re.M)
+    assert [r[0] for r in rows] == ["inference", "train"] and all(float(r[1]) > 0 for r in rows)
+
+
+def test_bench_ni_quick_runs_and_the_loop_matches_the_batched_functions():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_ni.py"), "--quick"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    diff = float(re.search(r"max \|batched - loop\| = ([\d.e+-]+)", out).group(1))
+    assert diff < 1e-5  # the per-function loop computes the same Eq. 9-11
+    flop_ratio = float(re.search(r"GFLOPs per sample: batched [\d.]+, loop [\d.]+ \(loop / batched ([\d.]+)", out)[1])
+    assert flop_ratio == pytest.approx(1, abs=0.01)  # same work (the batched form counts its Σ_u as a matmul)
+    assert re.search(r"batched-functions speed-up at U = 5, batch \d+, inference: [\d.]+x", out)
+    assert re.search(r"NI / ViT [\d.]+\)", out)
+    sweep = re.findall(r"^ +(\d+) +[\d.]+ +([\d.]+)x +[\d.]+x$", out, flags=re.M)
+    assert [u for u, _ in sweep] == ["1", "2", "4"] and sweep[0][1] == "1.00"

@@ -162,8 +162,10 @@ class ModulatedFFN(nn.Module):
         if self.activation == "geglu":
             a, gate = h.chunk(2, dim=-1)
             h = F.gelu(gate).mul_(a)  # a ⊙ GELU(g), written into GELU's fresh output
-        else:
-            h = F.gelu(h)
+        elif torch.is_grad_enabled() and h.requires_grad:
+            h = F.gelu(h)               # GELU's backward reads its input: keep it
+        else:                           # no graph: overwrite fc1's output (no fresh [.., hidden] tensor)
+            h = torch.ops.aten.gelu_(h)
         return self.fc2(h, code, inplace=True)  # h is ours: modulate it in place
 
 

@@ -1,0 +1,151 @@
+"""modwire's ViT blocks vs ``torch.nn.TransformerEncoder`` at equal dimensions (issue 11, item 7).
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_vit.py [--repeats 9] [--quick]
+
+The body of :class:`modwire.models.vit.ViT` (``ViT.encode``: ``num_layers`` pre-LN
+:class:`~modwire.nn.blocks.ProcessorLayer` blocks, GELU MLP) is timed against the peer built
+from PyTorch's own layer with the same hyperparameters: ``nn.TransformerEncoderLayer(d, heads,
+mlp, dropout=0, activation="gelu", batch_first=True, norm_first=True)`` stacked by
+``nn.TransformerEncoder(..., enable_nested_tensor=False)``. Both read the same random tokens
+``[B, N, d]`` (embedding, CLS tokens and heads are shared scaffolding, left out).
+
+First the peer gets our weights (``in_proj`` = ``[W_q; W_k; W_v]``, ``out_proj`` = ``W_o``,
+``linear1/2`` = the MLP, ``norm1/2`` = the two pre-norms) and the max abs difference of the
+outputs is printed: the two compute the same function, so the timings compare like with like.
+
+Shapes: NI Table 5 (the digits ViT: 192-d, 8 layers, 3 heads, MLP 192; 64 patches + 3 CLS = 67
+tokens) and AiT §5.1 ViT-Small (768-d, 2 layers, 12 heads, MLP 3072; 64 patches + 1 = 65).
+Timed: inference (eval, ``torch.no_grad``; the peer then takes PyTorch's fused "fast path",
+``torch._transformer_encoder_layer_fwd``) and a train step (train mode, forward + backward of
+a fixed random projection of the output). The two sides alternate (ours, peer, ours, ...; one
+warm-up call each; ``modwire.analysis.time_interleaved``) and each reports its median; the ratio
+ours/peer is in throughput (peer seconds / our seconds), so > 1 means we are faster.
+Target: >= 0.95 for every row (printed PASS/FAIL, not with --quick).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from modwire.analysis import time_interleaved
+from modwire.models.set_model import EmbedConfig
+from modwire.models.vit import ViT, ViTConfig
+
+TARGET = 0.95
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    d: int
+    layers: int
+    heads: int
+    mlp: int
+    tokens: int
+    batch: int
+
+
+SHAPES = (Shape("NI Table 5 ViT", 192, 8, 3, 192, 67, 128),
+          Shape("AiT ViT-Small", 768, 2, 12, 3072, 65, 32))
+QUICK = (Shape("tiny", 32, 2, 2, 48, 10, 4),)
+
+
+def build_pair(s: Shape) -> tuple[ViT, nn.TransformerEncoder]:
+    """Our ViT (only its ``encode`` is timed) and the peer encoder with our weights copied in."""
+    ours = ViT(ViTConfig(d_model=s.d, num_layers=s.layers, num_heads=s.heads, ffn_hidden=s.mlp,
+                         embed=EmbedConfig(kind="patches", positions="absolute")))
+    layer = nn.TransformerEncoderLayer(s.d, s.heads, s.mlp, dropout=0.0, activation="gelu",
+                                       batch_first=True, norm_first=True)
+    peer = nn.TransformerEncoder(layer, s.layers, enable_nested_tensor=False)
+    with torch.no_grad():
+        for ob, pb in zip(ours.blocks, peer.layers, strict=True):
+            a, f = ob.attn.fn, ob.ffn.fn
+            pb.self_attn.in_proj_weight.copy_(torch.cat([a.q.weight, a.k.weight, a.v.weight]))
+            pb.self_attn.in_proj_bias.copy_(torch.cat([a.q.bias, a.k.bias, a.v.bias]))
+            pb.self_attn.out_proj.weight.copy_(a.o.weight)
+            pb.self_attn.out_proj.bias.copy_(a.o.bias)
+            for pl, ol in ((pb.linear1, f.fc1), (pb.linear2, f.fc2)):
+                pl.weight.copy_(ol.weight)
+                pl.bias.copy_(ol.bias)
+            for pn, on in ((pb.norm1, ob.attn.norm), (pb.norm2, ob.ffn.norm)):
+                pn.weight.copy_(on.weight)
+                pn.bias.copy_(on.bias)
+    return ours, peer
+
+
+def our_body(ours: ViT):
+    return lambda x: ours.encode(x, record=False)[0]
+
+
+def max_diff(ours: ViT, peer: nn.TransformerEncoder, x: Tensor) -> tuple[float, float]:
+    """Max abs difference of the outputs, fast path (inference) and train-mode path."""
+    ours.eval(), peer.eval()
+    with torch.no_grad():
+        fast = (our_body(ours)(x) - peer(x)).abs().max().item()
+    ours.train(), peer.train()
+    slow = (our_body(ours)(x) - peer(x)).abs().max().item()
+    return fast, slow
+
+
+def step(mod: nn.Module, fn, x: Tensor, g: Tensor, *, train: bool):
+    """One call to time: an inference forward, or a forward + backward of ``<fn(x), g>``."""
+    def run() -> None:
+        if train:
+            mod.zero_grad(set_to_none=True)
+            (fn(x) * g).sum().backward()
+        else:
+            with torch.no_grad():
+                fn(x)
+    return run
+
+
+def compare(ours: ViT, peer: nn.TransformerEncoder, x: Tensor, *, train: bool,
+            repeats: int) -> tuple[float, float, float]:
+    """Interleaved timings; returns (our median s, peer median s, ours/peer throughput)."""
+    g = torch.randn_like(x)
+    ours.train(train), peer.train(train)
+    t = time_interleaved({"ours": step(ours, our_body(ours), x, g, train=train),
+                          "peer": step(peer, peer, x, g, train=train)}, iters=repeats)
+    return t["ours"], t["peer"], t["peer"] / t["ours"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one tiny shape, few repeats (smoke test, < 10 s)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed rounds per side (default 9; 3 quick)")
+    ap.add_argument("--batch", type=int, default=None, help="override every shape's batch size")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    repeats = args.repeats or (3 if args.quick else 9)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), OMP_NUM_THREADS="
+          f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, load average {os.getloadavg()[0]:.2f}")
+    results = []
+    for s in (QUICK if args.quick else SHAPES):
+        b = args.batch or s.batch
+        torch.manual_seed(0)
+        ours, peer = build_pair(s)
+        x = torch.randn(b, s.tokens, s.d)
+        fast, slow = max_diff(ours, peer, x[:8])
+        print(f"\n{s.name}: d {s.d}, {s.layers} layers, {s.heads} heads, MLP {s.mlp}, {s.tokens} tokens, batch {b}")
+        print(f"  max |ours - peer| = {max(fast, slow):.2e} (inference fast path {fast:.2e}, train path {slow:.2e})")
+        print(f"  {'mode':<10} {'ours s':>9} {'peer s':>9} {'ours/peer':>10}")
+        for train in (False, True):
+            o, p, r = compare(ours, peer, x, train=train, repeats=repeats)
+            mode = "train" if train else "inference"
+            results.append((s.name, mode, r))
+            print(f"  {mode:<10} {o:>9.4f} {p:>9.4f} {r:>9.3f}x")
+    print(f"\nthroughput ours / peer, median of {repeats} interleaved rounds (target >= {TARGET}):")
+    for name, mode, r in results:
+        verdict = "" if args.quick else ("  PASS" if r >= TARGET else "  FAIL")
+        print(f"  {name}, {mode}: {r:.3f}x{verdict}")
+    print(f"load average at end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
