@@ -144,3 +144,29 @@ def test_inference_cache_of_the_modulation_follows_parameter_updates():
     # with autograd on, nothing is cached and gradients flow
     layer(x, codes).sum().backward()
     assert codes.grad is not None and layer.code_proj.grad is not None
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["x shared by the codes", "x per code"])
+def test_folded_modulation_equals_the_product_form_with_gradients(shared):
+    """``fold=True``: ``(W diag m_u) x_u`` is ``W (x_u ⊙ m_u)`` (NI's grid ``[B, U, N, d]``), values
+    and gradients, for an input shared by every code (``U = 1``) and one per code."""
+    torch.manual_seed(0)
+    plain = ModulatedLinear(6, 5, 4, "ni").double()
+    folded = ModulatedLinear(6, 5, 4, "ni", fold=True).double()
+    folded.load_state_dict(plain.state_dict())
+    code = torch.randn(3, 1, 4, dtype=torch.float64)                      # [U, 1, d_code]
+    x = torch.randn(2, 1 if shared else 3, 7, 6, dtype=torch.float64, requires_grad=True)
+    outs, grads = [], []
+    for layer in (plain, folded):
+        y = layer(x, code)
+        assert y.shape == (2, 3, 7, 5)
+        y.backward(torch.linspace(-1, 1, y.numel(), dtype=torch.float64).view_as(y))
+        outs.append(y.detach())
+        grads.append([x.grad.clone()] + [p.grad.clone() for p in layer.parameters()])
+        x.grad = None
+    torch.testing.assert_close(outs[1], outs[0], atol=1e-12, rtol=1e-12)
+    for a, b in zip(grads[1], grads[0]):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+    # an input that is not a grid over the codes takes the product form
+    e = torch.randn(9, 6, dtype=torch.float64)
+    torch.testing.assert_close(folded(e, code), plain(e, code))

@@ -122,7 +122,7 @@ class NeuralInterpreterConfig(SetModelConfig):
 
     @property
     def modulation(self) -> ModulationSpec:
-        return ModulationSpec("ni", self.d_code)
+        return ModulationSpec("ni", self.d_code, fold=True)   # a few functions, many tokens: nn.modulated
 
 
 # ----------------------------------------------------------------------------- 1-3. functions, types

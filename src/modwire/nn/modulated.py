@@ -53,6 +53,7 @@ class ModulatedLinear(nn.Module):
         modulation: Modulation = "nac",
         alpha_init: float = 0.1,
         bias: bool = True,
+        fold: bool = False,
     ) -> None:
         super().__init__()
         if modulation not in MODULATIONS:
@@ -60,7 +61,7 @@ class ModulatedLinear(nn.Module):
         if modulation != "none" and code_dim <= 0:
             raise ValueError(f"code_dim must be positive for modulation={modulation!r}, got {code_dim}")
         self.in_features, self.out_features = in_features, out_features
-        self.modulation = modulation
+        self.modulation, self.fold = modulation, fold
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
         init_linear_(self.weight, self.bias)
@@ -104,12 +105,34 @@ class ModulatedLinear(nn.Module):
             if code is None:
                 raise ValueError("a modulated layer needs a code tensor [U, d_code] or [B, U, d_code]")
             m = self.modulation_factor(code)
+        if m is not None and self.fold and _foldable(x, m):
+            return self._folded(x, m[:, 0])
         if m is not None:
             x = x.mul_(m) if inplace and x.shape == torch.broadcast_shapes(x.shape, m.shape) else x * m
         return F.linear(x, self.weight, self.bias)
 
+    def _folded(self, x: Tensor, m: Tensor) -> Tensor:
+        """``W (x_u ⊙ m_u) = (W diag m_u) x_u`` (``fold=True``): the modulation is folded into one
+        weight per code, ``[U, d_out, d_in]``, instead of forming the ``[..., U, N, d_in]`` product
+        and its gradient (NI: a few functions, many tokens). ``x`` ``[..., U|1, N, d_in]``, ``m``
+        ``[U, d_in]``. An ``x`` shared by every code (``U = 1``, NI's first LOC) is one GEMM for all."""
+        u, w = m.shape[0], self.weight.unsqueeze(0) * m.unsqueeze(1)           # [U, d_out, d_in]
+        if x.shape[-3] == 1:
+            lead, n = x.shape[:-3], x.shape[-2]
+            y = x.reshape(-1, self.in_features) @ w.reshape(-1, self.in_features).t()   # [..·N, U·d_out]
+            y = y.view(*lead, n, u, self.out_features).transpose(-3, -2)              # [..., U, N, d_out]
+        else:
+            y = torch.einsum("...uni,uoi->...uno", x, w)
+        return y if self.bias is None else y + self.bias
+
     def extra_repr(self) -> str:
         return f"{self.in_features}, {self.out_features}, modulation={self.modulation}"
+
+
+def _foldable(x: Tensor, m: Tensor) -> bool:
+    """``m`` is one factor per code broadcast over a token axis (``[U, 1, d_in]``) and ``x`` a grid
+    ``[..., U|1, N, d_in]`` over the same codes: the case :meth:`ModulatedLinear._folded` handles."""
+    return m.dim() == 3 and m.shape[1] == 1 and x.dim() >= 3 and x.shape[-3] in (1, m.shape[0])
 
 
 @dataclass(frozen=True)
@@ -119,12 +142,14 @@ class ModulationSpec:
     constructor (a layer factory, as timm passes ``norm_layer``).
 
     kind: ``"nac"`` (ModFC, NAC Eq. 1), ``"ni"`` (ModLin, NI Eq. 4) or ``"none"`` (plain linear).
-    code_dim: ``d_code``. alpha_init: initial α of ModFC.
+    code_dim: ``d_code``. alpha_init: initial α of ModFC. fold: fold each code's modulation
+    into a per-code weight when the input is a grid over codes (:meth:`ModulatedLinear._folded`).
     """
 
     kind: Modulation = "none"
     code_dim: int = 0
     alpha_init: float = 0.1
+    fold: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in MODULATIONS:
@@ -134,7 +159,8 @@ class ModulationSpec:
 
     def linear(self, in_features: int, out_features: int, *, bias: bool = True) -> ModulatedLinear:
         """A :class:`ModulatedLinear` with this conditioning."""
-        return ModulatedLinear(in_features, out_features, self.code_dim, self.kind, self.alpha_init, bias)
+        return ModulatedLinear(in_features, out_features, self.code_dim, self.kind, self.alpha_init, bias,
+                               fold=self.fold)
 
 
 PLAIN = ModulationSpec("none")
