@@ -418,7 +418,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="ni,vit")
     ap.add_argument("--shots", default=",".join(map(str, SHOTS)), help="samples per class, comma-separated")
     ap.add_argument("--seeds", type=positive, default=3)
-    ap.add_argument("--ni-lr", type=float, default=None, help=f"NI's fine-tuning lr (default {MODELS['ni'].finetune_lr})")
+    ap.add_argument("--ni-lr", type=float, default=None,
+                    help=f"NI's fine-tuning lr (default {MODELS['ni'].finetune_lr})")
     ap.add_argument("--vit-lr", type=float, default=None,
                     help=f"the ViT's fine-tuning lr (default {MODELS['vit'].finetune_lr})")
     ap.add_argument("--lr-check", action="store_true", help=f"also fine-tune seed 0 at lrs {LR_CHECK}, k = "
