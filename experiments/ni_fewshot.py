@@ -85,8 +85,8 @@ NI_SETS = (PATCHES_8, NOK + "d_model=64", NOK + "d_code=64", NOK + "num_iteratio
 VIT_SETS = (PATCHES_8, NOK + "d_model=64", NOK + "num_layers=4", NOK + "num_heads=2", NOK + "ffn_hidden=128",
             NOK + "pos_dim=16")
 MODELS = {
-    "ni": Model("ni", "Neural Interpreter", "ni_digits", NI_SETS, steps=700, lr=2e-3, finetune_lr=0.05),
-    "vit": Model("vit", "ViT", "vit_digits", VIT_SETS, steps=700, lr=2e-3, finetune_lr=0.03),
+    "ni": Model("ni", "Neural Interpreter", "ni_digits", NI_SETS, steps=1500, lr=2e-3, finetune_lr=0.05),
+    "vit": Model("vit", "ViT", "vit_digits", VIT_SETS, steps=1500, lr=2e-3, finetune_lr=0.03),
 }
 # --quick: micro models, a few steps
 QUICK_SETS = (NOK + "embed={kind: patches, image_size: 32, in_channels: 3, patch_size: 16, positions: relative}",
@@ -101,6 +101,9 @@ TARGET, TARGET_PARAMS = "fashion_mnist", {"upsample_to": 32, "channels": 3}
 SHOTS = (1, 2, 5, 10, 20)
 POOL = 2000                        # data.max_samples of the fine-tuning runs
 EPOCHS = 10                        # NI App. C.2.2
+# NI App. C.2.2 fine-tunes at batch 128; a k-shot 10-way set of k ≤ 20 holds at most 200 samples,
+# which at 128 (ragged tail skipped) is one optimizer step per epoch. 16 gives 1-12 steps per epoch.
+FINETUNE_BATCH = 16
 LR_CHECK = {"ni": (0.05, 3e-3, 1e-3), "vit": (0.03, 3e-3, 1e-3)}
 LR_CHECK_SHOTS = (5,)
 PAPER = ("NI Fig. 5a (K-MNIST, 6 seeds; no numbers in the text): NI ahead of an equally accurate ViT in the "
@@ -150,7 +153,8 @@ class Job:
         from modwire.training.finetune import finetune_overrides
 
         base, _ = finetune_overrides(out / Job(self.model).key, TARGET, train=["all"], shots=self.shots, ways=10,
-                                     epochs=1 if self.quick else EPOCHS, lr=self.lr, batch_size=None)
+                                     epochs=1 if self.quick else EPOCHS, lr=self.lr,
+                                     batch_size=min(FINETUNE_BATCH, self.shots * 10))
         pool = 100 if self.quick else POOL
         extra = [f"data.params={json.dumps(TARGET_PARAMS)}", "data.val_split=test", f"data.max_samples={pool}",
                  "progress=false", "log_every=1000"]
