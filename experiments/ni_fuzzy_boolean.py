@@ -109,7 +109,10 @@ def dynamic_inference(out: Path) -> dict:
             return compute_metrics(("r2",), torch.cat([m(xb, **kw) for xb in x.split(512)]), y)["r2"]
 
     n_i, u = model.config.num_iterations, model.config.num_functions
-    result = {"iterations": {str(k): r2(model, iterations=k) for k in range(1, n_i + 1)}, "dropped": {}}
+    with torch.no_grad():
+        full = compute_metrics(("r2", "r2_std"), torch.cat([model(xb) for xb in x.split(512)]), y)
+    result = {"checkpoint": {**full, "path": str(choose_checkpoint(out / "pretrain")[0].name)},
+              "iterations": {str(k): r2(model, iterations=k) for k in range(1, n_i + 1)}, "dropped": {}}
     for f in range(u):
         m = copy.deepcopy(model)
         m.drop_functions([f])
@@ -120,8 +123,10 @@ def dynamic_inference(out: Path) -> dict:
 
 def format_dynamic(d: dict) -> str:
     its = ", ".join(f"{k}: {v:.4f}" for k, v in d["iterations"].items())
+    c = d.get("checkpoint")
+    head = f"Pre-trained checkpoint {c['path']} (fine-tuning starts from it).\n" if c else ""
     drops = ", ".join(f"f{k}: {v:.4f}" for k, v in d["dropped"].items())
-    return (f"Anytime inference (NI Fig. 8), pre-training R² by function iterations per script: {its}.\n"
+    return head + (f"Anytime inference (NI Fig. 8), pre-training R² by function iterations per script: {its}.\n"
             f"Function dropping (NI Fig. 5c), pre-training R² with one function removed: {drops}.")
 
 
@@ -146,9 +151,10 @@ def rows(out: Path) -> list[tuple[str, str, tuple | None, tuple]]:
     """``(key, label, ours, paper)``; ours = (R² mean over seeds, std over functions (mean over
     seeds), std over seeds, seeds)."""
     table = []
-    done = out / "pretrain" / "result.json"
-    if done.is_file():
-        val = json.loads(done.read_text())["val"]
+    done, dynamic = out / "pretrain" / "result.json", out / "pretrain" / "dynamic.json"
+    if done.is_file():   # the checkpoint the fine-tuning starts from (the best), else the last validation
+        val = json.loads(dynamic.read_text())["checkpoint"] if dynamic.is_file() else \
+            json.loads(done.read_text())["val"]
         table.append(("pretrain", "All Parameters (Pretraining)", (val["r2"], val["r2_std"], 0.0, 1),
                       PAPER["pretrain"]))
     for key, label in SETTINGS.items():
@@ -203,10 +209,11 @@ def plot(table: list, path: Path) -> Path | None:
 
 
 def report(out: Path) -> str:
+    dynamic = dynamic_inference(out) if (out / "pretrain" / "result.json").is_file() else None
     table = rows(out)
     text = format_table(table)
-    if (out / "pretrain" / "result.json").is_file():
-        text += "\n" + format_dynamic(dynamic_inference(out))
+    if dynamic is not None:
+        text += "\n" + format_dynamic(dynamic)
     (out / "table.md").write_text(text + "\n")
     plot(table, out / "table1.png")
     return text
