@@ -229,7 +229,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--val-points", type=int, default=4096, help="validation points per function (NI: 32768)")
     ap.add_argument("--epochs", type=int, default=14, help="pre-training epochs (NI: 20)")
     ap.add_argument("--lr", type=float, default=6e-3, help="pre-training lr, constant (NI Table 3: 0.006)")
-    ap.add_argument("--adapt-points", type=int, default=8192, help="fine-tuning points per new function")
+    ap.add_argument("--adapt-points", type=int, default=32768, help="fine-tuning points per new function (NI: 131072)")
     ap.add_argument("--adapt-epochs", type=int, default=3, help="fine-tuning epochs (NI Table 3: 3)")
     ap.add_argument("--adapt-lr", type=float, default=0.05, help="fine-tuning lr, constant (NI Table 3: 0.05)")
     ap.add_argument("--seeds", default="0,1,2", help="fine-tuning seeds")
