@@ -9,8 +9,9 @@ functions learned recomposable primitives, re-wiring alone (2) should come close
 above (1). Reported R² (mean ± std over the 10 new functions): 0.9983 (pre-training), 0.9202,
 0.9857, 0.9953.
 
-This runs the same protocol with ``modwire train`` and ``modwire finetune`` on what 2 CPU cores
-do in about half an hour: the NI Table 3 architecture at half width (``--width``; the paper's
+This runs the same protocol with ``modwire train`` and ``modwire finetune`` at CPU size (measured:
+57 minutes on 2 cores shared with 2-4 other jobs, 36.5 of them pre-training): the NI Table 3
+architecture at half width (``--width``; the paper's
 128 with ``--width 128``), fewer points per function and epochs (``--points``, ``--epochs``),
 fine-tuning with NI Table 3's optimiser (RAdam, lr 0.05, no schedule) on ``--adapt-points`` points
 of each new function for 3 epochs, over ``--seeds``. Each stage is an ordinary training run
