@@ -203,21 +203,10 @@ def _finetune(job: Job, out: Path) -> dict:
 
 
 def load_results(path: Path) -> dict[str, dict]:
-    """Finished jobs by key. A last line cut short (the study was killed mid-write) is dropped, so
-    that job runs again; a damaged line elsewhere is an error naming the file and line."""
-    if not path.exists():
-        return {}
-    lines, out = path.read_text().splitlines(), {}
-    for n, line in enumerate(lines, 1):
-        try:
-            r = json.loads(line) if line.strip() else None
-        except json.JSONDecodeError as e:
-            if n == len(lines):
-                break
-            raise ValueError(f"{path}, line {n}: not a JSON result ({e}); fix or delete the line") from None
-        if r is not None:
-            out[r["key"]] = r
-    return out
+    """Finished jobs by key (``modwire.analysis.results_log``: a last line cut short is dropped)."""
+    from modwire.analysis.results_log import load_results as read
+
+    return read(path)
 
 
 def _interrupt(*_) -> None:
@@ -253,14 +242,9 @@ def run_jobs(jobs: list[Job], out: Path, workers: int, log: Callable[[str], None
             pool = mp.get_context("spawn").Pool(workers, maxtasksperchild=1)
             results = pool.imap_unordered(run_job, args)
         try:
-            for i, r in enumerate(results, 1):
-                if "error" in r:
-                    failed.append(f"{r['key']}: {r['error']}")
-                    log(f"[{i}/{len(todo)}] {failed[-1]}")
-                    continue
-                f.write(json.dumps(r) + "\n")
-                f.flush()
-                log(f"[{i}/{len(todo)}] {r['key']}: {_brief(r)} ({r['seconds']:.0f} s)")
+            from modwire.analysis.results_log import append_results
+
+            failed = append_results(results, f, total=len(todo), describe=_brief, log=log)
         finally:
             if pool is not None:
                 pool.terminate()

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
-import json
 import math
 import os
 import shutil
@@ -44,7 +43,7 @@ import signal
 import statistics
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 # ----------------------------------------------------------------------------- the ladder
@@ -254,21 +253,11 @@ def _train_and_score(job: Job, out: str) -> dict:
 
 
 def load_results(path: Path) -> dict[str, dict]:
-    """Finished runs by key. A last line cut short (the study was killed mid-write) is dropped, so
-    that run is trained again; a damaged line elsewhere is an error naming the file and line."""
-    if not path.exists():
-        return {}
-    lines, out = path.read_text().splitlines(), {}
-    for n, line in enumerate(lines, 1):
-        try:
-            r = json.loads(line) if line.strip() else None
-        except json.JSONDecodeError as e:
-            if n == len(lines):
-                break
-            raise ValueError(f"{path}, line {n}: not a JSON result ({e}); fix or delete the line") from None
-        if r is not None and r.get("ood_split") == OOD_SPLITS.get(r["task"]):
-            out[r["key"]] = r
-    return out
+    """Finished runs by key (``modwire.analysis.results_log``), those of the current OOD splits only:
+    a result of an earlier split definition is trained again, not mixed in."""
+    from modwire.analysis.results_log import load_results as read
+
+    return read(path, keep=lambda r: r.get("ood_split") == OOD_SPLITS.get(r["task"]))
 
 
 def _interrupt(*_) -> None:
@@ -290,16 +279,11 @@ def run_jobs(jobs: list[Job], out: Path, workers: int, log: Callable[[str], None
     out.mkdir(parents=True, exist_ok=True)
     # SIGTERM (kill, Slurm) unwinds like Ctrl-C, so that the pool's workers are terminated too
     signal.signal(signal.SIGTERM, _interrupt)
+    from modwire.analysis.results_log import append_results
+
     with mp.get_context("spawn").Pool(workers, maxtasksperchild=1) as pool, path.open("a") as f:
-        for i, r in enumerate(pool.imap_unordered(run_job, [(j, str(out)) for j in todo]), 1):
-            if "error" in r:
-                failed.append(f"{r['key']}: {r['error']}")
-                log(f"[{i}/{len(todo)}] {failed[-1]}")
-                continue
-            f.write(json.dumps(r) + "\n")
-            f.flush()
-            log(f"[{i}/{len(todo)}] {r['key']}: IID {r['iid']:.3f}, OOD {r['ood']:.3f} ({r['seconds']:.0f} s)")
-    return failed
+        return append_results(pool.imap_unordered(run_job, [(j, str(out)) for j in todo]), f, total=len(todo),
+                              describe=lambda r: f"IID {r['iid']:.3f}, OOD {r['ood']:.3f}", log=log)
 
 
 # ----------------------------------------------------------------------------- the report

@@ -1,0 +1,43 @@
+"""The results log of a resumable study (``experiments/``): one JSON object per finished job,
+appended as each job ends, so a rerun skips what is done."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import IO, Callable, Iterable
+
+
+def load_results(path: Path, keep: Callable[[dict], bool] = lambda r: True) -> dict[str, dict]:
+    """Finished jobs by their ``key`` (those ``keep`` accepts). A last line cut short (the study was
+    killed mid-write) is dropped, so that job runs again; a damaged line elsewhere is an error
+    naming the file and line."""
+    if not path.exists():
+        return {}
+    lines, out = path.read_text().splitlines(), {}
+    for n, line in enumerate(lines, 1):
+        try:
+            r = json.loads(line) if line.strip() else None
+        except json.JSONDecodeError as e:
+            if n == len(lines):
+                break
+            raise ValueError(f"{path}, line {n}: not a JSON result ({e}); fix or delete the line") from None
+        if r is not None and keep(r):
+            out[r["key"]] = r
+    return out
+
+
+def append_results(results: Iterable[dict], log_file: IO[str], *, total: int, describe: Callable[[dict], str],
+                   log: Callable[[str], None]) -> list[str]:
+    """Append each finished job's result to the open results log as it arrives (flushed: a kill
+    loses at most the line being written), log one line per job (``describe(result)``), and return
+    the failures (results with an ``error`` key, not recorded, so a rerun tries them again)."""
+    failed: list[str] = []
+    for i, r in enumerate(results, 1):
+        if "error" in r:
+            failed.append(f"{r['key']}: {r['error']}")
+            log(f"[{i}/{total}] {failed[-1]}")
+            continue
+        log_file.write(json.dumps(r) + "\n")
+        log_file.flush()
+        log(f"[{i}/{total}] {r['key']}: {describe(r)} ({r['seconds']:.0f} s)")
+    return failed
