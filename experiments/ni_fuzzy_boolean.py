@@ -10,7 +10,7 @@ above (1). Reported R² (mean ± std over the 10 new functions): 0.9983 (pre-tra
 0.9857, 0.9953.
 
 This runs the same protocol with ``modwire train`` and ``modwire finetune`` at CPU size (measured:
-57 minutes on 2 cores shared with 2-4 other jobs, 36.5 of them pre-training): the NI Table 3
+25 minutes on 2 cores with ``OMP_NUM_THREADS=2``, 13 of them pre-training): the NI Table 3
 architecture at half width (``--width``; the paper's
 128 with ``--width 128``), fewer points per function and epochs (``--points``, ``--epochs``),
 fine-tuning with NI Table 3's optimiser (RAdam, lr 0.05, no schedule) on ``--adapt-points`` points
