@@ -1,18 +1,15 @@
 """experiments/ni_fewshot.py: the jobs it plans, its table, and an in-process smoke run."""
 import argparse
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
+import experiment_script
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "ni_fewshot.py"
-_spec = importlib.util.spec_from_file_location("ni_fewshot", SCRIPT)
-fewshot = sys.modules["ni_fewshot"] = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fewshot)
+fewshot = experiment_script.load("ni_fewshot")
 
 
 def args(**kw) -> argparse.Namespace:

@@ -1,17 +1,14 @@
 """experiments/ni_fuzzy_boolean.py (NI Table 1 at CPU scale): its table from run files, and a
 smoke run through ``modwire train`` and ``modwire finetune``."""
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
+import experiment_script
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "ni_fuzzy_boolean.py"
-_spec = importlib.util.spec_from_file_location("ni_fuzzy_boolean", SCRIPT)
-fz = sys.modules["ni_fuzzy_boolean"] = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fz)
+fz = experiment_script.load("ni_fuzzy_boolean")
 
 
 def _write_setting(out: Path, setting: str, values: list[tuple[float, float]]) -> None:

@@ -1,6 +1,5 @@
 """experiments/table1_ladder.py: the jobs it plans, its OOD splits, its table, and a smoke run."""
 import argparse
-import importlib.util
 import itertools
 import json
 import re
@@ -8,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import experiment_script
 import pytest
 import torch
 
@@ -17,9 +17,7 @@ from modwire.tasks.synthetic.listops import nesting_depth
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "table1_ladder.py"
-_spec = importlib.util.spec_from_file_location("table1_ladder", SCRIPT)
-ladder = sys.modules["table1_ladder"] = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ladder)
+ladder = experiment_script.load("table1_ladder")
 
 
 def args(**kw) -> argparse.Namespace:

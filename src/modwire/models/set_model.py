@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from ..nn.init import trunc_normal_
-from ..nn.tokenizers import LinearTokenizer, PanelEncoder, PatchEmbedding, _check_tensor, _values_checkable
+from ..nn.tokenizers import LinearTokenizer, PanelEncoder, PatchEmbedding, _check_tensor, _min_max, _values_checkable
 from .base import Intermediates, PretrainedModel
 from .config import COUNT, Bounds, ConfigBase, ModelConfig, check_choice
 from .inputs import Inputs, named_inputs
@@ -251,8 +251,10 @@ class SetModel(PretrainedModel):
         if task.shape != (batch,) or task.is_floating_point() or task.dtype == torch.bool:
             raise ValueError(f"task: expected integer ids [B={batch}] in [0, {t}), got {task.dtype} "
                              f"{list(task.shape)}")
-        if _values_checkable(task) and (int(task.min()) < 0 or int(task.max()) >= t):
-            raise ValueError(f"task: ids must lie in [0, {t}) (one per CLS token), got {task.min()}..{task.max()}")
+        if _values_checkable(task):       # one reduction, one device-to-host copy per forward
+            lo, hi = _min_max(task)
+            if lo < 0 or hi >= t:
+                raise ValueError(f"task: ids must lie in [0, {t}) (one per CLS token), got {lo}..{hi}")
         return task.long()
 
     # ------------------------------------------------------------------------- fine-tuning protocol
