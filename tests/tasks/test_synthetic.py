@@ -441,3 +441,14 @@ def test_size_mapping_with_an_unknown_split_name_is_refused():
     """`size={train:8}` (no space after the colon) is YAML for the key "train:8": refused, not ignored."""
     with pytest.raises(ValueError, match=r"unknown split name\(s\) \['train:8'\].*a space after each colon"):
         build_dataset("listops", "train", size={"train": 8, "train:8": None}, min_len=5, max_len=64)
+
+
+def test_r2_of_a_constant_target_column_is_finite():
+    """SS_tot = 0 (a one-sample split, a constant function): 1 for an exact fit, else 0 (as
+    scikit-learn's force_finite), never a silent inf or NaN."""
+    from modwire.tasks.metrics import r2_per_column
+
+    target = torch.tensor([[0.5, 1.0], [0.5, 2.0], [0.5, 3.0]])
+    exact = r2_per_column(target.clone(), target)
+    off = r2_per_column(target + torch.tensor([0.1, 0.0]), target)
+    assert exact.tolist() == [1.0, 1.0] and off.tolist() == [0.0, 1.0]

@@ -7,6 +7,7 @@ CLS token, e.g. Fuzzy Boolean's functions) the mean over outputs of the per-outp
 """
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 
@@ -23,7 +24,10 @@ def r2_per_column(pred: Tensor, target: Tensor) -> Tensor:
     pred, target = pred.double().reshape(pred.shape[0], -1), target.double().reshape(target.shape[0], -1)
     ss_res = ((target - pred) ** 2).sum(0)
     ss_tot = ((target - target.mean(0)) ** 2).sum(0)
-    return 1 - ss_res / ss_tot
+    # a constant target column (a one-sample split, a constant function) has SS_tot = 0: R² is
+    # 1 for an exact fit, else 0, as scikit-learn's force_finite, instead of a silent inf / NaN
+    exact = torch.where(ss_res == 0, torch.ones_like(ss_res), torch.zeros_like(ss_res))
+    return torch.where(ss_tot == 0, exact, 1 - ss_res / torch.where(ss_tot == 0, torch.ones_like(ss_tot), ss_tot))
 
 
 def r2_score(pred: Tensor, target: Tensor) -> float:
