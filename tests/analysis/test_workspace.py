@@ -262,3 +262,56 @@ def test_plots_write_files(tmp_path):
     assert plot_energy([(e, e - 0.1), (e, e + 0.1)], tmp_path / "e.png").stat().st_size > 0
     with pytest.raises(ValueError, match="3 images for 2 samples"):
         plot_slot_maps(maps[:2], tmp_path / "x.png", images=torch.rand(3, 1, 8, 8))
+
+
+def test_records_without_weights_or_energies_say_why():
+    rec = FakeRecord(None, None, None, 4)
+    with pytest.raises(ValueError, match="memory forward was off"):
+        patch_diversity(rec)
+    with pytest.raises(ValueError, match="memory forward was off"):
+        slot_attention_maps(rec, (2, 2))
+    with pytest.raises(ValueError, match="no Hopfield energies"):
+        energy_summary([rec])
+
+
+# ----------------------------------------------------------------------------- experiments/ait_analysis.py
+
+def _train(out, model: str, overrides: tuple[str, ...] = ()) -> None:
+    from modwire.training import load_config, train
+
+    cfg = load_config(None, [f"out_dir={out}", f"model.name={model}", "data.task=triangle", "data.batch_size=8",
+                             "data.params={size: {train: 32, val: 16, test: 16}}", "max_steps=2", "progress=false",
+                             "model.overrides={embed: {patch_size: 16}}", *overrides])   # 64x64: 16 patches
+    assert train(cfg)["status"] == "finished"
+
+
+def test_script_arguments_are_checked():
+    import experiment_script
+
+    script = experiment_script.load("ait_analysis")
+    for argv in ([], ["run", "--mass", "1.5"], ["run", "--samples", "0"]):
+        with pytest.raises(SystemExit) as e:
+            script.parse(argv)
+        assert e.value.code == 2
+
+
+def test_script_on_a_vit_run_writes_the_sparsity_violins_and_its_numbers(tmp_path, monkeypatch):
+    import json
+
+    import experiment_script
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    script = experiment_script.load("ait_analysis")
+    _train(tmp_path / "vit", "vit_micro")
+    out = tmp_path / "out"
+    assert script.main(["--vit", str(tmp_path / "vit"), "--out", str(out), "--samples", "12", "--no-plots"]) == 0
+    summary = json.loads((out / "summary.json").read_text())["vit"]
+    _, model, batches = script.load(str(tmp_path / "vit"), 12, None)
+    assert sum(len(b[0]) for b in batches) == 12 and len(batches) == 2         # the run's batch size, 8
+    want = [head_medians(s).tolist() for s in sparsity_scores(model, batches)]
+    assert summary["median_per_head"] == want and summary["tokens"] == 17     # 16 patches + CLS
+    with pytest.raises(SystemExit, match="records no global workspace"):
+        script.main([str(tmp_path / "vit"), "--out", str(out), "--no-plots"])
+    if pytest.importorskip("matplotlib"):
+        script.main(["--vit", str(tmp_path / "vit"), "--out", str(out), "--samples", "8"])
+        assert (out / "vit_sparsity.png").stat().st_size > 0

@@ -21,7 +21,9 @@ A.6, A.7): what the paper's Figures 2, 7, 10 and 11 show, as numbers.
 The AiT's records are ``Intermediates.workspace`` (one :class:`~modwire.nn.workspace.WorkspaceRecord`
 per layer; any object with the same fields works): ``weights [P, A, M, L]`` (``P`` = 1 for the
 paper's squashed batch pool with pool position ``l = b·N + n``, ``P = B`` for the per-sample pool
-with ``L = N``), ``energy_before`` / ``energy_after [B, N]`` and ``num_tokens`` ``N``. Models run
+with ``L = N``), ``energy_before`` / ``energy_after [B, N]`` and ``num_tokens`` ``N`` (weights are
+None when the memory forward is off in evaluation, energies None without Hopfield retrieval: the
+analyses needing them say so). Models run
 in eval mode without gradients, so an AiT's stored memory is not changed (AiT §4.2). Plots are in
 :mod:`modwire.analysis.plots` (matplotlib imported there, lazily).
 """
@@ -66,6 +68,14 @@ def _batches(batches: Iterable, max_batches: int | None) -> Iterable:
         if max_batches is not None and i >= max_batches:
             return
         yield batch
+
+
+def _weights(record: Any) -> Tensor:
+    """A record's bottleneck weights, or a ValueError when the write was skipped."""
+    if record.weights is None:
+        raise ValueError("the workspace record has no bottleneck weights: the memory forward was off "
+                         "(evaluation with memory_forward = False, AiT Figure 8 (2)); turn it on to analyse them")
+    return record.weights
 
 
 def _records(model: torch.nn.Module, batch: Any) -> list:
@@ -143,7 +153,7 @@ def head_medians(scores: Tensor) -> Tensor:
 def pool_layout(record: Any) -> tuple[int, int]:
     """``(B, N)``: how many samples a record's pool holds and their tokens each. The squashed pool
     (``P = 1``) has ``L = B·N``; the per-sample pool ``P = B`` pools with ``L = N``."""
-    w, n = record.weights, int(record.num_tokens)
+    w, n = _weights(record), int(record.num_tokens)
     if w.dim() != 4:
         raise ValueError(f"expected bottleneck weights [P, A, M, L], got shape {tuple(w.shape)}")
     p, length = w.shape[0], w.shape[-1]
@@ -156,7 +166,7 @@ def pool_layout(record: Any) -> tuple[int, int]:
 def _per_sample(record: Any) -> Tensor:
     """The bottleneck weights per sample ``[B, A, M, N]`` (squashed pool position ``b·N + n``)."""
     b, n = pool_layout(record)
-    w = record.weights.detach().float()
+    w = _weights(record).detach().float()
     if w.shape[0] == 1:
         return w[0].unflatten(-1, (b, n)).permute(2, 0, 1, 3)          # [A, M, B, N] → [B, A, M, N]
     return w
@@ -174,7 +184,8 @@ def slot_attention_maps(record: Any, grid: tuple[int, int], *, head: int | None 
     rows, cols = grid
     w = _per_sample(record)                                             # [B, A, M, N]
     if rows * cols > w.shape[-1]:
-        raise ValueError(f"a {rows}x{cols} patch grid needs {rows * cols} tokens, the pool has {w.shape[-1]} per sample")
+        raise ValueError(f"a {rows}x{cols} patch grid needs {rows * cols} tokens, the pool has {w.shape[-1]} "
+                         f"per sample")
     if head is not None and not -w.shape[1] <= head < w.shape[1]:
         raise ValueError(f"head {head} out of range: the workspace has {w.shape[1]} bottleneck heads")
     w = w[..., : rows * cols]
@@ -206,7 +217,7 @@ def patch_diversity(record: Any) -> Tensor:
     :func:`diversity_counts`); 1 when no two slots share a patch, ``1/M`` when all ``M`` slots
     select the same patches; NaN for a head that selected nothing. ``record``: a workspace
     record or its ``weights [P, A, M, L]``."""
-    weights = record if isinstance(record, Tensor) else record.weights
+    weights = record if isinstance(record, Tensor) else _weights(record)
     distinct, total = diversity_counts(weights)
     return distinct.double() / total.double()
 
@@ -219,7 +230,7 @@ def model_patch_diversity(model: torch.nn.Module, batches: Iterable, *,
     distinct = total = None
     model.eval()
     for batch in _batches(batches, max_batches):
-        counts = [diversity_counts(r.weights) for r in _records(model, batch)]
+        counts = [diversity_counts(_weights(r)) for r in _records(model, batch)]
         d, t = torch.stack([c[0] for c in counts]), torch.stack([c[1] for c in counts])
         distinct, total = (d, t) if distinct is None else (distinct + d, total + t)
     if distinct is None:
@@ -277,8 +288,12 @@ def collect_energies(model: torch.nn.Module, batches: Iterable, *,
     parts: list[list[tuple[Tensor, Tensor]]] = []
     model.eval()
     for batch in _batches(batches, max_batches):
+        records = _records(model, batch)
+        if any(r.energy_before is None or r.energy_after is None for r in records):
+            raise ValueError("the workspace records no Hopfield energies: its retrieval is not the Hopfield "
+                             "network of AiT Eq. 7-8 (retrieval='attention', the Table 2 'W/O Hopfield' ablation)")
         parts.append([(r.energy_before.detach().double().cpu(), r.energy_after.detach().double().cpu())
-                      for r in _records(model, batch)])
+                      for r in records])
     if not parts:
         raise ValueError("no batches to measure: the loader is empty")
     return [(torch.cat([p[k][0] for p in parts]), torch.cat([p[k][1] for p in parts])) for k in range(len(parts[0]))]
@@ -292,6 +307,8 @@ def energy_summary(energies: Sequence[Any]) -> list[dict[str, float]]:
     out = []
     for item in energies:
         before, after = (item.energy_before, item.energy_after) if hasattr(item, "energy_before") else item
+        if before is None or after is None:
+            raise ValueError("no Hopfield energies recorded (retrieval='attention', Table 2 'W/O Hopfield')")
         before, after = before.detach().double().flatten(), after.detach().double().flatten()
         if before.shape != after.shape or before.numel() == 0:
             raise ValueError(f"energies before {tuple(before.shape)} and after {tuple(after.shape)} retrieval "
