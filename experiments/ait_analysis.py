@@ -88,7 +88,8 @@ def analyse_ait(args: argparse.Namespace, out: Path) -> dict:
     _, model, batches = load(args.ait, args.samples, args.batch_size)
     before = _buffers(model)
     with torch.no_grad():
-        records = getattr(model.forward_intermediates(batches[0][0]), "workspace", None)
+        records = [r for r in getattr(model.forward_intermediates(batches[0][0]), "workspace", None) or []
+                   if r is not None]
     if not records:
         raise SystemExit(f"{args.ait}: the model records no global workspace (not an AiT with workspace layers)")
     result: dict[str, Any] = {"run": str(args.ait), "samples": sum(len(b[0]) for b in batches),

@@ -187,9 +187,9 @@ def test_model_diversity_adds_counts_over_batches_and_layers_and_tracks_checkpoi
         model_patch_diversity(modwire.create_model("vit_micro"), [torch.rand(1, 1, 8, 8)])
 
 
-def test_checkpoint_dirs_lists_each_checkpoint_once_in_step_order(tmp_path):
+def test_checkpoint_dirs_lists_one_checkpoint_per_step_in_step_order(tmp_path):
     root = tmp_path / "checkpoints"
-    for name in ("last-00000030", "best-00000010", "best-00000020.1", ".last-00000040.tmp"):
+    for name in ("last-00000030", "best-00000010", "best-00000020.1", "last-00000010", ".last-00000040.tmp"):
         (root / name).mkdir(parents=True)
         (root / name / "model.safetensors").write_bytes(b"")
     (root / "last").symlink_to("last-00000030")

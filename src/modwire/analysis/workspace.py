@@ -80,8 +80,8 @@ def _weights(record: Any) -> Tensor:
 
 def _records(model: torch.nn.Module, batch: Any) -> list:
     """The workspace records (one per layer) of one forward, or a TypeError for a model without."""
-    records = getattr(_intermediates(model, batch), "workspace", None)
-    if not records:
+    records = [r for r in getattr(_intermediates(model, batch), "workspace", None) or [] if r is not None]
+    if not records:                                   # not an AiT, or the "without memory" ablation
         raise TypeError(f"{type(model).__name__} records no global workspace (Intermediates.workspace is empty): "
                         f"expected an AiT with at least one workspace layer")
     return list(records)
@@ -239,10 +239,10 @@ def model_patch_diversity(model: torch.nn.Module, batches: Iterable, *,
 
 
 def checkpoint_dirs(run: str | os.PathLike) -> list[Path]:
-    """Every checkpoint directory of a run (``<run>/checkpoints/<tag>-<step>/`` holding weights),
-    each once (``best`` and ``last`` may be the same), in order of step. The trainer keeps only
-    ``best`` and ``last``; checkpoints saved elsewhere can be passed to
-    :func:`diversity_over_training` directly."""
+    """The checkpoint directories of a run (``<run>/checkpoints/<tag>-<step>/`` holding weights),
+    one per step (``best-<s>`` and ``last-<s>`` hold the same model weights; the first name is
+    kept), in order of step. The trainer keeps only ``best`` and ``last``; checkpoints saved
+    elsewhere can be passed to :func:`diversity_over_training` directly."""
     from ..models.base import WEIGHTS_FILE
     from ..training.checkpoint import checkpoint_step
 
@@ -253,7 +253,10 @@ def checkpoint_dirs(run: str | os.PathLike) -> list[Path]:
              if not p.name.startswith(".") and (p / WEIGHTS_FILE).is_file()}
     if not found:
         raise FileNotFoundError(f"{root} holds no checkpoint (a directory with {WEIGHTS_FILE})")
-    return sorted(found, key=lambda p: (checkpoint_step(p) or 0, p.name))
+    by_step: dict[int, Path] = {}
+    for p in sorted(found, key=lambda p: (checkpoint_step(p) or 0, p.name)):
+        by_step.setdefault(checkpoint_step(p) or 0, p)
+    return list(by_step.values())
 
 
 def diversity_over_training(checkpoints: str | os.PathLike | Sequence[Any], batches: Iterable, *,
