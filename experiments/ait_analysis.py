@@ -19,7 +19,9 @@ writes into ``--out`` (default ``experiments/results/ait_analysis``):
 
 Everything runs on the first ``--samples`` samples of the run's validation split, in batches of
 the run's batch size (the squashed pool competes within a batch; ``--batch-size`` to change it),
-on the CPU, in eval mode. Seconds for the micro / CPU configs.
+on the CPU, in eval mode. Seconds for the micro / CPU configs. Usage::
+
+    python experiments/ait_analysis.py RUNS/ait_run --vit RUNS/vit_run [--samples 256] [--head 0]
 """
 from __future__ import annotations
 

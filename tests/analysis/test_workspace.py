@@ -315,3 +315,123 @@ def test_script_on_a_vit_run_writes_the_sparsity_violins_and_its_numbers(tmp_pat
     if pytest.importorskip("matplotlib"):
         script.main(["--vit", str(tmp_path / "vit"), "--out", str(out), "--samples", "8"])
         assert (out / "vit_sparsity.png").stat().st_size > 0
+
+
+# ----------------------------------------------------------------------------- a real AiT (models/ait.py)
+
+def _workspace_inputs(model, x):
+    """forward_intermediates(x) plus the input of every workspace layer (a forward pre-hook)."""
+    seen = []
+    hooks = [s.register_forward_pre_hook(lambda mod, args: seen.append(args[0].detach())) for s in model.workspaces]
+    try:
+        with torch.no_grad():
+            out = model.forward_intermediates(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return out, seen
+
+
+@pytest.mark.parametrize("pool", ["batch", "sample"])
+def test_ait_slot_maps_hold_each_slots_top_k_selection_over_the_images(pool):
+    torch.manual_seed(0)
+    model = modwire.create_model("ait_micro", pool=pool).eval()     # 4x4 patches, 8 slots, k = 6, 2 heads
+    k, m = model.config.bottleneck_size, model.config.num_slots
+    out, _ = _workspace_inputs(model, torch.rand(3, 1, 8, 8))
+    rec = out.workspace[0]
+    assert pool_layout(rec) == (3, 16)
+    for head in range(2):
+        maps = slot_attention_maps(rec, model.embed.grid, head=head)  # [3, M, 4, 4]
+        selected = (maps > 0).sum(dim=(-1, -2))                       # [B, M]
+        if pool == "batch":   # each slot picks k patches from the pool of all 3 images
+            assert selected.sum(dim=0).tolist() == [k] * m
+        else:                 # each slot picks k patches of every image
+            assert selected.tolist() == [[k] * m] * 3
+        distinct, total = diversity_counts(rec.weights[:, head:head + 1])
+        assert total.item() == m * k * (1 if pool == "batch" else 3)
+        assert distinct.item() == (maps.sum(dim=1) > 0).sum().item()   # positions any slot picked
+
+
+def test_ait_energies_are_eq7_of_the_workspace_tokens_and_the_memory_is_left_alone():
+    from modwire.nn.workspace import hopfield_energy
+
+    torch.manual_seed(0)
+    model = modwire.create_model("ait_micro").eval()
+    memory = [s.memory.clone() for s in model.workspaces]
+    x = torch.rand(2, 1, 8, 8)
+    out, inputs = _workspace_inputs(model, x)
+    for space, rec, tokens in zip(model.workspaces, out.workspace, inputs):
+        with torch.no_grad():
+            xi = space.norm(tokens)                                     # Ξ^t [B, N, E]
+            patterns = space.up(rec.memory)[0]                          # f_LT(γ^{t+1}) [M, E]
+            retrieved = torch.softmax(space.beta * xi @ patterns.T, dim=-1) @ patterns   # Eq. 8, one step
+        for b in range(2):
+            want_before = hopfield_energy_eq7(xi[b], patterns, space.beta)
+            want_after = hopfield_energy_eq7(retrieved[b], patterns, space.beta)
+            torch.testing.assert_close(rec.energy_before[b].double(), want_before, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(rec.energy_after[b].double(), want_after, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(hopfield_energy(xi[b], patterns, space.beta).double(), want_before,
+                                       rtol=1e-4, atol=1e-4)
+    energies = collect_energies(model, [(x, None)])
+    summary = energy_summary(energies)
+    assert [s["tokens"] for s in summary] == [32, 32]
+    assert summary[0]["fraction_decreased"] == (energies[0][1] < energies[0][0]).double().mean().item()
+    model_patch_diversity(model, [(x, None)])
+    assert all(torch.equal(a, s.memory) for a, s in zip(memory, model.workspaces))   # evaluation keeps γ
+
+
+def test_ait_diversity_over_a_list_of_models_matches_each_models_records():
+    torch.manual_seed(0)
+    models = [modwire.create_model("ait_micro").eval() for _ in range(2)]
+    x = torch.rand(4, 1, 8, 8)
+    history = diversity_over_training(models, [(x[:2], None), (x[2:], None)])
+    for (step, got), model in zip(history, models):
+        want = []
+        for part in (x[:2], x[2:]):
+            with torch.no_grad():
+                want.append(torch.stack([torch.stack(diversity_counts(r.weights))
+                                         for r in model.forward_intermediates(part).workspace]))
+        counts = sum(want)                                             # [layers, 2, A]
+        torch.testing.assert_close(got, counts[:, 0].double() / counts[:, 1].double())
+    assert [s for s, _ in history] == [0, 1]
+    without = modwire.create_model("ait_micro", workspace=False).eval()
+    with pytest.raises(TypeError, match="records no global workspace"):
+        model_patch_diversity(without, [x])
+
+
+def test_script_on_an_ait_run_writes_every_figure_and_its_numbers(tmp_path, monkeypatch):
+    import json
+
+    import experiment_script
+
+    pytest.importorskip("matplotlib")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    script = experiment_script.load("ait_analysis")
+    _train(tmp_path / "ait", "ait_micro", ("aux_loss_weights={balance: 0.01}",))
+    _train(tmp_path / "vit", "vit_micro")
+    out = tmp_path / "out"
+    assert script.main([str(tmp_path / "ait"), "--vit", str(tmp_path / "vit"), "--out", str(out),
+                        "--samples", "16", "--head", "1"]) == 0
+    for name in ("slot_maps", "diversity", "energy", "ait_sparsity", "vit_sparsity"):
+        assert (out / f"{name}.png").stat().st_size > 0, name
+    summary = json.loads((out / "summary.json").read_text())
+    ait = summary["ait"]
+    assert ait["memory_unchanged"] is True and ait["skipped"] == {} and ait["layers"] == 2
+    _, model, batches = script.load(str(tmp_path / "ait"), 16, None)
+    assert [d["step"] for d in ait["diversity"]] == [2]                 # best-2 and last-2: one point
+    assert ait["diversity"][0]["per_head"] == model_patch_diversity(model, batches).tolist()
+    assert ait["energy"] == energy_summary(collect_energies(model, batches))
+    k = model.config.bottleneck_size
+    selected = torch.tensor(ait["slot_maps"]["selected_per_slot"])      # [4 images of the pool of 8, M]
+    with torch.no_grad():
+        rec = model.forward_intermediates(batches[0][0]).workspace[0]
+    maps = slot_attention_maps(rec, model.embed.grid, head=1)           # all 8 images: each slot picks k
+    assert torch.equal(selected, (maps[:4] > 0).sum(dim=(-1, -2))) and (maps > 0).sum(dim=(0, 2, 3)).eq(k).all()
+
+
+def test_ait_ablations_without_weights_or_energies_are_named():
+    x = [(torch.rand(2, 1, 8, 8), None)]
+    with pytest.raises(ValueError, match="memory forward was off"):
+        model_patch_diversity(modwire.create_model("ait_micro", eval_memory_forward=False).eval(), x)
+    with pytest.raises(ValueError, match="no Hopfield energies"):
+        collect_energies(modwire.create_model("ait_micro", retrieval="attention").eval(), x)
