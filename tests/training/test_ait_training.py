@@ -103,6 +103,11 @@ def test_reset_memory_redraws_the_memory_when_each_epoch_starts_and_not_on_a_mid
     monkeypatch.setattr(AiT, "start_epoch", lambda self, epoch, g: (calls.append(epoch), real(self, epoch, g)))
     cfg = load_config(None, [f"out_dir={tmp_path}", "model.name=ait_micro", "model.overrides.memory_reset=epoch",
                              "data.task=toy_sets", "data.batch_size=16", "aux_loss_weights.balance=0.01",
-                             "epochs=3", "progress=false"])
+                             "epochs=3", "keep_weights_every=4", "progress=false"])
     result = train(cfg)
     assert result["status"] == "finished" and calls == [0, 1, 2]
+    # keep_weights_every: the weights (memory included) at steps 4, 8, 12, for analyses over training
+    kept = sorted((tmp_path / "checkpoints").glob("weights-*"))
+    assert [p.name for p in kept] == ["weights-00000004", "weights-00000008", "weights-00000012"]
+    mems = [AiT.from_pretrained(p).workspaces[0].memory for p in kept]
+    assert not torch.equal(mems[0], mems[1]) and torch.equal(mems[2], result["model"].workspaces[0].memory)

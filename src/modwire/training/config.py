@@ -103,6 +103,8 @@ class TrainConfig:
     seed: int = 0
     out_dir: str = "runs/default"
     checkpoint_every: int = 0                     # optimizer steps; 0 = at epoch ends only
+    keep_weights_every: int = 0                   # > 0: also keep the weights every N steps in
+                                                  # checkpoints/weights-<step> (analyses over training)
     log_every: int = 10
     progress: bool = True
     device: str = "auto"                          # auto | cpu | cuda
@@ -327,7 +329,7 @@ NUMERIC_RULES: dict[str, Bound] = {
     "data.batch_size": AT_LEAST_ONE, "data.num_workers": NON_NEGATIVE, "data.max_samples": NON_NEGATIVE,
     "data.few_shot.shots": NON_NEGATIVE, "data.few_shot.ways": NON_NEGATIVE, "finetune.add_functions": NON_NEGATIVE,
     "epochs": AT_LEAST_ONE, "grad_accum": AT_LEAST_ONE, "log_every": AT_LEAST_ONE,
-    "max_steps": NON_NEGATIVE, "checkpoint_every": NON_NEGATIVE, "seed": NON_NEGATIVE, "ema_decay": UNIT,
+    "max_steps": NON_NEGATIVE, "checkpoint_every": NON_NEGATIVE, "keep_weights_every": NON_NEGATIVE, "seed": NON_NEGATIVE, "ema_decay": UNIT,
 }
 
 AUGMENT_CHOICES = (False, True, "deit", "randaugment", "crop_flip", "resized_crop_flip")  # data.augment; True = "deit"

@@ -246,6 +246,7 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
                 optimizer_step(run, state)
                 # ---- log; checkpoint every checkpoint_every steps
                 log_step(run, state, losses)
+                keep_weights(run, state)
                 if run.cfg.checkpoint_every and state.step % run.cfg.checkpoint_every == 0 \
                         and not (state.val_pending or stop.requested):
                     save(run, state, "last")
@@ -453,6 +454,15 @@ def _improves_best(state: TrainState, info) -> bool:
         state.best = {key: value, "step": state.step}
         return True
     return False
+
+
+def keep_weights(run: Run, state: TrainState) -> None:
+    """``keep_weights_every``: the model's weights and config at this step, kept in
+    ``checkpoints/weights-<step>/`` (a ``from_pretrained`` directory; e.g. AiT Fig. 10's patch
+    diversity over training, ``modwire.analysis.workspace.diversity_over_training``)."""
+    every = run.cfg.keep_weights_every
+    if every and state.step % every == 0 and run.dist.main:
+        state.model.save_pretrained(run.dir / "checkpoints" / f"weights-{state.step:08d}")
 
 
 def save(run: Run, state: TrainState, tag: str) -> None:
