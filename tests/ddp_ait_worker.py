@@ -14,6 +14,7 @@ while the other ranks wait at a barrier): it must not need the other process.
 from __future__ import annotations
 
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -71,6 +72,8 @@ def main(out: Path) -> None:
     import torch.distributed as dist
     from modwire.training.distributed import setup, teardown
 
+    if not dist.is_initialized():      # as setup() would, with a short timeout: a collective that the
+        dist.init_process_group("gloo", timeout=timedelta(seconds=60))  # other rank never joins fails
     info = setup("cpu")
     assert info.world == 2, f"run with --nproc-per-node 2 (world size {info.world})"
     for pool in POOLS:

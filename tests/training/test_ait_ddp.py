@@ -13,6 +13,7 @@ Also: an evaluation forward on rank 0 alone (the trainer validates on rank 0 whi
 ranks wait at a barrier) neither hangs nor depends on the other process.
 """
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -33,14 +34,18 @@ def ddp_runs(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("ait_ddp")
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                             "--master-port", "29547", WORKER, str(out)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                               "--master-port", "29547", WORKER, str(out)],
-                              env=env, capture_output=True, text=True, timeout=180)
-    except subprocess.TimeoutExpired as e:
+        _, stderr = proc.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)          # torchrun and both workers (their own session)
+        _, stderr = proc.communicate()
         pytest.fail(f"the 2-process AiT run hung (an all-gather that the other process never joins, e.g. in "
-                    f"the rank-0-only evaluation?): {str(e.stderr)[-2000:]}")
-    assert proc.returncode == 0, proc.stderr[-4000:]
+                    f"the rank-0-only evaluation?): {stderr[-2000:]}")
+    errors = [l for l in stderr.splitlines() if l.startswith("[rank") and "Error" in l]
+    assert proc.returncode == 0, "\n".join(errors[:4]) + "\n" + stderr[-3000:]
     return out
 
 
