@@ -19,7 +19,9 @@ import modwire
 
 PRESETS = modwire.list_models()
 BIG = {"nac_tiny_imagenet", "nac_imagenet", "perceiver_io_tiny_imagenet", "nac_conditional_nlvr2",
-       *[n for n in PRESETS if n.startswith(("vit_medium_", "vit_base_", "ni_pgm_")) or n.endswith("_pet")]}
+       "ait_small", "ait_medium", "ait_base",  # aliases of ait_*_cifar10
+       *[n for n in PRESETS if n.startswith(("vit_medium_", "vit_base_", "ait_medium_", "ait_base_", "ni_pgm_"))
+         or n.endswith("_pet")]}
 REAL = [pytest.param(name, marks=pytest.mark.slow) if name in BIG else name for name in PRESETS]
 BATCH = 2
 

@@ -1,6 +1,9 @@
 """Figures of the analysis (``modwire analyze``): sparsification curves (NAC Fig. 5,
 10, 15) and pictures of a learned graph (NAC Fig. 8, App. A.2; ``draw_link_graph`` also
-draws the per-sample graphs of NAC Fig. 6, ``modwire.analysis.conditional``).
+draws the per-sample graphs of NAC Fig. 6, ``modwire.analysis.conditional``); the
+Associative Transformer's figures from :mod:`modwire.analysis.workspace`: attention-sparsity
+violins (AiT Figure 7), slot maps (Figure 2), patch diversity over training (Figure 10) and
+Hopfield energies (Figure 11).
 
 matplotlib (Agg backend) and networkx are imported inside the functions, so that the
 rest of :mod:`modwire.analysis` works without them; when missing, the error says
@@ -18,8 +21,9 @@ from torch import Tensor
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["draw_link_graph", "graph_from_link_probs", "plot_curves", "plot_graph", "plot_link_probs",
-           "plot_priors", "require_plotting"]
+__all__ = ["draw_link_graph", "graph_from_link_probs", "plot_attention_sparsity", "plot_curves", "plot_energy",
+           "plot_graph", "plot_link_probs", "plot_patch_diversity", "plot_priors", "plot_slot_maps",
+           "require_plotting"]
 
 _HINT = "pip install 'modwire[analysis]'"
 
@@ -202,6 +206,149 @@ def plot_curves(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], p
     ax.grid(True, alpha=0.3)
     if series:
         ax.legend(fontsize="small")
+    return _save(fig, plt, path)
+
+
+# ----------------------------------------------------------------------------- Associative Transformer
+
+# AiT Figure 7's groups of heads by their median score as a share of the patches: (I) at most
+# 50% "high sparsity" light blue, (II) under 80% orange, (III) the rest red.
+_SPARSITY_GROUPS = ((0.5, "#9ecae1"), (0.8, "#fd8d3c"), (float("inf"), "#de2d26"))
+
+
+def plot_attention_sparsity(scores: Sequence[Tensor], path: str | Path, *, title: str | None = None) -> Path:
+    """AiT Figure 7: one panel per layer, one violin per head of the distribution over patches of
+    its sample-averaged Eq. 9 scores (``scores``: per layer ``[H, N]``, from
+    :func:`~modwire.analysis.workspace.sparsity_scores`), heads sorted by their median ``s̄``,
+    which is printed on each violin; colour = Figure 7's group (median ≤ 50% of the ``N``
+    patches, < 80%, more)."""
+    from .workspace import head_medians
+
+    plt = _pyplot()
+    if not scores:
+        raise ValueError("no layers to plot")
+    cols = min(len(scores), 4)
+    rows = -(-len(scores) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False, sharey=True)
+    for k, ax in enumerate(axes.flat):
+        if k >= len(scores):
+            ax.set_axis_off()
+            continue
+        s = torch.as_tensor(scores[k]).detach().double().cpu()
+        med = head_medians(s)
+        order = torch.argsort(med, stable=True).tolist()
+        parts = ax.violinplot([s[h].numpy() for h in order], showextrema=False)
+        n = s.shape[1]
+        for x, (body, h) in enumerate(zip(parts["bodies"], order), start=1):
+            color = next(c for bound, c in _SPARSITY_GROUPS if med[h] <= bound * n)
+            body.set_facecolor(color)
+            body.set_alpha(0.85)
+            if s[h].max() == s[h].min():              # a constant head has no violin: a bar instead
+                ax.hlines(med[h].item(), x - 0.3, x + 0.3, colors=color, linewidth=4)
+            ax.text(x, med[h].item(), f"{med[h].item():.3g}", ha="center", va="center", fontsize="x-small")
+        ax.set_ylim(0, n + 1)
+        ax.set_xticks(range(1, len(order) + 1), [str(h) for h in order], fontsize="x-small")
+        ax.set_title(f"layer {k + 1}", fontsize="small")
+        ax.set_xlabel("head (sorted by median)", fontsize="x-small")
+        if k % cols == 0:
+            ax.set_ylabel("patches for 90% of attention", fontsize="x-small")
+    fig.suptitle(title or "attention sparsity (AiT Eq. 9), per head over patches")
+    fig.tight_layout()
+    return _save(fig, plt, path)
+
+
+def plot_slot_maps(maps: Tensor, path: str | Path, *, images: Tensor | None = None,
+                   title: str | None = None) -> Path:
+    """AiT Figure 2b: the bottleneck attention of every memory slot over each image's patches
+    (``maps [S, M, rows, cols]`` from :func:`~modwire.analysis.workspace.slot_attention_maps`):
+    one row per image (its picture first when ``images [S, C, H, W]`` are given, with the maps
+    drawn over it), one column per slot; one colour scale per image."""
+    import numpy as np
+
+    plt = _pyplot()
+    maps = torch.as_tensor(maps).detach().float().cpu()
+    if maps.dim() != 4:
+        raise ValueError(f"expected slot maps [S, M, rows, cols], got shape {tuple(maps.shape)}")
+    s, m = maps.shape[:2]
+    if images is not None and len(images) != s:
+        raise ValueError(f"{len(images)} images for {s} samples of slot maps")
+    first = 0 if images is None else 1
+    fig, axes = plt.subplots(s, m + first, figsize=(0.9 * (m + first), 0.95 * s), squeeze=False)
+    for b in range(s):
+        picture = None if images is None else _picture(images[b])
+        top = max(maps[b].max().item(), 1e-12)
+        if picture is not None:
+            axes[b][0].imshow(picture, cmap="gray", interpolation="nearest")
+        for j in range(m):
+            ax = axes[b][j + first]
+            extent = None
+            if picture is not None:
+                h, w = picture.shape[:2]
+                ax.imshow(picture, cmap="gray", interpolation="nearest")
+                extent = (-0.5, w - 0.5, h - 0.5, -0.5)
+            values = maps[b, j].numpy()
+            if picture is not None:                   # patches no slot selected show the image
+                values = np.ma.masked_where(values <= 0, values)
+            ax.imshow(values, cmap="magma", vmin=0.0, vmax=top, interpolation="nearest",
+                      alpha=0.7 if picture is not None else 1.0, extent=extent)
+            if b == 0:
+                ax.set_title(f"slot {j + 1}", fontsize="x-small")
+        for ax in axes[b]:
+            ax.set_axis_off()
+    fig.suptitle(title or "bottleneck attention of each memory slot (AiT Eq. 3, after top-k)", fontsize="small")
+    return _save(fig, plt, path)
+
+
+def _picture(image: Tensor):
+    """``[C, H, W]`` → an array matplotlib shows: grey for one channel, RGB for three, scaled to [0, 1]."""
+    x = torch.as_tensor(image).detach().float().cpu()
+    x = (x - x.min()) / (x.max() - x.min()).clamp_min(1e-12)
+    return x[0].numpy() if x.shape[0] != 3 else x.permute(1, 2, 0).numpy()
+
+
+def plot_patch_diversity(history: Sequence[tuple[int | None, Tensor]], path: str | Path, *,
+                         title: str | None = None) -> Path:
+    """AiT Figure 10 as a curve: the patch diversity (mean over bottleneck heads) of each
+    workspace layer against the training step, from
+    :func:`~modwire.analysis.workspace.diversity_over_training`."""
+    if not history:
+        raise ValueError("no checkpoints to plot")
+    steps = [0 if step is None else step for step, _ in history]
+    values = torch.stack([torch.as_tensor(d).double().nanmean(dim=-1) for _, d in history])   # [T, layers]
+    series = {f"layer {k + 1}": (steps, values[:, k].tolist()) for k in range(values.shape[1])}
+    return plot_curves(series, path, "training step", "distinct / selected patches",
+                       title=title or "patch diversity of the bottleneck attention (AiT §5.6)")
+
+
+def plot_energy(energies: Sequence[tuple[Tensor, Tensor]], path: str | Path, *, title: str | None = None) -> Path:
+    """AiT Figure 11: the distribution of the Hopfield energy (Eq. 7) of the tokens before and
+    after retrieval, per workspace layer (``energies`` from
+    :func:`~modwire.analysis.workspace.collect_energies`), with the fraction of tokens whose
+    energy decreased."""
+    from .workspace import energy_summary
+
+    plt = _pyplot()
+    if not energies:
+        raise ValueError("no layers to plot")
+    summary = energy_summary(energies)
+    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(energies), 4.2))
+    for k, (before, after) in enumerate(energies):
+        for offset, values, color in ((-0.2, before, "#9ecae1"), (0.2, after, "#de2d26")):
+            v = torch.as_tensor(values).detach().double().flatten().cpu().numpy()
+            parts = ax.violinplot([v], positions=[k + 1 + offset], widths=0.35, showextrema=False,
+                                  showmedians=True)
+            parts["cmedians"].set_color("k")
+            for body in parts["bodies"]:
+                body.set_facecolor(color)
+                body.set_alpha(0.8)
+    ax.set_xticks(range(1, len(energies) + 1),
+                  [f"layer {k + 1}\n{100 * s['fraction_decreased']:.0f}% lower" for k, s in enumerate(summary)],
+                  fontsize="small")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in ("#9ecae1", "#de2d26")]
+    ax.legend(handles, ["before retrieval", "after retrieval"], fontsize="small")
+    ax.set_ylabel("Hopfield energy (AiT Eq. 7)")
+    ax.set_title(title or "token energy before and after Hopfield retrieval")
+    ax.grid(True, axis="y", alpha=0.3)
     return _save(fig, plt, path)
 
 

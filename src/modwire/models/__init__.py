@@ -1,5 +1,6 @@
 """Models, one file per system. Importing this package registers every preset."""
-from . import nac, neural_interpreter, perceiver_io, vit  # noqa: F401  (registers presets)
+from . import ait, nac, neural_interpreter, perceiver_io, vit  # noqa: F401  (registers presets)
+from .ait import AiT, AiTConfig
 from .axis import ModuleAxis
 from .base import PretrainedModel
 from .config import ModelConfig
@@ -10,6 +11,6 @@ from .registry import create_model, from_pretrained, get_config, list_models, mo
 from .set_model import EmbedConfig, SetModel, SetModelConfig
 from .vit import ViT, ViTConfig
 
-__all__ = ["NAC", "NACConfig", "InputSpec", "ModelConfig", "ModuleAxis", "PerceiverIO", "PerceiverIOConfig",
+__all__ = ["AiT", "AiTConfig", "NAC", "NACConfig", "InputSpec", "ModelConfig", "ModuleAxis", "PerceiverIO", "PerceiverIOConfig",
            "PretrainedModel", "EmbedConfig", "SetModel", "SetModelConfig", "ViT", "ViTConfig",
            "create_model", "from_pretrained", "get_config", "list_models", "model_source"]

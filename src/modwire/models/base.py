@@ -48,7 +48,9 @@ class Intermediates:
     ``readout_link_probs [(B,) U_o, U]`` and the ``circuit`` design the generator produced.
     Set models (ViT, NI): ``states`` are the final set ``[B, N, d]``, ``propagator_attention`` one
     ``[B, (U,) H, N, N]`` per attention layer; NI only: ``compatibility`` ``C`` of NI Eq. 3, one
-    ``[B, U, N]`` per function iteration, and the inferred ``types`` ``[B, N, d_type]`` (Eq. 2)."""
+    ``[B, U, N]`` per function iteration, and the inferred ``types`` ``[B, N, d_type]`` (Eq. 2).
+    Associative Transformer only: ``workspace``, one
+    :class:`~modwire.nn.workspace.WorkspaceRecord` per layer (AiT Eq. 3-8)."""
 
     logits: Tensor
     states: Tensor
@@ -61,6 +63,7 @@ class Intermediates:
     circuit: Any = None
     compatibility: list[Tensor] = dataclasses.field(default_factory=list)
     types: list[Tensor] = dataclasses.field(default_factory=list)
+    workspace: list[Any] = dataclasses.field(default_factory=list)
 
 
 def _atomic_write(path: Path, write: typing.Callable[[str], None]) -> None:

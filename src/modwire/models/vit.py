@@ -54,14 +54,22 @@ class ViT(SetModel):
     def __init__(self, config: ViTConfig) -> None:
         super().__init__(config)
         c = config
-        self.blocks = nn.ModuleList(ProcessorLayer(c.d_model, c.num_heads, c.ffn_hidden, activation="gelu")
-                                    for _ in range(c.num_layers))
+        self.blocks = nn.ModuleList(self.make_block() for _ in range(c.num_layers))
         self.relative = None
         if c.embed.positions == "relative" and self.embed.grid is not None:
             self.relative = RelativePositionBias(self.embed.grid, c.num_heads, c.pos_dim)
 
+    def make_block(self) -> nn.Module:
+        """One pre-LN block (the Associative Transformer overrides it with its Figure 1b block)."""
+        c = self.config
+        return ProcessorLayer(c.d_model, c.num_heads, c.ffn_hidden, activation="gelu")
+
+    def position_bias(self, n: int) -> Tensor | None:
+        """NI App. C.2.3's relative bias ``[H, N, N]`` over ``n`` tokens, or None."""
+        return None if self.relative is None else pad_bias(self.relative(), n)
+
     def encode(self, x: Tensor, *, record: bool) -> tuple[Tensor, dict[str, Any]]:
-        bias = None if self.relative is None else pad_bias(self.relative(), x.shape[1])  # [H, N, N]
+        bias = self.position_bias(x.shape[1])                                            # [H, N, N]
         weights = []
         for block in self.blocks:
             x, w = block(x, bias=bias, return_weights=record)

@@ -13,7 +13,9 @@ options the four papers need, each with one meaning:
 * ``topk``: only the ``k`` highest scores of each row take part (NFM Algorithm 1, AiT
   Eq. 3). Exactly ``min(k, allowed keys)`` keys are kept per row; a tie at the boundary is
   broken by :func:`torch.topk` (implementation-defined). ``k ≥`` the number of keys is
-  plain attention.
+  plain attention. ``topk_softmax`` says over which keys the softmax is normalised:
+  ``"kept"`` (default; NFM Algorithm 1: the kept weights sum to 1) or ``"all"`` (AiT Eq. 3,
+  ``top-k(softmax(·))``: the kept entries of the softmax over ALL keys, so they sum to ≤ 1).
 * ``null_kv``: a zero key and a zero value are prepended, so a query can read nothing (NFM
   "Default Computation"): its score is 0, it is always allowed and competes in top-k.
 * ``row_scale``: multiplies each query's output (NI Eq. 7-10, ``C_ui``).
@@ -118,7 +120,8 @@ def _select_topk(scores: Tensor, k: int) -> Tensor:
 def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern | None = None,
            key_mask: Tensor | None = None, row_scale: Tensor | float | None = None, topk: int | None = None,
            null_kv: bool = False, scale: float | None = None, key_scale: Tensor | None = None,
-           renorm_eps: float = 0.0, return_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+           renorm_eps: float = 0.0, topk_softmax: str = "kept",
+           return_weights: bool = False) -> tuple[Tensor, Tensor | None]:
     """``softmax_j(scale · q_i·k_j + bias_ij) v_j`` with the options of the module docstring.
 
     Shapes: q ``[..., Nq, dk]``, k ``[..., Nk, dk]``, v ``[..., Nk, dv]``; ``bias`` (float) and
@@ -136,9 +139,13 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern |
             raise ValueError("attend: a precomputed attention pattern takes no other options")
         return bias.attend(q, k, v, scale=scale, return_weights=return_weights)
     _check(q, k, v, key_mask, topk)
+    if topk_softmax not in ("kept", "all"):
+        raise ValueError(f"attend: topk_softmax must be 'kept' (NFM Alg. 1) or 'all' (AiT Eq. 3), got {topk_softmax!r}")
     if key_scale is None and renorm_eps != 0:
         raise ValueError(f"attend: renorm_eps ({renorm_eps!r}) renormalises key-scaled weights; pass key_scale too")
     if key_scale is not None:
+        if topk_softmax != "kept":
+            raise ValueError("attend: topk_softmax='all' (AiT Eq. 3) does not combine with key_scale")
         return _renormalised(q, k, v, bias=bias, key_mask=key_mask, row_scale=row_scale, topk=topk,
                              null_kv=null_kv, scale=scale, key_scale=key_scale, eps=renorm_eps,
                              return_weights=return_weights)
@@ -160,7 +167,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern |
             scores = scores + bias
         if topk is not None:
             keep = _select_topk(scores.detach(), topk)
-            scores = scores.masked_fill(~keep, mask_value(q.dtype))
+            if topk_softmax == "kept":
+                scores = scores.masked_fill(~keep, mask_value(q.dtype))
             if key_mask is not None:  # rows with fewer allowed keys than k keep only those
                 keep = keep & key_mask
         weights = scores.softmax(dim=-1)

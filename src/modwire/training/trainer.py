@@ -324,6 +324,9 @@ def next_batch(run: Run, state: TrainState) -> tuple[Any, Tensor]:
     """The next micro-batch on the device: labels checked, mixup applied. An epoch's iterator
     starts at ``state.micro`` (exact resume part-way through an epoch)."""
     if run.batches is None:
+        start_epoch = getattr(state.model, "start_epoch", None)
+        if state.micro == 0 and start_epoch is not None:  # e.g. AiT's "reset memory" (Table 2); not on a
+            start_epoch(state.epoch, torch_generator(run.cfg.seed, state.epoch))  # mid-epoch resume
         run.sampler.set_epoch(state.epoch, start=state.micro * run.local_batch)
         if hasattr(run.train_set, "set_epoch"):
             run.train_set.set_epoch(state.epoch)
@@ -389,11 +392,20 @@ def optimizer_step(run: Run, state: TrainState) -> None:
     state.scheduler.step()
     if state.ema is not None:
         state.ema.update_parameters(state.model)
+        copy_buffers(state.model, state.ema.module)
     state.step += 1
     if state.micro == run.micro_used:               # the epoch is over (a ragged tail is skipped)
         state.epoch, state.micro, run.batches = state.epoch + 1, 0, None
         state.val_pending = True
     state.val_pending |= state.step >= run.total
+
+
+@torch.no_grad()
+def copy_buffers(model: torch.nn.Module, ema: torch.nn.Module) -> None:
+    """The EMA model averages parameters only; its buffers (an AiT memory, BatchNorm statistics)
+    follow the live model's, which AveragedModel would otherwise leave at their first values."""
+    for dst, src in zip(ema.buffers(), model.buffers()):
+        dst.copy_(src)
 
 
 def log_step(run: Run, state: TrainState, losses: dict[str, Tensor]) -> None:

@@ -1,0 +1,224 @@
+"""Associative Transformer (AiT; "Associative Transformer is a sparse representation learner").
+
+A ViT (:mod:`modwire.models.vit`: patch embedding, no CLS token, the mean of the final tokens
+read by a linear head, AiT §5.1) whose blocks are AiT Figure 1b:
+
+    x ← x + SelfAttn(LN(x))        (optional: Table 2 "W/O SA")
+    x ← x + FFN(LN(x))             (optional: Table 2 "W/O FF")
+    x ← GlobalWorkspace(x)         (optional: Table 2 "W/O memory" is the ViT)
+
+The workspace layer (squash → bottleneck attention over a low-rank memory → EWMA write →
+Hopfield retrieval, AiT §4, Eq. 3-8) lives in :class:`modwire.nn.workspace.GlobalWorkspace`;
+its memory is a buffer: saved in checkpoints, updated by training forwards, frozen in
+evaluation. The balance loss (Eq. 5-6) of every layer is summed and reported as the
+auxiliary loss ``"balance"``; the paper's ``σ = 1e-2`` is its weight in the training config
+(``aux_loss_weights: {balance: 0.01}``).
+
+Table 2's ablations and Table 3's memory initialisations are config fields (:data:`ABLATIONS`
+names Table 2's rows); "Reset memory" redraws every layer's memory when a training epoch starts
+(:meth:`AiT.start_epoch`, called by the trainer).
+
+Evaluation and the batch (documented, tested): with the paper's squashed pool (``pool="batch"``)
+a sample's prediction depends on the other samples of its evaluation batch, only through the
+memory ``γ^{t+1}`` written from the whole batch's patches before retrieval (§4.2, Figure 8 (1)).
+``pool="sample"`` or ``eval_memory_forward=False`` (Figure 8 (2)) make every prediction a
+function of its own sample only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..nn.blocks import SelfAttention
+from ..nn.modulated import ModulatedFFN, PreNorm
+from ..nn.workspace import MEMORY_INITS, POOLS, RETRIEVALS, GlobalWorkspace
+from .config import COUNT, POSITIVE, Bounds, check_choice, heads_of
+from .registry import register_model_type, register_preset
+from .set_model import EmbedConfig
+from .vit import ViT, ViTConfig
+
+MEMORY_RESETS = ("never", "epoch")
+
+
+@dataclass
+class AiTConfig(ViTConfig):
+    """AiT hyperparameters; defaults are AiT-Small on CIFAR-10 (§5.1, Table 6).
+
+    ``num_slots`` M, ``slot_dim`` D, ``workspace_heads`` bottleneck heads, ``bottleneck_size`` k
+    (0: dense attention, Table 2 "W/O bottleneck"), ``memory_alpha`` α of Eq. 4,
+    ``hopfield_beta`` β and ``hopfield_steps`` of Eq. 7-8, ``pool`` (``batch``: the paper's
+    squash; ``sample``; ``global``: all processes), ``memory_init`` (Table 3), ``retrieval``
+    (``hopfield``, or ``attention``: "W/O Hopfield"), ``write_grad`` (gradient through the
+    memory written in the same step; False: the authors' detached write), ``self_attention``,
+    ``ffn``, ``workspace`` (Table 2), ``memory_reset`` (``epoch``: Table 2 "Reset memory"),
+    ``eval_memory_forward`` (False: Figure 8 (2)), ``balance_eps`` ε of Eq. 6."""
+
+    model_type = "ait"
+
+    d_model: int = 768
+    num_layers: int = 2
+    num_heads: int = 12
+    ffn_hidden: int = 3072
+    num_cls_tokens: int = 0
+    num_slots: int = 32
+    slot_dim: int = 32
+    workspace_heads: int = 8
+    bottleneck_size: int = 512
+    memory_alpha: float = 0.9
+    hopfield_beta: float = 1.0
+    hopfield_steps: int = 1
+    pool: str = "batch"
+    memory_init: str = "gaussian"
+    retrieval: str = "hopfield"
+    write_grad: bool = True
+    self_attention: bool = True
+    ffn: bool = True
+    workspace: bool = True
+    memory_reset: str = "never"
+    eval_memory_forward: bool = True
+    balance_eps: float = 1e-10
+    embed: EmbedConfig = field(default_factory=lambda: EmbedConfig(image_size=32, in_channels=3, patch_size=4))
+
+    bounds = {**ViTConfig.bounds, "num_slots": COUNT, "slot_dim": COUNT, "workspace_heads": heads_of("slot_dim"),
+              "bottleneck_size": Bounds(lo=0, note="0: dense attention"),
+              "memory_alpha": Bounds(lo=0, hi=1, hi_open=True), "hopfield_beta": POSITIVE,
+              "hopfield_steps": COUNT, "balance_eps": Bounds(lo=0)}
+
+    def validate(self) -> None:
+        super().validate()
+        check_choice("pool", self.pool, POOLS)
+        check_choice("memory_init", self.memory_init, MEMORY_INITS)
+        check_choice("retrieval", self.retrieval, RETRIEVALS)
+        check_choice("memory_reset", self.memory_reset, MEMORY_RESETS)
+        if not (self.self_attention or self.ffn or self.workspace):
+            raise ValueError("config fields 'self_attention', 'ffn', 'workspace': a block needs at least one of them")
+
+    def unused_fields(self) -> tuple[str, ...]:
+        unused = super().unused_fields()
+        if not self.workspace:
+            unused += ("num_slots", "slot_dim", "workspace_heads", "bottleneck_size", "memory_alpha",
+                       "hopfield_beta", "hopfield_steps", "pool", "memory_init", "retrieval", "write_grad",
+                       "memory_reset", "eval_memory_forward", "balance_eps")
+        return unused
+
+
+class AiTBlock(nn.Module):
+    """AiT Figure 1b: self-attention, FFN, global workspace layer, each optional (Table 2).
+    The attention and FFN are the ViT's (same parameter names as
+    :class:`~modwire.nn.blocks.ProcessorLayer`, so a "W/O memory" AiT loads ViT weights)."""
+
+    def __init__(self, c: AiTConfig) -> None:
+        super().__init__()
+        d = c.d_model
+        self.attn = PreNorm(d, SelfAttention(d, c.num_heads)) if c.self_attention else None
+        self.ffn = PreNorm(d, ModulatedFFN(d, c.ffn_hidden, activation="gelu")) if c.ffn else None
+        self.workspace = GlobalWorkspace(
+            d, num_slots=c.num_slots, slot_dim=c.slot_dim, num_heads=c.workspace_heads,
+            bottleneck_size=c.bottleneck_size, alpha=c.memory_alpha, beta=c.hopfield_beta, steps=c.hopfield_steps,
+            pool=c.pool, memory_init=c.memory_init, retrieval=c.retrieval, retrieval_heads=c.num_heads,
+            write_grad=c.write_grad, eps=c.balance_eps) if c.workspace else None
+        if self.workspace is not None:
+            self.workspace.memory_forward = c.eval_memory_forward
+
+    def forward(self, x: Tensor, *, bias: Tensor | None = None, record: bool = False):
+        """``x [B, N, d]`` → ``(x, self-attention weights or None, WorkspaceRecord or None)``."""
+        w = rec = None
+        if self.attn is not None:
+            x, w = self.attn(x, None, bias=bias, return_weights=record)
+        if self.ffn is not None:
+            x = self.ffn(x, None)
+        if self.workspace is not None:
+            x, rec = self.workspace(x, record=record)
+        return x, w, rec
+
+
+class AiT(ViT):
+    """``model(x) → logits [B, C]``; ``forward_intermediates(x)`` adds each layer's self-attention
+    weights ``[B, H, N, N]`` and its :class:`~modwire.nn.workspace.WorkspaceRecord` (``workspace``)."""
+
+    config_class = AiTConfig
+
+    def make_block(self) -> nn.Module:
+        return AiTBlock(self.config)
+
+    @property
+    def workspaces(self) -> list[GlobalWorkspace]:
+        return [b.workspace for b in self.blocks if b.workspace is not None]
+
+    def encode(self, x: Tensor, *, record: bool) -> tuple[Tensor, dict[str, Any]]:
+        bias = self.position_bias(x.shape[1])                               # [H, N, N] or None
+        weights, records = [], []
+        for block in self.blocks:
+            x, w, rec = block(x, bias=bias, record=record)
+            weights.append(w)
+            records.append(rec)
+        return x, {"propagator_attention": weights if record else [], "workspace": records if record else []}
+
+    def auxiliary_losses(self) -> dict[str, Tensor]:
+        """``{"balance": Σ_layers Σ_heads ℓ_bottleneck_i}`` (AiT Eq. 6, without σ) after a training
+        forward; ``{}`` in evaluation or without a workspace."""
+        spaces = self.workspaces
+        if not self.training or not spaces or any(s.balance is None for s in spaces):
+            return {}
+        return {"balance": torch.stack([s.balance for s in spaces]).sum()}
+
+    def set_memory_forward(self, enabled: bool) -> None:
+        """Evaluation with (True, Figure 8 (1)) or without (False, (2)) the memory forward."""
+        self.config = self.config.replace(eval_memory_forward=enabled)
+        for s in self.workspaces:
+            s.memory_forward = enabled
+
+    def start_epoch(self, epoch: int, generator: torch.Generator) -> None:
+        """Called by the trainer when a training epoch starts: Table 2 "Reset memory" redraws
+        every layer's memory (``memory_reset="epoch"``); otherwise nothing."""
+        if self.config.memory_reset == "epoch":
+            for s in self.workspaces:
+                s.reset_memory(generator)
+
+    def parameter_sets(self) -> dict[str, tuple[str, ...]]:
+        return {**super().parameter_sets(), "workspace": tuple(f"blocks.{i}.workspace." for i in range(len(self.blocks)))}
+
+
+register_model_type(AiT)
+
+# Table 2's rows as config overrides (on top of a full AiT preset).
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "ait": {},
+    "reset_memory": {"memory_reset": "epoch"},
+    "without_hopfield": {"retrieval": "attention"},
+    "without_memory": {"workspace": False},
+    "dense_networks": {"self_attention": False, "workspace": False},
+    "without_bottleneck": {"bottleneck_size": 0},
+    "without_self_attention": {"self_attention": False},
+    "without_ffn": {"ffn": False},
+}
+# Table 3's memory initialisations.
+MEMORY_INIT_ROWS = {"gaussian": "Gaussian distribution", "sinusoidal": "Positional embedding",
+                    "uniform": "Uniform distribution", "identity": "Identity distribution"}
+
+# AiT §5.1 / Table 6: Small / Medium / Base = 2 / 6 / 12 layers; per task (classes, image size,
+# channels, patch size, memory slots, bottleneck size).
+_SIZES = {"small": 2, "medium": 6, "base": 12}
+_TASKS = {"cifar10": (10, 32, 3, 4, 32, 512), "cifar100": (100, 32, 3, 4, 32, 512),
+          "triangle": (2, 64, 1, 32, 32, 64), "pet": (37, 224, 3, 16, 128, 512)}
+
+
+def _ait(layers: int, classes: int, size: int, channels: int, patch: int, slots: int, k: int) -> AiTConfig:
+    return AiTConfig(num_classes=classes, num_layers=layers, num_slots=slots, bottleneck_size=k,
+                     embed=EmbedConfig(kind="patches", image_size=size, in_channels=channels, patch_size=patch))
+
+
+for _size, _layers in _SIZES.items():
+    for _task, _shape in _TASKS.items():
+        register_preset(f"ait_{_size}_{_task}", AiT, lambda l=_layers, s=_shape: _ait(l, *s),
+                        f"AiT §5.1, Table 6 (AiT-{_size.capitalize()}, {_task})")
+    register_preset(f"ait_{_size}", AiT, lambda l=_layers: _ait(l, *_TASKS["cifar10"]),
+                    f"AiT Table 1 (AiT-{_size.capitalize()}, CIFAR-10)")
+
+register_preset("ait_micro", AiT, lambda: AiTConfig(
+    num_classes=5, d_model=32, num_layers=2, num_heads=2, ffn_hidden=48, num_slots=8, slot_dim=8,
+    workspace_heads=2, bottleneck_size=6, embed=EmbedConfig(image_size=8, in_channels=1, patch_size=2)),
+    "test-sized AiT (8×8 images)")

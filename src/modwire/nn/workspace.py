@@ -1,0 +1,230 @@
+"""The Associative Transformer's global workspace layer (AiT §4, Figure 1a).
+
+One layer, read top to bottom like AiT §4:
+
+1. **squash** (§4.1): the tokens ``Ξ [B, N, E]`` become one pool of ``B·N`` patches, so patches of
+   different samples compete for the workspace. ``pool="sample"`` keeps one pool per sample
+   (a sample competes only with its own patches: predictions never depend on the rest of the
+   batch); ``pool="global"`` all-gathers the pool over DistributedDataParallel processes (the
+   paper's global batch; ``"batch"`` pools each process's own samples).
+2. **low-rank explicit memory** ``γ ∈ R^{M×D}`` (§4.1), a buffer (state, not a parameter: it
+   is written by Eq. 4, never by the optimiser), initialised as in Table 3 (:func:`init_memory`).
+3. **bottleneck attention** (Eq. 3): per head ``i``, the slots query the pool,
+   ``A_i = softmax(γ W^Q_i (Ξ W^K_i)ᵀ / √d_h)``; each slot keeps its ``k`` highest entries
+   (``top-k(A_i)``: the entries of the softmax over the whole pool, not renormalised; the
+   shared kernel's ``attend(topk=k, topk_softmax="all")``), ``head_i = top-k(A_i) Ξ W^V_i`` and
+   ``γ̂ = LN(Concat(head_1..head_A) W^O)``. The pool is projected to the slot width ``D``
+   (``W^K, W^V: E → D``, split over the ``A`` heads, ``d_h = D / A``; Eq. 1 defines the scale
+   by the head width), the down-projection of §4.1.
+4. **memory update** (Eq. 4): ``γ^{t+1} = normalize(α γ^t + (1-α) γ̂^t)``, each slot scaled to
+   unit L2 norm (implementation notes §4: "row L2-normalisation"). In training the buffer keeps
+   ``γ^{t+1}`` (detached; with per-sample pools, the update with the mean of the ``γ̂`` of the
+   batch). In evaluation ``γ^{t+1}`` is computed for the current batch's retrieval and **not
+   kept** (§4.2: "the explicit memory is frozen ... any memory update from the bottleneck
+   attention will not be retained"; Figure 8 (1)); ``memory_forward = False`` skips the write
+   entirely and retrieves from the stored ``γ^t`` (Figure 8 (2), Tables 7-8).
+5. **balance loss** (Eq. 5-6, :func:`balance_loss`), kept in ``self.balance`` after a training
+   forward.
+6. **Hopfield retrieval** (Eq. 7-8): the patterns ``f_LT(γ^{t+1})`` (a learnable linear map
+   ``D → E``) are the attractors; ``steps`` updates ``ξ ← softmax(β ξ f_LT(γ)ᵀ) f_LT(γ)`` (the
+   shared kernel with ``scale=β``), then the skip connection ``Ξ^{t+1} = Ξ̂ + Ξ``.
+   ``retrieval="attention"`` is Table 2's "W/O Hopfield": a multi-head attention with the
+   tokens as queries and ``f_LT(γ^{t+1})`` as keys and values.
+
+Where this departs from the letter of the paper (each a documented choice):
+
+* The workspace reads ``LN(x)`` and adds its retrieval to ``x`` (pre-norm, like every other
+  sub-layer of the block): ``Ξ = LN(x)``, output ``x + Ξ̂``.
+* Gradient through the memory written in the same step (``write_grad=True``, default): the
+  retrieval of the current batch uses ``γ^{t+1}`` with its graph, so ``W^Q, W^K, W^V, W^O``
+  and the LayerNorm of Eq. 3 learn from the task loss, as the end-to-end training of §1 / §4
+  describes. The authors' code detaches the write (``write_grad=False``): there ``W^V``, ``W^O``
+  never train and ``W^Q, W^K`` learn only from the balance loss.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import ModulatedAttention, attend, merge_heads, split_heads
+
+POOLS = ("batch", "sample", "global")
+MEMORY_INITS = ("gaussian", "sinusoidal", "uniform", "identity")
+RETRIEVALS = ("hopfield", "attention")
+
+
+@dataclass
+class WorkspaceRecord:
+    """What one workspace layer computed (``forward(..., record=True)``).
+
+    ``weights [P, A, M, L]``: bottleneck attention after top-k (Eq. 3; zero where a slot did not
+    select the position), ``P`` pools (1 for the squashed batch, ``B`` per sample), ``L`` pool
+    length; squashed position ``l = b·N + n``. None when the write was skipped
+    (``memory_forward = False`` in evaluation). ``memory [P, M, D]``: the ``γ^{t+1}`` the
+    retrieval used. ``energy_before`` / ``energy_after [B, N]``: Eq. 7 of each token before and
+    after the Hopfield retrieval (None for ``retrieval="attention"``)."""
+
+    weights: Tensor | None
+    memory: Tensor
+    energy_before: Tensor | None
+    energy_after: Tensor | None
+    num_tokens: int
+
+
+def init_memory(kind: str, num_slots: int, slot_dim: int, generator: torch.Generator | None = None) -> Tensor:
+    """AiT Table 3 / §5.5 memory initialisations, ``[M, D]``: ``gaussian`` N(0, 1) (default);
+    ``sinusoidal`` positional embedding (Vaswani et al. 2017: ``sin`` on even, ``cos`` on odd
+    columns of slot ``m``); ``uniform`` U(-b, b) with ``b = 1/√(M+D)`` (Graves et al. 2014);
+    ``identity`` ones on the diagonal."""
+    m, d = num_slots, slot_dim
+    if kind == "gaussian":
+        return torch.randn(m, d, generator=generator)
+    if kind == "uniform":
+        bound = 1 / math.sqrt(m + d)
+        return torch.rand(m, d, generator=generator) * (2 * bound) - bound
+    if kind == "identity":
+        return torch.eye(m, d)
+    if kind == "sinusoidal":
+        pos = torch.arange(m, dtype=torch.float64).unsqueeze(1)                 # [M, 1]
+        freq = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)      # [ceil(D/2)]
+        out = torch.zeros(m, d, dtype=torch.float64)
+        out[:, 0::2] = torch.sin(pos * freq)
+        out[:, 1::2] = torch.cos(pos * freq[: d // 2])
+        return out.float()
+    raise ValueError(f"memory_init must be one of {MEMORY_INITS}, got {kind!r}")
+
+
+def balance_loss(weights: Tensor, eps: float = 1e-10) -> Tensor:
+    """AiT Eq. 5-6, summed over heads (without σ), averaged over pools. ``weights [P, A, M, L]``.
+
+    Per head ``i``: importance ``Σ_j A_ijl`` and load ``Σ_j [A_ijl > 0]`` of each position ``l``;
+    ``ℓ_i = Var(importance) / (mean² + ε) + Var(load) / (mean² + ε)`` over the ``L`` positions
+    (population variance). Zero when every position carries the same importance and load."""
+    importance = weights.sum(dim=-2)                                    # [P, A, L]
+    load = (weights > 0).sum(dim=-2).to(weights.dtype)                  # [P, A, L]
+
+    def cv2(t: Tensor) -> Tensor:
+        return t.var(dim=-1, correction=0) / (t.mean(dim=-1) ** 2 + eps)
+
+    return (cv2(importance) + cv2(load)).sum(dim=-1).mean()
+
+
+def hopfield_energy(xi: Tensor, patterns: Tensor, beta: float) -> Tensor:
+    """AiT Eq. 7: ``E(ξ) = -lse(β, Xξ) + ½ ξ·ξ + β⁻¹ log M + ½ ζ²`` with ``lse(β, z) = β⁻¹ log Σ_i
+    exp(β z_i)`` and ``ζ = max_i ‖X_i‖`` (Eq. 8). ``xi [..., S, E]``, ``patterns X [..., M, E]``
+    → ``[..., S]``."""
+    m = patterns.shape[-2]
+    lse = torch.logsumexp(beta * (xi @ patterns.transpose(-1, -2)), dim=-1) / beta          # [..., S]
+    zeta = patterns.norm(dim=-1).amax(dim=-1, keepdim=True)                                 # [..., 1]
+    return -lse + 0.5 * (xi * xi).sum(-1) + math.log(m) / beta + 0.5 * zeta ** 2
+
+
+class GlobalWorkspace(nn.Module):
+    """AiT §4 global workspace layer (module docstring). ``x [B, N, E] → (y [B, N, E], record)``.
+
+    ``dim`` E; ``num_slots`` M; ``slot_dim`` D; ``num_heads`` A bottleneck heads (divide D);
+    ``bottleneck_size`` k (0: dense, Table 2 "W/O bottleneck"); ``alpha`` EWMA factor (Eq. 4);
+    ``beta`` inverse temperature and ``steps`` Hopfield updates (Eq. 7-8); ``retrieval_heads``
+    heads of the "W/O Hopfield" attention; ``eps`` of Eq. 6."""
+
+    def __init__(self, dim: int, *, num_slots: int = 32, slot_dim: int = 32, num_heads: int = 8,
+                 bottleneck_size: int = 512, alpha: float = 0.9, beta: float = 1.0, steps: int = 1,
+                 pool: str = "batch", memory_init: str = "gaussian", retrieval: str = "hopfield",
+                 retrieval_heads: int = 8, write_grad: bool = True, eps: float = 1e-10) -> None:
+        super().__init__()
+        if slot_dim % num_heads:
+            raise ValueError(f"slot_dim ({slot_dim}) must be divisible by the bottleneck heads ({num_heads})")
+        for name, value, choices in (("pool", pool, POOLS), ("memory_init", memory_init, MEMORY_INITS),
+                                     ("retrieval", retrieval, RETRIEVALS)):
+            if value not in choices:
+                raise ValueError(f"GlobalWorkspace: {name} must be one of {choices}, got {value!r}")
+        self.num_heads, self.bottleneck_size, self.alpha, self.beta, self.steps = \
+            num_heads, bottleneck_size, alpha, beta, steps
+        self.pool, self.memory_init, self.write_grad, self.eps = pool, memory_init, write_grad, eps
+        self.memory_forward = True          # evaluation: write γ^{t+1} for this batch (Figure 8 (1))
+        self.balance: Tensor | None = None  # Eq. 6 of the last training forward
+        self.norm = nn.LayerNorm(dim)
+        self.q, self.o = nn.Linear(slot_dim, slot_dim), nn.Linear(slot_dim, slot_dim)      # Eq. 3
+        self.k, self.v = nn.Linear(dim, slot_dim), nn.Linear(dim, slot_dim)
+        self.write_norm = nn.LayerNorm(slot_dim)
+        self.up = nn.Linear(slot_dim, dim)                                                  # f_LT
+        self.retrieve = ModulatedAttention(dim, retrieval_heads) if retrieval == "attention" else None
+        self.register_buffer("memory", init_memory(memory_init, num_slots, slot_dim))
+
+    @torch.no_grad()
+    def reset_memory(self, generator: torch.Generator | None = None) -> None:
+        """Draw the memory afresh (Table 2 "Reset memory": at every epoch)."""
+        m, d = self.memory.shape
+        self.memory.copy_(init_memory(self.memory_init, m, d, generator))
+
+    def forward(self, x: Tensor, *, record: bool = False) -> tuple[Tensor, WorkspaceRecord | None]:
+        b, n, _ = x.shape
+        xi = self.norm(x)                                                   # Ξ^t = LN(x)  [B, N, E]
+        gamma = self.memory.clone()                                         # γ^t [M, D] (the buffer is updated below)
+        weights = None
+        if self.training or self.memory_forward:
+            gamma_hat, weights = self.write(self.squash(xi), gamma, need_weights=self.training or record)
+            new = self.update(gamma, gamma_hat)                             # γ^{t+1}  [P, M, D]
+        else:                                                               # Figure 8 (2)
+            gamma_hat, new = None, gamma.unsqueeze(0)                       # [1, M, D]
+        if self.training:
+            self.balance = balance_loss(weights, self.eps)
+            with torch.no_grad():                                           # per-sample pools: the mean γ̂
+                self.memory.copy_(self.update(gamma, gamma_hat.mean(dim=0)))
+        if not self.write_grad:
+            new = new.detach()                                              # the authors' detached write path
+        patterns = self.up(new)                                             # f_LT(γ^{t+1})  [P, M, E]
+        if self.pool != "sample":                                           # one memory for the whole batch
+            patterns = patterns.expand(b, -1, -1)                           # [B, M, E] (a view)
+        out, before, after = self.read(xi, patterns, energies=record)
+        rec = WorkspaceRecord(None if weights is None else weights.detach(), new.detach(), before, after, n) \
+            if record else None
+        return x + out, rec                                                 # Ξ^{t+1} = Ξ^t + Ξ̂^t
+
+    def squash(self, xi: Tensor) -> Tensor:
+        """§4.1: ``[B, N, E] → [P, L, E]``: one pool of ``B·N`` patches (``P = 1``), one per
+        sample (``"sample"``: ``[B, N, E]``), or the pools of all processes (``"global"``)."""
+        if self.pool == "sample":
+            return xi
+        pool = xi.reshape(1, -1, xi.shape[-1])                              # [1, B·N, E]
+        if self.pool == "global" and self.training and _world() > 1:        # every process's patches
+            from torch.distributed.nn.functional import all_gather
+            pool = torch.cat(all_gather(pool), dim=1)                       # [1, W·B·N, E], differentiable
+        return pool
+
+    def write(self, pool: Tensor, gamma: Tensor, *, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """Eq. 3: ``pool [P, L, E]``, ``γ^t [M, D]`` → ``(γ̂^t [P, M, D], A [P, H, M, L] or None)``."""
+        p, h = pool.shape[0], self.num_heads
+        q = split_heads(self.q(gamma), h).expand(p, -1, -1, -1)             # [P, A, M, d_h]
+        k, v = split_heads(self.k(pool), h), split_heads(self.v(pool), h)   # [P, A, L, d_h]
+        topk = self.bottleneck_size or None
+        heads, w = attend(q, k, v, topk=topk, topk_softmax="all", return_weights=need_weights)  # [P, A, M, d_h]
+        return self.write_norm(self.o(merge_heads(heads))), w              # γ̂^t = LN(Concat(heads) W^O)
+
+    def update(self, gamma: Tensor, gamma_hat: Tensor) -> Tensor:
+        """Eq. 4: ``normalize(α γ^t + (1-α) γ̂^t)``, each slot to unit L2 norm."""
+        return F.normalize(self.alpha * gamma + (1 - self.alpha) * gamma_hat, dim=-1)
+
+    def read(self, xi: Tensor, patterns: Tensor, *, energies: bool) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """Eq. 7-8 (or "W/O Hopfield"): ``xi [B, N, E]``, ``patterns [B, M, E]`` → ``Ξ̂ [B, N, E]``
+        and, with ``energies``, Eq. 7 before and after ``[B, N]``."""
+        if self.retrieve is not None:
+            out, _ = self.retrieve(xi, patterns)
+            return out, None, None
+        state = xi
+        for _ in range(self.steps):                                         # ξ ← softmax(β ξ Xᵀ) X
+            state, _ = attend(state, patterns, patterns, scale=self.beta)
+        if not energies:
+            return state, None, None
+        with torch.no_grad():
+            return state, hopfield_energy(xi, patterns, self.beta), hopfield_energy(state, patterns, self.beta)
+
+
+def _world() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1

@@ -1,0 +1,141 @@
+"""The Associative Transformer model (AiT Figure 1b, §5.1, Table 2 switches, Table 6 presets)."""
+import pytest
+import torch
+
+import modwire
+from modwire.models import AiT, AiTConfig, ViT, ViTConfig, create_model
+from modwire.models.ait import ABLATIONS
+from modwire.nn.workspace import init_memory
+
+
+def micro(**overrides):
+    torch.manual_seed(0)
+    return AiT(create_model("ait_micro").config.replace(**overrides))
+
+
+def images(b=4, seed=0):
+    return torch.rand(b, 1, 8, 8, generator=torch.Generator().manual_seed(seed))
+
+
+def test_without_memory_is_exactly_the_vit_with_the_same_weights():
+    ait = micro(workspace=False).eval()
+    c = ait.config
+    vit = ViT(ViTConfig(**{k: getattr(c, k) for k in ViTConfig.field_names()})).eval()
+    vit.load_state_dict(ait.state_dict())                      # same parameter names
+    x = images()
+    torch.testing.assert_close(ait(x), vit(x), rtol=0, atol=0)
+
+
+def test_training_forward_writes_the_memory_and_reports_the_balance_loss_evaluation_does_neither():
+    model = micro().train()
+    before = [s.memory.clone() for s in model.workspaces]
+    model(images())
+    aux = model.auxiliary_losses()
+    assert set(aux) == {"balance"}
+    torch.testing.assert_close(aux["balance"], sum(s.balance for s in model.workspaces))
+    assert aux["balance"].requires_grad and aux["balance"] > 0
+    after = [s.memory.clone() for s in model.workspaces]
+    assert all(not torch.equal(a, b) for a, b in zip(before, after))
+    torch.testing.assert_close(after[0].norm(dim=-1), torch.ones(8))  # Eq. 4 normalises each slot
+    model.eval()
+    model(images(seed=1))
+    assert model.auxiliary_losses() == {}
+    assert all(torch.equal(a, s.memory) for a, s in zip(after, model.workspaces))
+
+
+def test_predictions_depend_on_the_batch_exactly_as_documented():
+    x, other = images(4), images(4, seed=5)
+    mixed = torch.cat([x[:2], other[2:]])
+    squashed = micro().eval()                                  # the paper's pool: the batch matters
+    assert not torch.allclose(squashed(x)[:2], squashed(mixed)[:2])
+    per_sample = micro(pool="sample").eval()
+    torch.testing.assert_close(per_sample(x)[:2], per_sample(mixed)[:2], rtol=0, atol=1e-6)
+    squashed.set_memory_forward(False)                         # Figure 8 (2): frozen memory only
+    torch.testing.assert_close(squashed(x)[:2], squashed(mixed)[:2], rtol=0, atol=1e-6)
+    assert squashed.config.eval_memory_forward is False
+
+
+def test_memory_survives_save_and_load_bit_exactly(tmp_path):
+    model = micro().train()
+    for seed in range(3):
+        model(images(seed=seed))
+    model.save_pretrained(tmp_path)
+    loaded = AiT.from_pretrained(tmp_path)
+    for a, b in zip(model.workspaces, loaded.workspaces):
+        assert torch.equal(a.memory, b.memory)
+    model.eval(), loaded.eval()
+    assert torch.equal(model(images(seed=7)), loaded(images(seed=7)))
+
+
+def test_reset_memory_redraws_from_the_generator_only_when_configured():
+    model = micro(memory_reset="epoch")
+    model.start_epoch(3, torch.Generator().manual_seed(11))
+    g = torch.Generator().manual_seed(11)
+    for s in model.workspaces:
+        assert torch.equal(s.memory, init_memory("gaussian", 8, 8, g))
+    kept = micro()
+    before = kept.workspaces[0].memory.clone()
+    kept.start_epoch(3, torch.Generator().manual_seed(11))
+    assert torch.equal(kept.workspaces[0].memory, before)
+
+
+@pytest.mark.parametrize("name", sorted(ABLATIONS))
+def test_every_table2_ablation_builds_trains_and_has_what_it_says(name):
+    model = micro(**ABLATIONS[name]).train()
+    out = model(images())
+    out.sum().backward()
+    blocks = model.blocks
+    c = model.config
+    assert all((b.attn is None) == (not c.self_attention) for b in blocks)
+    assert all((b.ffn is None) == (not c.ffn) for b in blocks)
+    assert all((b.workspace is None) == (not c.workspace) for b in blocks)
+    if name == "without_hopfield":
+        assert all(b.workspace.retrieve is not None for b in blocks)
+    if name == "without_bottleneck":                           # dense: every slot reads every position
+        rec = model.forward_intermediates(images()).workspace[0]
+        assert (rec.weights > 0).all()
+    assert set(model.auxiliary_losses()) == ({"balance"} if c.workspace else set())
+
+
+def test_intermediates_hold_one_workspace_record_per_layer():
+    model = micro().eval()
+    it = model.forward_intermediates(images(3))
+    assert len(it.workspace) == 2 and len(it.propagator_attention) == 2
+    rec = it.workspace[0]
+    assert rec.weights.shape == (1, 2, 8, 3 * 16) and rec.num_tokens == 16
+    assert ((rec.weights > 0).sum(-1) == 6).all()               # bottleneck_size 6 per slot and head
+    assert (rec.energy_after <= rec.energy_before + 1e-5).all()
+
+
+def test_paper_presets_and_parameter_counts():
+    """Table 6 sizes; our counts next to Table 1's (15.8 / 45.9 / 91.0 M). The difference to
+    the ViT is the workspace layers: 2·E·D + 2·D² + D·E + 3 LayerNorms and biases per layer
+    (≈ 0.08 M), far less than the ≈ 0.45 M per layer Table 1 implies (README: not explained by
+    the paper's equations)."""
+    counts = {}
+    for size, layers in (("small", 2), ("medium", 6), ("base", 12)):
+        with torch.device("meta"):
+            ait, vit = create_model(f"ait_{size}"), create_model(f"vit_{size}_cifar10")
+        c = ait.config
+        assert (c.num_layers, c.d_model, c.num_heads, c.ffn_hidden) == (layers, 768, 12, 3072)
+        e, d = 768, 32
+        per_layer = 2 * (e * d + d) + 2 * (d * d + d) + (d * e + e) + 2 * e + 2 * d
+        assert ait.num_parameters() - vit.num_parameters() == layers * per_layer
+        counts[size] = ait.num_parameters() / 1e6
+    assert counts == pytest.approx({"small": 14.43, "medium": 43.09, "base": 86.09}, abs=0.01)
+    for name, slots, k, patch in (("ait_small_pet", 128, 512, 16), ("ait_small_triangle", 32, 64, 32),
+                                  ("ait_small_cifar100", 32, 512, 4)):
+        c = modwire.get_config(name)
+        assert (c.num_slots, c.bottleneck_size, c.embed.patch_size, c.slot_dim, c.workspace_heads) == \
+            (slots, k, patch, 32, 8)
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ValueError, match="pool"):
+        AiTConfig(pool="all")
+    with pytest.raises(ValueError, match="workspace_heads"):
+        AiTConfig(slot_dim=32, workspace_heads=5)
+    with pytest.raises(ValueError, match="memory_alpha"):
+        AiTConfig(memory_alpha=1.0)
+    with pytest.raises(ValueError, match="at least one"):
+        AiTConfig(self_attention=False, ffn=False, workspace=False)
