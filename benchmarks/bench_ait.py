@@ -23,10 +23,12 @@ bottleneck attention's top-k selection at AiT Table 6 pool sizes.
    heads, 32 memory slots as queries, slot size 32 split over the heads (4-d per head), over the
    squashed pool of 512 images × 64 patches = 32,768 keys/values, k = 512 (AiT Eq. 3). Timed,
    interleaved, forward and forward + backward:
-   ``modwire.nn.attention.attend(q, k, v, topk=512, return_weights=True)`` (the kernel the
-   workspace uses), the dense softmax (``topk=None``, weights returned), a bare ``torch.topk`` of
-   the ``[8, 32, 32768]`` scores, and :func:`gathered_topk` (softmax over the gathered ``k``
-   selected scores only, then scattered into dense weights: the same function, checked). Printed:
+   ``modwire.nn.attention.attend(q, k, v, topk=512, topk_softmax="all", return_weights=True)``
+   (the call of ``GlobalWorkspace.write`` in training: Eq. 3's ``top-k(softmax(·))``, the
+   weights feed the balance loss), the dense softmax (``topk=None``, weights returned; Table 2's
+   "W/O bottleneck"), a bare ``torch.topk`` of the ``[8, 32, 32768]`` scores, and
+   :func:`gathered_topk` (the same function on the gathered ``k`` selected entries, then
+   scattered into dense weights; checked equal). Printed:
    each time, top-k / dense, and the bare ``torch.topk``'s share of the top-k forward.
 
 Weights are random; only speed is measured. Ratios come from timings taken in the same run
@@ -183,12 +185,13 @@ def workspace_share(ait: nn.Module, batch: int, repeats: int) -> tuple[float, fl
 # ----------------------------------------------------------------------------- 3. top-k at Table 6 sizes
 
 def gathered_topk(q: Tensor, k: Tensor, v: Tensor, topk: int) -> tuple[Tensor, Tensor]:
-    """``attend(q, k, v, topk=topk, return_weights=True)`` computed on the selected keys only:
-    softmax over the ``topk`` highest scores of each row (gathered), ``out = Σ w v[idx]``, then the
-    weights scattered into a dense ``[..., Nq, Nk]`` (zero where not selected)."""
+    """``attend(q, k, v, topk=topk, topk_softmax="all", return_weights=True)`` (AiT Eq. 3,
+    ``top-k(softmax(·))``) computed on the selected keys only: the log-normaliser over all keys,
+    the ``topk`` highest scores of each row gathered, ``w = exp(s_sel - lse)``, ``out = Σ w v[idx]``,
+    then the weights scattered into a dense ``[..., Nq, Nk]`` (zero where not selected)."""
     scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5             # [..., Nq, Nk]
     idx = scores.detach().topk(topk, dim=-1).indices                     # [..., Nq, topk]
-    w = scores.gather(-1, idx).softmax(-1)                                # [..., Nq, topk]
+    w = (scores.gather(-1, idx) - scores.logsumexp(-1, keepdim=True)).exp()  # [..., Nq, topk]
     flat = idx.flatten(-2).unsqueeze(-1).expand(*idx.shape[:-2], idx.shape[-2] * topk, v.shape[-1])
     vs = v.gather(-2, flat).unflatten(-2, (idx.shape[-2], topk))         # v[idx]  [..., Nq, topk, dv]
     out = (w.unsqueeze(-2) @ vs).squeeze(-2)                              # [..., Nq, dv]
@@ -204,7 +207,7 @@ def topk_inputs(heads: int, slots: int, head_dim: int, pool: int, seed: int = 0)
 def topk_cost(heads: int, slots: int, head_dim: int, pool: int, k: int, repeats: int) -> dict[str, float]:
     q, kk, v = topk_inputs(heads, slots, head_dim, pool)
     scores = (q @ kk.transpose(-1, -2)).detach()
-    a_out, a_w = attend(q, kk, v, topk=k, return_weights=True)
+    a_out, a_w = attend(q, kk, v, topk=k, topk_softmax="all", return_weights=True)
     g_out, g_w = gathered_topk(q, kk, v, k)
     diff = max((a_out - g_out).abs().max().item(), (a_w - g_w).abs().max().item())
     print(f"\n3. top-k selection: {heads} heads x {slots} slots x {head_dim}-d over a pool of {pool} patches, "
@@ -218,7 +221,7 @@ def topk_cost(heads: int, slots: int, head_dim: int, pool: int, k: int, repeats:
                 q.grad = kk.grad = v.grad = None
                 (out.sum() + w.sum()).backward()
         return run
-    fns = {"attend top-k": lambda: attend(q, kk, v, topk=k, return_weights=True),
+    fns = {"attend top-k": lambda: attend(q, kk, v, topk=k, topk_softmax="all", return_weights=True),
            "dense softmax": lambda: attend(q, kk, v, topk=None, return_weights=True),
            "gathered top-k": lambda: gathered_topk(q, kk, v, k)}
     timed = {f"{name}, fwd": call(fn, False) for name, fn in fns.items()}
