@@ -2,7 +2,7 @@
 the same dimensions, the global workspace layers' share of that step, and the cost of the
 bottleneck attention's top-k selection at AiT Table 6 pool sizes.
 
-    OMP_NUM_THREADS=2 python benchmarks/bench_ait.py [--batch 32] [--repeats 5] [--quick]
+    OMP_NUM_THREADS=1 python benchmarks/bench_ait.py [--batch 32] [--repeats 5] [--quick]
 
 1. **AiT vs ViT, train step.** ``ait_small_cifar10`` (AiT §5.1 / Table 6: 2 blocks of 768-d
    self-attention with 12 heads, MLP 3072, then a global workspace layer: 32 memory slots of
