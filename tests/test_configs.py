@@ -1,4 +1,5 @@
 """Every shipped config parses, names a real model and task, and builds its model."""
+import dataclasses
 import json
 from pathlib import Path
 
@@ -79,3 +80,89 @@ def test_ni_cpu_config_trains_evaluates_and_finetunes(tmp_path, capsys):
     b, a = before.state_dict(), after.state_dict()
     assert set(a) == set(b) and a["cls_tokens"].shape == (10, b["cls_tokens"].shape[1])
     assert all(torch.equal(a[k], b[k]) for k in a if not k.startswith(("cls_tokens", "heads.")))
+
+
+# ----------------------------------------------------------------------------- Associative Transformer (AiT)
+
+AIT_TASKS = ("cifar10", "cifar100", "triangle", "pet", "sort_of_clevr")
+# task -> (data.task, batch, epochs, warm-up epochs, training samples, data.augment): AiT §5.1, App. A.1, Table 6
+AIT_RUNS = {"cifar10": ("cifar10", 512, 100, 5, 50_000, "crop_flip"),
+            "cifar100": ("cifar100", 512, 100, 5, 50_000, "crop_flip"),
+            "triangle": ("triangle", 512, 100, 5, None, False),
+            "pet": ("oxford_pet", 128, 300, 15, 3_680, "resized_crop_flip"),
+            "sort_of_clevr": ("sort_of_clevr_image", 64, 100, 5, None, False)}
+
+
+def _train_size(task: str) -> int:
+    from modwire.tasks import build_dataset
+    return len(build_dataset(task, "train"))          # generators: the default split (triangle 50k, 9,800 x 20)
+
+
+@pytest.mark.parametrize("task", AIT_TASKS)
+def test_ait_paper_configs_follow_table_6_and_differ_from_the_vit_only_by_the_workspace(task):
+    from modwire.training.config import to_yaml
+    data_task, batch, epochs, warm, n, augment = AIT_RUNS[task]
+    vit = load_config(str(ROOT / "configs" / f"vit_small_{task}.yaml"))
+    ait = load_config(str(ROOT / "configs" / f"ait_small_{task}.yaml"))
+    assert (vit.model.name, ait.model.name) == (f"vit_small_{task}", f"ait_small_{task}")
+    assert (vit.data.task, vit.data.batch_size, vit.epochs, vit.data.augment) == (data_task, batch, epochs, augment)
+    o = vit.optim
+    assert (o.name, o.betas, o.weight_decay, o.lr, o.min_lr) == ("adamw", [0.9, 0.999], 0.01, 1e-4, 1e-6)
+    steps_per_epoch = (n or _train_size(data_task)) // batch
+    assert o.warmup_steps == warm * steps_per_epoch and o.decay_steps == 0          # cosine over the whole run
+    assert vit.data.val_split == "test" and vit.aux_loss_weights == {}
+    assert ait.aux_loss_weights == {"balance": 0.01}
+    same = lambda c: to_yaml(dataclasses.replace(c, model=dataclasses.replace(c.model, name="-"), out_dir="-",  # noqa: E731
+                                                  aux_loss_weights={}))
+    assert same(ait) == same(vit)
+
+
+CPU_AIT = ("triangle", "sort_of_clevr", "cifar10", "pet")
+
+
+@pytest.mark.parametrize("task", CPU_AIT)
+def test_cpu_ait_configs_are_their_vit_config_plus_the_workspace(task):
+    from modwire.training.config import to_yaml
+    vit = load_config(str(ROOT / "configs" / "cpu" / f"vit_{task}.yaml"))
+    ait = load_config(str(ROOT / "configs" / "cpu" / f"ait_{task}.yaml"))
+    assert ait.model.name == vit.model.name.replace("vit_", "ait_") and ait.aux_loss_weights == {"balance": 0.01}
+    extra = {k: v for k, v in ait.model.overrides.items() if k not in vit.model.overrides}
+    assert {k: ait.model.overrides[k] for k in vit.model.overrides} == dict(vit.model.overrides)
+    assert set(extra) <= {"bottleneck_size"}
+    strip = lambda c: to_yaml(dataclasses.replace(c, model=dataclasses.replace(c.model, name="-", overrides={}),  # noqa: E731
+                                                   out_dir="-", aux_loss_weights={}))
+    assert strip(ait) == strip(vit)
+    assert vit.optim.weight_decay == 0.01 and vit.data.val_split == "test"
+
+
+def test_ait_configs_build_the_app_a1_augmentation():
+    """CIFAR: padded random crop + flip + normalise; Pet: random resized crop + flip + normalise; evaluation
+    normalised alike (AiT App. A.1)."""
+    from modwire.tasks import augment as A
+    from modwire.tasks import describe_task
+    from modwire.training import apply_augmentation
+
+    for name, crop in (("vit_small_cifar10", A.RandomCrop), ("vit_small_pet", A.RandomResizedCrop)):
+        cfg = load_config(str(ROOT / "configs" / f"{name}.yaml"))
+        size = describe_task(cfg.data.task, cfg.data.params).inputs.height
+        items = [(torch.rand(3, size, size), torch.tensor(0))]
+        train_set, val_set, mixer = apply_augmentation(cfg, get_task(cfg.data.task), items, items)
+        steps = train_set.transform.transforms
+        assert [type(t) for t in steps] == [A.ToFloat, crop, A.RandomHorizontalFlip, A.Normalize] and mixer is None
+        assert steps[1].size == (size, size) and (crop is A.RandomResizedCrop or steps[1].padding == 4)
+        x = items[0][0]
+        torch.testing.assert_close(val_set[0][0], A.Normalize()(x))           # evaluation: normalisation only
+
+
+@pytest.mark.parametrize("name", ["vit_sort_of_clevr", "ait_sort_of_clevr", "vit_triangle", "ait_triangle"])
+def test_cpu_ait_and_vit_configs_train_and_log_what_the_paper_reports(name, tmp_path, capsys):
+    size = "{train: 8, val: 2, test: 2}" if "clevr" in name else "{train: 64, val: 16, test: 16}"
+    assert cli.main(["train", str(ROOT / "configs" / "cpu" / f"{name}.yaml"), "--set", f"out_dir={tmp_path}",
+                     "max_steps=2", "progress=false", "log_every=1", "data.batch_size=16",
+                     f"data.params.size={size}"]) == 0
+    val = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["val"]
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    logged = set().union(*records)
+    assert ("aux/balance" in logged) == name.startswith("ait_")                # AiT Eq. 5-6, logged by name
+    if "clevr" in name:                                                         # AiT Table 4's two columns
+        assert val["top1"] == pytest.approx((val["top1_relational"] + val["top1_non_relational"]) / 2)

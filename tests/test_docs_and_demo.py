@@ -57,6 +57,16 @@ def test_readme_ni_example_runs_as_written():
     assert scope["ni"].config.num_functions == 6 and scope["ni"].config.num_added_functions == 0  # 5 + 3 - 2
 
 
+def test_readme_ait_example_runs_as_written():
+    scope: dict = {}
+    exec(compile(_section_code("The Associative Transformer (AiT)", "python"), "README.md#ait", "exec"), scope)
+    assert tuple(scope["logits"].shape) == (8, 10) and scope["balance"].item() > 0
+    rec = scope["rec"]
+    assert tuple(rec.weights.shape) == (1, 8, 32, 512) and ((rec.weights > 0).sum(-1) == 512).all()
+    assert tuple(rec.memory.shape) == (1, 32, 32) and tuple(rec.energy_before.shape) == (8, 64)
+    assert scope["ait"].config.eval_memory_forward is False and scope["ablation"].config.bottleneck_size == 0
+
+
 def test_readme_speed_claims_agree_with_the_benchmarks_readme():
     """No "~8x faster" for dropping 87.5% of the modules: benchmarks/README.md measures 6.85×."""
     bench = (ROOT / "benchmarks" / "README.md").read_text()

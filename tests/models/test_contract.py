@@ -64,8 +64,11 @@ def expected_shape(config, batch=BATCH):
 
 def make_inputs(config, batch=BATCH, *, device="cpu", seed=0):
     """``(x, kwargs)`` for ``model(x, **kwargs)``."""
-    if getattr(config, "embed", None) is not None:          # a set model (ViT, NI)
+    if getattr(config, "embed", None) is not None:          # a set model (ViT, NI, AiT)
         kwargs = {"task": torch.arange(batch, device=device) % config.num_cls_tokens} if config.task_input else {}
+        if config.question_dim:                              # AiT §5.8's question token
+            g = None if device == "meta" else torch.Generator().manual_seed(seed + 1)
+            kwargs["question"] = torch.randn(batch, 1, config.question_dim, generator=g, device=device)
         return make_set_input(config.embed, batch, device=device, seed=seed), kwargs
     kwargs = {}
     generator = getattr(config, "generator", None)

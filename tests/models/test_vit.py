@@ -168,3 +168,102 @@ def test_parameter_sets_name_existing_parameters():
 def test_digits_preset_has_the_table_5_parameter_count():
     n = modwire.create_model("vit_digits").num_parameters()
     assert abs(n - 1.80e6) / 1.80e6 < 0.01, n                     # NI Table 5: 1.80 × 10⁶
+
+
+# ----------------------------------------------------------------------------- question token (AiT §5.8)
+
+def _question_vit(**kw) -> ViT:
+    cfg = dict(num_classes=4, d_model=16, num_layers=1, num_heads=2, ffn_hidden=8, question_dim=5,
+               embed=EmbedConfig(kind="patches", image_size=8, in_channels=3, patch_size=4))
+    return ViT(ViTConfig(**{**cfg, **kw})).double().eval()
+
+
+def test_question_token_is_ln_linear_ln_and_sits_after_the_patches_before_the_cls_tokens():
+    torch.manual_seed(8)
+    model = _question_vit(num_cls_tokens=2)
+    with torch.no_grad():                                         # non-trivial LayerNorm affines
+        for p in model.question.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    seen = {}
+    encode = model.encode
+    model.encode = lambda tokens, **kw: (seen.setdefault("tokens", tokens), encode(tokens, **kw))[1]
+    x, q = torch.rand(3, 3, 8, 8, dtype=torch.float64), torch.randn(3, 1, 5, dtype=torch.float64)
+    model(x, question=q)
+    tokens = seen["tokens"]                                       # [B, 4 patches + question + 2 CLS, d]
+    assert tokens.shape == (3, 7, 16)
+    e = model.question
+    ln = torch.nn.functional.layer_norm
+    expected = ln(ln(q, (5,), e.norm_in.weight, e.norm_in.bias) @ e.proj.weight.T + e.proj.bias, (16,),
+                  e.norm_out.weight, e.norm_out.bias)             # AiT §5.8: LN -> linear -> LN
+    torch.testing.assert_close(tokens[:, 4:5], expected)
+    torch.testing.assert_close(tokens[:, :4], model.embed(x))
+    torch.testing.assert_close(tokens[:, 5:], model.cls_tokens.expand(3, -1, -1))
+    # a [B, Q] question is the same one-vector set
+    torch.testing.assert_close(model(x, question=q[:, 0]), model(x, question=q))
+
+
+def test_the_answer_depends_on_the_question_and_gradients_reach_its_embedding():
+    torch.manual_seed(9)
+    model = _question_vit(num_cls_tokens=0)                       # pooled output: the mean includes the question
+    x = torch.rand(2, 3, 8, 8, dtype=torch.float64)
+    q1, q2 = torch.eye(5, dtype=torch.float64)[[0, 0]][:, None], torch.eye(5, dtype=torch.float64)[[3, 3]][:, None]
+    a1, a2 = model(x, question=q1), model(x, question=q2)
+    assert (a1 - a2).abs().max() > 1e-3
+    a1.sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.question.parameters())
+
+
+def test_question_input_errors_name_what_was_expected():
+    model = _question_vit()
+    x = torch.rand(2, 3, 8, 8, dtype=torch.float64)
+    with pytest.raises(ValueError, match="needs a 'question' input"):
+        model(x)
+    with pytest.raises(ValueError, match=r"question: expected \[B=2, 1, 5\]"):
+        model(x, question=torch.zeros(2, 1, 6, dtype=torch.float64))
+    with pytest.raises(TypeError, match="question: expected torch.float64"):
+        model(x, question=torch.zeros(2, 1, 5))
+    with pytest.raises(ValueError, match="takes no 'question' input"):
+        _question_vit(question_dim=0)(x, question=torch.zeros(2, 1, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="'question_dim'"):
+        ViTConfig(question_dim=-1)
+    with pytest.raises(ValueError, match="reads no question"):
+        ViTConfig(num_classes=1, question_dim=3, embed=EmbedConfig(kind="panels", image_size=16, in_channels=6,
+                                                                    num_context=3))
+
+
+def test_input_overrides_map_an_image_and_a_question_onto_the_question_token():
+    from modwire.models.inputs import InputSpec
+    cfg = modwire.get_config("vit_micro")
+    inputs = {"x": InputSpec.image(3, 10, 10), "question": InputSpec.vectors(1, 11)}
+    mapped = cfg.for_inputs(inputs, 10)
+    assert mapped.question_dim == 11 and mapped.input_names() == ("x", "question")
+    assert (mapped.embed.image_size, mapped.embed.in_channels, mapped.num_classes) == (10, 3, 10)
+    # a task without a question switches the token off, whatever the preset had
+    plain = modwire.get_config("vit_small_sort_of_clevr").for_inputs(InputSpec.image(3, 25, 25), 10)
+    assert plain.question_dim == 0 and plain.input_names() == ("x",)
+    with pytest.raises(ValueError, match=r"'question' input must be one vector per sample"):
+        cfg.for_inputs({"x": InputSpec.image(3, 8, 8), "question": InputSpec.vectors(2, 11)}, 10)
+    with pytest.raises(ValueError, match=r"the task gives \['audio', 'x'\]"):
+        cfg.for_inputs({"x": InputSpec.image(3, 8, 8), "audio": InputSpec.vectors(1, 11)}, 10)
+
+
+def test_question_model_round_trips_through_save_pretrained(tmp_path):
+    torch.manual_seed(10)
+    model = _question_vit()
+    model.save_pretrained(tmp_path)
+    loaded = modwire.from_pretrained(tmp_path).double().eval()
+    x, q = torch.rand(2, 3, 8, 8, dtype=torch.float64), torch.randn(2, 1, 5, dtype=torch.float64)
+    assert loaded.config.question_dim == 5
+    torch.testing.assert_close(loaded(x, question=q), model(x, question=q), atol=0, rtol=0)
+
+
+def test_sort_of_clevr_preset_is_table_6_relational_with_a_question_token():
+    model = modwire.create_model("vit_small_sort_of_clevr")
+    c = model.config
+    assert (c.d_model, c.num_heads, c.ffn_hidden, c.num_layers, c.num_cls_tokens) == (768, 12, 3072, 2, 0)
+    assert (c.embed.image_size, c.embed.in_channels, c.embed.patch_size, c.question_dim, c.num_classes) == \
+        (75, 3, 5, 11, 10)
+    d, f, n = 768, 3072, (75 // 5) ** 2
+    block = 4 * d * d + 4 * d + 2 * d * f + f + d + 4 * d        # attention, MLP, two LayerNorms
+    expected = (3 * 25 * d + d) + n * d + 2 * block + (2 * 11 + 11 * d + d + 2 * d) + 2 * d + (d * 10 + 10)
+    assert model.num_parameters() == expected                     # 14,426,912

@@ -342,3 +342,77 @@ def test_the_package_re_exports_every_public_name_of_the_former_module():
               "posterize", "rotate", "shear_x", "shear_y", "smooth_one_hot", "soft_target_cross_entropy",
               "solarize", "standard_train_transform", "translate_x", "translate_y"]
     assert set(former) <= set(A.__all__) and all(hasattr(A, name) for name in A.__all__)
+
+
+# ----------------------------------------------------------------------------- AiT App. A.1 pipelines
+
+def _shifts(img, out, padding):
+    """Every ``(dy, dx, flipped)`` for which ``out`` is ``img`` shifted by (dy, dx) in the zero-padded
+    canvas (and mirrored when ``flipped``)."""
+    p = padding
+    padded = F.pad(img, (p, p, p, p))
+    h, w = img.shape[-2:]
+    return {(top - p, left - p, flip) for top in range(2 * p + 1) for left in range(2 * p + 1) for flip in (0, 1)
+            if torch.equal(out, (lambda c: c.flip(-1) if flip else c)(padded[:, top:top + h, left:left + w]))}
+
+
+def test_random_crop_with_padding_is_a_uniform_shift_with_black_borders():
+    img = image(c=3, h=32, w=32) * 0.5 + 0.25                     # no pixel is 0: borders are visible
+    crop = A.RandomCrop(32, padding=4)
+    seen = set()
+    for s in range(600):
+        out = crop(img, gen(s))
+        (dy, dx, flip), = _shifts(img, out, 4)                    # exactly one shift explains it, unflipped
+        assert flip == 0 and torch.equal(out, crop(img, gen(s)))
+        rows, cols = (out == 0).all(0).all(1), (out == 0).all(0).all(0)
+        assert rows.sum() == abs(dy) and cols.sum() == abs(dx)    # the uncovered border is 0
+        seen.add((dy, dx))
+    assert seen == {(dy, dx) for dy in range(-4, 5) for dx in range(-4, 5)}     # all 81 shifts occur
+    assert torch.equal(A.RandomCrop(32)(img, gen(0)), img)        # no padding, same size: the image itself
+    with pytest.raises(ValueError, match="larger than the padded image"):
+        A.RandomCrop(48, padding=4)(img, gen(0))
+
+
+def test_cifar_pipeline_is_padded_crop_then_flip_then_normalise():
+    """AiT App. A.1: random crop 32 with padding 4, horizontal flip, normalisation."""
+    img = image(c=3, h=32, w=32)
+    pipe = A.crop_flip_transform(32)
+    mean, std = torch.tensor(A.IMAGENET_MEAN)[:, None, None], torch.tensor(A.IMAGENET_STD)[:, None, None]
+    flips, shifts = [], set()
+    for s in range(60):
+        raw = pipe(img, gen(s)) * std + mean                      # undo the normalisation
+        (dy, dx, flip), = _shifts_close(img, raw, 4)              # one shift (and flip) explains it
+        assert max(abs(dy), abs(dx)) <= 4
+        flips.append(flip)
+        shifts.add((dy, dx))
+    assert 15 < sum(flips) < 45 and len(shifts) > 20              # flipped about half the time; shifts vary
+    assert A.TRAIN_PIPELINES["crop_flip"] is A.crop_flip_transform
+
+
+def _shifts_close(img, out, padding, atol=1e-5):
+    p, found = padding, []
+    padded = F.pad(img, (p, p, p, p))
+    h, w = img.shape[-2:]
+    for top in range(2 * p + 1):
+        for left in range(2 * p + 1):
+            c = padded[:, top:top + h, left:left + w]
+            for flip in (0, 1):
+                if torch.allclose(out, c.flip(-1) if flip else c, atol=atol):
+                    found.append((top - p, left - p, flip))
+    return found
+
+
+def test_pet_pipeline_is_resized_crop_then_flip_then_normalise():
+    img = image(c=3, h=40, w=40)
+    mean, std = torch.tensor(A.IMAGENET_MEAN)[:, None, None], torch.tensor(A.IMAGENET_STD)[:, None, None]
+    whole = A.resized_crop_flip_transform(40, scale=(1.0, 1.0), ratio=(1.0, 1.0))   # the crop is the image
+    outs = [whole(img, gen(s)) * std + mean for s in range(20)]
+    flipped = [torch.allclose(o, img.flip(-1), atol=1e-5) for o in outs]
+    assert all(f or torch.allclose(o, img, atol=1e-5) for o, f in zip(outs, flipped)) and 3 < sum(flipped) < 17
+    pipe = A.resized_crop_flip_transform(24)
+    out = pipe(img, gen(5))
+    g = gen(5)                                                    # the same draws, step by step
+    crop = A.RandomResizedCrop(24)(img, g)
+    crop = A.RandomHorizontalFlip()(crop, g)
+    torch.testing.assert_close(out, A.Normalize()(crop))
+    assert A.TRAIN_PIPELINES["resized_crop_flip"] is A.resized_crop_flip_transform

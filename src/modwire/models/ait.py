@@ -222,3 +222,8 @@ register_preset("ait_micro", AiT, lambda: AiTConfig(
     num_classes=5, d_model=32, num_layers=2, num_heads=2, ffn_hidden=48, num_slots=8, slot_dim=8,
     workspace_heads=2, bottleneck_size=6, embed=EmbedConfig(image_size=8, in_channels=1, patch_size=2)),
     "test-sized AiT (8×8 images)")
+
+# AiT §5.8 / Table 6 "Relational reasoning": Sort-of-CLEVR's 75×75×3 images in 5×5 patches, 32 slots, bottleneck
+# size 256, plus the question token (the 11-d question of task sort_of_clevr_image; SetModelConfig.question_dim).
+register_preset("ait_small_sort_of_clevr", AiT, lambda: _ait(2, 10, 75, 3, 5, 32, 256).replace(question_dim=11),
+                "AiT §5.8, Table 6 (AiT-Small, Sort-of-CLEVR with a question token)")

@@ -6,18 +6,24 @@ A :class:`SetModel` reads a set of vectors and answers through CLS tokens:
 1. **embed** (``embed`` sub-config): an image → patch tokens (ViT; NI §4.2's 4×4 patches),
    a sequence of vectors → a linear map plus learned positions (NI §4.1's five scalars), or a
    PGM puzzle → one set per candidate panel (NI §4.3, :class:`~modwire.nn.PanelEncoder`);
-2. **CLS tokens**: ``num_cls_tokens`` learned vectors appended AFTER the embedded elements
-   (NI §2: "one or more learned vectors, called CLS Tokens"); ``0`` reads the mean of all outputs
-   instead (AiT §5.1 removes the CLS token);
-3. **encode**: the subclass's body (ViT blocks, or NI scripts), ``[B, N, d] → [B, N, d]``;
-4. **heads**: a final LayerNorm, then one linear head per CLS token (NI §4.2: one per dataset)
+2. **question token** (optional, ``question_dim > 0``): a question vector ``[B, 1, Q]`` (input
+   ``question``) embedded by LayerNorm → Linear(Q, d) → LayerNorm and appended after the elements
+   (AiT §5.8: "a question was embedded with an embedding layer that consists of a learnable
+   linear projection and layer normalization before and after the linear projection. The
+   question embedding was then concatenated to image patch embeddings");
+3. **CLS tokens**: ``num_cls_tokens`` learned vectors appended AFTER the embedded elements (and the
+   question token) (NI §2: "one or more learned vectors, called CLS Tokens"); ``0`` reads the mean
+   of all outputs instead (AiT §5.1 removes the CLS token);
+4. **encode**: the subclass's body (ViT blocks, or NI scripts), ``[B, N, d] → [B, N, d]``;
+5. **heads**: a final LayerNorm, then one linear head per CLS token (NI §4.2: one per dataset)
    or one head shared by all (``shared_head``; NI §4.1's shared regression head).
 
 Outputs: ``o [B, T, C]`` per CLS token. ``model(x, task=t)`` with ``t`` ``LongTensor [B]``
 returns each sample's own head ``o[b, t_b]`` ``[B, C]`` (NI §4.2: "given an input sample from a
 certain dataset, the respective classification head is trained"); one CLS token (or pooled):
 ``[B, C]``; several without ``task``: ``[B, T]`` when ``C = 1`` (NI §4.1: one regression per
-function) else ``[B, T, C]``. A PGM model scores each candidate's set with one number and
+function) else ``[B, T, C]``. A model with a question token takes ``model(x, question=q)``
+(``q [B, 1, Q]``). A PGM model scores each candidate's set with one number and
 returns ``[B, K]`` logits over the ``K`` candidates.
 
 Fine-tuning protocol (``modwire finetune``): :meth:`SetModel.parameter_sets` names parameter
@@ -34,7 +40,8 @@ import torch
 from torch import Tensor, nn
 
 from ..nn.init import trunc_normal_
-from ..nn.tokenizers import LinearTokenizer, PanelEncoder, PatchEmbedding, _check_tensor, _min_max, _values_checkable
+from ..nn.tokenizers import (LinearTokenizer, PanelEncoder, PatchEmbedding, _check_float, _check_tensor, _min_max,
+                             _values_checkable)
 from .base import Intermediates, PretrainedModel
 from .config import COUNT, Bounds, ConfigBase, ModelConfig, check_choice
 from .inputs import Inputs, named_inputs
@@ -108,9 +115,10 @@ def build_embedding(cfg: EmbedConfig, dim: int) -> nn.Module:
 
 @dataclass
 class SetModelConfig(ModelConfig):
-    """Fields every set model (ViT, NI) shares. ``num_classes``: width of one head;
+    """Fields every set model (ViT, NI, AiT) shares. ``num_classes``: width of one head;
     ``num_cls_tokens``: CLS tokens (0: mean-pooled output); ``shared_head``: one head for every
-    CLS token; ``task_input``: the model takes ``task`` ids choosing each sample's head."""
+    CLS token; ``task_input``: the model takes ``task`` ids choosing each sample's head;
+    ``question_dim``: width ``Q`` of a ``question`` input embedded as one token (AiT §5.8; 0: none)."""
 
     num_classes: int = 10
     d_model: int = 192
@@ -118,8 +126,10 @@ class SetModelConfig(ModelConfig):
     shared_head: bool = False
     task_input: bool = False
     embed: EmbedConfig = field(default_factory=EmbedConfig)
+    question_dim: int = 0
 
-    bounds = {"num_classes": COUNT, "d_model": COUNT, "num_cls_tokens": Bounds(lo=0, note="0: mean-pooled output")}
+    bounds = {"num_classes": COUNT, "d_model": COUNT, "num_cls_tokens": Bounds(lo=0, note="0: mean-pooled output"),
+              "question_dim": Bounds(lo=0, note="0: no question input")}
 
     def validate(self) -> None:
         if self.task_input and self.num_cls_tokens < 2:
@@ -128,16 +138,22 @@ class SetModelConfig(ModelConfig):
         if self.embed.kind == "panels" and self.num_classes != 1:
             raise ValueError(f"config field 'num_classes': a PGM (panels) model scores each candidate with one "
                              f"number (num_classes=1), got {self.num_classes}")
+        if self.embed.kind == "panels" and self.question_dim:
+            raise ValueError(f"config field 'question_dim': a PGM (panels) model reads no question, got "
+                             f"{self.question_dim} (expected 0)")
 
     def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
         """Images → patches (or the preset's PGM ``panels``), vectors → a linear map with learned
         positions for an ordered sequence; ``heads`` CLS tokens; a ``task`` index input chooses
-        each sample's head (NI §4.2)."""
+        each sample's head (NI §4.2); a ``question`` (one vector ``[1, Q]``) becomes the question
+        token (``question_dim = Q``, AiT §5.8; without one, ``question_dim = 0``)."""
         named = named_inputs(inputs)
-        if "x" not in named or set(named) - {"x", "task"}:
-            raise ValueError(f"a {self.model_type!r} model reads an input 'x' and optionally a 'task' index "
-                             f"(which CLS token's head answers, NI §4.2); the task gives {sorted(named)}")
-        out: dict[str, Any] = {"embed": _embed_for(named["x"], self.embed), "num_classes": num_classes}
+        if "x" not in named or set(named) - {"x", "task", "question"}:
+            raise ValueError(f"a {self.model_type!r} model reads an input 'x', optionally a 'task' index (which "
+                             f"CLS token's head answers, NI §4.2) and a 'question' vector (AiT §5.8); the task "
+                             f"gives {sorted(named)}")
+        out: dict[str, Any] = {"embed": _embed_for(named["x"], self.embed), "num_classes": num_classes,
+                               "question_dim": _question_dim(named.get("question"))}
         if self.embed.kind == "panels":      # one score per candidate set; the task counts candidates
             out["num_classes"] = 1
         task = named.get("task")
@@ -150,7 +166,17 @@ class SetModelConfig(ModelConfig):
         return out
 
     def input_names(self) -> tuple[str, ...]:
-        return ("x", "task") if self.task_input else ("x",)
+        return ("x",) + ("task",) * self.task_input + ("question",) * bool(self.question_dim)
+
+
+def _question_dim(spec) -> int:
+    """``Q`` of a ``question`` input ``InputSpec.vectors(1, Q)``; 0 without one."""
+    if spec is None:
+        return 0
+    if spec.kind != "vectors" or spec.length != 1 or spec.padded:
+        raise ValueError(f"the 'question' input must be one vector per sample, InputSpec.vectors(1, Q) "
+                         f"(AiT §5.8), got {spec!r}")
+    return spec.dim
 
 
 def _embed_for(spec, current: EmbedConfig) -> dict[str, Any]:
@@ -165,6 +191,28 @@ def _embed_for(spec, current: EmbedConfig) -> dict[str, Any]:
             raise ValueError("learned positions need the length of an ordered sequence; the task gives length=None")
         return {"kind": "vectors", "input_dim": spec.dim, "max_len": spec.length if spec.ordered else 0}
     raise ValueError(f"a set model reads images or vectors as 'x', got {spec!r}")
+
+
+class QuestionEmbedding(nn.Module):
+    """AiT §5.8's question embedding: LayerNorm(Q) → Linear(Q, d) → LayerNorm(d).
+    ``question [B, 1, Q]`` (or ``[B, Q]``) → one token ``[B, 1, d]``."""
+
+    def __init__(self, question_dim: int, dim: int) -> None:
+        super().__init__()
+        self.norm_in = nn.LayerNorm(question_dim)
+        self.proj = nn.Linear(question_dim, dim)
+        self.norm_out = nn.LayerNorm(dim)
+
+    def forward(self, question: Tensor, batch: int) -> Tensor:
+        q = self.proj.in_features
+        layout = f"[B={batch}, 1, {q}] (or [B, {q}]): one question vector per sample"
+        _check_tensor(question, "question", layout)
+        if question.dim() == 2:
+            question = question[:, None]
+        if tuple(question.shape) != (batch, 1, q):
+            raise ValueError(f"question: expected {layout}, got {list(question.shape)}")
+        _check_float(question, "question", layout, self.proj.weight)
+        return self.norm_out(self.proj(self.norm_in(question)))
 
 
 class TokenHeads(nn.Module):
@@ -191,6 +239,7 @@ class SetModel(PretrainedModel):
         super().__init__()
         self.config = c = config
         self.embed = build_embedding(c.embed, c.d_model)
+        self.question = QuestionEmbedding(c.question_dim, c.d_model) if c.question_dim else None
         self._build_outputs()
         self.norm = nn.LayerNorm(c.d_model)
 
@@ -214,16 +263,24 @@ class SetModel(PretrainedModel):
 
     # ------------------------------------------------------------------------- forward
 
-    def forward(self, x: Tensor, task: Tensor | None = None, **kwargs: Any) -> Tensor:
-        return self._run(x, task, record=False, **kwargs).logits
+    def forward(self, x: Tensor, task: Tensor | None = None, question: Tensor | None = None,
+                **kwargs: Any) -> Tensor:
+        return self._run(x, task, question, record=False, **kwargs).logits
 
-    def forward_intermediates(self, x: Tensor, task: Tensor | None = None, **kwargs: Any) -> Intermediates:
+    def forward_intermediates(self, x: Tensor, task: Tensor | None = None, question: Tensor | None = None,
+                              **kwargs: Any) -> Intermediates:
         """Logits plus what :meth:`encode` recorded (attention weights; NI: ``C`` and types)."""
-        return self._run(x, task, record=True, **kwargs)
+        return self._run(x, task, question, record=True, **kwargs)
 
-    def _run(self, x: Tensor, task: Tensor | None, *, record: bool, **kwargs: Any) -> Intermediates:
+    def _run(self, x: Tensor, task: Tensor | None, question: Tensor | None = None, *, record: bool,
+             **kwargs: Any) -> Intermediates:
         tokens = self.embed(x)                                              # [B', N, d]; x checked
         b = tokens.shape[0]
+        if (self.question is None) != (question is None):
+            raise ValueError(f"this model {'takes no' if self.question is None else 'needs a'} 'question' input "
+                             f"(config question_dim={self.config.question_dim})")
+        if self.question is not None:                                       # AiT §5.8: after the patches
+            tokens = torch.cat([tokens, self.question(question, b).to(tokens.dtype)], dim=1)   # [B, N + 1, d]
         if self.cls_tokens is not None:                                     # appended after the elements
             tokens = torch.cat([tokens, self.cls_tokens.expand(b, -1, -1)], dim=1)
         y, extra = self.encode(tokens, record=record, **kwargs)

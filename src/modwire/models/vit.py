@@ -97,16 +97,24 @@ _AIT_TASKS = {"cifar10": (10, 32, 3, 4), "cifar100": (100, 32, 3, 4), "triangle"
               "pet": (37, 224, 3, 16)}
 
 
-def _ait_vit(layers: int, classes: int, size: int, channels: int, patch: int) -> ViTConfig:
+def _ait_vit(layers: int, classes: int, size: int, channels: int, patch: int, question_dim: int = 0) -> ViTConfig:
     return ViTConfig(num_classes=classes, d_model=768, num_layers=layers, num_heads=12, ffn_hidden=3072,
-                     num_cls_tokens=0, embed=EmbedConfig(kind="patches", image_size=size, in_channels=channels,
-                                                         patch_size=patch, positions="absolute"))
+                     num_cls_tokens=0, question_dim=question_dim,
+                     embed=EmbedConfig(kind="patches", image_size=size, in_channels=channels, patch_size=patch,
+                                       positions="absolute"))
 
 
 for _size, _layers in _AIT_SIZES.items():
     for _task, _shape in _AIT_TASKS.items():
         register_preset(f"vit_{_size}_{_task}", ViT, lambda l=_layers, s=_shape: _ait_vit(l, *s),
                         f"AiT §5.1, Table 6 (ViT-{_size.capitalize()}, {_task})")
+
+# AiT §5.8 / Table 6 "Relational reasoning": Sort-of-CLEVR's 75×75×3 images in 5×5 patches (225 tokens)
+# plus one question token (the 11-d question vector of task sort_of_clevr_image, embedded by
+# LayerNorm → Linear → LayerNorm), 10 answers, pooled output.
+SORT_OF_CLEVR = (10, 75, 3, 5, 11)
+register_preset("vit_small_sort_of_clevr", ViT, lambda: _ait_vit(2, *SORT_OF_CLEVR),
+                "AiT §5.8, Table 6 (ViT-Small, Sort-of-CLEVR with a question token)")
 
 register_preset("vit_micro", ViT, lambda: ViTConfig(
     num_classes=5, d_model=32, num_layers=2, num_heads=2, ffn_hidden=48, pos_dim=8,

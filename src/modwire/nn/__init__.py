@@ -1,5 +1,5 @@
 """Shared primitives of all four papers: the attention kernel, signature kernels, modulated
-linear layers, blocks, tokenizers."""
+linear layers, blocks, tokenizers, the AiT global workspace (a stateful layer)."""
 from .attention import AttentionPattern, ModulatedAttention, attend, mask_value
 from .block_sparse import (BlockSparseBias, BlockSparseKernel, BlockSparseLayout, block_order,
                            block_sparse_attend, order_by_groups)
@@ -10,9 +10,10 @@ from .kernel import (EdgeMaskedKernel, SignatureKernel, concrete_log_sample, cos
 from .positions import RelativePositionBias, pad_bias
 from .modulated import PLAIN, ModulatedFFN, ModulatedLinear, ModulationSpec, PreNorm, mlp
 from .tokenizers import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer, PanelEncoder, PatchEmbedding
+from .workspace import GlobalWorkspace, WorkspaceRecord, balance_loss, hopfield_energy, init_memory
 
 __all__ = [
-    "PLAIN", "AttentionPattern", "BlockSparseBias", "BlockSparseKernel", "BlockSparseLayout",
+    "PLAIN", "AttentionPattern", "GlobalWorkspace", "WorkspaceRecord", "balance_loss", "hopfield_energy", "init_memory", "BlockSparseBias", "BlockSparseKernel", "BlockSparseLayout",
     "ConvTokenizer", "EdgeMaskedKernel", "EmbeddingTokenizer", "LinearTokenizer", "ModulatedAttention",
     "ModulatedFFN", "ModulatedLinear", "ModulationSpec", "PreNorm", "ProcessorLayer", "ReadIn", "ReadOut",
     "SelfAttention", "SignatureKernel", "attend", "block_order", "block_sparse_attend",

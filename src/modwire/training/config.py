@@ -38,6 +38,7 @@ class DataSection:
     batch_size: int = 64                          # global batch (split across processes)
     num_workers: int = 0
     augment: Any = False                          # false | true = "deit" (NAC App. C regimen) | "randaugment" (NI App. C)
+                                                  # | "crop_flip" / "resized_crop_flip" (AiT App. A.1: CIFAR / Pet)
     mixup: bool = False                           # mixup/cutmix with label smoothing
     max_samples: int = 0                          # > 0: only the first N samples of each split; 0 = all
     few_shot: FewShotSection = field(default_factory=FewShotSection)  # applied after max_samples
@@ -329,7 +330,7 @@ NUMERIC_RULES: dict[str, Bound] = {
     "max_steps": NON_NEGATIVE, "checkpoint_every": NON_NEGATIVE, "seed": NON_NEGATIVE, "ema_decay": UNIT,
 }
 
-AUGMENT_CHOICES = (False, True, "deit", "randaugment")  # data.augment; True = "deit"
+AUGMENT_CHOICES = (False, True, "deit", "randaugment", "crop_flip", "resized_crop_flip")  # data.augment; True = "deit"
 
 #: Every string field with a fixed set of values.
 CHOICES: dict[str, tuple[str, ...]] = {

@@ -97,14 +97,16 @@ def build_datasets(cfg: TrainConfig) -> tuple[Any, Any]:
 def apply_augmentation(cfg: TrainConfig, info, train_set, val_set):
     """Per-sample transforms (``data.augment``) and batch-level Mixup/CutMix with label smoothing
     (``data.mixup``). ``augment``: ``true`` / ``"deit"``, the NAC App. C regimen for image tasks
-    (crop, flip, RandAugment, normalise, erasing); ``"randaugment"``, RandAugment alone (NI App.
+    (crop, flip, RandAugment, normalise, erasing); ``"crop_flip"`` / ``"resized_crop_flip"``, AiT
+    App. A.1's CIFAR (padded random crop) / Pet (random resized crop) pipelines, flip and normalise
+    (evaluation normalised alike: ``TRAIN_PIPELINES``); ``"randaugment"``, RandAugment alone (NI App.
     C, digits: no crop or flip), on the image ``x`` of a single- or multi-input task (e.g. the
     digits multi-task's ``{"x", "task"}``: ``task`` passes through); evaluation is untouched."""
     augment = "deit" if cfg.data.augment is True else cfg.data.augment
     if not (augment or cfg.data.mixup):
         return train_set, val_set, None
-    from ..tasks.augment import (AugmentedDataset, MixupCutmix, eval_transform, rand_augment_transform,
-                                 standard_train_transform)
+    from ..tasks.augment import (TRAIN_PIPELINES, AugmentedDataset, MixupCutmix, eval_transform,
+                                 rand_augment_transform, standard_train_transform)
 
     info = info.resolve(cfg.data.params)  # the class count and image size of these params
     named = named_inputs(info.inputs)
@@ -124,7 +126,8 @@ def apply_augmentation(cfg: TrainConfig, info, train_set, val_set):
     elif augment:
         c = spec.channels
         norm = {} if c == 3 else {"mean": (0.5,) * c, "std": (0.5,) * c}
-        train_set = AugmentedDataset(train_set, standard_train_transform(spec.height, **norm), cfg.seed)
+        make = TRAIN_PIPELINES.get(augment, standard_train_transform)
+        train_set = AugmentedDataset(train_set, make(spec.height, **norm), cfg.seed)
         val_set = AugmentedDataset(val_set, eval_transform(spec.height, **norm), cfg.seed)
     return train_set, val_set, mixer
 

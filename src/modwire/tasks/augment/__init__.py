@@ -11,7 +11,9 @@ without torchvision, one file per idea (as timm's ``timm.data``):
 * ``random_erasing``: ``RandomErasing``;
 * ``mixup``: batch-level ``MixupCutmix``, label smoothing, ``soft_target_cross_entropy``;
 * ``pipelines``: ``standard_train_transform``, ``eval_transform``, ``rand_augment_transform``
-  (NI App. C: RandAugment alone), ``AugmentedDataset``.
+  (NI App. C: RandAugment alone), ``crop_flip_transform`` and ``resized_crop_flip_transform``
+  (AiT App. A.1: CIFAR's padded random crop + flip, Pet's random resized crop + flip, each then
+  normalised), ``AugmentedDataset``.
 
 Conventions
 -----------
@@ -29,17 +31,19 @@ Conventions
   for ``soft_target_cross_entropy``.
 """
 from .mixup import MixParams, MixupCutmix, smooth_one_hot, soft_target_cross_entropy
-from .pipelines import AugmentedDataset, eval_transform, rand_augment_transform, standard_train_transform
+from .pipelines import (TRAIN_PIPELINES, AugmentedDataset, crop_flip_transform, eval_transform, rand_augment_transform,
+                        resized_crop_flip_transform, standard_train_transform)
 from .rand_augment import (RANDAUGMENT_OPS, RandAugment, adjust_brightness, adjust_contrast, adjust_saturation,
                            adjust_sharpness, affine, autocontrast, equalize, posterize, rotate, shear_x, shear_y,
                            solarize, translate_x, translate_y)
 from .random_erasing import RandomErasing
-from .transforms import (IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, Normalize, RandomHorizontalFlip,
+from .transforms import (IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, Normalize, RandomCrop, RandomHorizontalFlip,
                          RandomResizedCrop, Resize, ToFloat, Transform)
 
 __all__ = [
-    "IMAGENET_MEAN", "IMAGENET_STD", "RANDAUGMENT_OPS", "AugmentedDataset", "CenterCrop", "Compose", "MixParams",
-    "MixupCutmix", "Normalize", "RandAugment", "RandomErasing", "RandomHorizontalFlip", "RandomResizedCrop",
+    "IMAGENET_MEAN", "IMAGENET_STD", "RANDAUGMENT_OPS", "TRAIN_PIPELINES", "AugmentedDataset", "CenterCrop", "Compose",
+    "MixParams", "MixupCutmix", "Normalize", "RandAugment", "RandomCrop", "RandomErasing", "RandomHorizontalFlip",
+    "RandomResizedCrop", "crop_flip_transform", "resized_crop_flip_transform",
     "Resize", "ToFloat", "Transform", "adjust_brightness", "adjust_contrast", "adjust_saturation",
     "adjust_sharpness", "affine", "autocontrast", "equalize", "eval_transform", "posterize", "rand_augment_transform", "rotate", "shear_x",
     "shear_y", "smooth_one_hot", "soft_target_cross_entropy", "solarize", "standard_train_transform",

@@ -1,4 +1,6 @@
-"""The per-sample pipelines of NAC App. C (DeiT-style training, deterministic evaluation)
+"""The per-sample pipelines of NAC App. C (DeiT-style training, deterministic evaluation),
+AiT App. A.1's lighter ones (``crop_flip_transform`` for CIFAR, ``resized_crop_flip_transform``
+for Oxford-IIIT Pet; :data:`TRAIN_PIPELINES` names them for ``data.augment``)
 and ``AugmentedDataset``, which seeds each item's generator with
 ``modwire.seeding.torch_generator(seed, epoch, index)`` so augmentation does not depend on
 worker count or iteration order."""
@@ -14,10 +16,11 @@ from torch.utils.data import Dataset
 from ...seeding import torch_generator
 from .rand_augment import RandAugment
 from .random_erasing import RandomErasing
-from .transforms import (IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, Normalize, RandomHorizontalFlip,
-                         RandomResizedCrop, Resize, ToFloat, _pair)
+from .transforms import (IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, Normalize, RandomCrop,
+                         RandomHorizontalFlip, RandomResizedCrop, Resize, ToFloat, _pair)
 
-__all__ = ["AugmentedDataset", "eval_transform", "rand_augment_transform", "standard_train_transform"]
+__all__ = ["TRAIN_PIPELINES", "AugmentedDataset", "crop_flip_transform", "eval_transform", "rand_augment_transform",
+           "resized_crop_flip_transform", "standard_train_transform"]
 
 
 def standard_train_transform(image_size: int | Sequence[int], *, scale: tuple[float, float] = (0.08, 1.0),
@@ -50,6 +53,32 @@ def rand_augment_transform(*, num_ops: int = 2, magnitude: float = 9, magnitude_
     sees them. ``[C, H, W] -> [C, H, W]``. (timm's op table also has Invert and SolarizeAdd;
     this RandAugment uses torchvision's.)"""
     return Compose([ToFloat(), RandAugment(num_ops, magnitude, magnitude_std=magnitude_std, fill=fill)])
+
+
+def crop_flip_transform(image_size: int | Sequence[int], *, padding: int = 4, hflip: float = 0.5,
+                        mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD) -> Compose:
+    """AiT App. A.1 for CIFAR-10/100: "random cropping with size 32 × 32 × 3 and a padding size of 4",
+    "random horizontal flip and normalization": ToFloat -> RandomCrop(image_size, padding, fill 0) ->
+    RandomHorizontalFlip(0.5) -> Normalize(mean, std). The paper does not give the normalisation's
+    statistics: ImageNet's, as every 3-channel pipeline here. ``[C, H, W] -> [C, *image_size]``."""
+    return Compose([ToFloat(), RandomCrop(image_size, padding), RandomHorizontalFlip(hflip), Normalize(mean, std)])
+
+
+def resized_crop_flip_transform(image_size: int | Sequence[int], *, scale: tuple[float, float] = (0.08, 1.0),
+                                ratio: tuple[float, float] = (3 / 4, 4 / 3), hflip: float = 0.5,
+                                mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD) -> Compose:
+    """AiT App. A.1 for Oxford-IIIT Pet: "random resized cropping", "random horizontal flip and
+    normalization": ToFloat -> RandomResizedCrop(image_size, scale, ratio) -> RandomHorizontalFlip(0.5)
+    -> Normalize(mean, std); no RandAugment, erasing or mixing (unlike :func:`standard_train_transform`).
+    The crop's output is the model's input size (224 for Pet; the paper's "256 × 256" crop cannot
+    also be a 224 input: see :mod:`modwire.tasks.loaders.pets`). ``[C, H, W] -> [C, *image_size]``."""
+    return Compose([ToFloat(), RandomResizedCrop(image_size, scale=scale, ratio=ratio), RandomHorizontalFlip(hflip),
+                    Normalize(mean, std)])
+
+
+# ``data.augment`` values whose training pipeline is ``make(image_size, mean=..., std=...)`` and whose
+# evaluation pipeline is :func:`eval_transform` (same normalisation): AiT App. A.1.
+TRAIN_PIPELINES = {"crop_flip": crop_flip_transform, "resized_crop_flip": resized_crop_flip_transform}
 
 
 def eval_transform(image_size: int | Sequence[int], *, crop_pct: float = 1.0,

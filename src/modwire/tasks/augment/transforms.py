@@ -24,7 +24,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 Fill = float | Sequence[float]
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "CenterCrop", "Compose", "Normalize", "RandomHorizontalFlip",
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "CenterCrop", "Compose", "Normalize", "RandomCrop", "RandomHorizontalFlip",
            "RandomResizedCrop", "Resize", "ToFloat", "Transform"]
 
 
@@ -198,6 +198,33 @@ class RandomResizedCrop(Transform):
         _check_image(img, "RandomResizedCrop")
         top, left, h, w = self.get_params(img.shape[-2], img.shape[-1], _need(generator, "RandomResizedCrop"))
         return _resize(img[..., top:top + h, left:left + w], self.size)
+
+
+class RandomCrop(Transform):
+    """Pad every side by ``padding`` pixels of value ``fill`` (0: black), then crop a ``size`` window
+    at a uniform position (the CIFAR recipe; AiT App. A.1: "random cropping with size 32 × 32 × 3
+    and a padding size of 4"). ``[C, H, W] -> [C, size_h, size_w]``: the image shifted by up to
+    ``padding`` pixels along each axis, the uncovered border filled."""
+
+    def __init__(self, size: int | Sequence[int], padding: int = 0, fill: float = 0.0):
+        if padding < 0:
+            raise ValueError(f"RandomCrop: padding must be >= 0, got {padding}")
+        self.size, self.padding, self.fill = _pair(size), int(padding), float(fill)
+
+    def get_params(self, height: int, width: int, generator: torch.Generator) -> tuple[int, int]:
+        """``(top, left)`` of the window in the padded ``(height + 2p) × (width + 2p)`` image."""
+        th, tw = self.size
+        h, w = height + 2 * self.padding, width + 2 * self.padding
+        if th > h or tw > w:
+            raise ValueError(f"RandomCrop{self.size} is larger than the padded image {(h, w)}")
+        return _randint(generator, 0, h - th + 1), _randint(generator, 0, w - tw + 1)
+
+    def __call__(self, img: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        _check_image(img, "RandomCrop")
+        top, left = self.get_params(img.shape[-2], img.shape[-1], _need(generator, "RandomCrop"))
+        p = self.padding
+        padded = F.pad(img, (p, p, p, p), value=self.fill) if p else img
+        return padded[..., top:top + self.size[0], left:left + self.size[1]]
 
 
 class RandomHorizontalFlip(Transform):

@@ -8,6 +8,8 @@ is downloaded) and raises ``FileNotFoundError`` /
 - :mod:`.image_folder`: ``image_folder`` (any ``train/<class>/`` + ``val|test/<class>/`` image
   folders, e.g. CIFAR-10 as PNGs; resized to ``image_size``, RGB or grayscale)
 - :mod:`.cifar`: ``cifar10``, ``cifar100`` (pickles read by a restricted unpickler)
+- :mod:`.pets`: ``oxford_pet`` (``images/*.jpg`` + ``annotations/trainval.txt|test.txt``; [3, 224, 224]
+  RGB, stretched to ``image_size``; AiT App. A.1)
 - :mod:`.mnist`: ``mnist``, ``fashion_mnist`` (idx files; [1, 32, 32], zero-padded; or
   ``upsample_to=32, channels=3``: 32×32 RGB as NI App. C.1)
 - :mod:`.kmnist`: ``kmnist`` (official ``kmnist-*.npz`` or idx files; as ``mnist``)
@@ -23,4 +25,4 @@ is downloaded) and raises ``FileNotFoundError`` /
   safetensors / .npz; ``{"x": image tokens, "condition": sentence tokens}`` for a conditional NAC)
 """
 from . import (cifar, digits, digits_multitask, image_folder, images, kmnist, mnist, mnistm, nlvr2,  # noqa: F401
-               pgm, pointclouds, svhn, text)  # (register the tasks)
+               pets, pgm, pointclouds, svhn, text)  # (register the tasks)

@@ -62,10 +62,18 @@ and has the same target as item ``i`` of ``sort_of_clevr`` with the same ``seed`
   (``subtype id - 8``, named by :data:`QUESTION_TYPE_NAMES`), for colouring circuit
   embeddings by question type as in NAC Fig. 6.
 
+Image variant (task ``sort_of_clevr_image``; AiT §5.8: the question "embedded with an embedding
+layer that consists of a learnable linear projection and layer normalization before and after
+the linear projection ... concatenated to image patch embeddings", which a set model does with
+``question_dim``, :class:`~modwire.models.set_model.QuestionEmbedding`): the same items again, as
+``({"x": float32 [3, 75, 75], "question": float32 [1, 11]}, answer)``, the image channels-first in
+[0, 1] (the model cuts its own patches) and the 11-d question vector above.
+
 :func:`question_ids`, :func:`is_relational`, :func:`question_type` and
-:func:`question_kind` read the question from either representation: the tokens of
+:func:`question_kind` read the question from any representation: the tokens of
 ``sort_of_clevr`` (``[N, d]`` / ``[B, N, d]`` float), condition ids (``[3]`` / ``[B, 3]``
-integer) or the (batched) ``{"x", "condition"}`` dict of ``sort_of_clevr_conditional``.
+integer), the (batched) ``{"x", "condition"}`` dict of ``sort_of_clevr_conditional`` or the
+``{"x", "question"}`` dict of ``sort_of_clevr_image``.
 """
 from __future__ import annotations
 
@@ -230,16 +238,16 @@ def question_ids(inputs: Tensor | Mapping[str, Tensor]) -> Tensor:
     """The question(s) as condition ids ``int64 [..., 3]`` (colour, type, subtype; see the module docstring).
 
     ``inputs``: ``sort_of_clevr`` tokens ``[N, d]`` / ``[B, N, d]`` (float), condition ids
-    ``[3]`` / ``[B, 3]`` (integer), or a ``{"x", "condition"}`` (batched) dict. Ids out of the
+    ``[3]`` / ``[B, 3]`` (integer), a ``{"x", "condition"}`` or a ``{"x", "question"}`` (question
+    ``[(B,) 1, 11]``) (batched) dict. Ids out of the
     vocabulary, or whose type and subtype disagree, raise ``ValueError``.
     """
+    if isinstance(inputs, Mapping) and "question" in inputs:    # sort_of_clevr_image: [(B,) 1, 11] vectors
+        return _vector_ids(inputs["question"][..., 0, :])
     if isinstance(inputs, Mapping):
         inputs = inputs["condition"]
     if inputs.is_floating_point() and inputs.shape[-1] != CONDITION_LEN:  # tokens: decode the one-hot question
-        q = question_of(inputs)
-        rel = (q[..., TYPE_OFFSET + 1] > 0.5).long()
-        sub = q[..., SUBTYPE_OFFSET:].argmax(-1)
-        return torch.stack([q[..., :len(COLORS)].argmax(-1), TYPE_ID + rel, SUBTYPE_ID + 3 * rel + sub], -1)
+        return _vector_ids(question_of(inputs))
     if inputs.shape[-1:] != (CONDITION_LEN,):
         raise ValueError(f"condition ids must be [..., {CONDITION_LEN}], got {list(inputs.shape)}")
     color, typ, sub = inputs.long().unbind(-1)
@@ -249,6 +257,16 @@ def question_ids(inputs: Tensor | Mapping[str, Tensor]) -> Tensor:
         raise ValueError(f"not a question of CONDITION_VOCAB (colour 0-5, type 6-7, subtype 8-10 for type 6 "
                          f"and 11-13 for type 7): {inputs[~ok][:4].tolist()}")
     return inputs.long()
+
+
+def _vector_ids(q: Tensor) -> Tensor:
+    """One-hot question vectors ``[..., 11]`` (:func:`question_vector`) → condition ids ``[..., 3]``."""
+    if q.shape[-1] != QUESTION_DIM:
+        raise ValueError(f"question vectors must be [..., {QUESTION_DIM}] (one-hot colour, type, subtype), "
+                         f"got {list(q.shape)}")
+    rel = (q[..., TYPE_OFFSET + 1] > 0.5).long()
+    sub = q[..., SUBTYPE_OFFSET:].argmax(-1)
+    return torch.stack([q[..., :len(COLORS)].argmax(-1), TYPE_ID + rel, SUBTYPE_ID + 3 * rel + sub], -1)
 
 
 def is_relational(x: Tensor | Mapping[str, Tensor]) -> Tensor:
@@ -279,7 +297,7 @@ def accuracy_by_kind(logits: Tensor, targets: Tensor,
     """Top-1 accuracy overall and on relational / non-relational questions.
 
     ``inputs_or_mask``: the inputs (``[B, N, d]`` tokens or the batched dict of the conditional
-    task) or an :func:`is_relational` mask ``[B]``. A kind without questions gets ``nan``.
+    or the image task) or an :func:`is_relational` mask ``[B]``. A kind without questions gets ``nan``.
     """
     is_mask = isinstance(inputs_or_mask, Tensor) and inputs_or_mask.dtype == torch.bool
     rel = inputs_or_mask if is_mask else is_relational(inputs_or_mask)
@@ -329,6 +347,19 @@ class SortOfClevrConditionalDataset(SortOfClevrDataset):
         return {"x": x, "condition": torch.from_numpy(condition_ids(*q))}, y
 
 
+class SortOfClevrImageDataset(SortOfClevrDataset):
+    """The same items for a set model with a question token (AiT §5.8): ``({"x": image float32
+    [3, 75, 75] in [0, 1], "question": question vector float32 [1, 11]}, answer)``."""
+
+    def __init__(self, split: str, seed: int, size) -> None:
+        super().__init__(split, seed, size, patch_size=IMAGE_SIZE)  # no tokens are cut: the model patchifies
+
+    def item(self, index: int) -> tuple[dict[str, Tensor], Tensor]:
+        img, q, y = self.question(index)
+        x = torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1)))       # [3, 75, 75]
+        return {"x": x, "question": torch.from_numpy(question_vector(*q))[None]}, y
+
+
 DEFAULT_SIZE = {"train": 9_800, "val": 200, "test": 200}  # images (Santoro et al.: 10k images)
 
 
@@ -341,6 +372,11 @@ def build(split: str, seed: int = 0, size=None, patch_size: int = 5) -> SortOfCl
 def build_conditional(split: str, seed: int = 0, size=None, patch_size: int = 5) -> SortOfClevrConditionalDataset:
     """Conditional Sort-of-CLEVR split; parameters as :func:`build`. Image tokens are ``3·p² + 2`` wide."""
     return SortOfClevrConditionalDataset(split, check_seed(seed), DEFAULT_SIZE if size is None else size, patch_size)
+
+
+def build_image(split: str, seed: int = 0, size=None) -> SortOfClevrImageDataset:
+    """Sort-of-CLEVR split with the image and the question as separate inputs; ``size`` as :func:`build`."""
+    return SortOfClevrImageDataset(split, check_seed(seed), DEFAULT_SIZE if size is None else size)
 
 
 def input_dim(patch_size: int = 5) -> int:
@@ -373,15 +409,22 @@ def describe_conditional(params: dict) -> tuple[dict[str, InputSpec], int]:
             "condition": InputSpec.tokens(CONDITION_LEN, CONDITION_VOCAB_SIZE)}, len(ANSWERS)
 
 
+def describe_image(params: dict) -> tuple[dict[str, InputSpec], int]:
+    """``x``: the ``3 × 75 × 75`` image; ``question``: one 11-d question vector; 10 answers."""
+    return {"x": InputSpec.image(3, IMAGE_SIZE, IMAGE_SIZE), "question": InputSpec.vectors(1, QUESTION_DIM)}, \
+        len(ANSWERS)
+
+
 def _non_relational(x: Tensor | Mapping[str, Tensor]) -> Tensor:
     return ~is_relational(x)
 
 
-def _info(name: str, description: str, describe) -> TaskInfo:
-    """The TaskInfo of both variants: same answers, splits, parameters and subsets."""
+def _info(name: str, description: str, describe, *, patches: bool = True) -> TaskInfo:
+    """The TaskInfo of every variant: same answers, splits, parameters (``patch_size`` where the
+    task cuts tokens) and subsets."""
     return TaskInfo(
         name=name, kind="generator", description=description, describe=describe, loss="cross_entropy", metrics=("top1",), splits=("train", "val", "test"),
-        params={"seed": 0, "size": dict(DEFAULT_SIZE), "patch_size": 5},
+        params={"seed": 0, "size": dict(DEFAULT_SIZE), **({"patch_size": 5} if patches else {})},
         subsets={"relational": is_relational, "non_relational": _non_relational},
     )
 
@@ -405,5 +448,13 @@ CONDITIONAL_INFO = _info(
 )
 CONDITIONAL_INFO = dataclasses.replace(CONDITIONAL_INFO, categories=(question_type, QUESTION_TYPE_NAMES))
 
+IMAGE_INFO = dataclasses.replace(_info(
+    "sort_of_clevr_image",
+    ("Sort-of-CLEVR for a set model with a question token (AiT 5.8): the same items as sort_of_clevr, "
+     "input {'x': the 75x75 RGB image [3, 75, 75] in [0,1], 'question': the 11-d question vector [1, 11] "
+     "(one-hot colour, type, subtype)}; 10 answers; relational / non-relational subsets."),
+    describe_image, patches=False), categories=(question_type, QUESTION_TYPE_NAMES))
+
 register_task(INFO, build)
 register_task(CONDITIONAL_INFO, build_conditional)
+register_task(IMAGE_INFO, build_image)

@@ -1,0 +1,41 @@
+"""experiments/ait_triangle.py: its rows are the Table 2 ablations on one CPU-sized preset, and
+an in-process smoke run writes, scores and tabulates a row."""
+import json
+
+import experiment_script
+import pytest
+
+from modwire.models.ait import ABLATIONS
+from modwire.training import load_config
+
+tri = experiment_script.load("ait_triangle")
+
+
+def sets(row, tmp_path):
+    return load_config(None, tri.row_overrides(row, 100, tmp_path))
+
+
+def test_rows_are_table2_ablations_of_one_preset_with_the_papers_workspace(tmp_path):
+    full = sets("ait", tmp_path)
+    assert full.model.name == "ait_small_triangle" and full.data.batch_size == 128
+    assert full.model.overrides["embed"]["patch_size"] == 16      # 16 tokens x 128 = the paper's 2048-patch pool
+    assert full.aux_loss_weights == {"balance": 0.01} and full.optim.weight_decay == 0.01
+    vit = sets("vit", tmp_path)
+    assert vit.model.overrides["workspace"] is False and not vit.aux_loss_weights
+    assert sets("without_bottleneck", tmp_path).model.overrides["bottleneck_size"] == 0
+    for row in tri.LABELS:
+        cfg = sets(row, tmp_path)
+        for key, value in ABLATIONS[tri.ABLATION_OF.get(row, row)].items():
+            assert cfg.model.overrides[key] == value
+    with pytest.raises(SystemExit):
+        tri.parse(["--rows", "ait,nope"])
+
+
+def test_quick_run_trains_scores_the_test_split_and_tabulates(tmp_path, capsys):
+    assert tri.main(["--quick", "--workers", "0", "--rows", "ait", "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "results.jsonl").read_text().splitlines()[0])
+    assert record["row"] == "ait" and record["test"]["split"] == "test" and record["test"]["samples"] == 128
+    table = (tmp_path / "table.md").read_text()
+    assert "| AiT (full) | 99.47 |" in table and f"{100 * record['test']['top1']:.2f}" in table
+    assert tri.main(["--quick", "--workers", "0", "--rows", "ait", "--out", str(tmp_path)]) == 0   # skipped: done
+    assert "1 rows, 1 already in" in capsys.readouterr().out
