@@ -124,7 +124,8 @@ def test_bench_ait_quick_runs_and_reports_every_section():
     assert float(re.search(r"AiT / ViT train step time: ([\d.]+)x", out)[1]) > 0
     fwd, bwd, share = map(float, re.search(r"forward ([\d.]+)%, backward ([\d.]+)% of the step\n"
                                            r"  workspace share of the AiT step: ([\d.]+)%", out).groups())
-    assert 0 < fwd and 0 < bwd and share == pytest.approx(fwd + bwd, abs=0.11) and share < 100
+    # --quick times 2 steps: the median of their sums is the sum of the medians (each printed to 0.1)
+    assert 0 < fwd and 0 < bwd and share == pytest.approx(fwd + bwd, abs=0.2) and share < 100
     diff = float(re.search(r"max \|attend top-k - gathered\| = ([\d.e+-]+)", out)[1])
     assert diff < 1e-5  # the gathered formulation computes attend's top-k attention (AiT Eq. 3)
     for mode in ("fwd", "fwd+bwd"):
