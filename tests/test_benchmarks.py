@@ -116,3 +116,18 @@ def test_bench_ni_quick_runs_and_the_loop_matches_the_batched_functions():
     assert re.search(r"NI / ViT [\d.]+\)", out)
     sweep = re.findall(r"^ +(\d+) +[\d.]+ +([\d.]+)x +[\d.]+x$", out, flags=re.M)
     assert [u for u, _ in sweep] == ["1", "2", "4"] and sweep[0][1] == "1.00"
+
+
+def test_bench_ait_quick_runs_and_reports_every_section():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_ait.py"), "--quick"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert float(re.search(r"AiT / ViT train step time: ([\d.]+)x", out)[1]) > 0
+    fwd, bwd, share = map(float, re.search(r"forward ([\d.]+)%, backward ([\d.]+)% of the step\n"
+                                           r"  workspace share of the AiT step: ([\d.]+)%", out).groups())
+    # --quick times 2 steps: the median of their sums is the sum of the medians (each printed to 0.1)
+    assert 0 < fwd and 0 < bwd and share == pytest.approx(fwd + bwd, abs=0.2) and share < 100
+    diff = float(re.search(r"max \|attend top-k - gathered\| = ([\d.e+-]+)", out)[1])
+    assert diff < 1e-5  # the gathered formulation computes attend's top-k attention (AiT Eq. 3)
+    for mode in ("fwd", "fwd+bwd"):
+        assert re.search(rf"attend top-k / dense softmax \({re.escape(mode)}\): [\d.]+x", out)
+    assert float(re.search(r"torch.topk share of the attend top-k forward: (\d+)%", out)[1]) > 0
