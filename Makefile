@@ -46,6 +46,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_input_checks.py
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_vit.py
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_ni.py
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_ait.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

@@ -5,9 +5,11 @@ processes (gloo), each holding half of one batch (``tests/ddp_ait_worker.py``):
   batch. Each half's logits, the memory update (AiT Eq. 4) and, after DDP's gradient averaging,
   every gradient equal one process running the whole batch with ``pool="batch"``.
 * ``pool="batch"`` (the paper's squash of the *local* batch): each process sees only its half, so
-  each half's logits and memory equal one process running that half alone; DDP's averaged
-  gradients are the mean of the two half-batch runs' gradients.
-* ``pool="sample"``: no sample depends on another, so the halves equal the whole-batch run.
+  each half's logits equal one process running that half alone; DDP's averaged gradients are the
+  mean of the two half-batch runs' gradients; every process stores the Eq. 4 update with the
+  mean of the two processes' ``γ̂`` (so no process's write is lost to DDP's buffer broadcast).
+* ``pool="sample"``: no sample depends on another, so the halves equal the whole-batch run,
+  memory included.
 
 Also: an evaluation forward on rank 0 alone (the trainer validates on rank 0 while the other
 ranks wait at a barrier) neither hangs nor depends on the other process.
@@ -70,6 +72,23 @@ def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], what: st
         torch.testing.assert_close(a[k], b[k], **TOL, msg=lambda m, k=k: f"{what} {k}: {m}")
 
 
+def averaged_memory(pool: str, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Eq. 4 with the mean over the two processes' ``γ̂`` (each from its own half's pool; per-sample
+    pools: the mean over the half's samples), from the initial memory."""
+    hats = []
+    for r in (0, 1):
+        model, got = w.build(pool), {}
+        for name, ws in model.named_modules():
+            if hasattr(ws, "write") and hasattr(ws, "memory"):
+                real = ws.write
+                ws.write = lambda *a, real=real, name=name, **k: (got.setdefault(name, real(*a, **k)), got[name])[1]
+        model.train()(w.half(x, r))
+        hats.append({n: h[0].detach().mean(0) for n, h in got.items()})
+    fresh = w.build(pool)
+    return {f"{n}.memory": ws.update(ws.memory, (hats[0][n] + hats[1][n]) / 2).detach()
+            for n, ws in fresh.named_modules() if n in hats[0]}
+
+
 def workspace_names(model: nn.Module) -> list[str]:
     from modwire.nn.workspace import GlobalWorkspace
 
@@ -106,11 +125,11 @@ def test_batch_pool_on_two_processes_pools_each_half_alone(ddp_runs):
     ranks = [load(ddp_runs, "batch", r) for r in (0, 1)]
     for r in (0, 1):
         torch.testing.assert_close(ranks[r]["logits"], refs[r]["logits"], **TOL)
-        assert_same(memory_buffers(ranks[r]), memory_buffers(refs[r]), f"rank {r} memory (its own half)")
+        assert_same(memory_buffers(ranks[r]), averaged_memory("batch", x), f"rank {r} memory (mean γ̂)")
         mean = {k: (refs[0]["grads"][k] + refs[1]["grads"][k]) / 2 for k in refs[0]["grads"]}
         assert_same(ranks[r]["grads"], mean, f"rank {r} DDP-averaged gradient")
-    m0, m1 = memory_buffers(ranks[0]), memory_buffers(ranks[1])
-    assert any((m0[k] - m1[k]).abs().max() > 1e-6 for k in m0)    # each process wrote its own memory
+    m0 = memory_buffers(refs[0])                  # a half alone writes another memory: averaging happened
+    assert any((m0[k] - v).abs().max() > 1e-6 for k, v in memory_buffers(ranks[0]).items())
 
 
 @pytest.mark.slow
@@ -120,6 +139,7 @@ def test_sample_pool_on_two_processes_equals_one_process(ddp_runs):
     for r in (0, 1):
         res = load(ddp_runs, "sample", r)
         torch.testing.assert_close(res["logits"], w.half(ref["logits"], r), **TOL)
+        assert_same(memory_buffers(res), memory_buffers(ref), f"rank {r} memory (mean γ̂ of all samples)")
 
 
 @pytest.mark.slow
@@ -131,6 +151,6 @@ def test_evaluation_on_rank_zero_alone_needs_no_other_process(ddp_runs, pool):
     x, y = w.data(model)
     if pool == "global":       # rank 0's memory after the global step = the whole-batch step's
         w.step(model, model, x, y)
-    else:
-        w.step(model, model, w.half(x, 0), w.half(y, 0))
+    else:                      # the memory every process stored: Eq. 4 with the processes' mean γ̂
+        model.load_state_dict({**model.state_dict(), **averaged_memory(pool, x)})
     torch.testing.assert_close(load(ddp_runs, pool, 0)["eval_logits"], w.evaluate(model, w.half(x, 0)), **TOL)

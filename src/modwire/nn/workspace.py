@@ -5,8 +5,10 @@ One layer, read top to bottom like AiT §4:
 1. **squash** (§4.1): the tokens ``Ξ [B, N, E]`` become one pool of ``B·N`` patches, so patches of
    different samples compete for the workspace. ``pool="sample"`` keeps one pool per sample
    (a sample competes only with its own patches: predictions never depend on the rest of the
-   batch); ``pool="global"`` all-gathers the pool over DistributedDataParallel processes (the
-   paper's global batch; ``"batch"`` pools each process's own samples).
+   batch); ``pool="global"`` all-gathers the pool over DistributedDataParallel processes in
+   training (the paper's global batch: one pool of all processes' patches); ``"batch"`` pools
+   each process's own samples, and every process stores the Eq. 4 update with the mean ``γ̂``
+   of the processes (:func:`_mean_over_processes`). Evaluation pools each process's own batch.
 2. **low-rank explicit memory** ``γ ∈ R^{M×D}`` (§4.1), a buffer (state, not a parameter: it
    is written by Eq. 4, never by the optimiser), initialised as in Table 3 (:func:`init_memory`).
 3. **bottleneck attention** (Eq. 3): per head ``i``, the slots query the pool,
@@ -174,7 +176,7 @@ class GlobalWorkspace(nn.Module):
         if self.training:
             self.balance = balance_loss(weights, self.eps)
             with torch.no_grad():                                           # per-sample pools: the mean γ̂
-                self.memory.copy_(self.update(gamma, gamma_hat.mean(dim=0)))
+                self.memory.copy_(self.update(gamma, _mean_over_processes(gamma_hat.mean(dim=0), self.pool)))
         if not self.write_grad:
             new = new.detach()                                              # the authors' detached write path
         patterns = self.up(new)                                             # f_LT(γ^{t+1})  [P, M, E]
@@ -192,8 +194,7 @@ class GlobalWorkspace(nn.Module):
             return xi
         pool = xi.reshape(1, -1, xi.shape[-1])                              # [1, B·N, E]
         if self.pool == "global" and self.training and _world() > 1:        # every process's patches
-            from torch.distributed.nn.functional import all_gather
-            pool = torch.cat(all_gather(pool), dim=1)                       # [1, W·B·N, E], differentiable
+            pool = _GatherPool.apply(pool)                                  # [1, W·B·N, E], differentiable
         return pool
 
     def write(self, pool: Tensor, gamma: Tensor, *, need_weights: bool) -> tuple[Tensor, Tensor | None]:
@@ -222,6 +223,45 @@ class GlobalWorkspace(nn.Module):
             return state, None, None
         with torch.no_grad():
             return state, hopfield_energy(xi, patterns, self.beta), hopfield_energy(state, patterns, self.beta)
+
+
+class _GatherPool(torch.autograd.Function):
+    """``pool="global"``: every process's pool ``[1, L, E]`` concatenated along the pool axis
+    (equal ``L`` on every process: the trainer drops ragged training batches). Every process's
+    loss reads every patch, so the gradient of a process's own slice is the sum over processes
+    of the gradients of the gathered pool; after DDP averages the parameter gradients this is
+    exactly the single-process gradient of the global batch (tested on 2 processes)."""
+
+    @staticmethod
+    def forward(ctx, pool: Tensor) -> Tensor:
+        import torch.distributed as dist
+
+        parts = [torch.empty_like(pool) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, pool.contiguous())
+        ctx.rank, ctx.length = dist.get_rank(), pool.shape[1]
+        return torch.cat(parts, dim=1)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        import torch.distributed as dist
+
+        grad = grad.contiguous()
+        dist.all_reduce(grad)
+        return grad[:, ctx.rank * ctx.length:(ctx.rank + 1) * ctx.length]
+
+
+def _mean_over_processes(gamma_hat: Tensor, pool: str) -> Tensor:
+    """The ``γ̂`` whose Eq. 4 update every process stores: under DDP with per-process pools
+    (``"batch"``, ``"sample"``) the mean over processes, so each process keeps the same memory
+    (DDP broadcasts rank 0's buffers before each forward: without this, the other processes'
+    writes would be lost); ``"global"`` pools already agree."""
+    if pool == "global" or _world() == 1:
+        return gamma_hat
+    import torch.distributed as dist
+
+    gamma_hat = gamma_hat.detach().clone()
+    dist.all_reduce(gamma_hat)
+    return gamma_hat / dist.get_world_size()
 
 
 def _world() -> int:
