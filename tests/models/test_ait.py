@@ -130,6 +130,15 @@ def test_paper_presets_and_parameter_counts():
             (slots, k, patch, 32, 8)
 
 
+def test_no_collapse_options_reach_every_workspace():
+    from modwire.models.ait import NO_COLLAPSE
+
+    model = micro(**NO_COLLAPSE)
+    assert all(s.bottleneck_softmax == "kept" and s.normalize_update for s in model.workspaces)
+    rec = model.eval().forward_intermediates(images()).workspace[0]
+    torch.testing.assert_close(rec.weights.sum(-1), torch.ones(1, 2, 8))     # renormalised over the kept
+
+
 def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match="pool"):
         AiTConfig(pool="all")
@@ -137,5 +146,7 @@ def test_config_errors_name_the_field():
         AiTConfig(slot_dim=32, workspace_heads=5)
     with pytest.raises(ValueError, match="memory_alpha"):
         AiTConfig(memory_alpha=1.0)
+    with pytest.raises(ValueError, match="bottleneck_softmax"):
+        AiTConfig(bottleneck_softmax="none")
     with pytest.raises(ValueError, match="at least one"):
         AiTConfig(self_attention=False, ffn=False, workspace=False)

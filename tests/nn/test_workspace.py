@@ -59,6 +59,23 @@ def test_bottleneck_attention_and_memory_update_equal_eq3_eq4_literally(k):
         assert ((w[0] > 0).sum(-1) == k).all()                    # each slot selects exactly k patches
 
 
+def test_collapse_options_renormalise_the_kept_weights_and_unit_scale_the_update():
+    """bottleneck_softmax="kept" and normalize_update=True (modwire.nn.workspace, "Memory collapse")."""
+    ws = workspace(bottleneck_softmax="kept", normalize_update=True)
+    pool = tokens(1, 7)[0]
+    gamma = ws.memory.clone()
+    gamma_hat, w = ws.write(pool.unsqueeze(0), gamma, need_weights=True)
+    ref_hat, ref_w = bottleneck_literal(gamma, pool, ws, 4, renormalise=True)
+    torch.testing.assert_close(w[0], ref_w)
+    torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
+    torch.testing.assert_close(gamma_hat[0], ref_hat)
+    new = ws.update(gamma, gamma_hat)[0]
+    torch.testing.assert_close(new, memory_update_literal(gamma, ref_hat, 0.9, unit_update=True))
+    assert not torch.allclose(new, memory_update_literal(gamma, ref_hat, 0.9))
+    with pytest.raises(ValueError, match="bottleneck_softmax"):
+        GlobalWorkspace(12, bottleneck_softmax="some")
+
+
 @pytest.mark.parametrize("pool", ["batch", "sample"])
 @pytest.mark.parametrize("steps", [1, 2])
 def test_training_forward_and_gradients_equal_the_literal_layer(pool, steps):

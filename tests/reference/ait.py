@@ -28,8 +28,9 @@ def ln(x: Tensor, layer) -> Tensor:
     return layer_norm(x, layer.eps) * layer.weight + layer.bias
 
 
-def bottleneck_literal(gamma: Tensor, pool: Tensor, ws, k: int | None) -> tuple[Tensor, Tensor]:
-    """Eq. 3: ``γ [M, D]``, ``Ξ [L, E]``, the workspace's layers ``ws`` → ``(γ̂ [M, D], A [H, M, L])``."""
+def bottleneck_literal(gamma: Tensor, pool: Tensor, ws, k: int | None, renormalise: bool = False) -> tuple[Tensor, Tensor]:
+    """Eq. 3: ``γ [M, D]``, ``Ξ [L, E]``, the workspace's layers ``ws`` → ``(γ̂ [M, D], A [H, M, L])``.
+    ``renormalise``: the kept weights divided by their sum (``bottleneck_softmax="kept"``)."""
     m, d = gamma.shape
     n_pool, h = pool.shape[0], ws.num_heads
     dh = d // h
@@ -46,6 +47,8 @@ def bottleneck_literal(gamma: Tensor, pool: Tensor, ws, k: int | None) -> tuple[
                 order = sorted(range(n_pool), key=lambda l: -float(a[l].detach()))
                 kept = set(order[:k])
                 a = torch.stack([a[l] if l in kept else a[l] * 0 for l in range(n_pool)])
+                if renormalise:
+                    a = a / a.sum()
             weights[i, j] = a
             head_i.append(sum(a[l] * v[l, cols] for l in range(n_pool)))
         heads.append(torch.stack(head_i))                             # [M, dh]
@@ -53,8 +56,11 @@ def bottleneck_literal(gamma: Tensor, pool: Tensor, ws, k: int | None) -> tuple[
     return ln(linear(concat, ws.o), ws.write_norm), weights
 
 
-def memory_update_literal(gamma: Tensor, gamma_hat: Tensor, alpha: float) -> Tensor:
-    """Eq. 4: EWMA, then each slot divided by its L2 norm (implementation notes §4)."""
+def memory_update_literal(gamma: Tensor, gamma_hat: Tensor, alpha: float, unit_update: bool = False) -> Tensor:
+    """Eq. 4: EWMA, then each slot divided by its L2 norm (implementation notes §4);
+    ``unit_update``: each slot of ``γ̂`` divided by its norm first (``normalize_update``)."""
+    if unit_update:
+        gamma_hat = torch.stack([row / torch.sqrt(sum(x * x for x in row)) for row in gamma_hat])
     new = alpha * gamma + (1 - alpha) * gamma_hat
     return torch.stack([row / torch.sqrt(sum(x * x for x in row)) for row in new])
 

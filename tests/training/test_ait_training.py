@@ -89,6 +89,13 @@ def test_eval_twice_gives_the_same_metrics_and_leaves_the_memory_unchanged(unint
     m1, m2 = json.loads(first.stdout.strip().splitlines()[-1]), json.loads(second.stdout.strip().splitlines()[-1])
     assert m1 == m2 and "top1" in m1 and "loss" in m1
     assert hashlib.sha256(ckpt.read_bytes()).hexdigest() == digest
+    # Tables 7-8: the same checkpoint without the memory forward (Figure 8 (2)); other model keys refused
+    frozen = run("eval", str(uninterrupted), "--set", "model.overrides.eval_memory_forward=false")
+    assert frozen.returncode == 0, frozen.stderr
+    m3 = json.loads(frozen.stdout.strip().splitlines()[-1])
+    assert m3["samples"] == m1["samples"] and m3["loss"] != m1["loss"]
+    refused = run("eval", str(uninterrupted), "--set", "model.overrides.num_slots=4")
+    assert refused.returncode != 0 and "evaluation options" in refused.stderr and "eval_memory_forward" in refused.stderr
 
 
 def test_reset_memory_redraws_the_memory_when_each_epoch_starts_and_not_on_a_mid_epoch_resume(tmp_path, monkeypatch):

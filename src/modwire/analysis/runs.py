@@ -53,6 +53,7 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
 
         dataset = few_shot_eval_set(cfg, info, dataset, split or cfg.data.val_split)
     model = from_pretrained(ckpt)
+    apply_eval_options(model, cfg, overrides)
     if task != cfg.data.task:   # another task's data (the run's own fits by construction)
         check_task_fits(model, info)
     _, dataset, _ = apply_augmentation(cfg, info, dataset, dataset)  # the run's eval transform, if any
@@ -105,17 +106,38 @@ def output_dir(path: str | os.PathLike) -> Path:
     return out
 
 
-# What an override may change when a trained run is scored: its data, device and precision.
-# The model, optimizer and schedule come from the checkpoint, so other keys would be ignored.
-_EVAL_KEYS = ("data.", "device", "precision")
+# What an override may change when a trained run is scored: its data, device and precision, and
+# the model's evaluation options (``model.overrides.<field>`` for a field in the model's
+# ``eval_options``, e.g. AiT's ``eval_memory_forward``). The model, optimizer and schedule come
+# from the checkpoint, so other keys would be ignored.
+_EVAL_KEYS = ("data.", "device", "precision", "model.overrides.")
 
 
 def _check_eval_overrides(overrides: Sequence[str]) -> None:
     for item in overrides:
-        key = item.split("=", 1)[0].removesuffix(":").strip()
+        key = _key(item)
         if not any(key == k or (k.endswith(".") and key.startswith(k)) for k in _EVAL_KEYS):
-            raise ValueError(f"override {item!r}: scoring a trained run takes only data.*, device and precision "
-                             f"overrides, got {key!r} (the model and its training settings come from the checkpoint)")
+            raise ValueError(f"override {item!r}: scoring a trained run takes only data.*, device, precision and "
+                             f"model.overrides.<evaluation option> overrides, got {key!r} (the model and its "
+                             f"training settings come from the checkpoint)")
+
+
+def _key(item: str) -> str:
+    return item.split("=", 1)[0].removesuffix(":").strip()
+
+
+def apply_eval_options(model, cfg, overrides: Sequence[str]) -> None:
+    """``model.overrides.<field>=value`` overrides: evaluation options of the loaded model
+    (``model.eval_options``; e.g. AiT Tables 7-8's evaluation without the memory forward)."""
+    fields = [_key(o).removeprefix("model.overrides.") for o in overrides if _key(o).startswith("model.overrides.")]
+    allowed = getattr(model, "eval_options", ())
+    bad = [f for f in fields if f not in allowed]
+    if bad:
+        raise ValueError(f"override model.overrides.{bad[0]}: a trained {model.config.model_type!r} model takes only "
+                         f"its evaluation options as model overrides ({list(allowed) or 'none'}); the rest of "
+                         f"the model comes from the checkpoint")
+    if fields:
+        model.set_eval_options(**{f: cfg.model.overrides[f] for f in fields})
 
 
 @dataclass

@@ -54,7 +54,10 @@ class AiTConfig(ViTConfig):
     (``hopfield``, or ``attention``: "W/O Hopfield"), ``write_grad`` (gradient through the
     memory written in the same step; False: the authors' detached write), ``self_attention``,
     ``ffn``, ``workspace`` (Table 2), ``memory_reset`` (``epoch``: Table 2 "Reset memory"),
-    ``eval_memory_forward`` (False: Figure 8 (2)), ``balance_eps`` ε of Eq. 6."""
+    ``eval_memory_forward`` (False: Figure 8 (2)), ``balance_eps`` ε of Eq. 6;
+    ``bottleneck_softmax`` (``all``: Eq. 3's top-k of the softmax over the pool; ``kept``:
+    renormalised over the k kept patches) and ``normalize_update`` (unit-norm ``γ̂`` before Eq. 4):
+    together they prevent the memory collapse of :mod:`modwire.nn.workspace` (:data:`NO_COLLAPSE`)."""
 
     model_type = "ait"
 
@@ -80,6 +83,8 @@ class AiTConfig(ViTConfig):
     memory_reset: str = "never"
     eval_memory_forward: bool = True
     balance_eps: float = 1e-10
+    bottleneck_softmax: str = "all"
+    normalize_update: bool = False
     embed: EmbedConfig = field(default_factory=lambda: EmbedConfig(image_size=32, in_channels=3, patch_size=4))
 
     bounds = {**ViTConfig.bounds, "num_slots": COUNT, "slot_dim": COUNT, "workspace_heads": heads_of("slot_dim"),
@@ -93,6 +98,7 @@ class AiTConfig(ViTConfig):
         check_choice("memory_init", self.memory_init, MEMORY_INITS)
         check_choice("retrieval", self.retrieval, RETRIEVALS)
         check_choice("memory_reset", self.memory_reset, MEMORY_RESETS)
+        check_choice("bottleneck_softmax", self.bottleneck_softmax, ("all", "kept"))
         if not (self.self_attention or self.ffn or self.workspace):
             raise ValueError("config fields 'self_attention', 'ffn', 'workspace': a block needs at least one of them")
 
@@ -101,7 +107,8 @@ class AiTConfig(ViTConfig):
         if not self.workspace:
             unused += ("num_slots", "slot_dim", "workspace_heads", "bottleneck_size", "memory_alpha",
                        "hopfield_beta", "hopfield_steps", "pool", "memory_init", "retrieval", "write_grad",
-                       "memory_reset", "eval_memory_forward", "balance_eps")
+                       "memory_reset", "eval_memory_forward", "balance_eps", "bottleneck_softmax",
+                       "normalize_update")
         return unused
 
 
@@ -119,7 +126,8 @@ class AiTBlock(nn.Module):
             d, num_slots=c.num_slots, slot_dim=c.slot_dim, num_heads=c.workspace_heads,
             bottleneck_size=c.bottleneck_size, alpha=c.memory_alpha, beta=c.hopfield_beta, steps=c.hopfield_steps,
             pool=c.pool, memory_init=c.memory_init, retrieval=c.retrieval, retrieval_heads=c.num_heads,
-            write_grad=c.write_grad, eps=c.balance_eps) if c.workspace else None
+            write_grad=c.write_grad, eps=c.balance_eps, bottleneck_softmax=c.bottleneck_softmax,
+            normalize_update=c.normalize_update) if c.workspace else None
         if self.workspace is not None:
             self.workspace.memory_forward = c.eval_memory_forward
 
@@ -165,6 +173,11 @@ class AiT(ViT):
             return {}
         return {"balance": torch.stack([s.balance for s in spaces]).sum()}
 
+    eval_options = ("eval_memory_forward",)   # `modwire eval RUN --set model.overrides.eval_memory_forward=false`
+
+    def set_eval_options(self, *, eval_memory_forward: bool) -> None:
+        self.set_memory_forward(bool(eval_memory_forward))
+
     def set_memory_forward(self, enabled: bool) -> None:
         """Evaluation with (True, Figure 8 (1)) or without (False, (2)) the memory forward."""
         self.config = self.config.replace(eval_memory_forward=enabled)
@@ -195,6 +208,9 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "without_self_attention": {"self_attention": False},
     "without_ffn": {"ffn": False},
 }
+# Not in the paper: the two options that keep the memory slots apart (modwire.nn.workspace,
+# "Memory collapse"); combine with any Table 2 row.
+NO_COLLAPSE: dict[str, Any] = {"bottleneck_softmax": "kept", "normalize_update": True}
 # Table 3's memory initialisations.
 MEMORY_INIT_ROWS = {"gaussian": "Gaussian distribution", "sinusoidal": "Positional embedding",
                     "uniform": "Uniform distribution", "identity": "Identity distribution"}

@@ -1,0 +1,33 @@
+"""experiments/ait_memory_collapse.py: a smoke run writes its table, and the four variants are the
+paper's workspace and the two options of modwire.nn.workspace ("Memory collapse")."""
+import json
+from pathlib import Path
+
+import experiment_script
+import pytest
+
+from modwire.models.ait import NO_COLLAPSE
+
+collapse = experiment_script.load("ait_memory_collapse")
+
+
+def test_variants_are_the_paper_and_the_two_options():
+    assert collapse.VARIANTS["paper"] == {} and collapse.VARIANTS["both"] == NO_COLLAPSE
+    assert {**collapse.VARIANTS["kept"], **collapse.VARIANTS["unit"]} == NO_COLLAPSE
+
+
+def test_slot_similarity_is_the_mean_off_diagonal_cosine():
+    import torch
+
+    assert collapse.slot_similarity(torch.ones(4, 3)) == pytest.approx(1.0)
+    assert collapse.slot_similarity(torch.eye(4)) == pytest.approx(0.0)
+    assert collapse.slot_similarity(torch.tensor([[1.0, 0], [-1.0, 0]])) == pytest.approx(-1.0)
+
+
+@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(), reason="dataset-fashion-mnist not installed")
+def test_quick_run_writes_results_and_table(tmp_path):
+    assert collapse.main(["--quick", "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [r["variant"] for r in results] == list(collapse.VARIANTS)
+    assert all(len(r["curve"][-1]["slot_cos"]) == 2 and 0 <= r["test_top1"] <= 1 for r in results)
+    assert (tmp_path / "table.md").read_text().count("\n") == 6
