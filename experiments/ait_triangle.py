@@ -45,6 +45,20 @@ LABELS = {"ait": "AiT (full)", "reset_memory": "Reset memory", "without_hopfield
           "vit": "W/O memory (ViT)", "dense_networks": "Dense networks", "without_bottleneck": "W/O bottleneck",
           "without_self_attention": "W/O SA", "without_ffn": "W/O FF"}
 ABLATION_OF = {"vit": "without_memory"}           # our row name → modwire.models.ait.ABLATIONS key
+# Rows with the two options that keep the memory slots apart (modwire.nn.workspace, "Memory
+# collapse"; not in the paper): "<row>_no_collapse".
+for _row in ("ait", "without_bottleneck"):
+    LABELS[f"{_row}_no_collapse"] = f"{LABELS[_row]}, no-collapse options"
+    PAPER[f"{_row}_no_collapse"] = PAPER[_row]
+
+
+def ablation(row: str) -> dict:
+    """The row's config overrides: a Table 2 row of ``ABLATIONS``, plus ``NO_COLLAPSE`` for a
+    ``*_no_collapse`` row."""
+    from modwire.models.ait import ABLATIONS, NO_COLLAPSE
+
+    base = row.removesuffix("_no_collapse")
+    return {**ABLATIONS[ABLATION_OF.get(base, base)], **(NO_COLLAPSE if row != base else {})}
 
 # The CPU-sized AiT-Small (module docstring); Table 6's workspace is the preset's.
 BASE = {"model.name": "ait_small_triangle", "model.overrides.d_model": 128, "model.overrides.num_heads": 4,
@@ -58,12 +72,10 @@ BASE = {"model.name": "ait_small_triangle", "model.overrides.d_model": 128, "mod
 
 def row_overrides(row: str, steps: int, out: Path, *, quick: bool = False) -> list[str]:
     """The ``--set`` overrides of one row's training run."""
-    from modwire.models.ait import ABLATIONS
-
     sets = dict(BASE)
-    for key, value in ABLATIONS[ABLATION_OF.get(row, row)].items():
+    for key, value in ablation(row).items():
         sets[f"model.overrides.{key}"] = str(value).lower() if isinstance(value, bool) else value
-    if ABLATIONS[ABLATION_OF.get(row, row)].get("workspace", True):
+    if ablation(row).get("workspace", True):
         sets["aux_loss_weights.balance"] = 0.01      # σ of AiT §4.2
     if quick:
         sets.update({"data.params.size": "{train: 512, val: 128, test: 128}", "data.batch_size": 64,
@@ -192,8 +204,6 @@ def report(out: Path, rows: list[str], steps: int, quick: bool = False) -> str:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    from modwire.models.ait import ABLATIONS
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", default=",".join(DEFAULT_ROWS),
                     help=f"comma-separated rows, or 'all' ({', '.join(LABELS)})")
@@ -204,7 +214,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--report", action="store_true", help="only print the table of finished rows")
     args = ap.parse_args(argv)
     args.rows = list(LABELS) if args.rows == "all" else [r for r in args.rows.split(",") if r]
-    unknown = [r for r in args.rows if ABLATION_OF.get(r, r) not in ABLATIONS]
+    unknown = [r for r in args.rows if r not in LABELS]
     if unknown:
         ap.error(f"unknown row(s) {unknown}; choose from {list(LABELS)}")
     if args.quick:

@@ -5,7 +5,7 @@ import json
 import experiment_script
 import pytest
 
-from modwire.models.ait import ABLATIONS
+from modwire.models.ait import ABLATIONS, NO_COLLAPSE
 from modwire.training import load_config
 
 tri = experiment_script.load("ait_triangle")
@@ -25,8 +25,11 @@ def test_rows_are_table2_ablations_of_one_preset_with_the_papers_workspace(tmp_p
     assert sets("without_bottleneck", tmp_path).model.overrides["bottleneck_size"] == 0
     for row in tri.LABELS:
         cfg = sets(row, tmp_path)
-        for key, value in ABLATIONS[tri.ABLATION_OF.get(row, row)].items():
+        base = row.removesuffix("_no_collapse")
+        for key, value in {**ABLATIONS[tri.ABLATION_OF.get(base, base)],
+                           **(NO_COLLAPSE if base != row else {})}.items():
             assert cfg.model.overrides[key] == value
+    assert sets("ait_no_collapse", tmp_path).model.overrides["normalize_update"] is True
     with pytest.raises(SystemExit):
         tri.parse(["--rows", "ait,nope"])
 
