@@ -50,6 +50,10 @@ def test_predictions_depend_on_the_batch_exactly_as_documented():
     assert not torch.allclose(squashed(x)[:2], squashed(mixed)[:2])
     per_sample = micro(pool="sample").eval()
     torch.testing.assert_close(per_sample(x)[:2], per_sample(mixed)[:2], rtol=0, atol=1e-6)
+    frozen = per_sample(x)
+    per_sample.set_memory_forward(False)                       # per-sample pools without the memory forward
+    assert not torch.allclose(per_sample(x), frozen)
+    torch.testing.assert_close(per_sample(x)[:2], per_sample(mixed)[:2], rtol=0, atol=1e-6)
     squashed.set_memory_forward(False)                         # Figure 8 (2): frozen memory only
     torch.testing.assert_close(squashed(x)[:2], squashed(mixed)[:2], rtol=0, atol=1e-6)
     assert squashed.config.eval_memory_forward is False

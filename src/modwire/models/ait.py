@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from ..nn.blocks import SelfAttention
 from ..nn.modulated import ModulatedFFN, PreNorm
-from ..nn.workspace import MEMORY_INITS, POOLS, RETRIEVALS, GlobalWorkspace
+from ..nn.workspace import BOTTLENECK_SOFTMAX, MEMORY_INITS, POOLS, RETRIEVALS, GlobalWorkspace
 from .config import COUNT, POSITIVE, Bounds, check_choice, heads_of
 from .registry import register_model_type, register_preset
 from .set_model import EmbedConfig
@@ -98,7 +98,7 @@ class AiTConfig(ViTConfig):
         check_choice("memory_init", self.memory_init, MEMORY_INITS)
         check_choice("retrieval", self.retrieval, RETRIEVALS)
         check_choice("memory_reset", self.memory_reset, MEMORY_RESETS)
-        check_choice("bottleneck_softmax", self.bottleneck_softmax, ("all", "kept"))
+        check_choice("bottleneck_softmax", self.bottleneck_softmax, BOTTLENECK_SOFTMAX)
         if not (self.self_attention or self.ffn or self.workspace):
             raise ValueError("config fields 'self_attention', 'ffn', 'workspace': a block needs at least one of them")
 

@@ -70,6 +70,7 @@ from .attention import ModulatedAttention, attend, merge_heads, split_heads
 POOLS = ("batch", "sample", "global")
 MEMORY_INITS = ("gaussian", "sinusoidal", "uniform", "identity")
 RETRIEVALS = ("hopfield", "attention")
+BOTTLENECK_SOFTMAX = ("all", "kept")       # Eq. 3's top-k of the full softmax; renormalised over the kept
 
 
 @dataclass
@@ -155,13 +156,12 @@ class GlobalWorkspace(nn.Module):
         if slot_dim % num_heads:
             raise ValueError(f"slot_dim ({slot_dim}) must be divisible by the bottleneck heads ({num_heads})")
         for name, value, choices in (("pool", pool, POOLS), ("memory_init", memory_init, MEMORY_INITS),
-                                     ("retrieval", retrieval, RETRIEVALS)):
+                                     ("retrieval", retrieval, RETRIEVALS),
+                                     ("bottleneck_softmax", bottleneck_softmax, BOTTLENECK_SOFTMAX)):
             if value not in choices:
                 raise ValueError(f"GlobalWorkspace: {name} must be one of {choices}, got {value!r}")
         self.num_heads, self.bottleneck_size, self.alpha, self.beta, self.steps = \
             num_heads, bottleneck_size, alpha, beta, steps
-        if bottleneck_softmax not in ("all", "kept"):
-            raise ValueError(f"GlobalWorkspace: bottleneck_softmax must be 'all' (Eq. 3) or 'kept', got {bottleneck_softmax!r}")
         self.pool, self.memory_init, self.write_grad, self.eps = pool, memory_init, write_grad, eps
         self.bottleneck_softmax, self.normalize_update = bottleneck_softmax, normalize_update
         self.memory_forward = True          # evaluation: write γ^{t+1} for this batch (Figure 8 (1))
@@ -197,7 +197,7 @@ class GlobalWorkspace(nn.Module):
         if not self.write_grad:
             new = new.detach()                                              # the authors' detached write path
         patterns = self.up(new)                                             # f_LT(γ^{t+1})  [P, M, E]
-        if self.pool != "sample":                                           # one memory for the whole batch
+        if patterns.shape[0] == 1:                                          # one memory for the whole batch
             patterns = patterns.expand(b, -1, -1)                           # [B, M, E] (a view)
         out, before, after = self.read(xi, patterns, energies=record)
         rec = WorkspaceRecord(None if weights is None else weights.detach(), new.detach(), before, after, n) \
