@@ -10,8 +10,12 @@ scheduler, scaler, EMA, counters, RNG states), saved atomically and checksummed 
 
 Auxiliary losses: the objective is the task loss plus ``Σ weight · loss`` over the losses
 the model reports (``model.auxiliary_losses()``, e.g. NAC's graph regularizer, App. A)
-with weights from ``aux_loss_weights``, each logged as ``aux/<name>``. No model-specific
-code here.
+with weights from ``aux_loss_weights``, each logged as ``aux/<name>``. A model with a
+``start_epoch(epoch, generator)`` method is told when each training epoch starts (AiT's
+"reset memory", Table 2), with a generator seeded by ``(seed, epoch)``; not on a resume
+part-way through an epoch. With an EMA, the EMA model takes the live model's buffers (an AiT
+memory, BatchNorm statistics). ``keep_weights_every`` keeps the weights every N steps
+(analyses over training). No model-specific code here.
 
 Resume and faults (see the README, "Resuming and stopping runs"):
 
