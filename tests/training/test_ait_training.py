@@ -118,3 +118,22 @@ def test_reset_memory_redraws_the_memory_when_each_epoch_starts_and_not_on_a_mid
     assert [p.name for p in kept] == ["weights-00000004", "weights-00000008", "weights-00000012"]
     mems = [AiT.from_pretrained(p).workspaces[0].memory for p in kept]
     assert not torch.equal(mems[0], mems[1]) and torch.equal(mems[2], result["model"].workspaces[0].memory)
+
+
+def test_the_ema_model_takes_the_live_memory(tmp_path):
+    """AveragedModel averages parameters only; its buffers would stay at the first memory."""
+    sys.path.insert(0, str(Path(TOY_CLI).parent))
+    import toy_task  # noqa: F401
+
+    from modwire.training import load_config, train
+
+    cfg = load_config(None, [f"out_dir={tmp_path}", "model.name=ait_micro", "data.task=toy_sets",
+                             "data.batch_size=16", "aux_loss_weights.balance=0.01", "epochs=1", "ema_decay=0.9",
+                             "progress=false"])
+    assert train(cfg)["status"] == "finished"
+    ckpt = tmp_path / "checkpoints" / "last"
+    live, ema = load_file(str(ckpt / "model.safetensors")), load_file(str(ckpt / "ema.safetensors"))
+    keys = [k for k in live if k.endswith("workspace.memory")]
+    assert keys and all(torch.equal(live[k], ema[k]) for k in keys)
+    weight = next(k for k in live if k.endswith(".weight"))
+    assert not torch.equal(live[weight], ema[weight])                   # the parameters are averaged
