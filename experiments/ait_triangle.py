@@ -70,8 +70,13 @@ BASE = {"model.name": "ait_small_triangle", "model.overrides.d_model": 128, "mod
         "log_every": 50, "progress": "false"}
 
 
-def row_overrides(row: str, steps: int, out: Path, *, quick: bool = False) -> list[str]:
-    """The ``--set`` overrides of one row's training run."""
+def run_name(row: str, seed: int) -> str:
+    """A run's directory and results key: the row (seed 0) or ``<row>-seed<s>``."""
+    return row if seed == 0 else f"{row}-seed{seed}"
+
+
+def row_overrides(row: str, steps: int, out: Path, *, quick: bool = False, seed: int = 0) -> list[str]:
+    """The ``--set`` overrides of one row's training run (``seed``: initialisation and data order)."""
     sets = dict(BASE)
     for key, value in ablation(row).items():
         sets[f"model.overrides.{key}"] = str(value).lower() if isinstance(value, bool) else value
@@ -80,13 +85,14 @@ def row_overrides(row: str, steps: int, out: Path, *, quick: bool = False) -> li
     if quick:
         sets.update({"data.params.size": "{train: 512, val: 128, test: 128}", "data.batch_size": 64,
                      "optim.warmup_steps": 2, "checkpoint_every": 0})
-    sets.update({"max_steps": steps, "out_dir": json.dumps(str(out / row))})
+    sets.update({"max_steps": steps, "seed": seed, "out_dir": json.dumps(str(out / run_name(row, seed)))})
     return [f"{k}={v}" for k, v in sets.items()]
 
 
-def run_row(job: tuple[str, int, str, bool]) -> dict:
+def run_row(job: tuple[str, int, str, bool, int]) -> dict:
     """Train one row (resuming an interrupted run), then score its best checkpoint on the test split."""
-    row, steps, out, quick = job
+    row, steps, out, quick, seed = job
+    key = run_name(row, seed)
     try:
         import torch
 
@@ -94,18 +100,18 @@ def run_row(job: tuple[str, int, str, bool]) -> dict:
         from modwire.training import load_config, train
 
         start = time.perf_counter()
-        cfg = load_config(None, row_overrides(row, steps, Path(out), quick=quick))
-        run_dir = Path(out) / row
+        cfg = load_config(None, row_overrides(row, steps, Path(out), quick=quick, seed=seed))
+        run_dir = Path(out) / key
         resume = (run_dir / "checkpoints" / "last").exists()
         result = train(cfg, resume=resume, overwrite=not resume)
         if result["status"] != "finished":
             raise RuntimeError(f"interrupted at step {result['step']} of {steps}; rerun to resume")
         test = score_test(run_dir)
-        return {"key": row, "row": row, "steps": steps, "quick": quick, "val": result["best"], "test": test,
+        return {"key": key, "row": row, "seed": seed, "steps": steps, "quick": quick, "val": result["best"], "test": test,
                 "parameters": sum(p.numel() for p in result["model"].parameters()),
                 "seconds": round(time.perf_counter() - start, 1)}
     except Exception as e:                # reported by the parent with the row; the others go on
-        return {"key": row, "error": f"{type(e).__name__}: {e}"}
+        return {"key": key, "error": f"{type(e).__name__}: {e}"}
 
 
 def score_test(run_dir: Path) -> dict:
@@ -123,16 +129,17 @@ def score_test(run_dir: Path) -> dict:
     return json.loads(buf.getvalue().strip().splitlines()[-1])
 
 
-def run_rows(rows: list[str], steps: int, out: Path, workers: int, quick: bool) -> list[str]:
-    """Train the rows not yet in ``out/results.jsonl``; returns the failures."""
+def run_rows(rows: list[str], steps: int, out: Path, workers: int, quick: bool, seeds: int = 1) -> list[str]:
+    """Train the (row, seed) runs not yet in ``out/results.jsonl``; returns the failures."""
     import multiprocessing as mp
 
     from modwire.analysis.results_log import append_results, load_results
 
     path = out / "results.jsonl"
     done = load_results(path, keep=lambda r: r.get("quick", False) == quick and r.get("steps") == steps)
-    todo = [(r, steps, str(out), quick) for r in rows if r not in done]
-    print(f"{len(rows)} rows, {len(rows) - len(todo)} already in {path}, {len(todo)} to train")
+    jobs = [(r, steps, str(out), quick, s) for s in range(seeds) for r in rows]
+    todo = [j for j in jobs if run_name(j[0], j[4]) not in done]
+    print(f"{len(jobs)} runs, {len(jobs) - len(todo)} already in {path}, {len(todo)} to train")
     if not todo:
         return []
     out.mkdir(parents=True, exist_ok=True)
@@ -150,14 +157,22 @@ def run_rows(rows: list[str], steps: int, out: Path, workers: int, quick: bool) 
 
 
 def format_table(results: dict[str, dict], rows: list[str]) -> str:
-    lines = ["| row | paper (Triangle, %) | here: test top-1 % | best val top-1 % | params | minutes |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    """One line per row: test top-1 of each seed and their mean ± std (sample std over seeds)."""
+    lines = ["| row | paper (Triangle, %) | here: test top-1 % (mean ± std) | per seed | best val top-1 % | "
+             "params | minutes per run |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
-        r = results.get(row)
-        cells = ("not run",) * 4 if r is None else (
-            f"{100 * r['test']['top1']:.2f}", f"{100 * r['val']['top1']:.2f}", f"{r['parameters'] / 1e3:.0f} k",
-            f"{r['seconds'] / 60:.1f}")
-        lines.append(f"| {LABELS[row]} | {PAPER[row]:.2f} | " + " | ".join(cells) + " |")
+        runs = sorted((r for r in results.values() if r.get("row", r["key"]) == row), key=lambda r: r.get("seed", 0))
+        if not runs:
+            lines.append(f"| {LABELS[row]} | {PAPER[row]:.2f} | not run | | | | |")
+            continue
+        tests = [100 * r["test"]["top1"] for r in runs]
+        mean = sum(tests) / len(tests)
+        std = (sum((t - mean) ** 2 for t in tests) / (len(tests) - 1)) ** 0.5 if len(tests) > 1 else 0.0
+        vals = " / ".join(f"{100 * r['val']['top1']:.2f}" for r in runs)
+        minutes = sum(r["seconds"] for r in runs) / len(runs) / 60
+        lines.append(f"| {LABELS[row]} | {PAPER[row]:.2f} | {mean:.2f} ± {std:.2f} (n = {len(tests)}) | "
+                     f"{' / '.join(f'{t:.2f}' for t in tests)} | {vals} | {runs[0]['parameters'] / 1e3:.0f} k | "
+                     f"{minutes:.1f} |")
     return "\n".join(lines)
 
 
@@ -208,6 +223,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--rows", default=",".join(DEFAULT_ROWS),
                     help=f"comma-separated rows, or 'all' ({', '.join(LABELS)})")
     ap.add_argument("--steps", type=int, default=3000, help="optimizer steps per row (batch 128)")
+    ap.add_argument("--seeds", type=int, default=1, help="seeds per row (0, 1, ...)")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (0: in this process)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--quick", action="store_true", help="smoke test: tiny data, few steps")
@@ -224,7 +240,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    failed = [] if args.report else run_rows(args.rows, args.steps, args.out, args.workers, args.quick)
+    failed = [] if args.report else run_rows(args.rows, args.steps, args.out, args.workers, args.quick, args.seeds)
     print(report(args.out, args.rows, args.steps, args.quick))
     return 1 if failed else 0
 

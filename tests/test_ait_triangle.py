@@ -41,4 +41,4 @@ def test_quick_run_trains_scores_the_test_split_and_tabulates(tmp_path, capsys):
     table = (tmp_path / "table.md").read_text()
     assert "| AiT (full) | 99.47 |" in table and f"{100 * record['test']['top1']:.2f}" in table
     assert tri.main(["--quick", "--workers", "0", "--rows", "ait", "--out", str(tmp_path)]) == 0   # skipped: done
-    assert "1 rows, 1 already in" in capsys.readouterr().out
+    assert "1 runs, 1 already in" in capsys.readouterr().out
