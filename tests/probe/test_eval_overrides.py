@@ -1,5 +1,6 @@
-"""`modwire eval` / `analyze` of a trained run: overrides of anything but the data, device or
-precision (the checkpoint decides the rest) are refused instead of silently dropped; a
+"""`modwire eval` / `analyze` of a trained run: overrides of anything but the data, device,
+precision or a model's evaluation options (the checkpoint decides the rest) are refused instead
+of silently dropped; a
 checkpoint without its run config needs the task; an output path that is a file is named."""
 import pytest
 
@@ -11,7 +12,8 @@ from modwire.analysis.runs import _check_eval_overrides, load_run
 @pytest.mark.parametrize("item", ["model.name=perceiver_io_micro", "optim.lr=1", "model.overrides:={num_layers: 1}",
                                   "epochs=3", "datax.task=mnist"])
 def test_overrides_the_checkpoint_decides_are_refused(item, tmp_path):
-    with pytest.raises(ValueError, match=rf"override '{item.split('=')[0]}.*only data\.\*, device and precision"):
+    with pytest.raises(ValueError, match=rf"override '{item.split('=')[0]}.*only data\.\*, device, precision and "
+                                         rf"model\.overrides\.<evaluation option>"):
         load_run(tmp_path, [item])
 
 

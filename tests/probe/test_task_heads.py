@@ -62,7 +62,7 @@ def test_augment_choices_on_a_multi_input_task():
     from modwire.training import apply_augmentation, load_config
 
     with pytest.raises(ValueError, match=r"config key 'data.augment': got 'rand', expected one of \[False, True, "
-                                         r"'deit', 'randaugment'\]"):
+                                         r"'deit', 'randaugment', 'crop_flip', 'resized_crop_flip'\]"):
         load_config(None, ["data.augment=rand"])
     for extra in (["data.augment=true"], ["data.augment=randaugment", "data.mixup=true"]):
         cfg = load_config(None, ["data.task=digits_multitask_offline"] + extra)

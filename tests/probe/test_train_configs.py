@@ -31,6 +31,7 @@ BAD_VALUES = {
     "log_every": ["0", "-1"],
     "max_steps": ["-1"],
     "checkpoint_every": ["-1"],
+    "keep_weights_every": ["-1"],
     "seed": ["-1"],
     "ema_decay": ["nan", "1.0", "-0.5", "inf"],
 }

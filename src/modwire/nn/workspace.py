@@ -53,8 +53,9 @@ patches. Two causes: (1) ``top-k(softmax(·))`` keeps a small share of the softm
 a LayerNorm output of norm ``√D``, so the new write weighs ~0.4 instead of ``1 - α = 0.1``.
 ``bottleneck_softmax="kept"`` (each slot's weights renormalised over its k patches, the usual
 top-k attention) and ``normalize_update=True`` (``γ̂`` scaled to unit slots before Eq. 4) keep
-the slots apart (mean cosine ≈ 0.3 after 150 steps); neither alone does. The paper's reading is
-the default.
+the slots apart (mean cosine 0.43 / 0.50 in the two layers after 300 steps on Fashion-MNIST,
+against 1.00 as printed; ``experiments/ait_memory_collapse.py``); neither alone does. The paper's
+reading is the default.
 """
 from __future__ import annotations
 
