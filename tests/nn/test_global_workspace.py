@@ -205,6 +205,11 @@ def test_memory_initialisations_of_table3():
 
 
 def test_bad_arguments_are_named():
+    ws = workspace()
+    with pytest.raises(ValueError, match=r"expected float tokens \[B, N, 12\], got torch.float64 \[3, 4, 5\]"):
+        ws(torch.zeros(3, 4, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"got torch.int64 \[3, 4, 12\]"):
+        ws(torch.zeros(3, 4, 12, dtype=torch.long))
     with pytest.raises(ValueError, match="slot_dim"):
         GlobalWorkspace(12, slot_dim=10, num_heads=4)
     with pytest.raises(ValueError, match="pool"):

@@ -182,6 +182,10 @@ class GlobalWorkspace(nn.Module):
         self.memory.copy_(init_memory(self.memory_init, m, d, generator))
 
     def forward(self, x: Tensor, *, record: bool = False) -> tuple[Tensor, WorkspaceRecord | None]:
+        dim = self.norm.normalized_shape[0]
+        if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != dim or not x.is_floating_point():
+            got = f"{x.dtype} {list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"GlobalWorkspace: expected float tokens [B, N, {dim}], got {got}")
         b, n, _ = x.shape
         xi = self.norm(x)                                                   # Ξ^t = LN(x)  [B, N, E]
         gamma = self.memory.clone()                                         # γ^t [M, D] (the buffer is updated below)
