@@ -60,10 +60,10 @@ def test_readme_ni_example_runs_as_written():
 def test_readme_ait_example_runs_as_written():
     scope: dict = {}
     exec(compile(_section_code("The Associative Transformer (AiT)", "python"), "README.md#ait", "exec"), scope)
-    assert tuple(scope["logits"].shape) == (8, 10) and scope["balance"].item() > 0
+    assert tuple(scope["logits"].shape) == (16, 10) and scope["balance"].item() > 0
     rec = scope["rec"]
-    assert tuple(rec.weights.shape) == (1, 8, 32, 512) and ((rec.weights > 0).sum(-1) == 512).all()
-    assert tuple(rec.memory.shape) == (1, 32, 32) and tuple(rec.energy_before.shape) == (8, 64)
+    assert tuple(rec.weights.shape) == (1, 8, 32, 1024) and ((rec.weights > 0).sum(-1) == 512).all()
+    assert tuple(rec.memory.shape) == (1, 32, 32) and tuple(rec.energy_before.shape) == (16, 64)
     assert scope["ait"].config.eval_memory_forward is False and scope["ablation"].config.bottleneck_size == 0
 
 

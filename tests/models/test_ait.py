@@ -134,6 +134,14 @@ def test_paper_presets_and_parameter_counts():
             (slots, k, patch, 32, 8)
 
 
+def test_parameter_sets_name_the_workspace_for_finetuning():
+    model = micro()
+    prefixes = model.parameter_sets()["workspace"]
+    names = [n for n, _ in model.named_parameters() if n.startswith(prefixes)]
+    assert names and all(".workspace." in n for n in names)
+    assert len(names) == sum(len(list(s.parameters())) for s in model.workspaces)
+
+
 def test_no_collapse_options_reach_every_workspace():
     from modwire.models.ait import NO_COLLAPSE
 
