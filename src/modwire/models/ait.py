@@ -211,9 +211,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 # Not in the paper: the two options that keep the memory slots apart (modwire.nn.workspace,
 # "Memory collapse"); combine with any Table 2 row.
 NO_COLLAPSE: dict[str, Any] = {"bottleneck_softmax": "kept", "normalize_update": True}
-# Table 3's memory initialisations.
-MEMORY_INIT_ROWS = {"gaussian": "Gaussian distribution", "sinusoidal": "Positional embedding",
-                    "uniform": "Uniform distribution", "identity": "Identity distribution"}
+
 
 # AiT §5.1 / Table 6: Small / Medium / Base = 2 / 6 / 12 layers; per task (classes, image size,
 # channels, patch size, memory slots, bottleneck size).
