@@ -19,7 +19,7 @@ def test_task_info():
     info = get_task(NAME)
     assert info.kind == "generator" and info.num_classes == 10 and info.loss == "cross_entropy"
     assert info.inputs == {"x": InputSpec.image(3, 75, 75), "question": InputSpec.vectors(1, 11)}
-    assert info.params == {"seed": 0, "size": soc.DEFAULT_SIZE}       # no patch_size: the model cuts patches
+    assert info.params == {"seed": 0, "size": soc.DEFAULT_SIZE, "holdout": 0}   # no patch_size: the model cuts patches
     assert set(info.subsets) == {"relational", "non_relational"}
     assert info.categories[1] == soc.QUESTION_TYPE_NAMES
 

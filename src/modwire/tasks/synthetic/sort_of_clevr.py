@@ -24,6 +24,17 @@ Question vector (11 dims): one-hot colour (6) ⊕ one-hot type (2: non-relationa
 relational) ⊕ one-hot subtype (3). Answers index ``ANSWERS`` = [yes, no, rectangle,
 circle, 1, 2, 3, 4, 5, 6] (10 classes).
 
+Held-out colour–shape combinations (NFM §4.3, Table 7: "omitting N color-shape combinations from
+the training set and testing on the original N = 12 combinations"): parameter ``holdout = N``
+(0-6, default 0) removes the first ``N`` pairs of :data:`HOLDOUT_ORDER` from the **train** split
+only: (red, circle), (green, rectangle), (blue, circle), (orange, rectangle), (gray, circle),
+(yellow, rectangle) (the paper does not say which; one shape per colour, alternating, so both
+shapes stay in training; every scene shows every colour, so at most one shape of each colour can
+be held out). A training object of a held-out pair is drawn with the other shape instead (the
+scene is otherwise the same draw, so ``holdout = 0`` gives the unchanged dataset and the shapes of
+the other colours stay fair coins). Validation and test splits always show all 12 pairs.
+:func:`held_out_pairs` lists them.
+
 Items: index ``i`` is question ``i % 20`` about image ``i // 20`` (so a split of
 ``size`` images has ``20 * size`` items, and ``size`` counts *images*). The input is a set
 of tokens ``[N, d]`` (float32): the image (values in [0, 1]) cut into ``patch_size`` ×
@@ -113,6 +124,8 @@ CONDITION_VOCAB = (COLORS + ("non_relational", "relational")
                    + NON_RELATIONAL_SUBTYPES + RELATIONAL_SUBTYPES)  # id -> name, 14 ids
 CONDITION_VOCAB_SIZE = len(CONDITION_VOCAB)
 CONDITION_LEN = 3  # (colour, type, subtype)
+# NFM Table 7's held-out (colour, shape) pairs: the first ``holdout`` of these (module docstring).
+HOLDOUT_ORDER = ((0, 1), (1, 0), (2, 1), (3, 0), (4, 1), (5, 0))
 QUESTION_TYPE_NAMES = tuple(f"non_relational/{n}" for n in NON_RELATIONAL_SUBTYPES) + tuple(
     f"relational/{n}" for n in RELATIONAL_SUBTYPES)  # class of question_type(): 3 * relational + subtype
 
@@ -156,7 +169,23 @@ def _ambiguous(centers: np.ndarray, shapes: np.ndarray) -> bool:
     return False
 
 
-def sample_scene(rng: np.random.Generator) -> Scene:
+def held_out_pairs(holdout: int) -> tuple[tuple[str, str], ...]:
+    """The (colour, shape) names omitted from the train split by ``holdout = N`` (NFM Table 7)."""
+    check_holdout(holdout)
+    return tuple((COLORS[c], SHAPES[s]) for c, s in HOLDOUT_ORDER[:holdout])
+
+
+def check_holdout(holdout) -> int:
+    if isinstance(holdout, bool) or not isinstance(holdout, (int, np.integer)) or not 0 <= holdout <= len(COLORS):
+        raise ValueError(f"holdout (held-out colour-shape combinations, NFM Table 7) must be an int in "
+                         f"[0, {len(COLORS)}] (one shape per colour at most), got {holdout!r}")
+    return int(holdout)
+
+
+def sample_scene(rng: np.random.Generator, holdout: int = 0) -> Scene:
+    """A scene (module docstring); ``holdout = N``: objects of the first N :data:`HOLDOUT_ORDER` pairs
+    take the other shape (used for the train split only)."""
+    pairs = np.array(HOLDOUT_ORDER[:holdout], dtype=np.int64).reshape(-1, 2)
     while True:
         centers: list[np.ndarray] = []
         while len(centers) < len(COLORS):
@@ -164,6 +193,8 @@ def sample_scene(rng: np.random.Generator) -> Scene:
             if all(((c - o) ** 2).sum() >= MIN_CENTER_DIST2 for o in centers):
                 centers.append(c)
         shapes = rng.integers(0, 2, size=len(COLORS))
+        flip = shapes[pairs[:, 0]] == pairs[:, 1]
+        shapes[pairs[flip, 0]] = 1 - pairs[flip, 1]
         if not _ambiguous(np.stack(centers), shapes):
             break
     half = NUM_QUESTIONS // 2
@@ -309,14 +340,15 @@ def accuracy_by_kind(logits: Tensor, targets: Tensor,
 
 
 class SortOfClevrDataset(GeneratedDataset):
-    def __init__(self, split: str, seed: int, size, patch_size: int) -> None:
+    def __init__(self, split: str, seed: int, size, patch_size: int, holdout: int = 0) -> None:
         super().__init__(split, seed, NUM_QUESTIONS * split_size(size, split))
         num_patches(patch_size)  # checks it
         self.patch_size = patch_size
+        self.holdout = check_holdout(holdout) if split == "train" else 0   # NFM Table 7: train split only
         self._cache: tuple[int, Scene, np.ndarray] | None = None  # last image (items come 20 per image)
 
     def scene(self, image_index: int) -> Scene:
-        return sample_scene(sample_rng(self.seed, self.split, image_index))
+        return sample_scene(sample_rng(self.seed, self.split, image_index), self.holdout)
 
     def _image(self, image_index: int) -> tuple[Scene, np.ndarray]:
         if self._cache is None or self._cache[0] != image_index:
@@ -351,8 +383,8 @@ class SortOfClevrImageDataset(SortOfClevrDataset):
     """The same items for a set model with a question token (AiT §5.8): ``({"x": image float32
     [3, 75, 75] in [0, 1], "question": question vector float32 [1, 11]}, answer)``."""
 
-    def __init__(self, split: str, seed: int, size) -> None:
-        super().__init__(split, seed, size, patch_size=IMAGE_SIZE)  # no tokens are cut: the model patchifies
+    def __init__(self, split: str, seed: int, size, holdout: int = 0) -> None:
+        super().__init__(split, seed, size, patch_size=IMAGE_SIZE, holdout=holdout)  # no tokens are cut: the model patchifies
 
     def item(self, index: int) -> tuple[dict[str, Tensor], Tensor]:
         img, q, y = self.question(index)
@@ -363,20 +395,26 @@ class SortOfClevrImageDataset(SortOfClevrDataset):
 DEFAULT_SIZE = {"train": 9_800, "val": 200, "test": 200}  # images (Santoro et al.: 10k images)
 
 
-def build(split: str, seed: int = 0, size=None, patch_size: int = 5) -> SortOfClevrDataset:
+def build(split: str, seed: int = 0, size=None, patch_size: int = 5, holdout: int = 0) -> SortOfClevrDataset:
     """Sort-of-CLEVR split. ``size``: number of *images* (int or ``{split: n}``; 20 items each;
-    default 9800/200/200). ``patch_size`` must divide 75; tokens are ``3·p² + 13`` wide."""
-    return SortOfClevrDataset(split, check_seed(seed), DEFAULT_SIZE if size is None else size, patch_size)
+    default 9800/200/200). ``patch_size`` must divide 75; tokens are ``3·p² + 13`` wide.
+    ``holdout``: colour-shape pairs omitted from the train split (NFM Table 7; module docstring)."""
+    return SortOfClevrDataset(split, check_seed(seed), DEFAULT_SIZE if size is None else size, patch_size,
+                              check_holdout(holdout))
 
 
-def build_conditional(split: str, seed: int = 0, size=None, patch_size: int = 5) -> SortOfClevrConditionalDataset:
+def build_conditional(split: str, seed: int = 0, size=None, patch_size: int = 5,
+                      holdout: int = 0) -> SortOfClevrConditionalDataset:
     """Conditional Sort-of-CLEVR split; parameters as :func:`build`. Image tokens are ``3·p² + 2`` wide."""
-    return SortOfClevrConditionalDataset(split, check_seed(seed), DEFAULT_SIZE if size is None else size, patch_size)
+    return SortOfClevrConditionalDataset(split, check_seed(seed), DEFAULT_SIZE if size is None else size, patch_size,
+                                         check_holdout(holdout))
 
 
-def build_image(split: str, seed: int = 0, size=None) -> SortOfClevrImageDataset:
-    """Sort-of-CLEVR split with the image and the question as separate inputs; ``size`` as :func:`build`."""
-    return SortOfClevrImageDataset(split, check_seed(seed), DEFAULT_SIZE if size is None else size)
+def build_image(split: str, seed: int = 0, size=None, holdout: int = 0) -> SortOfClevrImageDataset:
+    """Sort-of-CLEVR split with the image and the question as separate inputs; ``size`` and
+    ``holdout`` as :func:`build`."""
+    return SortOfClevrImageDataset(split, check_seed(seed), DEFAULT_SIZE if size is None else size,
+                                   check_holdout(holdout))
 
 
 def input_dim(patch_size: int = 5) -> int:
@@ -424,7 +462,7 @@ def _info(name: str, description: str, describe, *, patches: bool = True) -> Tas
     task cuts tokens) and subsets."""
     return TaskInfo(
         name=name, kind="generator", description=description, describe=describe, loss="cross_entropy", metrics=("top1",), splits=("train", "val", "test"),
-        params={"seed": 0, "size": dict(DEFAULT_SIZE), **({"patch_size": 5} if patches else {})},
+        params={"seed": 0, "size": dict(DEFAULT_SIZE), **({"patch_size": 5} if patches else {}), "holdout": 0},
         subsets={"relational": is_relational, "non_relational": _non_relational},
     )
 
