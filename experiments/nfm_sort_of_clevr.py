@@ -1,0 +1,278 @@
+"""NFM Table 6 (and Table 7) on Sort-of-CLEVR at CPU scale: NFM(CNN) vs the CNN_MLP baseline.
+
+The paper (NFM §4.3) extends Santoro et al.'s CNN_MLP (4 conv layers 3×3 stride 2, 24 channels,
+BatchNorm, ReLU; flatten ⊕ question → MLP) with NFM over its conv blocks, two passes, top-k
+k = 5, and reports the mean test accuracy over three trials (Table 6):
+
+=====================  ==============  ==============
+question kind          CNN             NFM(CNN)
+=====================  ==============  ==============
+relational             68.26 ± 0.61    74.95 ± 1.58
+non-relational         71.78 ± 9.3     79.37 ± 2
+=====================  ==============  ==============
+
+Table 7 trains without ``N`` colour-shape combinations and tests on all 12 (``--holdout N``; the
+task's ``holdout`` parameter, :mod:`modwire.tasks.synthetic.sort_of_clevr`).
+
+This runs the same comparison in a CPU budget (:func:`row_overrides`): presets
+``cnn_mlp_sort_of_clevr`` and ``nfm_cnn_mlp_sort_of_clevr`` on task ``sort_of_clevr_image``, the
+same optimizer budget for both (``--steps`` Adam steps at ``--batch``, lr 1e-3 with a short warm-up
+and a cosine decay; the paper's schedule is in its Appendix C, which we do not have), training
+images ``--train-images`` (20 questions each), the best validation checkpoint (200 images) scored on
+``--test-images`` test images. ``--stem L`` runs the first ``L`` conv blocks before the NFM
+(``CNNMLPConfig.stem_layers``; 0 = the NFM wraps all four, as the paper describes).
+
+Each (row, seed) is one resumable training run (``modwire.training.train``) in a pool of
+single-threaded workers; finished runs go to ``OUT/results.jsonl`` (``modwire.analysis.results_log``)
+and a rerun skips them. ``OUT/table.md`` holds the table next to Table 6, ``OUT/accuracy.png`` the
+bar plot. Run directories (checkpoints) stay under ``OUT/runs/`` (not meant to be committed).
+
+Run: ``python experiments/nfm_sort_of_clevr.py`` (3 seeds of both rows); ``--quick`` is a smoke
+test; ``--report`` reprints the table.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import signal
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = ROOT / "experiments" / "results" / "nfm_sort_of_clevr"
+PRESETS = {"cnn": "cnn_mlp_sort_of_clevr", "nfm": "nfm_cnn_mlp_sort_of_clevr",
+           "nfm_one_pass": "nfm_cnn_mlp_sort_of_clevr"}
+LABELS = {"cnn": "CNN", "nfm": "NFM(CNN)", "nfm_one_pass": "NFM(CNN), one pass (§4.7)"}
+ROW_OVERRIDES = {"nfm_one_pass": {"nfm.passes": 1}}
+KINDS = ("relational", "non_relational")
+# Table 6 (mean ± std over 3 trials, test %); §4.7: one pass 73.07 ± 1.17 relational.
+PAPER = {("cnn", "relational"): (68.26, 0.61), ("nfm", "relational"): (74.95, 1.58),
+         ("cnn", "non_relational"): (71.78, 9.3), ("nfm", "non_relational"): (79.37, 2.0),
+         ("nfm_one_pass", "relational"): (73.07, 1.17)}
+# Table 7: N held-out combinations → (CNN, NFM(CNN)) mean test % per question kind.
+PAPER_HOLDOUT = {1: {"relational": (57.67, 54.67), "non_relational": (57.0, 59.0)},
+                 2: {"relational": (47.0, 46.0), "non_relational": (54.33, 57.0)},
+                 3: {"relational": (20.66, 38.33), "non_relational": (42.33, 49.67)}}
+
+
+def run_name(row: str, seed: int, holdout: int = 0) -> str:
+    """A run's directory and results key: ``<row>[-holdout<N>]-seed<s>``."""
+    return f"{row}{f'-holdout{holdout}' if holdout else ''}-seed{seed}"
+
+
+def row_overrides(row: str, a: argparse.Namespace, seed: int, out: Path) -> list[str]:
+    """The ``--set`` overrides of one (row, seed) training run; ``a`` holds the sizes (:func:`parse`)."""
+    steps_per_epoch = max(1, 20 * a.train_images // a.batch)
+    sets = {"model.name": PRESETS[row], "data.task": "sort_of_clevr_image",
+            "data.params.size": f"{{train: {a.train_images}, val: {a.val_images}, test: {a.test_images}}}",
+            "data.params.holdout": a.holdout, "data.batch_size": a.batch,
+            "optim.name": "adamw", "optim.lr": a.lr, "optim.weight_decay": 0.0, "optim.grad_clip": 0.0,
+            "optim.warmup_steps": max(1, a.steps // 20), "optim.min_lr": a.lr / 100,
+            "epochs": max(1, -(-a.steps // steps_per_epoch)), "max_steps": a.steps, "seed": seed,
+            "checkpoint_every": 0 if a.quick else 250, "log_every": 50, "progress": "false",
+            "out_dir": json.dumps(str(out / "runs" / run_name(row, seed, a.holdout)))}
+    if row != "cnn":
+        sets["model.overrides.stem_layers"] = a.stem
+    for key, value in ROW_OVERRIDES.get(row, {}).items():
+        sets[f"model.overrides.{key}"] = value
+    if a.quick:
+        sets["model.overrides.hidden"] = 32
+    return [f"{k}={v}" for k, v in sets.items()]
+
+
+def run_job(job: tuple[str, int, dict]) -> dict:
+    """Train one (row, seed) run (resuming an interrupted one), then score its best checkpoint on test."""
+    row, seed, args = job
+    a = argparse.Namespace(**args)
+    out = Path(a.out)
+    key = run_name(row, seed, a.holdout)
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        from modwire.training import load_config, train
+
+        start = time.perf_counter()
+        run_dir = out / "runs" / key
+        cfg = load_config(None, row_overrides(row, a, seed, out))
+        resume = (run_dir / "checkpoints" / "last").exists()
+        result = train(cfg, resume=resume, overwrite=not resume)
+        if result["status"] != "finished":
+            raise RuntimeError(f"interrupted at step {result['step']} of {a.steps}; rerun to resume")
+        return {"key": key, "row": row, "seed": seed, "holdout": a.holdout, "sizes": sizes(a), "val": result["best"],
+                "test": score_test(run_dir), "parameters": sum(p.numel() for p in result["model"].parameters()),
+                "seconds": round(time.perf_counter() - start, 1)}
+    except Exception as e:                # reported by the parent with the row; the others go on
+        return {"key": key, "error": f"{type(e).__name__}: {e}"}
+
+
+def sizes(a: argparse.Namespace) -> dict:
+    """What makes two results comparable (a rerun with other sizes trains again)."""
+    return {"steps": a.steps, "batch": a.batch, "train_images": a.train_images, "test_images": a.test_images,
+            "lr": a.lr, "stem": a.stem, "quick": a.quick}
+
+
+def score_test(run_dir: Path) -> dict:
+    """``modwire eval``'s metrics (top-1 overall, relational, non-relational) of the best checkpoint on test."""
+    from modwire.cli import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["eval", str(run_dir), "--split", "test"])
+    if code != 0:
+        raise RuntimeError(f"modwire eval {run_dir} --split test exited {code}")
+    return json.loads(buf.getvalue().strip().splitlines()[-1])
+
+
+def load(a: argparse.Namespace) -> dict[str, dict]:
+    from modwire.analysis.results_log import load_results
+
+    return load_results(a.out / "results.jsonl",
+                        keep=lambda r: r.get("sizes") == sizes(a) and r.get("holdout", 0) == a.holdout)
+
+
+def run_all(a: argparse.Namespace) -> list[str]:
+    """Train the (row, seed) runs not yet in ``OUT/results.jsonl``; returns the failures."""
+    import multiprocessing as mp
+
+    from modwire.analysis.results_log import append_results
+
+    done = load(a)
+    args = {**vars(a), "out": str(a.out)}
+    jobs = [(row, s, args) for s in range(a.seeds) for row in a.rows]
+    todo = [j for j in jobs if run_name(j[0], j[1], a.holdout) not in done]
+    print(f"{len(jobs)} runs, {len(jobs) - len(todo)} already in {a.out / 'results.jsonl'}, {len(todo)} to train")
+    if not todo:
+        return []
+    a.out.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    pool = mp.get_context("spawn").Pool(a.workers, maxtasksperchild=1) if a.workers else None
+    results = pool.imap_unordered(run_job, todo) if pool else map(run_job, todo)
+    try:
+        with (a.out / "results.jsonl").open("a") as f:
+            return append_results(results, f, total=len(todo), log=print, describe=lambda r: (
+                f"test relational {r['test'].get('top1_relational', float('nan')):.4f}, "
+                f"non-relational {r['test'].get('top1_non_relational', float('nan')):.4f}"))
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+
+
+def summary(results: dict[str, dict], row: str) -> dict[str, list[float]]:
+    """Test accuracy % per question kind, one value per seed (in seed order)."""
+    runs = sorted((r for r in results.values() if r["row"] == row), key=lambda r: r["seed"])
+    return {kind: [100 * r["test"][f"top1_{kind}"] for r in runs] for kind in KINDS}
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value)."""
+    m = sum(values) / len(values)
+    return m, ((sum((v - m) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0)
+
+
+def paper_cell(row: str, kind: str, holdout: int) -> str:
+    if holdout:
+        got = PAPER_HOLDOUT.get(holdout, {}).get(kind)
+        return f"{got[row == 'nfm']:.2f}" if got and row in ("cnn", "nfm") else "n/a"
+    got = PAPER.get((row, kind))
+    return f"{got[0]:.2f} ± {got[1]:.2f}" if got else "n/a"
+
+
+def format_table(results: dict[str, dict], a: argparse.Namespace) -> str:
+    which = f"Table 7, N = {a.holdout}" if a.holdout else "Table 6"
+    lines = [f"| model | question kind | paper ({which}), % | here: test % (mean ± std) | per seed | params | "
+             f"minutes per run |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for row in a.rows:
+        got = summary(results, row)
+        runs = [r for r in results.values() if r["row"] == row]
+        for kind in KINDS:
+            vals = got[kind]
+            here = "not run" if not vals else "{:.2f} ± {:.2f} (n = {})".format(*mean_std(vals), len(vals))
+            extra = (f"{runs[0]['parameters'] / 1e3:.0f} k | {sum(r['seconds'] for r in runs) / len(runs) / 60:.1f}"
+                     if runs else " | ")
+            lines.append(f"| {LABELS[row]} | {kind.replace('_', '-')} | {paper_cell(row, kind, a.holdout)} | {here} | "
+                         f"{' / '.join(f'{v:.2f}' for v in vals)} | {extra} |")
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, dict], a: argparse.Namespace, path: Path) -> Path | None:
+    """Bars: mean test accuracy per model and question kind (error bars: std over seeds), the
+    paper's values as black markers."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    width = 0.8 / max(1, len(a.rows))
+    for j, row in enumerate(a.rows):
+        got = summary(results, row)
+        for i, kind in enumerate(KINDS):
+            x = i + (j - (len(a.rows) - 1) / 2) * width
+            if got[kind]:
+                m, s = mean_std(got[kind])
+                ax.bar(x, m, width, yerr=s, color=f"C{j}", label=LABELS[row] if i == 0 else None, capsize=3)
+            cell = paper_cell(row, kind, a.holdout)
+            if cell != "n/a":
+                ax.plot(x, float(cell.split(" ")[0]), "k_", ms=18, mew=2,
+                        label="paper" if (i, j) == (0, 0) else None)
+    ax.set_xticks(range(len(KINDS)), ["relational", "non-relational"])
+    ax.set(ylabel="test accuracy %", ylim=(0, 100),
+           title=f"Sort-of-CLEVR, CPU-sized (NFM {'Table 7, N = %d' % a.holdout if a.holdout else 'Table 6'})")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def report(a: argparse.Namespace) -> str:
+    results = load(a)
+    table = format_table(results, a)
+    suffix = f"_holdout{a.holdout}" if a.holdout else ""
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / f"table{suffix}.md").write_text(table + "\n")
+    plot(results, a, a.out / f"accuracy{suffix}.png")
+    return table
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", default="cnn,nfm", help=f"comma-separated rows ({', '.join(LABELS)})")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds per row (0, 1, ...)")
+    ap.add_argument("--steps", type=int, default=1500, help="optimizer steps per run")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--train-images", type=int, default=2400, help="training images (20 questions each)")
+    ap.add_argument("--val-images", type=int, default=100)
+    ap.add_argument("--test-images", type=int, default=200)
+    ap.add_argument("--stem", type=int, default=0, help="conv blocks before the NFM (stem_layers)")
+    ap.add_argument("--holdout", type=int, default=0, help="Table 7: colour-shape pairs held out of training")
+    ap.add_argument("--workers", type=int, default=2, help="worker processes (0: in this process)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--quick", action="store_true", help="smoke test: tiny data, few steps")
+    ap.add_argument("--report", action="store_true", help="only print the table of finished runs")
+    a = ap.parse_args(argv)
+    a.rows = [r for r in a.rows.split(",") if r]
+    unknown = [r for r in a.rows if r not in LABELS]
+    if unknown:
+        ap.error(f"unknown row(s) {unknown}; choose from {list(LABELS)}")
+    if a.quick:
+        a.steps, a.batch, a.train_images, a.val_images, a.test_images = min(a.steps, 4), 8, 2, 1, 2
+        a.stem = max(a.stem, 2)                # the 75×75 and 38×38 readers are the slow ones on a CPU
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(argv)
+    failed = [] if a.report else run_all(a)
+    print(report(a))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

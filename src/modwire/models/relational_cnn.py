@@ -1,0 +1,187 @@
+"""CNN_MLP: the convolutional baseline of Sort-of-CLEVR (Santoro et al. 2017) and its NFM version
+(NFM §4.3, Table 6: "extending a generic convolutional baseline (CNN_MLP) with NFM").
+
+Image ``x [B, 3, 75, 75]`` → ``num_layers`` (4) conv blocks, each ``Conv2d(3×3, stride 2,
+padding 1) → BatchNorm2d → ReLU`` with ``channels`` (24) channels (75 → 38 → 19 → 10 → 5) →
+flatten (``24·5·5 = 600``) ⊕ question ``[B, 11]`` → MLP: ``Linear(611, hidden) → ReLU →
+Linear(hidden, hidden) → ReLU → Dropout(dropout) → Linear(hidden, num_classes)`` (the CNN+MLP
+baseline as it is commonly implemented for Sort-of-CLEVR; ``hidden`` 256, dropout 0.5) → logits
+``[B, 10]`` over the answers of :data:`modwire.tasks.synthetic.sort_of_clevr.ANSWERS`.
+
+NFM(CNN) (``nfm.enabled``): the conv blocks are the NFM's blocks (:func:`modwire.models.nfm.build_body`,
+:class:`modwire.nn.nfm.NFM`): before each conv block of each pass, the block's input reads over
+every state written so far (NFM Algorithm 1, §3.2), two passes and top-k sparsity k = 5 (NFM
+§4.3: "we use two passes (K = 2) and a top-k sparsity of k = 5"), 4 heads, d_k = d_v = 16 (the
+authors' defaults; implementation notes §3). The MLP reads the last pass's final state. Both
+models "use 24 initial channels" (NFM §4.7). ``passes = 1`` is §4.7's one-pass ablation.
+
+``stem_layers`` (not in the paper; default 0): the first ``stem_layers`` conv blocks run once, before
+the NFM, as a stem (as a ResNet's stem conv runs before its NFM-read residual blocks), and the NFM
+wraps the rest. With 0 the NFM also reads before the first conv block, where the query is the
+75×75 input and every memory state is rescaled to 75×75 (the costliest reader by far on a CPU);
+the CPU-sized reproduction (``experiments/nfm_sort_of_clevr.py``) says which it uses.
+
+Evaluation option ``random_attention`` (NFM §4.4's ablation: every attention score drawn from a
+standard Gaussian; ``modwire eval RUN --set model.overrides.random_attention=true``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .base import Intermediates, PretrainedModel
+from .config import COUNT, Bounds, ModelConfig, check_single_head
+from .inputs import Inputs, named_inputs
+from .nfm import NFMConfig, build_body
+from .registry import register_model_type, register_preset
+
+
+def conv_size(size: int, layers: int) -> int:
+    """Spatial side after ``layers`` 3×3 stride-2 padding-1 convolutions (75 → 38 → 19 → 10 → 5)."""
+    for _ in range(layers):
+        size = (size - 1) // 2 + 1
+    return size
+
+
+@dataclass
+class CNNMLPConfig(ModelConfig):
+    """CNN_MLP hyperparameters; defaults are NFM §4.3's Sort-of-CLEVR baseline (module docstring).
+    ``question_dim``: width of the ``question`` input (0: an image-only classifier);
+    ``stem_layers``: conv blocks run before the NFM (module docstring; NFM models only);
+    ``random_attention``: NFM §4.4's evaluation ablation (NFM models only)."""
+
+    model_type = "cnn_mlp"
+
+    num_classes: int = 10
+    image_size: int = 75
+    in_channels: int = 3
+    channels: int = 24
+    num_layers: int = 4
+    question_dim: int = 11
+    hidden: int = 256
+    dropout: float = 0.5
+    nfm: NFMConfig = field(default_factory=NFMConfig)
+    stem_layers: int = 0
+    random_attention: bool = False
+
+    bounds = {"num_classes": COUNT, "image_size": COUNT, "in_channels": COUNT, "channels": COUNT,
+              "num_layers": COUNT, "question_dim": Bounds(lo=0, note="0: no question input"), "hidden": COUNT,
+              "dropout": Bounds(lo=0, hi=1, hi_open=True),
+              "stem_layers": Bounds(lo=0, hi="num_layers", hi_open=True, note="the NFM wraps at least one block")}
+
+    def unused_fields(self) -> tuple[str, ...]:
+        return () if self.nfm.enabled else ("nfm", "stem_layers")
+
+    def validate(self) -> None:
+        if self.random_attention and not self.nfm.enabled:
+            raise ValueError("config field 'random_attention': NFM §4.4's random-attention evaluation needs "
+                             "nfm.enabled=true (a CNN_MLP without NFM has no attention)")
+
+    def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
+        """An image ``x`` (square) and optionally a ``question`` vector ``[1, Q]`` (task
+        ``sort_of_clevr_image``)."""
+        check_single_head(heads, self.model_type)
+        named = named_inputs(inputs)
+        x, q = named.get("x"), named.get("question")
+        if x is None or set(named) - {"x", "question"} or x.kind != "image" or x.height != x.width:
+            raise ValueError(f"a 'cnn_mlp' model reads a square image 'x' and optionally a 'question' vector "
+                             f"[1, Q] (task sort_of_clevr_image); the task gives {dict(named)}")
+        if q is not None and (q.kind != "vectors" or q.length != 1 or q.padded):
+            raise ValueError(f"the 'question' input must be one vector per sample, InputSpec.vectors(1, Q), "
+                             f"got {q!r}")
+        return {"image_size": x.height, "in_channels": x.channels, "num_classes": num_classes,
+                "question_dim": 0 if q is None else q.dim}
+
+    def input_names(self) -> tuple[str, ...]:
+        return ("x", "question") if self.question_dim else ("x",)
+
+
+def conv_block(c_in: int, c_out: int) -> nn.Sequential:
+    """``Conv2d(3×3, stride 2, pad 1) → BatchNorm2d → ReLU``: ``[B, c_in, S, S] → [B, c_out, ⌈S/2⌉, ⌈S/2⌉]``."""
+    return nn.Sequential(nn.Conv2d(c_in, c_out, 3, stride=2, padding=1), nn.BatchNorm2d(c_out), nn.ReLU())
+
+
+class CNNMLP(PretrainedModel):
+    """``model(x, question) → logits [B, num_classes]``; ``forward_intermediates`` adds the final
+    conv state (``states [B, C, s, s]``) and, with NFM, one :class:`~modwire.nn.nfm.NFMRecord` per
+    reader (``nfm``)."""
+
+    config_class = CNNMLPConfig
+
+    def __init__(self, config: CNNMLPConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        widths = [c.in_channels] + [c.channels] * c.num_layers
+        blocks = [conv_block(a, b) for a, b in zip(widths[:-1], widths[1:])]
+        s = c.stem_layers if c.nfm.enabled else 0
+        self.stem = nn.Sequential(*blocks[:s])                             # identity when s = 0
+        self.body = build_body(c.nfm, blocks[s:], widths[s:])
+        flat = c.channels * conv_size(c.image_size, c.num_layers) ** 2
+        self.mlp = nn.Sequential(
+            nn.Linear(flat + c.question_dim, c.hidden), nn.ReLU(), nn.Linear(c.hidden, c.hidden), nn.ReLU(),
+            nn.Dropout(c.dropout), nn.Linear(c.hidden, c.num_classes))
+        self.set_eval_options(random_attention=c.random_attention)
+
+    eval_options = ("random_attention",)   # `modwire eval RUN --set model.overrides.random_attention=true`
+
+    def set_eval_options(self, *, random_attention: bool) -> None:
+        """NFM §4.4: evaluate with Gaussian attention scores (True) or the learned ones."""
+        self.config = self.config.replace(random_attention=bool(random_attention))
+        self.body.random_attention = bool(random_attention)
+
+    def forward(self, x: Tensor, question: Tensor | None = None) -> Tensor:
+        return self._run(x, question, record=False).logits
+
+    def forward_intermediates(self, x: Tensor, question: Tensor | None = None) -> Intermediates:
+        return self._run(x, question, record=True)
+
+    def _run(self, x: Tensor, question: Tensor | None, *, record: bool) -> Intermediates:
+        c = self.config
+        self._check(x, question)
+        h = self.body(self.stem(x), record=record)                        # [B, C, s, s]
+        feats = h.flatten(1)
+        if c.question_dim:
+            feats = torch.cat([feats, question.reshape(len(x), c.question_dim).to(feats.dtype)], dim=1)
+        logits = self.mlp(feats)                                          # [B, num_classes]
+        return Intermediates(logits, h, nfm=list(self.body.records) if record else [])
+
+    def _check(self, x: Tensor, question: Tensor | None) -> None:
+        c = self.config
+        image = f"[B, {c.in_channels}, {c.image_size}, {c.image_size}] float"
+        if not isinstance(x, Tensor) or x.shape[1:] != (c.in_channels, c.image_size, c.image_size) \
+                or not x.is_floating_point():
+            got = f"{x.dtype} {list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"x: expected images {image}, got {got}")
+        if not c.question_dim:
+            if question is not None:
+                raise ValueError("this model takes no 'question' input (config question_dim=0)")
+            return
+        layout = f"[B={len(x)}, 1, {c.question_dim}] (or [B, {c.question_dim}]) float"
+        if not isinstance(question, Tensor) or question.shape not in ((len(x), 1, c.question_dim),
+                                                                      (len(x), c.question_dim)) \
+                or not question.is_floating_point():
+            got = "none" if question is None else (f"{question.dtype} {list(question.shape)}"
+                                                   if isinstance(question, Tensor) else type(question).__name__)
+            raise ValueError(f"question: expected one question vector per sample {layout}, got {got}")
+
+
+register_model_type(CNNMLP)
+
+# NFM §4.3, Table 6: CNN vs NFM(CNN) on Sort-of-CLEVR (task sort_of_clevr_image), two passes, k = 5.
+NFM_SORT_OF_CLEVR = {"enabled": True, "k": 5, "passes": 2}
+register_preset("cnn_mlp_sort_of_clevr", CNNMLP, CNNMLPConfig, "NFM §4.3, Table 6 (CNN baseline, Sort-of-CLEVR)")
+register_preset("nfm_cnn_mlp_sort_of_clevr", CNNMLP, lambda: CNNMLPConfig(nfm=NFM_SORT_OF_CLEVR),
+                "NFM §4.3, Table 6 (NFM(CNN), two passes, k = 5, Sort-of-CLEVR)")
+
+
+def _micro(**nfm: Any) -> CNNMLPConfig:
+    """Test-sized: 16×16 images, 8 channels, 3 layers, question width 11, MLP 32."""
+    return CNNMLPConfig(image_size=16, channels=8, num_layers=3, hidden=32,
+                        nfm={"enabled": bool(nfm), "d_k": 8, "d_v": 8, "heads": 2, **nfm})
+
+
+register_preset("cnn_mlp_micro", CNNMLP, _micro, "test-sized CNN_MLP (16×16 images)")
+register_preset("nfm_cnn_mlp_micro", CNNMLP, lambda: _micro(k=3, passes=2), "test-sized NFM(CNN_MLP) (16×16 images)")
