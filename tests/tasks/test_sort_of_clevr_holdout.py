@@ -56,3 +56,12 @@ def test_answers_follow_the_changed_scene():
 def test_bad_holdout_is_a_clear_error(bad):
     with pytest.raises(ValueError, match=r"holdout .* must be an int in \[0, 6\].*got"):
         build_dataset("sort_of_clevr", "train", size=2, holdout=bad)
+
+
+def test_cached_images_are_not_shared_with_the_items():
+    ds = build_dataset("sort_of_clevr_image", "train", size=2)
+    x, _ = ds[3]
+    x["x"].zero_()                                  # a caller writing into its item
+    again, _ = ds[3]
+    assert again["x"].min() >= 0 and again["x"].max() == 1.0   # still the rendered image (white background)
+    assert len(ds._cache) == 1 and not np.array_equal(again["x"].numpy(), x["x"].numpy())
