@@ -64,6 +64,11 @@ def expected_shape(config, batch=BATCH):
 
 def make_inputs(config, batch=BATCH, *, device="cpu", seed=0):
     """``(x, kwargs)`` for ``model(x, **kwargs)``."""
+    if config.model_type == "cnn_mlp":                       # CNN_MLP (NFM §4.3): an image and a question vector
+        g = None if device == "meta" else torch.Generator().manual_seed(seed)
+        x = torch.rand(batch, config.in_channels, config.image_size, config.image_size, generator=g, device=device)
+        q = torch.rand(batch, 1, config.question_dim, generator=g, device=device) if config.question_dim else None
+        return x, ({"question": q} if q is not None else {})
     if getattr(config, "embed", None) is not None:          # a set model (ViT, NI, AiT)
         kwargs = {"task": torch.arange(batch, device=device) % config.num_cls_tokens} if config.task_input else {}
         if config.question_dim:                              # AiT §5.8's question token
