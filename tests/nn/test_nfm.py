@@ -39,7 +39,7 @@ def make_nfm(*, gamma: float | None = 0.6, seed: int = 0, **kw) -> NFM:
                                 {"share_blocks": True, "passes": 3, "k": 6}])
 def test_algorithm1_matches_literal_forward_and_gradients(kw):
     m = make_nfm(**kw)
-    x = torch.randn(3, 3, 9, 9, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(2, 3, 9, 9, dtype=torch.float64, requires_grad=True)
     out = m(x)
     x2 = x.detach().clone().requires_grad_(True)
     ref = nfm_literal(m, x2)
