@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from .base import Intermediates, PretrainedModel
 from .config import COUNT, Bounds, ModelConfig, check_single_head
 from .inputs import Inputs, named_inputs
-from .nfm import NFMConfig, build_body
+from .nfm import NFMConfig, build_body, set_random_attention
 from .registry import register_model_type, register_preset
 
 
@@ -123,14 +123,17 @@ class CNNMLP(PretrainedModel):
         self.mlp = nn.Sequential(
             nn.Linear(flat + c.question_dim, c.hidden), nn.ReLU(), nn.Linear(c.hidden, c.hidden), nn.ReLU(),
             nn.Dropout(c.dropout), nn.Linear(c.hidden, c.num_classes))
-        self.set_eval_options(random_attention=c.random_attention)
+        self.set_eval_options(random_attention=c.random_attention or (c.nfm.enabled and c.nfm.random_attention))
 
     eval_options = ("random_attention",)   # `modwire eval RUN --set model.overrides.random_attention=true`
 
     def set_eval_options(self, *, random_attention: bool) -> None:
-        """NFM §4.4: evaluate with Gaussian attention scores (True) or the learned ones."""
-        self.config = self.config.replace(random_attention=bool(random_attention))
-        self.body.random_attention = bool(random_attention)
+        """NFM §4.4: evaluate with Gaussian attention scores (True) or the learned ones (the
+        config's ``random_attention`` and ``nfm.random_attention`` follow)."""
+        on = bool(random_attention)
+        self.config = self.config.replace(random_attention=on, **({"nfm": {"random_attention": on}}
+                                                                   if self.config.nfm.enabled else {}))
+        set_random_attention(self.body, on)
 
     def forward(self, x: Tensor, question: Tensor | None = None) -> Tensor:
         return self._run(x, question, record=False).logits
