@@ -141,7 +141,7 @@ def run_all(a: argparse.Namespace) -> list[str]:
 
     done = load(a)
     args = {**vars(a), "out": str(a.out)}
-    jobs = [(row, s, args) for s in range(a.seeds) for row in a.rows]
+    jobs = [(row, s, args) for row in a.rows for s in range(a.seeds)]   # the slow rows first: --rows nfm,cnn
     todo = [j for j in jobs if run_name(j[0], j[1], a.holdout) not in done]
     print(f"{len(jobs)} runs, {len(jobs) - len(todo)} already in {a.out / 'results.jsonl'}, {len(todo)} to train")
     if not todo:
