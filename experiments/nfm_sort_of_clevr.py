@@ -101,8 +101,10 @@ def run_job(job: tuple[str, int, dict]) -> dict:
         result = train(cfg, resume=resume, overwrite=not resume)
         if result["status"] != "finished":
             raise RuntimeError(f"interrupted at step {result['step']} of {a.steps}; rerun to resume")
+        test = score_test(run_dir)
+        test["checkpoint"] = Path(test["checkpoint"]).relative_to(out).as_posix()    # no absolute paths
         return {"key": key, "row": row, "seed": seed, "holdout": a.holdout, "sizes": sizes(a), "val": result["best"],
-                "test": score_test(run_dir), "parameters": sum(p.numel() for p in result["model"].parameters()),
+                "test": test, "parameters": sum(p.numel() for p in result["model"].parameters()),
                 "seconds": round(time.perf_counter() - start, 1)}
     except Exception as e:                # reported by the parent with the row; the others go on
         return {"key": key, "error": f"{type(e).__name__}: {e}"}

@@ -47,6 +47,7 @@ def test_quick_run_trains_scores_each_kind_and_skips_finished_runs(tmp_path, cap
     assert sorted(r["row"] for r in records) == ["cnn", "nfm"]
     for r in records:
         assert r["test"]["split"] == "test" and r["test"]["samples"] == 40     # 2 test images × 20 questions
+        assert r["test"]["checkpoint"].startswith(f"runs/{r['key']}/checkpoints/best")   # relative to --out
         assert 0 <= r["test"]["top1_relational"] <= 1 and 0 <= r["test"]["top1_non_relational"] <= 1
     table = (tmp_path / "table.md").read_text()
     nfm = next(r for r in records if r["row"] == "nfm")
