@@ -28,7 +28,7 @@ from torch.utils.data import Dataset, Subset
 
 from ..models.inputs import Inputs, InputSpec, check_inputs  # noqa: F401  (InputSpec re-exported)
 
-LOSSES = ("cross_entropy", "mse")
+LOSSES = ("cross_entropy", "mse", "token_cross_entropy")  # the last: targets [B, T], logits [B, T, V]
 
 
 def pad_collate(batch: Sequence[tuple[Tensor, Tensor]], pad_value: int = 0) -> tuple[Tensor, Tensor]:

@@ -51,6 +51,7 @@ from ..models.config import deep_merge
 from ..models.inputs import named_inputs
 from ..seeding import torch_generator
 from ..tasks import build_dataset, describe_task, get_task
+from ..tasks.metrics import LOWER_IS_BETTER
 from . import distributed
 from .config import TrainConfig
 from .feedback import Feedback, MetricsLog
@@ -450,11 +451,13 @@ def validate_and_save(run: Run, state: TrainState, stop: StopSignals) -> None:
 
 
 def _improves_best(state: TrainState, info) -> bool:
+    """Whether the task's first metric improved (higher is better, but perplexity: lower)."""
     key = info.metrics[0]
     value = (state.val or {}).get(key)
     if value is None or not math.isfinite(value):
         return False
-    if state.best is None or value > state.best[key]:
+    better = (lambda a, b: a < b) if key in LOWER_IS_BETTER else (lambda a, b: a > b)
+    if state.best is None or better(value, state.best[key]):
         state.best = {key: value, "step": state.step}
         return True
     return False
