@@ -20,6 +20,7 @@ import modwire
 PRESETS = modwire.list_models()
 BIG = {"nac_tiny_imagenet", "nac_imagenet", "perceiver_io_tiny_imagenet", "nac_conditional_nlvr2",
        "ait_small", "ait_medium", "ait_base",  # aliases of ait_*_cifar10
+       "transformer_lm_wikitext2", "nfm_transformer_lm_wikitext2",
        *[n for n in PRESETS if n.startswith(("vit_medium_", "vit_base_", "ait_medium_", "ait_base_", "ni_pgm_"))
          or n.endswith("_pet")]}
 REAL = [pytest.param(name, marks=pytest.mark.slow) if name in BIG else name for name in PRESETS]
@@ -53,6 +54,8 @@ def make_set_input(embed, batch, *, device="cpu", seed=0):
 def expected_shape(config, batch=BATCH):
     """``[B, num_classes]``; a PGM set model ``[B, candidates]``; several CLS tokens of one output
     each (NI §4.1) ``[B, T]``."""
+    if config.model_type == "transformer_lm":                # next-token logits at every position
+        return (batch, min(5, config.max_len), config.vocab_size)
     embed = getattr(config, "embed", None)
     if embed is not None and embed.kind == "panels":
         return (batch, embed.in_channels - embed.num_context)
@@ -64,6 +67,9 @@ def expected_shape(config, batch=BATCH):
 
 def make_inputs(config, batch=BATCH, *, device="cpu", seed=0):
     """``(x, kwargs)`` for ``model(x, **kwargs)``."""
+    if config.model_type == "transformer_lm":                # token ids [B, T]
+        g = None if device == "meta" else torch.Generator().manual_seed(seed)
+        return torch.randint(0, config.vocab_size, (batch, min(5, config.max_len)), generator=g, device=device), {}
     if getattr(config, "embed", None) is not None:          # a set model (ViT, NI, AiT)
         kwargs = {"task": torch.arange(batch, device=device) % config.num_cls_tokens} if config.task_input else {}
         if config.question_dim:                              # AiT §5.8's question token

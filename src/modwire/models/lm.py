@@ -1,0 +1,246 @@
+"""A causal transformer language model, with Neural Function Modules over its layers (NFM §4.6,
+Table 8: WikiText-2 perplexity with and without NFM).
+
+``model(ids [B, T]) → logits [B, T, V]``: token embedding plus learned absolute positions, dropout,
+``num_layers`` pre-LN causal blocks (:class:`CausalBlock`: ``x + Drop(Attn(LN₁ x))``, then
+``x + Drop(FFN(LN₂ x))``; the attention is modwire's :class:`~modwire.nn.SelfAttention`, i.e. the
+one kernel :func:`~modwire.nn.attention.attend` with a causal key mask), a final LayerNorm and
+the output layer, by default tied to the token embedding (``tie_embeddings``; Press & Wolf 2017).
+
+**NFM** (``nfm.enabled``): the blocks run inside :class:`~modwire.nn.nfm.NFM` (Algorithm 1,
+``layout="tokens"``): before block ``i``, the state ``h^(i-1)`` attends, at each position, over
+the states every earlier block (and every block of an earlier pass) wrote at that same position,
+top-``k`` with a null slot, and ``h^(i-1) + γ·read`` enters block ``i``. Attention runs over
+layers, never over positions, so the model stays causal (position ``t``'s logits depend on tokens
+``≤ t`` only; tested with NFM on). Table 8's note: "in the transformer integration, NFM does not add
+any additional parameters and only a trivial amount of additional computation". So the reader
+(:class:`SharedProjectionReader`) has no projections of its own: it reuses block ``i``'s own
+``LN₁`` and attention projections ``W_q, W_k, W_v, W_o`` (its heads and head width; scores scaled
+as in the block, ``nfm.score_scale="sqrt_d_k"`` in the presets) and adds one scalar ``γ``
+(initialised to 0, §3.2.1) per reader. The output is ``h + γ·W_o A`` (``W_o`` in place of the
+classifiers' ``σ(BN(A W_o1)) W_o2``). Hence ``nfm.d_k``, ``d_v``, ``heads``, ``hidden``, ``norm``
+and ``activation`` are unused here.
+
+Our choices (the appendix that describes Table 8's model is not in our copy of the paper):
+
+* one pass (``nfm.passes = 1``): a second pass would double the computation, which is not "a
+  trivial amount"; ``nfm.passes=2, nfm.share_blocks=true`` (no new parameter either) and
+  ``share_blocks=false`` (a second copy of the blocks, Alg. 1's ``f_{θ_2}``) are options;
+* Table 8's "Mechanisms" column (2 or 4) refers to a transformer whose state is split into
+  independent mechanisms; this is a standard transformer (one mechanism);
+* the sizes of ``transformer_lm_wikitext2`` (module bottom).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..nn import ModulatedFFN, SelfAttention
+from ..nn.init import trunc_normal_
+from ..nn.nfm import NFMReader
+from .base import Intermediates, PretrainedModel
+from .config import COUNT, Bounds, ModelConfig, heads_of
+from .inputs import Inputs, named_inputs
+from .nfm import NFMConfig, build_body
+from .registry import register_model_type, register_preset
+
+__all__ = ["CausalBlock", "SharedProjectionReader", "TransformerLM", "TransformerLMConfig"]
+
+
+@dataclass
+class TransformerLMConfig(ModelConfig):
+    """Hyperparameters of :class:`TransformerLM`. ``vocab_size``: ids and output classes (fitted
+    to the task); ``max_len``: the longest context (learned positions); ``dropout``: on the
+    embedding and on each residual branch; ``nfm``: the shared NFM sub-config (module docstring)."""
+
+    model_type = "transformer_lm"
+
+    vocab_size: int = 33278
+    max_len: int = 128
+    d_model: int = 512
+    num_layers: int = 6
+    num_heads: int = 8
+    ffn_hidden: int = 2048
+    dropout: float = 0.1
+    tie_embeddings: bool = True
+    nfm: NFMConfig = field(default_factory=NFMConfig)
+
+    bounds = {"vocab_size": Bounds(lo=2), "max_len": COUNT, "d_model": COUNT, "num_layers": COUNT,
+              "num_heads": heads_of("d_model"), "ffn_hidden": COUNT, "dropout": Bounds(lo=0, hi=1, hi_open=True)}
+
+    @property
+    def num_classes(self) -> int:
+        """Output classes per position: the vocabulary."""
+        return self.vocab_size
+
+    def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
+        """A task of token ids ``x [T]`` whose targets are ids of the same vocabulary: ``vocab_size``
+        and ``max_len`` (the task's sequence length) follow it."""
+        named = named_inputs(inputs)
+        spec = named.get("x")
+        if set(named) != {"x"} or spec.kind != "tokens" or heads != 1:
+            raise ValueError(f"a 'transformer_lm' model reads one sequence of token ids 'x' and predicts the next "
+                             f"token at every position; the task gives {sorted(named)} ({spec!r}, heads {heads})")
+        if num_classes != spec.vocab_size:
+            raise ValueError(f"a 'transformer_lm' model predicts ids of its input vocabulary ({spec.vocab_size}), "
+                             f"but the task has {num_classes} classes")
+        return {"vocab_size": spec.vocab_size, "max_len": spec.length}
+
+
+class CausalBlock(nn.Module):
+    """Pre-LN causal transformer block: ``x + Drop(Attn(LN₁ x))``, ``x + Drop(FFN(LN₂ x))`` (GELU
+    FFN). ``x [B, T, d] → [B, T, d]``; position ``t`` attends to positions ``≤ t``."""
+
+    def __init__(self, dim: int, num_heads: int, hidden: int, dropout: float) -> None:
+        super().__init__()
+        self.norm1, self.attn = nn.LayerNorm(dim), SelfAttention(dim, num_heads)
+        self.norm2, self.ffn = nn.LayerNorm(dim), ModulatedFFN(dim, hidden, activation="gelu")
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        t = x.shape[1]
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()              # [T, T]: key ≤ query
+        a, _ = self.attn(self.norm1(x), key_mask=causal)
+        x = x + self.drop(a)
+        return x + self.drop(self.ffn(self.norm2(x)))
+
+
+class SharedProjectionReader(NFMReader):
+    """The NFM reader before one :class:`CausalBlock` that owns no projection (NFM Table 8: "NFM
+    does not add any additional parameters"): query ``W_q LN₁(h)``, keys ``W_k LN₁(m_j)``, values
+    ``W_v LN₁(m_j)`` and output ``h + γ·W_o A`` use the reading block's own ``LN₁`` and attention
+    projections (heads and head width included); only ``γ`` (init 0) is new. Attention over the
+    memory, top-``k`` and the null slot are :class:`~modwire.nn.nfm.NFMReader`'s. States are
+    channels-first ``[B, d, T]`` (NFM's ``tokens`` layout). :meth:`bind` gives it its block, which
+    stays a submodule of the NFM body only (one copy of each weight in the state dict)."""
+
+    def __init__(self, *, k: int, rescale: str, score_scale: str) -> None:
+        nn.Module.__init__(self)          # not NFMReader.__init__: it would create W_q, W_k, … of its own
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"NFM: k must be a positive int, got {k!r}")
+        self.k, self.rescale, self.score_scale = k, rescale, score_scale
+        self.gamma = nn.Parameter(torch.zeros(()))       # γ = 0 at initialisation (§3.2.1)
+        self.random_attention = False
+        self._block: tuple[CausalBlock, ...] = ()
+
+    def bind(self, block: CausalBlock) -> None:
+        attn = block.attn
+        self._block = (block,)          # a tuple: not registered as a submodule
+        self.heads, self.d_k = attn.num_heads, attn.head_dim
+        self.d_v = attn.head_dim
+        self.scale = 1.0 / self.d_k if self.score_scale == "d_k" else self.d_k ** -0.5
+
+    def _parts(self) -> tuple[nn.LayerNorm, SelfAttention]:
+        if not self._block:
+            raise RuntimeError("SharedProjectionReader: call bind(block) before using the reader")
+        return self._block[0].norm1, self._block[0].attn
+
+    def project_query(self, h: Tensor) -> Tensor:
+        """``h [B, d, T]`` → ``W_q LN₁(h)`` ``[B, d, T]``."""
+        norm, attn = self._parts()
+        return attn.q(norm(h.transpose(1, 2))).transpose(1, 2)
+
+    def project_source(self, m: Tensor) -> tuple[Tensor, Tensor]:
+        """A memory state ``[B, d, T]`` → ``(W_k LN₁(m), W_v LN₁(m))``, each ``[B, d, T]``."""
+        norm, attn = self._parts()
+        z = norm(m.transpose(1, 2))
+        return attn.k(z).transpose(1, 2), attn.v(z).transpose(1, 2)
+
+    def output(self, a: Tensor, h: Tensor) -> Tensor:
+        """``A [B, d, T]`` → ``h + γ·W_o A``."""
+        _, attn = self._parts()
+        return h + self.gamma * attn.o(a.transpose(1, 2)).transpose(1, 2)
+
+
+class TransformerLM(PretrainedModel):
+    """``model(ids [B, T]) → logits [B, T, vocab_size]`` (module docstring); ``forward_intermediates``
+    adds the final states ``[B, T, d]`` and, with NFM, one :class:`~modwire.nn.nfm.NFMRecord` per reader."""
+
+    config_class = TransformerLMConfig
+    eval_options = ("random_attention",)   # `modwire eval RUN --set model.overrides.random_attention=true`
+
+    def __init__(self, config: TransformerLMConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.embed = nn.Embedding(c.vocab_size, c.d_model)
+        self.positions = nn.Parameter(torch.zeros(c.max_len, c.d_model))
+        trunc_normal_(self.embed.weight, std=0.02)
+        trunc_normal_(self.positions, std=0.02)
+        self.drop = nn.Dropout(c.dropout)
+        blocks = [CausalBlock(c.d_model, c.num_heads, c.ffn_hidden, c.dropout) for _ in range(c.num_layers)]
+        factory = lambda p, i, cq, cs, **o: SharedProjectionReader(  # noqa: E731
+            k=o["k"], rescale=o["rescale"], score_scale=o["score_scale"])
+        self.body = build_body(c.nfm, blocks, [c.d_model] * (c.num_layers + 1), layout="tokens",
+                               layer_factory=factory)
+        for p in range(self.body.passes if c.nfm.enabled else 0):
+            for i in range(c.num_layers):
+                self.body.readers[p * c.num_layers + i].bind(self.body.block(p, i))
+        self.norm = nn.LayerNorm(c.d_model)
+        self.head = None if c.tie_embeddings else nn.Linear(c.d_model, c.vocab_size)
+        self.head_bias = nn.Parameter(torch.zeros(c.vocab_size)) if c.tie_embeddings else None
+
+    @property
+    def num_classes(self) -> int:
+        return self.config.vocab_size
+
+    def no_weight_decay(self) -> tuple[str, ...]:
+        return self.existing_names("positions")
+
+    def set_eval_options(self, *, random_attention: bool) -> None:
+        """NFM §4.4's ablation: every reader's scores drawn from N(0, 1) (evaluation only)."""
+        self.config = self.config.replace(nfm={"random_attention": bool(random_attention)})
+        self.body.random_attention = bool(random_attention)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.forward_intermediates(x, record=False).logits
+
+    def forward_intermediates(self, x: Tensor, *, record: bool = True) -> Intermediates:
+        self._check(x)
+        t = x.shape[1]
+        h = self.drop(self.embed(x) + self.positions[:t])                                 # [B, T, d]
+        h = self.norm(self.body(h, record=record))
+        logits = F.linear(h, self.embed.weight, self.head_bias) if self.head is None else self.head(h)
+        return Intermediates(logits=logits, states=h, nfm=list(self.body.records) if record else [])
+
+    def _check(self, x: Tensor) -> None:
+        if not isinstance(x, Tensor) or x.dim() != 2 or x.dtype.is_floating_point or x.dtype == torch.bool:
+            got = f"{x.dtype} {list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"TransformerLM expects integer token ids [B, T], got {got}")
+        if x.shape[1] > self.config.max_len:
+            raise ValueError(f"TransformerLM: a context of {x.shape[1]} tokens exceeds max_len={self.config.max_len}")
+        if x.device.type != "meta" and x.numel() and (int(x.min()) < 0 or int(x.max()) >= self.config.vocab_size):
+            raise ValueError(f"TransformerLM: token ids must lie in [0, {self.config.vocab_size}), got "
+                             f"[{int(x.min())}, {int(x.max())}]")
+
+
+register_model_type(TransformerLM)
+
+# NFM §4.6 / Table 8 (WikiText-2, 15 epochs). The paper's text gives no architecture (its appendix is
+# not in our copy): a 6-layer, 512-wide, 8-head pre-LN GPT-style model with tied embeddings and
+# 128-token contexts is our choice (36.05e6 parameters, 17.0e6 of them the 33,278-word embedding).
+_NFM_LM = {"enabled": True, "passes": 1, "k": 5, "score_scale": "sqrt_d_k"}
+
+
+def _wikitext2(nfm: bool) -> TransformerLMConfig:
+    return TransformerLMConfig(vocab_size=33278, max_len=128, d_model=512, num_layers=6, num_heads=8,
+                               ffn_hidden=2048, dropout=0.2, nfm=_NFM_LM if nfm else {})
+
+
+register_preset("transformer_lm_wikitext2", TransformerLM, lambda: _wikitext2(False),
+                "NFM §4.6, Table 8 baseline (No-NFM; sizes our choice: the paper's appendix is not available)")
+register_preset("nfm_transformer_lm_wikitext2", TransformerLM, lambda: _wikitext2(True),
+                "NFM §4.6, Table 8 (NFM reusing each block's attention projections: + one γ per layer)")
+
+
+def _micro(nfm: bool) -> TransformerLMConfig:
+    return TransformerLMConfig(vocab_size=50, max_len=16, d_model=32, num_layers=3, num_heads=2, ffn_hidden=64,
+                               dropout=0.0, nfm={**_NFM_LM, "passes": 2, "share_blocks": True} if nfm else {})
+
+
+register_preset("transformer_lm_micro", TransformerLM, lambda: _micro(False), "test-sized causal transformer LM")
+register_preset("nfm_transformer_lm_micro", TransformerLM, lambda: _micro(True),
+                "test-sized causal transformer LM with NFM (two passes over shared blocks)")
