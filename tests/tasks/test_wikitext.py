@@ -72,6 +72,13 @@ def test_clear_errors(tmp_path):
     assert get_task("wikitext2").splits == ("train", "val", "test")
 
 
+def test_without_files_the_official_vocabulary_is_described(tmp_path):
+    assert describe_task("wikitext2").num_classes == wikitext.OFFICIAL_VOCAB == 33278
+    assert describe_task("wikitext2", {"root": str(tmp_path / "nowhere")}).inputs.vocab_size == 33278
+    with pytest.raises(ValueError, match="root=... is required"):
+        describe_task("wikitext2", {"variant": "raw"})      # the raw release has no fixed size
+
+
 def test_files_directly_under_root_are_found(tmp_path):
     root = write_corpus(tmp_path) / "wikitext-2"        # the folder itself as root
     assert len(build_dataset("wikitext2", "train", root=root, seq_len=2)) == (17 - 1) // 2

@@ -124,18 +124,36 @@ def build_wikitext2(split: str, root: Any = None, variant: str = "tokens", seq_l
     return LMChunks(ids, seq_len, vocab, transform)
 
 
+OFFICIAL_VOCAB = 33278     # words of wiki.train.tokens, <eos> included (Merity et al. 2017)
+
+
 def describe(params: dict) -> tuple[InputSpec, int]:
-    """Ids ``[seq_len]`` (no padding); the class count is the vocabulary size (from the train file)."""
-    _check_params(params["variant"], params["seq_len"], params["min_count"])
-    vocab = vocabulary(params["root"], params["variant"], params["min_count"])
-    return InputSpec.tokens(params["seq_len"], len(vocab)), len(vocab)
+    """Ids ``[seq_len]`` (no padding); the class count is the vocabulary size, counted from the train
+    file. Without the files (a config checked before the data is in place), the tokens release with
+    ``min_count=1`` is described by its official size, :data:`OFFICIAL_VOCAB`; building a split
+    still needs the files."""
+    variant, seq_len, min_count = params["variant"], params["seq_len"], params["min_count"]
+    _check_params(variant, seq_len, min_count)
+    try:
+        size = len(vocabulary(params["root"], variant, min_count))
+    except (FileNotFoundError, ValueError):
+        if variant != "tokens" or min_count != 1 or params["root"] is not None and _has_train(params["root"]):
+            raise
+        size = OFFICIAL_VOCAB
+    return InputSpec.tokens(seq_len, size), size
+
+
+def _has_train(root: Any) -> bool:
+    path = Path(os.path.expanduser(str(root)))
+    return any((d / "wiki.train.tokens").is_file() for d in (path, path / "wikitext-2"))
 
 
 register_task(TaskInfo(
     name=TASK, kind="loader",
     description=("WikiText-2 word-level language modelling from wiki.{train,valid,test}.tokens (or .raw): "
                  "vocabulary of the train file (+ <eos> per line), next-token chunks of seq_len tokens"),
-    inputs=InputSpec.tokens(128, 33278), describe=describe,   # vocabulary size: from the train file (root)
+    inputs=InputSpec.tokens(128, OFFICIAL_VOCAB), num_classes=OFFICIAL_VOCAB,
+    describe=describe,   # the vocabulary size of the files under root
     loss="token_cross_entropy", metrics=("perplexity", "token_top1"),
     splits=("train", "val", "test"),
     params={"root": None, "variant": "tokens", "seq_len": 128, "min_count": 1, "transform": None},
