@@ -106,7 +106,7 @@ def run_variant(name: str, data: Path, out: Path, steps: int) -> dict:
     start = time.perf_counter()
     result = train(load_config(None, overrides), overwrite=True)
     model = result["model"]
-    gammas = [round(float(r.gamma), 4) for r in getattr(model.body, "readers", [])]
+    gammas = [round(r.gamma.item(), 4) for r in getattr(model.body, "readers", [])]
     return {"variant": name, "steps": result["step"], "val": result["val"], "parameters": model.num_parameters(),
             "gammas": gammas, "seconds": round(time.perf_counter() - start, 1)}
 

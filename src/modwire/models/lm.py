@@ -166,7 +166,7 @@ class TransformerLM(PretrainedModel):
     def __init__(self, config: TransformerLMConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.embed = nn.Embedding(c.vocab_size, c.d_model)
+        self.embed = nn.Embedding(c.vocab_size, c.d_model, _weight=torch.empty(c.vocab_size, c.d_model))  # init: below
         self.positions = nn.Parameter(torch.zeros(c.max_len, c.d_model))
         trunc_normal_(self.embed.weight, std=0.02)
         trunc_normal_(self.positions, std=0.02)
