@@ -188,3 +188,6 @@ def test_bad_input_errors():
         model(torch.tensor([[0, 23]]))
     with pytest.raises(ValueError, match="'num_heads'.*divides d_model=16"):
         TransformerLMConfig(**{**SMALL, "num_heads": 3})
+    with pytest.raises(ValueError, match="'nfm.d_k': got 32.*reuses each block's LN and attention projections"):
+        TransformerLMConfig(**SMALL, nfm={"enabled": True, "d_k": 32})
+    TransformerLMConfig(**SMALL, nfm={"enabled": False, "d_k": 32})        # the base network ignores nfm

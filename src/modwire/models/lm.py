@@ -19,7 +19,13 @@ any additional parameters and only a trivial amount of additional computation". 
 as in the block, ``nfm.score_scale="sqrt_d_k"`` in the presets) and adds one scalar ``γ``
 (initialised to 0, §3.2.1) per reader. The output is ``h + γ·W_o A`` (``W_o`` in place of the
 classifiers' ``σ(BN(A W_o1)) W_o2``). Hence ``nfm.d_k``, ``d_v``, ``heads``, ``hidden``, ``norm``
-and ``activation`` are unused here.
+and ``activation`` have no meaning here: values other than their defaults are refused.
+
+Cost: each reader projects every memory state it reads with its own block's ``W_k``, ``W_v``
+(``2d²`` per token and source), so a ``L``-layer one-pass model does ``L(L-1)/2`` extra
+key/value projections: for the 6-layer preset, 15 (plus 6 query and 6 output projections), about
++58 % of the body's matrix FLOPs, +34 % of a whole training step on one CPU thread (the tied
+output layer over 33,278 words is the rest); see the README.
 
 Our choices (the appendix that describes Table 8's model is not in our copy of the paper):
 
@@ -89,6 +95,23 @@ class TransformerLMConfig(ModelConfig):
             raise ValueError(f"a 'transformer_lm' model predicts ids of its input vocabulary ({spec.vocab_size}), "
                              f"but the task has {num_classes} classes")
         return {"vocab_size": spec.vocab_size, "max_len": spec.length}
+
+    def validate(self) -> None:
+        """The reader reuses each block's projections (module docstring): the NFM options that size or
+        shape the classifiers' reader have no meaning here, and a value other than the default is refused."""
+        if not self.nfm.enabled:
+            return
+        default = NFMConfig()
+        unused = [n for n in _READER_OPTIONS if getattr(self.nfm, n) != getattr(default, n)]
+        if unused:
+            raise ValueError(f"config field 'nfm.{unused[0]}': got {getattr(self.nfm, unused[0])!r}, but the "
+                             f"transformer LM's NFM reader reuses each block's LN and attention projections "
+                             f"(heads = num_heads = {self.num_heads}, d_k = d_v = d_model / num_heads = "
+                             f"{self.d_model // self.num_heads}, output W_o): leave {list(_READER_OPTIONS)} at "
+                             f"their defaults")
+
+
+_READER_OPTIONS = ("d_k", "d_v", "heads", "hidden", "norm", "activation")   # NFMReader's own sizes: unused here
 
 
 class CausalBlock(nn.Module):
