@@ -13,7 +13,9 @@ Models: 4 causal pre-LN layers of 64-d, 4 heads, FFN 128, contexts of 32 tokens,
 no dropout; ``nfm`` adds the Table 8 reader (one pass, top-5, one γ per layer: +4 parameters) and
 ``nfm_2pass`` two passes over the same blocks (+8 parameters, twice the compute). Each trains with
 the library's trainer (AdamW 3e-3, 30 warm-up steps, cosine, batch 32) for ``--steps`` steps on
-one thread; validation perplexity is reported per variant.
+one thread; validation perplexity is reported per variant and, for the NFM variants, what the
+readers read on 4 validation batches (:mod:`modwire.analysis.nfm`: mean attention mass on the null
+slot, top-down share for the second pass; heatmap ``OUT/read_map_<variant>.png``).
 
 Run: ``OMP_NUM_THREADS=1 python experiments/nfm_lm_synthetic.py`` (about 4 minutes on one core);
 ``--quick`` for a smoke test. Writes ``OUT/results.json`` and ``OUT/table.md``.
@@ -93,7 +95,7 @@ def write_corpus(root: Path, paragraphs: int, seed: int = 0) -> Path:
     return root
 
 
-def run_variant(name: str, data: Path, out: Path, steps: int) -> dict:
+def run_variant(name: str, data: Path, out: Path, steps: int, plots: Path | None = None) -> dict:
     from modwire.training import load_config, train
 
     preset, extra = VARIANTS[name]
@@ -106,9 +108,25 @@ def run_variant(name: str, data: Path, out: Path, steps: int) -> dict:
     start = time.perf_counter()
     result = train(load_config(None, overrides), overwrite=True)
     model = result["model"]
+    seconds = round(time.perf_counter() - start, 1)
     gammas = [round(r.gamma.item(), 4) for r in getattr(model.body, "readers", [])]
+    reads = _reads(model, data, name, plots) if gammas else {}
     return {"variant": name, "steps": result["step"], "val": result["val"], "parameters": model.num_parameters(),
-            "gammas": gammas, "seconds": round(time.perf_counter() - start, 1)}
+            "gammas": gammas, "reads": reads, "seconds": seconds}
+
+
+def _reads(model, data: Path, name: str, plots: Path | None) -> dict:
+    """What the readers read on 4 validation batches (null mass; top-down share with two passes)."""
+    from torch.utils.data import DataLoader
+
+    from modwire.analysis.nfm import plot_read_map, read_map
+    from modwire.tasks import build_dataset
+
+    val = build_dataset("wikitext2", "val", root=data, seq_len=32)
+    rm = read_map(model, DataLoader(val, batch_size=32), max_batches=4)
+    if plots is not None:
+        plot_read_map(rm, plots / f"read_map_{name}.png")
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in rm.summary().items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,13 +142,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         data = write_corpus(Path(tmp) / "data", paragraphs)
         for name in VARIANTS:
-            rows.append(run_variant(name, data, Path(tmp) / "runs", steps))
+            rows.append(run_variant(name, data, Path(tmp) / "runs", steps, args.out))
             print(json.dumps(rows[-1]), flush=True)
     (args.out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
-    table = ["| variant | parameters | val perplexity | val token top-1 | γ after training | seconds |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    table = ["| variant | parameters | val perplexity | val token top-1 | γ after training | null mass | "
+             "top-down share | seconds |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     table += [f"| {r['variant']} | {r['parameters']:,} | {r['val']['perplexity']:.3f} | {r['val']['token_top1']:.3f} "
-              f"| {', '.join(map(str, r['gammas'])) or '-'} | {r['seconds']} |" for r in rows]
+              f"| {', '.join(map(str, r['gammas'])) or '-'} | {r['reads'].get('null_mass', '-')} | "
+              f"{r['reads'].get('top_down_share', '-')} | {r['seconds']} |" for r in rows]
     (args.out / "table.md").write_text("\n".join(table) + "\n")
     print("\n".join(table))
     return 0

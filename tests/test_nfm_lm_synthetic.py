@@ -27,3 +27,6 @@ def test_quick_run_writes_every_variant(tmp_path):
     assert rows[1]["parameters"] - rows[0]["parameters"] == 4 and rows[2]["parameters"] - rows[0]["parameters"] == 8
     assert all(r["steps"] == 4 and r["val"]["perplexity"] > 1 for r in rows)
     assert (tmp_path / "table.md").read_text().count("\n") == 5
+    assert rows[0]["reads"] == {} and 0 <= rows[1]["reads"]["null_mass"] <= 1
+    assert rows[2]["reads"]["top_down_share"] == rows[2]["reads"]["top_down_share"]    # not NaN: pass 2 reads pass 1
+    assert (tmp_path / "read_map_nfm_2pass.png").stat().st_size > 0
