@@ -189,9 +189,8 @@ class TransformerLM(PretrainedModel):
     def __init__(self, config: TransformerLMConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.embed = nn.Embedding(c.vocab_size, c.d_model, _weight=torch.empty(c.vocab_size, c.d_model))  # init: below
+        self._build_embedding()
         self.positions = nn.Parameter(torch.zeros(c.max_len, c.d_model))
-        trunc_normal_(self.embed.weight, std=0.02)
         trunc_normal_(self.positions, std=0.02)
         self.drop = nn.Dropout(c.dropout)
         blocks = [CausalBlock(c.d_model, c.num_heads, c.ffn_hidden, c.dropout) for _ in range(c.num_layers)]
@@ -203,8 +202,40 @@ class TransformerLM(PretrainedModel):
             for i in range(c.num_layers):
                 self.body.readers[p * c.num_layers + i].bind(self.body.block(p, i))
         self.norm = nn.LayerNorm(c.d_model)
+        self._build_output()
+
+    def _build_embedding(self) -> None:
+        c = self.config
+        self.embed = nn.Embedding(c.vocab_size, c.d_model, _weight=torch.empty(c.vocab_size, c.d_model))
+        trunc_normal_(self.embed.weight, std=0.02)                 # (no second init by nn.Embedding)
+
+    def _build_output(self) -> None:
+        """The output layer (tied: the embedding and a bias)."""
+        c = self.config
         self.head = None if c.tie_embeddings else nn.Linear(c.d_model, c.vocab_size)
         self.head_bias = nn.Parameter(torch.zeros(c.vocab_size)) if c.tie_embeddings else None
+
+    def parameter_sets(self) -> dict[str, tuple[str, ...]]:
+        """Named parameter subsets for ``modwire finetune``: ``vocabulary`` (embedding, positions,
+        output layer), ``body`` (the blocks, and the NFM γ), ``nfm`` (the γ of every reader; with
+        NFM only) and ``all``."""
+        sets = {"vocabulary": ("embed.", "positions", "head"), "body": ("body.",), "all": ("",)}
+        return {**sets, "nfm": ("body.readers.",)} if self.config.nfm.enabled else sets
+
+    def new_task(self, num_classes: int, heads: int = 1) -> None:
+        """A new vocabulary of ``num_classes`` ids: fresh embedding and output layer (the blocks and
+        positions are kept), on the model's device and dtype; the config follows."""
+        if heads != 1:
+            raise ValueError(f"a 'transformer_lm' model predicts one token per position (heads=1), got heads={heads}")
+        self.config = self.config.replace(vocab_size=num_classes)
+        like = self.norm.weight
+        self._build_embedding()
+        self._build_output()
+        for m in (self.embed, self.head):
+            if m is not None:
+                m.to(like)
+        if self.head_bias is not None:
+            self.head_bias.data = self.head_bias.data.to(like)
 
     @property
     def num_classes(self) -> int:
