@@ -2,7 +2,8 @@
 
 * a CausalBlock is torch's ``TransformerEncoderLayer(norm_first=True, gelu)`` with a causal mask;
 * causality with NFM on (γ ≠ 0; one pass, two passes shared or not): logits at ``t`` ignore tokens ``> t``;
-* the reader equals a loop-by-loop re-statement (block's own LN₁, W_q/W_k/W_v/W_o, null slot, top-k);
+* a module's read equals a loop-by-loop re-statement (query: the reading block's LN₁ + W_q; keys and
+  values: each WRITER block's LN₁ + W_k / W_v; the reading block's W_o; null slot, top-k);
 * NFM adds exactly one parameter (γ) per reader, and with γ = 0 the output is the base model's;
 * the §4.4 random-attention evaluation option; clear errors for bad input.
 """
@@ -13,7 +14,8 @@ import torch
 from torch import nn
 
 import modwire
-from modwire.models.lm import CausalBlock, SharedProjectionReader, TransformerLM, TransformerLMConfig
+from modwire.models.lm import CausalBlock, SharedProjectionLayer, TransformerLM, TransformerLMConfig
+from modwire.nn.nfm import NFMLayer
 
 SMALL = dict(vocab_size=23, max_len=12, d_model=16, num_layers=3, num_heads=2, ffn_hidden=24, dropout=0.0)
 
@@ -92,18 +94,18 @@ class _Fixed(nn.Module):
         return self.h
 
 
-def _reference_read(block, gamma, h, sources, k, scale):
-    """NFM §3.2.1 at each position, loop by loop (float64): query W_q LN₁(h_t), keys/values W_k/W_v
-    LN₁(m_j,t) after a zero null key/value, the top-k scores kept, softmax over them, W_o, γ."""
+def _reference_read(block, writers, gamma, h, sources, k, scale):
+    """NFM §3.2.1 at each position, loop by loop (float64): query W_q LN₁(h_t) of the reading block;
+    source j's key/value W_k/W_v LN₁(m_j,t) of the block that WROTE it (``writers[j]``), after a zero
+    null key/value; the top-k scores kept, softmax over them; the reading block's W_o; γ."""
     heads, dh = block.attn.num_heads, block.attn.head_dim
-    ln = lambda z: block.norm1(z)                                           # noqa: E731
     out = h.clone()
     b_, d, t_ = h.shape
     for b in range(b_):
         for t in range(t_):
-            q = block.attn.q(ln(h[b, :, t]))
-            ks = [torch.zeros(d, dtype=h.dtype)] + [block.attn.k(ln(m[b, :, t])) for m in sources]
-            vs = [torch.zeros(d, dtype=h.dtype)] + [block.attn.v(ln(m[b, :, t])) for m in sources]
+            q = block.attn.q(block.norm1(h[b, :, t]))
+            ks = [torch.zeros(d, dtype=h.dtype)] + [w.attn.k(w.norm1(m[b, :, t])) for w, m in zip(writers, sources)]
+            vs = [torch.zeros(d, dtype=h.dtype)] + [w.attn.v(w.norm1(m[b, :, t])) for w, m in zip(writers, sources)]
             read = []
             for hd in range(heads):
                 sl = slice(hd * dh, (hd + 1) * dh)
@@ -115,22 +117,47 @@ def _reference_read(block, gamma, h, sources, k, scale):
     return out
 
 
+def _bound(block, k, score_scale, **kw):
+    layer = SharedProjectionLayer(8, 2, k=k, rescale="space_to_depth", score_scale=score_scale, **kw).double()
+    layer.bind(block)
+    return layer
+
+
 @pytest.mark.parametrize("score_scale,k", [("sqrt_d_k", 2), ("d_k", 5)])
-def test_reader_reuses_the_block_projections_literally(score_scale, k):
+def test_module_reuses_the_block_projections_literally_keys_by_their_writer(score_scale, k):
     torch.manual_seed(3)
-    block = CausalBlock(8, 2, 12, dropout=0.0).double()
-    reader = SharedProjectionReader(k=k, rescale="space_to_depth", score_scale=score_scale).double()
-    reader.bind(block)
+    block, *writers = [CausalBlock(8, 2, 12, dropout=0.0).double() for _ in range(4)]
+    with torch.no_grad():                           # LN₁ affine parameters that differ per block
+        for blk in (block, *writers):
+            blk.norm1.weight.uniform_(0.5, 1.5), blk.norm1.bias.normal_()
+    layer = _bound(block, k, score_scale)
     with torch.no_grad():
-        reader.gamma.fill_(0.6)
+        layer.gamma.fill_(0.6)
     h = torch.randn(2, 8, 5, dtype=torch.float64)
     sources = [torch.randn(2, 8, 5, dtype=torch.float64) for _ in range(3)]
-    out, _ = reader(h, sources)
+    memory = [_bound(w, k, score_scale).write(m) for w, m in zip(writers, sources)]
+    out, _ = layer.read(h, memory)
     scale = 1 / 4 if score_scale == "d_k" else 4 ** -0.5
     with torch.no_grad():
-        ref = _reference_read(block, 0.6, h, sources, k, scale)
+        ref = _reference_read(block, writers, 0.6, h, sources, k, scale)
+        wrong = _reference_read(block, [block] * 3, 0.6, h, sources, k, scale)   # reader-side keys: differ
     torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
-    assert [n for n, _ in reader.named_parameters()] == ["gamma"]     # the block's weights are not the reader's
+    assert (out - wrong).abs().max() > 1e-3
+    assert [n for n, _ in layer.named_parameters()] == ["gamma"]     # the block's weights are not the layer's
+    assert isinstance(layer, NFMLayer) and layer.w_o1 is None and layer.query is None and layer.key is None
+
+
+def test_module_errors_unbound_last_writer_and_mismatched_heads():
+    layer = SharedProjectionLayer(8, 2, writes=False)
+    with pytest.raises(RuntimeError, match="call bind\\(block\\)"):
+        layer.project_query(torch.randn(1, 8, 3))
+    layer.bind(CausalBlock(8, 2, 12, dropout=0.0))
+    with pytest.raises(RuntimeError, match="never read"):
+        layer.write(torch.randn(1, 8, 3))
+    with pytest.raises(ValueError, match="expected a block with 2 heads of width 4, got 4 of width 2"):
+        layer.bind(CausalBlock(8, 4, 12, dropout=0.0))
+    with pytest.raises(ValueError, match="num_heads must be a positive int dividing dim=8, got 3"):
+        SharedProjectionLayer(8, 3)
 
 
 @pytest.mark.parametrize("nfm,readers", [({"enabled": True, "passes": 1}, 3),
@@ -156,7 +183,7 @@ def test_second_pass_reads_the_first_and_records_say_so():
         total = r.mass.sum(-1) + r.null
         torch.testing.assert_close(total, torch.ones(2), atol=1e-5, rtol=0)
     # the second pass runs its own copy of the blocks; each reader reads through the block it precedes
-    assert model.body.readers[4]._block[0] is model.body.block(1, 1) is not model.body.block(0, 1)
+    assert model.body.readers[4].block is model.body.block(1, 1) is not model.body.block(0, 1)
 
 
 def test_random_attention_eval_option_and_save_load(tmp_path):
@@ -175,7 +202,7 @@ def test_random_attention_eval_option_and_save_load(tmp_path):
     model.eval().save_pretrained(tmp_path)
     loaded = modwire.from_pretrained(tmp_path).eval()
     torch.testing.assert_close(loaded(x), clean, atol=0, rtol=0)       # γ and the shared weights survive
-    assert copy.deepcopy(loaded).body.readers[1]._block[0] is not loaded.body.blocks[1]
+    assert copy.deepcopy(loaded).body.readers[1].block is not loaded.body.blocks[1]
 
 
 def test_bad_input_errors():

@@ -13,19 +13,23 @@ the states every earlier block (and every block of an earlier pass) wrote at tha
 top-``k`` with a null slot, and ``h^(i-1) + γ·read`` enters block ``i``. Attention runs over
 layers, never over positions, so the model stays causal (position ``t``'s logits depend on tokens
 ``≤ t`` only; tested with NFM on). Table 8's note: "in the transformer integration, NFM does not add
-any additional parameters and only a trivial amount of additional computation". So the reader
-(:class:`SharedProjectionReader`) has no projections of its own: it reuses block ``i``'s own
-``LN₁`` and attention projections ``W_q, W_k, W_v, W_o`` (its heads and head width; scores scaled
-as in the block, ``nfm.score_scale="sqrt_d_k"`` in the presets) and adds one scalar ``γ``
-(initialised to 0, §3.2.1) per reader. The output is ``h + γ·W_o A`` (``W_o`` in place of the
-classifiers' ``σ(BN(A W_o1)) W_o2``). Hence ``nfm.d_k``, ``d_v``, ``heads``, ``hidden``, ``norm``
-and ``activation`` have no meaning here: values other than their defaults are refused.
+any additional parameters and only a trivial amount of additional computation". So each NFM
+module (:class:`SharedProjectionLayer`, an :class:`~modwire.nn.nfm.NFMLayer`) has no projections of
+its own: module ``(k, i)`` queries with block ``i``'s ``W_q LN₁(h^(i-1))``, projects the state
+``h^(i)`` that block ``i`` writes ONCE, with that same block's ``LN₁``, ``W_k``, ``W_v`` (the writer's
+projections: "linear operations (separate per module) to compute the key, value, and query for
+each module", §3.2.1, as the core does for every integration), and outputs ``h + γ·W_o A`` with
+the block's ``W_o`` (in place of the classifiers' ``σ(BN(A W_o1)) W_o2``): heads and head width are
+the block's, scores scaled as in the block (``nfm.score_scale="sqrt_d_k"`` in the presets), and one
+scalar ``γ`` (initialised to 0, §3.2.1) per module is the only new parameter. Hence ``nfm.d_k``,
+``d_v``, ``heads``, ``hidden``, ``norm`` and ``activation`` have no meaning here: values other than
+their defaults are refused.
 
-Cost: each reader projects every memory state it reads with its own block's ``W_k``, ``W_v``
-(``2d²`` per token and source), so a ``L``-layer one-pass model does ``L(L-1)/2`` extra
-key/value projections: for the 6-layer preset, 15 (plus 6 query and 6 output projections), about
-+58 % of the body's matrix FLOPs, +34 % of a whole training step on one CPU thread (the tied
-output layer over 33,278 words is the rest); see the README.
+Cost per token and pass, ``L`` layers of width ``d`` (FFN ``4d``): a query ``W_q``, a key and a
+value projection of the written state, and ``W_o``: ``4d²`` per layer (the first module of the
+first pass has no query, the last module of the last pass writes nothing) against the block's
+``12d²``, so about +29 % of the body's matrix FLOPs for the 6-layer one-pass preset; the attention
+over at most ``L·passes`` memory entries per position is small. Measured speed: see the README.
 
 Our choices (the appendix that describes Table 8's model is not in our copy of the paper):
 
@@ -47,14 +51,14 @@ from torch import Tensor, nn
 
 from ..nn import ModulatedFFN, SelfAttention
 from ..nn.init import trunc_normal_
-from ..nn.nfm import NFMReader
+from ..nn.nfm import NFMLayer
 from .base import Intermediates, PretrainedModel
 from .config import COUNT, Bounds, ModelConfig, heads_of
 from .inputs import Inputs, named_inputs
 from .nfm import NFMConfig, build_body
 from .registry import register_model_type, register_preset
 
-__all__ = ["CausalBlock", "SharedProjectionReader", "TransformerLM", "TransformerLMConfig"]
+__all__ = ["CausalBlock", "SharedProjectionLayer", "TransformerLM", "TransformerLMConfig"]
 
 
 @dataclass
@@ -111,7 +115,7 @@ class TransformerLMConfig(ModelConfig):
                              f"their defaults")
 
 
-_READER_OPTIONS = ("d_k", "d_v", "heads", "hidden", "norm", "activation")   # NFMReader's own sizes: unused here
+_READER_OPTIONS = ("d_k", "d_v", "heads", "hidden", "norm", "activation")   # NFMLayer's own sizes: unused here
 
 
 class CausalBlock(nn.Module):
@@ -132,51 +136,73 @@ class CausalBlock(nn.Module):
         return x + self.drop(self.ffn(self.norm2(x)))
 
 
-class SharedProjectionReader(NFMReader):
-    """The NFM reader before one :class:`CausalBlock` that owns no projection (NFM Table 8: "NFM
-    does not add any additional parameters"): query ``W_q LN₁(h)``, keys ``W_k LN₁(m_j)``, values
-    ``W_v LN₁(m_j)`` and output ``h + γ·W_o A`` use the reading block's own ``LN₁`` and attention
-    projections (heads and head width included); only ``γ`` (init 0) is new. Attention over the
-    memory, top-``k`` and the null slot are :class:`~modwire.nn.nfm.NFMReader`'s. States are
-    channels-first ``[B, d, T]`` (NFM's ``tokens`` layout). :meth:`bind` gives it its block, which
-    stays a submodule of the NFM body only (one copy of each weight in the state dict)."""
+class SharedProjectionLayer(NFMLayer):
+    """The NFM module ``(k, i)`` of a :class:`CausalBlock` stack that owns no projection (NFM Table 8:
+    "NFM does not add any additional parameters"): an :class:`~modwire.nn.nfm.NFMLayer` whose hooks
+    use block ``i``'s own ``LN₁`` and attention projections (its heads and head width); only ``γ``
+    (init 0, §3.2.1) is new. Memory, top-``k`` with the null slot and the attention itself are
+    :meth:`NFMLayer.read <modwire.nn.nfm.NFMLayer.read>`'s, unchanged.
 
-    def __init__(self, *, k: int, rescale: str, score_scale: str) -> None:
-        nn.Module.__init__(self)          # not NFMReader.__init__: it would create W_q, W_k, … of its own
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"NFM: k must be a positive int, got {k!r}")
-        self.k, self.rescale, self.score_scale = k, rescale, score_scale
-        self.gamma = nn.Parameter(torch.zeros(()))       # γ = 0 at initialisation (§3.2.1)
-        self.random_attention = False
-        self._block: tuple[CausalBlock, ...] = ()
+    * query (:meth:`project_query`): ``W_q LN₁(h^(i-1))`` of the block the module precedes;
+    * memory (:meth:`project_memory`): the state ``h^(i)`` this block wrote, projected once by its
+      writer ("linear operations (separate per module)", §3.2.1, as the core): ``W_k LN₁(h^(i))``,
+      ``W_v LN₁(h^(i))`` with the same block's ``LN₁``, ``W_k``, ``W_v``;
+    * output (:meth:`output`): ``h + γ·W_o A`` (the block's ``W_o`` in place of ``σ(BN(A W_o1)) W_o2``).
+
+    States are channels-first ``[B, d, T]`` (NFM's ``tokens`` layout). :meth:`bind` gives the layer
+    its block, which stays a submodule of the NFM body only (one copy of each weight in the state
+    dict); deep copies follow it. ``reads`` / ``writes`` as in :class:`~modwire.nn.nfm.NFMLayer`
+    (``writes=False``: :meth:`write` refuses)."""
+
+    def __init__(self, dim: int, num_heads: int, *, reads: bool = True, writes: bool = True, k: int = 5,
+                 rescale: str = "space_to_depth", score_scale: str = "sqrt_d_k") -> None:
+        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1 or dim % num_heads:
+            raise ValueError(f"SharedProjectionLayer: num_heads must be a positive int dividing dim={dim}, "
+                             f"got {num_heads!r}")
+        # NFMLayer's own W_q / W_k / W_v are not built (reads=writes=False); its W_o1, W_o2 are
+        # dropped: the output is the block's W_o. The checks, k, heads, d_k, d_v, the score scale,
+        # rescale, γ and random_attention are NFMLayer's.
+        super().__init__(dim, dim, reads=False, writes=False, k=k, d_k=dim // num_heads, d_v=dim // num_heads,
+                         heads=num_heads, hidden=1, norm="none", rescale=rescale, score_scale=score_scale)
+        self.w_o1 = self.w_o2 = None
+        self.reads, self.writes = reads, writes
+        self._bound: tuple[CausalBlock, ...] = ()       # a reference, not a submodule (class docstring)
 
     def bind(self, block: CausalBlock) -> None:
+        """Use ``block``'s ``LN₁``, ``W_q``, ``W_k``, ``W_v``, ``W_o`` (its heads must be this layer's)."""
         attn = block.attn
-        self._block = (block,)          # a tuple: not registered as a submodule
-        self.heads, self.d_k = attn.num_heads, attn.head_dim
-        self.d_v = attn.head_dim
-        self.scale = 1.0 / self.d_k if self.score_scale == "d_k" else self.d_k ** -0.5
+        if (attn.num_heads, attn.head_dim) != (self.heads, self.d_k):
+            raise ValueError(f"SharedProjectionLayer: expected a block with {self.heads} heads of width {self.d_k}, "
+                             f"got {attn.num_heads} of width {attn.head_dim}")
+        self._bound = (block,)
 
-    def _parts(self) -> tuple[nn.LayerNorm, SelfAttention]:
-        if not self._block:
-            raise RuntimeError("SharedProjectionReader: call bind(block) before using the reader")
-        return self._block[0].norm1, self._block[0].attn
+    @property
+    def block(self) -> CausalBlock:
+        """The bound block."""
+        if not self._bound:
+            raise RuntimeError("SharedProjectionLayer: call bind(block) before using the layer")
+        return self._bound[0]
 
     def project_query(self, h: Tensor) -> Tensor:
-        """``h [B, d, T]`` → ``W_q LN₁(h)`` ``[B, d, T]``."""
-        norm, attn = self._parts()
-        return attn.q(norm(h.transpose(1, 2))).transpose(1, 2)
+        """``h [B, d, T]`` → ``W_q LN₁(h)`` ``[B, T, H, d_k]``."""
+        block = self.block
+        return block.attn.q(block.norm1(h.transpose(1, 2))).unflatten(-1, (self.heads, self.d_k))
 
-    def project_source(self, m: Tensor) -> tuple[Tensor, Tensor]:
-        """A memory state ``[B, d, T]`` → ``(W_k LN₁(m), W_v LN₁(m))``, each ``[B, d, T]``."""
-        norm, attn = self._parts()
-        z = norm(m.transpose(1, 2))
-        return attn.k(z).transpose(1, 2), attn.v(z).transpose(1, 2)
+    def project_memory(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        """This block's output ``h [B, d, T]`` → ``(W_k LN₁(h), W_v LN₁(h))``, each ``[B, T, H, d_k]``."""
+        block = self.block
+        z = block.norm1(h.transpose(1, 2))
+        k, v = block.attn.k(z), block.attn.v(z)                                          # [B, T, d]
+        return k.unflatten(-1, (self.heads, self.d_k)), v.unflatten(-1, (self.heads, self.d_v))
+
+    def write(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        if not self.writes:
+            raise RuntimeError("NFM: this module's output is never read (the last block of the last pass)")
+        return self.project_memory(h)
 
     def output(self, a: Tensor, h: Tensor) -> Tensor:
-        """``A [B, d, T]`` → ``h + γ·W_o A``."""
-        _, attn = self._parts()
-        return h + self.gamma * attn.o(a.transpose(1, 2)).transpose(1, 2)
+        """``A [B, T, H·d_v]`` → ``h + γ·W_o A``, shaped like ``h [B, d, T]``."""
+        return h + self.gamma * self.block.attn.o(a).transpose(1, 2)
 
 
 class TransformerLM(PretrainedModel):
@@ -194,8 +220,8 @@ class TransformerLM(PretrainedModel):
         trunc_normal_(self.positions, std=0.02)
         self.drop = nn.Dropout(c.dropout)
         blocks = [CausalBlock(c.d_model, c.num_heads, c.ffn_hidden, c.dropout) for _ in range(c.num_layers)]
-        factory = lambda p, i, cq, cs, **o: SharedProjectionReader(  # noqa: E731
-            k=o["k"], rescale=o["rescale"], score_scale=o["score_scale"])
+        factory = lambda p, i, cq, co, *, reads, writes, **o: SharedProjectionLayer(  # noqa: E731
+            cq, c.num_heads, reads=reads, writes=writes, k=o["k"], rescale=o["rescale"], score_scale=o["score_scale"])
         self.body = build_body(c.nfm, blocks, [c.d_model] * (c.num_layers + 1), layout="tokens",
                                layer_factory=factory)
         for p in range(self.body.passes if c.nfm.enabled else 0):
