@@ -17,7 +17,7 @@ one thread; validation perplexity is reported per variant and, for the NFM varia
 readers read on 4 validation batches (:mod:`modwire.analysis.nfm`: mean attention mass on the null
 slot, top-down share for the second pass; heatmap ``OUT/read_map_<variant>.png``).
 
-Run: ``OMP_NUM_THREADS=1 python experiments/nfm_lm_synthetic.py`` (about 4 minutes on one core);
+Run: ``OMP_NUM_THREADS=1 python experiments/nfm_lm_synthetic.py`` (about 3 minutes on one core);
 ``--quick`` for a smoke test. Writes ``OUT/results.json`` and ``OUT/table.md``.
 """
 from __future__ import annotations
