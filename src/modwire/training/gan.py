@@ -96,6 +96,7 @@ class RealImages:
                              f"(set model.overrides.image_channels / image_size, or the task's params)")
         self.dataset, self.batch, self.seed, self.shape = dataset, batch, seed, shape
         self.per_epoch = len(dataset) // batch                   # the last partial batch is dropped
+        self._order: tuple[int, Tensor | None] = (-1, None)
 
     def images(self, indices: Tensor) -> tuple[Tensor, Tensor]:
         items = [self.dataset[int(i)] for i in indices]
@@ -104,8 +105,10 @@ class RealImages:
 
     def next(self, state: GANState) -> tuple[Tensor, bool]:
         """The next batch ``[B, C, S, S]`` and whether it ended an epoch (advances ``state``)."""
-        order = torch.randperm(len(self.dataset), generator=torch_generator(self.seed, DATA_ORDER, state.epoch))
-        x, _ = self.images(order[state.position * self.batch:(state.position + 1) * self.batch])
+        if self._order[0] != state.epoch:                       # one permutation per epoch, drawn once
+            self._order = (state.epoch, torch.randperm(len(self.dataset),
+                                                       generator=torch_generator(self.seed, DATA_ORDER, state.epoch)))
+        x, _ = self.images(self._order[1][state.position * self.batch:(state.position + 1) * self.batch])
         state.position += 1
         ended = state.position == self.per_epoch
         if ended:
