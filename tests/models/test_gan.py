@@ -42,14 +42,15 @@ def test_discriminator_weights_are_spectrally_normalised():
     model = micro().train()
     x = torch.randn(4, 1, 16, 16)
     with torch.no_grad():
-        for _ in range(60):
-            model.discriminator(x)
+        for _ in range(200):
+            _, local, pooled = model.discriminator.features(x)
+            model.discriminator.infomax(local, pooled)
     model.eval()
     convs = [m for m in model.discriminator.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
     assert len(convs) == 4 * 2 + 2 + 1 + 6                          # block convs, 2 shortcuts, head, InfoMax heads
     for m in convs:
-        sigma = torch.linalg.matrix_norm(m.weight.flatten(1), ord=2)
-        assert sigma == pytest.approx(1.0, abs=2e-3)
+        sigma = torch.linalg.matrix_norm(m.weight.detach().flatten(1), ord=2).item()
+        assert sigma == pytest.approx(1.0, abs=1e-3)     # unnormalised, these range over ~0.5-3
 
 
 def infonce_reference(local: torch.Tensor, glob: torch.Tensor) -> torch.Tensor:
