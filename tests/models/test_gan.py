@@ -128,3 +128,53 @@ def test_save_and_load_keep_generator_and_discriminator(tmp_path):
     z = torch.randn(2, 16)
     torch.testing.assert_close(loaded.generator(z), model.generator(z), atol=0, rtol=0)
     torch.testing.assert_close(loaded(z), model(z), atol=0, rtol=0)
+
+
+# ----------------------------------------------------------------------------- NFM in the generator (NFM §4.1)
+
+def nfm_micro() -> GAN:
+    torch.manual_seed(0)
+    return modwire.create_model("nfm_gan_resnet_micro")
+
+
+def test_nfm_generator_with_gamma_zero_equals_the_base_generator_and_gamma_changes_it():
+    """Same seed → same stem and blocks; pass 2 runs copies of them and every γ starts at 0, so the NFM
+    generator computes the base generator (NFM §3.2.1); a non-zero γ makes the readers count."""
+    base, nfm = micro().eval(), nfm_micro().eval()
+    z = torch.randn(3, 16)
+    torch.testing.assert_close(nfm.generator(z), base.generator(z), atol=0, rtol=0)
+    with torch.no_grad():
+        for reader in nfm.generator.body.readers:
+            reader.gamma.fill_(0.5)
+    assert (nfm.generator(z) - base.generator(z)).abs().max() > 1e-3
+
+
+def test_nfm_readers_sit_before_each_block_of_both_passes():
+    """§4.1: NFM after the first spatial layer and after each residual block (before res1…resN and the
+    final conv), two passes: 4 readers per pass for CIFAR-10 (8 in all), d_k = d_v = 32, 4 heads."""
+    with torch.device("meta"):
+        cifar = modwire.create_model("nfm_gan_resnet_cifar10")
+    body = cifar.generator.body
+    assert (body.passes, body.num_blocks, len(body.readers)) == (2, 4, 8)
+    assert body.channels == [256, 256, 256, 256, 3]
+    assert (cifar.config.nfm.d_k, cifar.config.nfm.d_v, cifar.config.nfm.heads) == (32, 32, 4)
+    model = nfm_micro().eval()
+    model.generator(torch.randn(2, 16), record=True)
+    records = model.generator.body.records
+    assert [(r.pass_index, r.layer_index) for r in records] == [(p, i) for p in range(2) for i in range(3)]
+    assert records[-1].sources == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]   # pass 1's image is read top-down
+    assert all(torch.isfinite(r.mass).all() for r in records)
+
+
+def test_random_attention_eval_option_changes_generated_images():
+    model = nfm_micro().eval()
+    with torch.no_grad():
+        for reader in model.generator.body.readers:
+            reader.gamma.fill_(1.0)
+    z = torch.randn(2, 16)
+    before = model.generator(z)
+    model.set_eval_options(random_attention=True)
+    assert model.config.nfm.random_attention and model.generator.body.random_attention
+    assert (model.generator(z) - before).abs().max() > 1e-4
+    model.set_eval_options(random_attention=False)
+    torch.testing.assert_close(model.generator(z), before, atol=0, rtol=0)

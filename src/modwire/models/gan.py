@@ -41,7 +41,7 @@ from torch.nn.utils.parametrizations import spectral_norm
 from ..nn.gan_losses import infonce_loss
 from .base import PretrainedModel
 from .config import COUNT, ConfigBase, ModelConfig
-from .nfm import NFMConfig, build_body
+from .nfm import NFMConfig, build_body, set_random_attention
 from .registry import register_model_type, register_preset
 
 
@@ -235,7 +235,7 @@ class GAN(PretrainedModel):
     """Generator + discriminator, saved and loaded together (module docstring)."""
 
     config_class = GANConfig
-    eval_options = ("random_attention",)   # `--set model.overrides.random_attention=true` (NFM §4.4)
+    eval_options = ("random_attention",)   # NFM §4.4's ablation (set_eval_options; scored with modwire gan's eval)
 
     def __init__(self, config: GANConfig) -> None:
         super().__init__()
@@ -266,7 +266,8 @@ class GAN(PretrainedModel):
 
     def set_eval_options(self, *, random_attention: bool) -> None:
         """NFM §4.4's ablation: the generator's readers attend at random (no effect without NFM)."""
-        self.generator.body.random_attention = bool(random_attention)
+        self.config = self.config.replace(nfm={"random_attention": bool(random_attention)})
+        set_random_attention(self.generator.body, bool(random_attention))
 
     def no_weight_decay(self) -> tuple[str, ...]:
         return ()
