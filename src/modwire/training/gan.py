@@ -373,8 +373,9 @@ def _loop(state: GANState, real: RealImages, cfg: GANTrainConfig, run: Path, dev
             save_grid(state.model, cfg, run, step)
         if (cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps:
             state.scores = score(state, cfg, real, run, device)
-            log.log({"step": step, **state.scores})
-            print(f"step {step}: " + "  ".join(f"{k} {v:.4g}" for k, v in state.scores.items()), flush=True)
+            if state.scores:
+                log.log({"step": step, **state.scores})
+                print(f"step {step}: " + "  ".join(f"{k} {v:.4g}" for k, v in state.scores.items()), flush=True)
         if (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps or stop.requested:
             state.save(run)
     if state.step == cfg.steps:
