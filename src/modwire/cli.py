@@ -7,6 +7,7 @@
                      [--batch-size B] [--out DIR] [--set key=value ...]
     modwire list models|tasks
     modwire gan [CONFIG.yaml] [--set key=value ...] [--resume] [--overwrite]
+    modwire gan --score RUN_DIR [--set eval.key=value ...]
     modwire analyze RUN_DIR [--baseline RUN_DIR ...] [--out DIR] [--drop FRACTIONS] [--edges FRACTIONS] [--block-size N]
                     [--split SPLIT] [--batch N] [--max-samples N] [--set key=value ...] [--no-plots]
 
@@ -56,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="override config keys, e.g. --set steps=2000 model.name=nfm_gan_resnet_cifar10")
     g.add_argument("--resume", action="store_true", help="continue the run in out_dir from its checkpoints/last")
     g.add_argument("--overwrite", action="store_true", help="start afresh in an out_dir that holds a run")
+    g.add_argument("--score", metavar="RUN_DIR", help="score a GAN run's last checkpoint again (classifier-FID, "
+                   "Inception FID/IS); --set eval.* only, e.g. eval.random_attention=true (NFM §4.4)")
     l = sub.add_parser("list", help="list model presets or tasks")
     l.add_argument("what", choices=["models", "tasks"])
     a = sub.add_parser("analyze", help="drop modules / eliminate edges of a trained run (NAC Fig. 5, 8, 10, 15); for a "
@@ -217,6 +220,8 @@ def cmd_eval(args) -> int:
     from .training.feedback import dumps
 
     ckpt, why = choose_checkpoint(args.path)
+    if json.loads((ckpt / "config.json").read_text()).get("model_type") == "gan":
+        raise ValueError(f"{args.path} is a GAN run (modwire gan): score it with `modwire gan --score {args.path}`")
     tag, step = ckpt.name.split("-", 1)[0], checkpoint_step(ckpt)
     print(f"modwire eval: scoring checkpoint {tag!r} (step {step}) at {ckpt}: {why}", file=sys.stderr)
     overrides = [*args.overrides, *([f"data.max_samples={args.max_samples}"] if args.max_samples is not None else [])]

@@ -74,6 +74,10 @@ def test_a_run_writes_grids_classifier_fid_and_scores(tmp_path):
     assert summary["step"] == 6 and summary["scores"]["classifier_fid"] == pytest.approx(scores["classifier_fid"])
     assert {"fid_classifier/model.safetensors", "fid_classifier/real_stats.safetensors"} <= \
         {p.relative_to(run).as_posix() for p in run.rglob("*.safetensors")}
+    again = gan_training.score_run(run)                   # same classifier, real statistics and latents
+    assert again["step"] == 6 and again["classifier_fid"] == pytest.approx(scores["classifier_fid"], rel=1e-6)
+    with pytest.raises(ValueError, match="only eval.\\* and device overrides apply to a trained run, got 'steps=9'"):
+        gan_training.score_run(run, ["steps=9"])
     records = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "loss_d" in r] == [1, 2, 3, 4, 5, 6]
     assert all(np.isfinite(r["loss_d"]) and np.isfinite(r["infomax_g"]) for r in records if "loss_d" in r)

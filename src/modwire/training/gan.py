@@ -23,6 +23,7 @@ the current step, write ``last`` and exit with 130 / 143.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -283,6 +284,7 @@ def score(state: GANState, cfg: GANTrainConfig, real: RealImages, run: Path, dev
     """classifier-FID (and Inception FID / IS with ``eval.inception_weights``) of ``eval.num_samples``
     generated images (the same latents at every evaluation)."""
     out: dict[str, float] = {}
+    state.model.set_eval_options(random_attention=cfg.eval.random_attention)   # generation runs in eval mode
     fakes = lambda: generate(state.model, cfg.eval.num_samples, cfg.eval.batch_size, cfg.seed, EVAL_LATENTS)  # noqa: E731
     if cfg.eval.classifier_fid:
         scorer, accuracy = classifier_fid(cfg, real, run, device)
@@ -294,6 +296,7 @@ def score(state: GANState, cfg: GANTrainConfig, real: RealImages, run: Path, dev
 
         reals = (x for x, _ in real.epoch_batches(-1, cfg.eval.real_samples))
         out.update(inception_metrics(cfg.eval.inception_weights, reals, fakes(), device))
+    state.model.set_eval_options(random_attention=False)
     return out
 
 
@@ -382,9 +385,35 @@ def _loop(state: GANState, real: RealImages, cfg: GANTrainConfig, run: Path, dev
         save_grid(state.model, cfg, run, state.step)
 
 
+def score_run(run_dir: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Score a run's ``checkpoints/last`` again (``modwire gan --score RUN_DIR``), with the run's own
+    config and ``eval.*`` / ``device`` overrides only, e.g. ``eval.random_attention=true`` (NFM §4.4)
+    or more samples. Nothing in the run directory changes, except ``fid_classifier/`` if it was missing."""
+    run = Path(run_dir)
+    if not (run / "config.yaml").is_file() or not (run / "checkpoints" / "last").exists():
+        raise FileNotFoundError(f"--score {run}: expected a GAN run directory with config.yaml and checkpoints/last")
+    bad = [o for o in overrides if not o.split("=", 1)[0].removesuffix(":").strip().startswith(("eval.", "device"))]
+    if bad:
+        raise ValueError(f"--score: only eval.* and device overrides apply to a trained run, got {bad[0]!r}")
+    cfg = load_gan_config(run / "config.yaml", [*overrides, f"out_dir={json.dumps(str(run))}"])
+    device = resolve_device(cfg.device)
+    state = build_state(cfg, device)
+    state.load(run / "checkpoints" / "last")
+    c = state.model.config
+    dataset = build_dataset(cfg.data.task, cfg.data.split, max_samples=cfg.data.max_samples, **cfg.data.params)
+    real = RealImages(dataset, cfg.data.batch_size, cfg.seed, (c.image_channels, c.image_size, c.image_size))
+    return {"run": str(run), "step": state.step, "random_attention": cfg.eval.random_attention,
+            **score(state, cfg, real, run, device)}
+
+
 # ----------------------------------------------------------------------------- entry point
 
 def run_command(args: argparse.Namespace) -> int:
+    if args.score:
+        if args.config or args.resume or args.overwrite:
+            raise ValueError("--score RUN_DIR takes the run's own config: give no CONFIG, --resume or --overwrite")
+        print(json.dumps(score_run(args.score, args.overrides)))
+        return 0
     cfg = load_gan_config(args.config, args.overrides)
     result = train_gan(cfg, resume=args.resume, overwrite=args.overwrite)
     print(f"done: step {result['step']}  " + "  ".join(f"{k} {v:.4g}" for k, v in result["scores"].items()))

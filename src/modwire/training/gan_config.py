@@ -54,6 +54,7 @@ class GANEvalSection:
     classifier_epochs: int = 2
     classifier_split: str = "test"                # its held-out accuracy is measured here ("" = skip)
     inception_weights: Optional[str] = None       # a local FID Inception weights file: Inception FID + IS
+    random_attention: bool = False                # score with NFM §4.4's random attention (NFM generators)
 
 
 @dataclass
@@ -85,7 +86,7 @@ NUMERIC: dict[str, Any] = {
 CHOICES = {"optim.decay": DECAYS, "loss.kind": GAN_LOSSES, "device": ("auto", "cpu", "cuda")}
 #: Keys a resumed run may change (they change neither the model, the data nor the optimisation).
 HARMLESS = ("log_every", "checkpoint_every", "sample_every", "device", "eval.every", "eval.num_samples",
-            "eval.batch_size", "eval.inception_weights")
+            "eval.batch_size", "eval.inception_weights", "eval.random_attention")
 
 
 def validate(c: GANTrainConfig) -> None:
