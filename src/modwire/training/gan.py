@@ -365,6 +365,9 @@ def train_gan(cfg: GANTrainConfig, *, resume: bool = False, overwrite: bool = Fa
 def _loop(state: GANState, real: RealImages, cfg: GANTrainConfig, run: Path, device: torch.device, log: MetricsLog,
           stop: StopSignals) -> None:
     started = time.perf_counter()
+    if state.step == 0 and cfg.eval.every:                  # the untrained generator: where the curve starts
+        state.scores = score(state, cfg, real, run, device)
+        log.log({"step": 0, **state.scores})
     while state.step < cfg.steps and not stop.requested:
         metrics, epoch_ended = iteration(state, real, cfg)
         step = state.step

@@ -46,7 +46,7 @@ class GANLossSection:
 
 @dataclass
 class GANEvalSection:
-    every: int = 0                                # generator steps between scores; 0 = at the end only
+    every: int = 0                                # generator steps between scores (and at step 0); 0 = at the end only
     num_samples: int = 10000                      # generated images per score
     real_samples: int = 10000                     # real images for the reference statistics
     batch_size: int = 250

@@ -67,8 +67,9 @@ def train_feature_classifier(batches: Callable[[int], Iterable[tuple[Tensor, Ten
                              *, epochs: int, device: torch.device, seed: int) -> FeatureClassifier:
     """Train :class:`FeatureClassifier` with Adam (lr 1e-3) for ``epochs`` passes; ``batches(epoch)``
     yields ``(images in [-1, 1], labels)``. Deterministic given ``seed`` and the batches."""
-    torch.manual_seed(seed)
-    net = FeatureClassifier(channels, classes).to(device)
+    with torch.random.fork_rng(devices=[]):                 # the caller's RNG state is left as it was
+        torch.manual_seed(seed)
+        net = FeatureClassifier(channels, classes).to(device)
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
     for epoch in range(epochs):
         for x, y in batches(epoch):
