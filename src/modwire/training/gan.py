@@ -129,41 +129,48 @@ def latents(model: GAN, n: int, *parts: int) -> Tensor:
 
 # ----------------------------------------------------------------------------- one iteration
 
-def discriminator_step(state: GANState, real: Tensor, z: Tensor, cfg: GANTrainConfig) -> dict[str, float]:
-    """One D update: ``L_D = hinge(D(x), D(G(z))) + α·L_NCE(x)`` (one D forward on ``[x; G(z)]``)."""
+def discriminator_step(state: GANState, real: Tensor, z: Tensor, cfg: GANTrainConfig) -> dict[str, Tensor]:
+    """One D update: ``L_D = hinge(D(x), D(G(z))) + α·L_NCE(x)`` (one D forward on ``[x; G(z)]``).
+    Returns detached scalars (read on the host only when logged: no device sync per step)."""
     g, d = state.model.generator, state.model.discriminator
     with torch.no_grad():
         fake = g(z)
     logits, local, pooled = d.features(torch.cat([real, fake]))
     b = len(real)
     loss = discriminator_loss(cfg.loss.kind, logits[:b], logits[b:])
-    out = {"loss_d": loss.item(), "d_real": logits[:b].mean().item(), "d_fake": logits[b:].mean().item()}
+    out = {"loss_d": loss.detach(), "d_real": logits[:b].detach().mean(), "d_fake": logits[b:].detach().mean()}
     if d.infomax is not None and cfg.loss.infomax_d > 0:
         nce = infonce_loss(*d.infomax(local[:b], pooled[:b]))
         loss = loss + cfg.loss.infomax_d * nce
-        out["infomax_d"] = nce.item()
+        out["infomax_d"] = nce.detach()
     state.opt_d.zero_grad(set_to_none=True)
     loss.backward()
     state.opt_d.step()
     return out
 
 
-def generator_step(state: GANState, z: Tensor, cfg: GANTrainConfig) -> dict[str, float]:
-    """One G update: ``L_G = hinge_G(D(G(z))) + β·L_NCE(G(z))`` (the model's forward and auxiliary loss)."""
-    logits = state.model(z)
-    loss = generator_loss(cfg.loss.kind, logits)
-    out = {"loss_g": loss.item()}
-    aux = state.model.auxiliary_losses()
-    if "infomax" in aux and cfg.loss.infomax_g > 0:
-        loss = loss + cfg.loss.infomax_g * aux["infomax"]
-        out["infomax_g"] = aux["infomax"].item()
-    state.opt_g.zero_grad(set_to_none=True)
-    loss.backward()
+def generator_step(state: GANState, z: Tensor, cfg: GANTrainConfig) -> dict[str, Tensor]:
+    """One G update: ``L_G = hinge_G(D(G(z))) + β·L_NCE(G(z))`` (the model's forward and auxiliary loss).
+    D's weights are frozen meanwhile: the gradient flows through D to G, D's own is not computed."""
+    d = state.model.discriminator
+    d.requires_grad_(False)
+    try:
+        logits = state.model(z)
+        loss = generator_loss(cfg.loss.kind, logits)
+        out = {"loss_g": loss.detach()}
+        aux = state.model.auxiliary_losses()
+        if "infomax" in aux and cfg.loss.infomax_g > 0:
+            loss = loss + cfg.loss.infomax_g * aux["infomax"]
+            out["infomax_g"] = aux["infomax"].detach()
+        state.opt_g.zero_grad(set_to_none=True)
+        loss.backward()
+    finally:
+        d.requires_grad_(True)
     state.opt_g.step()
     return out
 
 
-def iteration(state: GANState, real: RealImages, cfg: GANTrainConfig) -> tuple[dict[str, float], bool]:
+def iteration(state: GANState, real: RealImages, cfg: GANTrainConfig) -> tuple[dict[str, Tensor], bool]:
     """``n_dis`` D steps then one G step; the schedules step once. Returns metrics and whether a data
     epoch ended."""
     model, b, ended = state.model, cfg.data.batch_size, False
@@ -372,6 +379,7 @@ def _loop(state: GANState, real: RealImages, cfg: GANTrainConfig, run: Path, dev
         metrics, epoch_ended = iteration(state, real, cfg)
         step = state.step
         if step % cfg.log_every == 0 or step == cfg.steps:
+            metrics = {k: v.item() for k, v in metrics.items()}
             log.log({"step": step, "epoch": state.epoch, "lr_g": state.sched_g.get_last_lr()[0], **metrics,
                      "seconds": round(time.perf_counter() - started, 3)})
             print(f"step {step}/{cfg.steps}  " + "  ".join(f"{k} {v:.4g}" for k, v in metrics.items()), flush=True)
