@@ -375,6 +375,7 @@ def _loop(state: GANState, real: RealImages, cfg: GANTrainConfig, run: Path, dev
     if state.step == 0 and cfg.eval.every:                  # the untrained generator: where the curve starts
         state.scores = score(state, cfg, real, run, device)
         log.log({"step": 0, **state.scores})
+        print("step 0: " + "  ".join(f"{k} {v:.4g}" for k, v in state.scores.items()), flush=True)
     while state.step < cfg.steps and not stop.requested:
         metrics, epoch_ended = iteration(state, real, cfg)
         step = state.step
