@@ -130,3 +130,13 @@ def test_gan_configs_load_and_build_their_model(path):
     with torch.device("meta"):
         model = gan_training.create_model(cfg.model.name, **dict(cfg.model.overrides))
     assert model.config.model_type == "gan"
+
+
+def test_cli_score_takes_the_runs_own_config(tmp_path, capsys):
+    train_gan(tiny(tmp_path, "steps=1"))
+    assert cli.main(["gan", "--score", str(tmp_path), "--set", "eval.num_samples=16", "eval.real_samples=16",
+                     "eval.classifier_fid=true", "eval.classifier_epochs=1", "eval.classifier_split=''"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["step"] == 1 and out["classifier_fid"] > 0 and out["random_attention"] is False
+    assert cli.main(["gan", "cfg.yaml", "--score", str(tmp_path)]) == 2
+    assert "--score RUN_DIR takes the run's own config" in capsys.readouterr().err
