@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="data.* overrides, e.g. data.params.root=/data/tiny-imagenet")
     _finetune_parser(sub)
     g = sub.add_parser("gan", help="train a GAN (NFM §4.1: an NFM generator; modwire.training.gan) from a YAML config")
-    g.add_argument("config", nargs="?", help="YAML file (see configs/*gan*.yaml); omitted: defaults + --set")
+    g.add_argument("config", nargs="?", help="YAML file (see configs/gan/); omitted: defaults + --set")
     g.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="override config keys, e.g. --set steps=2000 model.name=nfm_gan_resnet_cifar10")
     g.add_argument("--resume", action="store_true", help="continue the run in out_dir from its checkpoints/last")
