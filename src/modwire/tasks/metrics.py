@@ -4,6 +4,10 @@
 determination of predictions ``[N]`` / ``[N, F]``; with ``F > 1`` outputs per sample (one per
 CLS token, e.g. Fuzzy Boolean's functions) the mean over outputs of the per-output R², and
 ``r2_std`` its standard deviation over outputs (NI Table 1 reports both).
+``exact_match`` / ``label_accuracy``: multi-label logits ``[N, C]`` (class ``c`` predicted present
+when its logit is > 0, i.e. sigmoid > 0.5) against 0/1 targets ``[N, C]``: the fraction of rows
+with all ``C`` labels right (NFM Table 5's accuracy on multi-digit images), and the fraction of
+all ``N·C`` labels right.
 """
 from __future__ import annotations
 
@@ -45,11 +49,31 @@ def r2_std(pred: Tensor, target: Tensor) -> float:
     return r2_per_column(pred, target).std(unbiased=False).item()
 
 
+def _multilabel_correct(logits: Tensor, targets: Tensor) -> Tensor:
+    """bool ``[N, C]``: whether each label's prediction (logit > 0) matches its 0/1 target."""
+    if logits.shape != targets.shape or logits.dim() != 2:
+        raise ValueError(f"multi-label metrics need logits and targets of the same shape [N, C], got "
+                         f"{tuple(logits.shape)} and {tuple(targets.shape)}")
+    return (logits > 0) == (targets > 0.5)
+
+
+def exact_match(logits: Tensor, targets: Tensor) -> float:
+    """Fraction of rows whose every label is right. logits, targets ``[N, C]``."""
+    return _multilabel_correct(logits, targets).all(-1).float().mean().item()
+
+
+def label_accuracy(logits: Tensor, targets: Tensor) -> float:
+    """Fraction of the ``N·C`` labels that are right. logits, targets ``[N, C]``."""
+    return _multilabel_correct(logits, targets).float().mean().item()
+
+
 METRICS = {
     "top1": lambda out, y: topk_accuracy(out, y, 1),
     "top5": lambda out, y: topk_accuracy(out, y, 5),
     "r2": r2_score,
     "r2_std": r2_std,
+    "exact_match": exact_match,
+    "label_accuracy": label_accuracy,
 }
 
 

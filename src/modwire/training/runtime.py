@@ -48,9 +48,15 @@ def make_loader(dataset, batch: int, sampler, info, workers: int, drop_last: boo
 
 def compute_loss(info, out: Tensor, y: Tensor, label_smoothing: float = 0.0) -> Tensor:
     """The task loss: MSE for regression, cross-entropy against labels ``[B]`` or soft targets
-    ``[B, C]`` (mixup / cutmix)."""
+    ``[B, C]`` (mixup / cutmix), or ``bce``: the mean over the ``B·C`` labels of the binary
+    cross-entropy of one sigmoid per class against multi-label 0/1 targets ``[B, C]`` (NFM §4.2)."""
     if info.loss == "mse":
         return F.mse_loss(out.float(), y.float().view_as(out))
+    if info.loss == "bce":
+        if label_smoothing:
+            raise ValueError(f"optim.label_smoothing applies to cross-entropy; task {info.name!r} has a "
+                             f"multi-label 'bce' loss: set it to 0, got {label_smoothing}")
+        return F.binary_cross_entropy_with_logits(out.float(), y.float())
     if y.dim() == 2:
         return torch.sum(-y * F.log_softmax(out.float(), dim=-1), dim=-1).mean()
     return F.cross_entropy(out.float(), y, label_smoothing=label_smoothing)
@@ -61,6 +67,8 @@ def check_labels(y: Tensor, info, num_classes: int) -> None:
     an opaque IndexError and on a GPU with a device-side assert. Cheap: run on the CPU batch.
     Float labels ``[B]`` are refused too (cross-entropy would fail on their dtype); soft
     targets ``[B, C]`` (mixup / cutmix) are not labels and pass."""
+    if info.loss == "bce":
+        check_multilabel(y, info, num_classes)
     if info.loss != "cross_entropy" or y.numel() == 0:
         return
     if y.dtype.is_floating_point or y.dtype == torch.bool:
@@ -74,6 +82,16 @@ def check_labels(y: Tensor, info, num_classes: int) -> None:
         raise ValueError(f"task {info.name!r} gave label {bad}, but the model has {num_classes} classes "
                          f"(labels must lie in [0, {num_classes})); check the task's data or "
                          f"model.overrides.num_classes")
+
+
+def check_multilabel(y: Tensor, info, num_classes: int) -> None:
+    """Multi-label targets (loss ``bce``) must be ``[B, num_classes]`` of 0 / 1."""
+    if y.dim() != 2 or y.shape[1] != num_classes:
+        raise ValueError(f"task {info.name!r} has a multi-label 'bce' loss: targets must be [B, {num_classes}] "
+                         f"(one 0/1 per class of the model), got {tuple(y.shape)}")
+    if y.numel() and not bool(((y == 0) | (y == 1)).all()):
+        raise ValueError(f"task {info.name!r}: multi-label targets must be 0 or 1, got values in "
+                         f"[{y.min().item()}, {y.max().item()}]")
 
 
 @torch.no_grad()
