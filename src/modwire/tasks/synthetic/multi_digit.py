@@ -88,12 +88,13 @@ def resize(glyph: np.ndarray, scale: float, limit: int) -> np.ndarray:
 
 
 class DigitPool:
-    """A split's base digits: ``glyph(k)`` is digit ``k`` cropped to its ink and scaled to the
-    ``digit_size`` box; ``by_class[c]`` lists the digits of class ``c``."""
+    """A split's base digits ``images [N, H, W]`` (grey levels up to ``white``: kept as stored, e.g.
+    MNIST's uint8, and converted one glyph at a time): ``glyph(k)`` is digit ``k`` in [0, 1], cropped
+    to its ink and scaled to the ``digit_size`` box; ``by_class[c]`` lists the digits of class ``c``."""
 
     def __init__(self, images: np.ndarray, labels: np.ndarray, native_box: int, digit_size: int,
-                 name: str = "digit") -> None:
-        self.images, self.labels = images, labels.astype(np.int64)
+                 name: str = "digit", white: float = 1.0) -> None:
+        self.images, self.labels, self.white = images, labels.astype(np.int64), float(white)
         self.scale, self.digit_size = digit_size / native_box, digit_size
         self.by_class = [np.flatnonzero(self.labels == c) for c in range(NUM_CLASSES)]
         missing = [c for c, idx in enumerate(self.by_class) if idx.size == 0]
@@ -102,7 +103,7 @@ class DigitPool:
                              f"needs at least one digit")
 
     def glyph(self, k: int) -> np.ndarray:
-        return resize(crop_to_ink(self.images[k]), self.scale, self.digit_size)
+        return resize(crop_to_ink(self.images[k]).astype(np.float32) / self.white, self.scale, self.digit_size)
 
 
 @lru_cache(maxsize=8)
@@ -114,13 +115,12 @@ def digit_pool(split: str, root: str | None, digit_size: int) -> DigitPool:
         return DigitPool(glyphs, labels, 8, digit_size, f"scikit-learn {split}")
     from ..loaders.mnist import build_mnist
     data = build_mnist("train" if split != "test" else "test", root=root, pad_to=28)
-    images = data.images.numpy().astype(np.float32) / 255.0                       # [N, 28, 28]
-    labels = data.labels.numpy()
+    images, labels = data.images.numpy(), data.labels.numpy()                      # uint8 [N, 28, 28], [N]
     if split != "test":
         start = len(labels) - len(labels) // MNIST_VAL_FRACTION
         cut = slice(None, start) if split == "train" else slice(start, None)
         images, labels = images[cut], labels[cut]
-    return DigitPool(images, labels, DIGIT_SIZE, digit_size, f"MNIST {split} ({root})")
+    return DigitPool(images, labels, DIGIT_SIZE, digit_size, f"MNIST {split} ({root})", white=255.0)
 
 
 def place(sizes: Sequence[tuple[int, int]], canvas: int, rng: np.random.Generator) -> np.ndarray | None:
