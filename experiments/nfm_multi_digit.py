@@ -14,7 +14,7 @@ This runs the same comparison in a CPU budget (``configs/cpu/nfm_multi_digit.yam
 * the network is the ``preact_resnet18_multi_digit`` preset (PreActResNet, stem of stride 2)
   cut to one residual block per stage of 16 / 32 / 64 / 128 channels, so that NFM's two passes
   read 8 times as in §4.2; the NFM row is ``nfm_preact_resnet18_multi_digit`` with the same cut,
-  k = 5, and 2 heads of d_k = d_v = 8 (§4.2: 4 × 16; 2.5× cheaper on CPU, see the config);
+  k = 5, and 2 heads of d_k = d_v = 8 (§4.2: 4 × 16; 1.8× cheaper on CPU, see the config);
 * one budget of optimizer steps per run (``--steps``, batch 64, AdamW lr 2e-3, cosine);
   validation on (1,3) or (1,5) images picks the best checkpoint by exact match;
 * accuracy is exact match (all 10 labels right; the only reading under which Table 5's 99 % on
