@@ -66,7 +66,8 @@ def check_labels(y: Tensor, info, num_classes: int) -> None:
     """Class labels must lie in ``[0, num_classes)``: cross-entropy on the CPU would fail with
     an opaque IndexError and on a GPU with a device-side assert. Cheap: run on the CPU batch.
     Float labels ``[B]`` are refused too (cross-entropy would fail on their dtype); soft
-    targets ``[B, C]`` (mixup / cutmix) are not labels and pass."""
+    targets ``[B, C]`` (mixup / cutmix) are not labels and pass. Multi-label targets (loss
+    ``bce``) must be ``[B, num_classes]`` of 0 / 1 (:func:`check_multilabel`)."""
     if info.loss == "bce":
         check_multilabel(y, info, num_classes)
     if info.loss != "cross_entropy" or y.numel() == 0:
