@@ -32,11 +32,13 @@ def test_runs_are_the_cpu_config_with_the_regime_and_the_model(tmp_path):
 
 
 @needs_presets
-def test_cpu_config_reads_nfm_eight_times(tmp_path):
-    model = build_model_for_task(sets("1_3", "nfm", tmp_path))
+@pytest.mark.parametrize("config", [md.CONFIG, md.ROOT / "configs" / "nfm_multi_digit_1_5.yaml"])
+def test_configs_read_nfm_eight_times(config):
+    cfg = load_config(str(config))
+    model = build_model_for_task(cfg)
     body = model.body
-    assert body.passes * body.num_blocks == 8 and len(body.readers) == 8     # §4.2: "used 8 times"
-    assert body.readers[0].k == 5 and model.num_classes == 10
+    assert body.passes == 2 and len(body.readers) == 8                      # §4.2: "used 8 times"
+    assert body.readers[0].k == 5 and model.num_classes == 10 and cfg.data.params["counts"]["train"][0] == 1
 
 
 @needs_presets
