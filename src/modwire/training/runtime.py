@@ -49,9 +49,10 @@ def make_loader(dataset, batch: int, sampler, info, workers: int, drop_last: boo
 
 def compute_loss(info, out: Tensor, y: Tensor, label_smoothing: float = 0.0) -> Tensor:
     """The task loss: MSE for regression, cross-entropy against labels ``[B]`` or soft targets
-    ``[B, C]`` (mixup / cutmix); ``token_cross_entropy``: the mean over tokens of the
-    cross-entropy of logits ``[B, T, V]`` against next-token ids ``[B, T]`` (``IGNORE_INDEX``
-    not scored; language modelling)."""
+    ``[B, C]`` (mixup / cutmix); ``bce``: the mean over the ``B·C`` labels of the binary
+    cross-entropy of one sigmoid per class against multi-label 0/1 targets ``[B, C]`` (NFM §4.2);
+    ``token_cross_entropy``: the mean over tokens of the cross-entropy of logits ``[B, T, V]``
+    against next-token ids ``[B, T]`` (``IGNORE_INDEX`` not scored; language modelling)."""
     if info.loss == "token_cross_entropy":
         if out.dim() != y.dim() + 1 or out.shape[:-1] != y.shape:
             raise ValueError(f"task {info.name!r} scores every token: expected logits [B, T, V] for targets "
@@ -60,6 +61,11 @@ def compute_loss(info, out: Tensor, y: Tensor, label_smoothing: float = 0.0) -> 
                                label_smoothing=label_smoothing)
     if info.loss == "mse":
         return F.mse_loss(out.float(), y.float().view_as(out))
+    if info.loss == "bce":
+        if label_smoothing:
+            raise ValueError(f"optim.label_smoothing applies to cross-entropy; task {info.name!r} has a "
+                             f"multi-label 'bce' loss: set it to 0, got {label_smoothing}")
+        return F.binary_cross_entropy_with_logits(out.float(), y.float())
     if y.dim() == 2:
         return torch.sum(-y * F.log_softmax(out.float(), dim=-1), dim=-1).mean()
     return F.cross_entropy(out.float(), y, label_smoothing=label_smoothing)
@@ -69,7 +75,10 @@ def check_labels(y: Tensor, info, num_classes: int) -> None:
     """Class labels must lie in ``[0, num_classes)``: cross-entropy on the CPU would fail with
     an opaque IndexError and on a GPU with a device-side assert. Cheap: run on the CPU batch.
     Float labels ``[B]`` are refused too (cross-entropy would fail on their dtype); soft
-    targets ``[B, C]`` (mixup / cutmix) are not labels and pass."""
+    targets ``[B, C]`` (mixup / cutmix) are not labels and pass. Multi-label targets (loss
+    ``bce``) must be ``[B, num_classes]`` of 0 / 1 (:func:`check_multilabel`)."""
+    if info.loss == "bce":
+        check_multilabel(y, info, num_classes)
     if info.loss == "token_cross_entropy":
         y = y[y != IGNORE_INDEX]     # ids [B, T]; unscored positions carry IGNORE_INDEX
     if info.loss not in ("cross_entropy", "token_cross_entropy") or y.numel() == 0:
@@ -85,6 +94,16 @@ def check_labels(y: Tensor, info, num_classes: int) -> None:
         raise ValueError(f"task {info.name!r} gave label {bad}, but the model has {num_classes} classes "
                          f"(labels must lie in [0, {num_classes})); check the task's data or "
                          f"model.overrides.num_classes")
+
+
+def check_multilabel(y: Tensor, info, num_classes: int) -> None:
+    """Multi-label targets (loss ``bce``) must be ``[B, num_classes]`` of 0 / 1."""
+    if y.dim() != 2 or y.shape[1] != num_classes:
+        raise ValueError(f"task {info.name!r} has a multi-label 'bce' loss: targets must be [B, {num_classes}] "
+                         f"(one 0/1 per class of the model), got {tuple(y.shape)}")
+    if y.numel() and not bool(((y == 0) | (y == 1)).all()):
+        raise ValueError(f"task {info.name!r}: multi-label targets must be 0 or 1, got values in "
+                         f"[{y.min().item()}, {y.max().item()}]")
 
 
 def _outputs(model: torch.nn.Module, loader: DataLoader, device: torch.device, precision: str, stop, progress):
