@@ -28,11 +28,8 @@ from torch.utils.data import Dataset, Subset
 
 from ..models.inputs import Inputs, InputSpec, check_inputs  # noqa: F401  (InputSpec re-exported)
 
-<<<<<<< HEAD
-LOSSES = ("cross_entropy", "mse", "token_cross_entropy")  # the last: targets [B, T], logits [B, T, V]
-=======
-LOSSES = ("cross_entropy", "mse", "bce")   # bce: multi-label targets [C] of 0/1 (NFM §4.2)
->>>>>>> digits
+# token_cross_entropy: targets [B, T], logits [B, T, V]; bce: multi-label targets [C] of 0/1 (NFM §4.2)
+LOSSES = ("cross_entropy", "mse", "token_cross_entropy", "bce")
 
 
 def pad_collate(batch: Sequence[tuple[Tensor, Tensor]], pad_value: int = 0) -> tuple[Tensor, Tensor]:
