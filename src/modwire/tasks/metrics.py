@@ -4,7 +4,6 @@
 determination of predictions ``[N]`` / ``[N, F]``; with ``F > 1`` outputs per sample (one per
 CLS token, e.g. Fuzzy Boolean's functions) the mean over outputs of the per-output R², and
 ``r2_std`` its standard deviation over outputs (NI Table 1 reports both).
-<<<<<<< HEAD
 
 Sequence targets (task loss ``token_cross_entropy``: logits ``[N, T, V]``, next-token ids ``[N, T]``,
 id ``IGNORE_INDEX`` = -100 not scored): ``perplexity`` = ``exp`` of the mean token cross-entropy
@@ -12,12 +11,11 @@ id ``IGNORE_INDEX`` = -100 not scored): ``perplexity`` = ``exp`` of the mean tok
 target is the arg-max. Both follow from three additive sums (:func:`token_sums`), so an
 evaluation can accumulate them batch by batch instead of holding ``N·T·V`` logits.
 ``LOWER_IS_BETTER`` names the metrics whose best value is the smallest (perplexity).
-=======
+
 ``exact_match`` / ``label_accuracy``: multi-label logits ``[N, C]`` (class ``c`` predicted present
 when its logit is > 0, i.e. sigmoid > 0.5) against 0/1 targets ``[N, C]``: the fraction of rows
 with all ``C`` labels right (NFM Table 5's accuracy on multi-digit images), and the fraction of
 all ``N·C`` labels right.
->>>>>>> digits
 """
 from __future__ import annotations
 
@@ -65,7 +63,6 @@ def r2_std(pred: Tensor, target: Tensor) -> float:
     return r2_per_column(pred, target).std(unbiased=False).item()
 
 
-<<<<<<< HEAD
 def token_sums(logits: Tensor, targets: Tensor) -> Tensor:
     """float64 ``[3]``: (sum of token cross-entropies, scored tokens, correct arg-max tokens) of
     logits ``[..., V]`` against ids ``[...]`` (``IGNORE_INDEX`` not scored)."""
@@ -91,7 +88,8 @@ def token_metrics(names: tuple[str, ...], sums: Tensor) -> dict[str, float]:
     if unknown:
         raise KeyError(f"unknown token metric(s) {unknown}; valid: {sorted(TOKEN_METRICS)}")
     return {"loss": sums[0].item() / max(sums[1].item(), 1.0), **{n: TOKEN_METRICS[n](sums) for n in names}}
-=======
+
+
 def _multilabel_correct(logits: Tensor, targets: Tensor) -> Tensor:
     """bool ``[N, C]``: whether each label's prediction (logit > 0) matches its 0/1 target."""
     if logits.shape != targets.shape or logits.dim() != 2:
@@ -108,7 +106,6 @@ def exact_match(logits: Tensor, targets: Tensor) -> float:
 def label_accuracy(logits: Tensor, targets: Tensor) -> float:
     """Fraction of the ``N·C`` labels that are right. logits, targets ``[N, C]``."""
     return _multilabel_correct(logits, targets).float().mean().item()
->>>>>>> digits
 
 
 METRICS = {
@@ -116,12 +113,9 @@ METRICS = {
     "top5": lambda out, y: topk_accuracy(out, y, 5),
     "r2": r2_score,
     "r2_std": r2_std,
-<<<<<<< HEAD
     **{name: (lambda out, y, f=f: f(token_sums(out, y))) for name, f in TOKEN_METRICS.items()},
-=======
     "exact_match": exact_match,
     "label_accuracy": label_accuracy,
->>>>>>> digits
 }
 
 
