@@ -21,6 +21,7 @@ BAD_VALUES = {
     "optim.label_smoothing": ["nan", "1.0", "-0.1"],
     "graph_prior.weight": ["nan", "inf", "-1e-4"],
     "data.batch_size": ["0", "-8"],
+    "data.mixup_alpha": ["0", "-1", "nan"],
     "data.num_workers": ["-1"],
     "data.max_samples": ["-1"],
     "data.few_shot.shots": ["-1"],
