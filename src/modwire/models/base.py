@@ -50,7 +50,8 @@ class Intermediates:
     ``[B, (U,) H, N, N]`` per attention layer; NI only: ``compatibility`` ``C`` of NI Eq. 3, one
     ``[B, U, N]`` per function iteration, and the inferred ``types`` ``[B, N, d_type]`` (Eq. 2).
     Associative Transformer only: ``workspace``, one
-    :class:`~modwire.nn.workspace.WorkspaceRecord` per layer (AiT Eq. 3-8)."""
+    :class:`~modwire.nn.workspace.WorkspaceRecord` per layer (AiT Eq. 3-8). NFM integrations: ``nfm``,
+    one :class:`~modwire.nn.nfm.NFMRecord` per reader (which layers and passes it read, NFM Alg. 1)."""
 
     logits: Tensor
     states: Tensor
@@ -64,6 +65,7 @@ class Intermediates:
     compatibility: list[Tensor] = dataclasses.field(default_factory=list)
     types: list[Tensor] = dataclasses.field(default_factory=list)
     workspace: list[Any] = dataclasses.field(default_factory=list)
+    nfm: list[Any] = dataclasses.field(default_factory=list)
 
 
 def _atomic_write(path: Path, write: typing.Callable[[str], None]) -> None:

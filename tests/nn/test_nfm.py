@@ -1,0 +1,246 @@
+"""NFM Algorithm 1 (modwire.nn.nfm) against the literal statement in tests/reference/nfm.py, and
+its semantics: memory order, top-k with the null slot, rescaling, γ = 0 recovers the base network."""
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import modwire.nn.nfm as nfm_module
+from modwire.models.nfm import BlockSequence, NFMConfig, build_body
+from modwire.nn.nfm import NFM, NFMReader, rescale
+from tests.reference.nfm import nfm_literal, reader_literal, window_literal
+
+
+def conv_blocks():
+    """Mixed resolutions and channels: 9×9 → 5×5 (non-integer ratio) → 5×5 → 3×3 → a vector."""
+    return [nn.Sequential(nn.Conv2d(3, 4, 3, 2, 1), nn.Tanh()), nn.Sequential(nn.Conv2d(4, 6, 3, 1, 1), nn.Tanh()),
+            nn.Sequential(nn.Conv2d(6, 6, 3, 2, 1), nn.Tanh()),
+            nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(6, 5), nn.Tanh())]
+
+
+CHANNELS = [3, 4, 6, 6, 5]
+
+
+def make_nfm(*, gamma: float | None = 0.6, seed: int = 0, **kw) -> NFM:
+    torch.manual_seed(seed)
+    m = NFM(conv_blocks(), channels=CHANNELS, **{"k": 3, "passes": 2, "d_k": 4, "d_v": 3, "heads": 2, **kw}).double()
+    if gamma is not None:
+        with torch.no_grad():
+            for j, r in enumerate(m.readers):
+                r.gamma.fill_(gamma + 0.1 * j)
+                if isinstance(r.norm, nn.BatchNorm1d):   # non-trivial affine BN parameters
+                    r.norm.weight.uniform_(0.5, 1.5)
+                    r.norm.bias.uniform_(-0.5, 0.5)
+    return m
+
+
+@pytest.mark.parametrize("kw", [{}, {"rescale": "nearest"}, {"score_scale": "sqrt_d_k"}, {"norm": "none", "k": 1},
+                                {"share_blocks": True, "passes": 3, "k": 6}])
+def test_algorithm1_matches_literal_forward_and_gradients(kw):
+    m = make_nfm(**kw)
+    x = torch.randn(2, 3, 9, 9, dtype=torch.float64, requires_grad=True)
+    out = m(x)
+    x2 = x.detach().clone().requires_grad_(True)
+    ref = nfm_literal(m, x2)
+    torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-10)
+    g = torch.randn_like(out)
+    grads = torch.autograd.grad(out, [x, *m.parameters()], g, allow_unused=True)
+    grads_ref = torch.autograd.grad(ref, [x2, *m.parameters()], g, allow_unused=True)
+    for a, b in zip(grads, grads_ref):
+        if a is None or b is None:
+            assert a is None and b is None
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+
+
+def test_one_dimensional_states_and_tokens_layout_match_literal():
+    torch.manual_seed(1)
+    blocks = [nn.Conv1d(2, 4, 3, 2, 1), nn.Conv1d(4, 4, 3, 1, 1), nn.Upsample(scale_factor=3)]
+    m = NFM(blocks, channels=[2, 4, 4, 4], k=2, d_k=4, d_v=2, heads=2).double()
+    for r in m.readers:
+        r.gamma.data.fill_(0.8)
+    x = torch.randn(2, 2, 8, dtype=torch.float64)
+    torch.testing.assert_close(m(x), nfm_literal(m, x))
+    # tokens [B, N, C]: the same network on transposed states
+    lin = [nn.Linear(3, 5), nn.Linear(5, 3)]
+    t = NFM(lin, channels=[3, 5, 3], layout="tokens", k=2, d_k=4, d_v=2, heads=2, norm="none").double()
+    for r in t.readers:
+        r.gamma.data.fill_(0.5)
+    tok = torch.randn(2, 6, 3, dtype=torch.float64)
+
+    class T(nn.Module):   # the literal runs channels-first: transpose around each linear block
+        def __init__(self, f):
+            super().__init__()
+            self.f = f
+
+        def forward(self, h):
+            return self.f(h.transpose(1, 2)).transpose(1, 2)
+
+    cf = copy.deepcopy(t)
+    cf.blocks = nn.ModuleList(T(b) for b in t.blocks)
+    cf.pass_blocks = nn.ModuleList(nn.ModuleList(T(b) for b in pb) for pb in t.pass_blocks)
+    torch.testing.assert_close(t(tok), nfm_literal(cf, tok.transpose(1, 2)).transpose(1, 2))
+
+
+def test_memory_order_across_passes():
+    m = make_nfm(passes=2)
+    m(torch.randn(2, 3, 9, 9, dtype=torch.float64), record=True)
+    got = [(r.pass_index, r.layer_index, r.sources) for r in m.records]
+    n = 4
+    want = [(p, i, [(q, j) for q in range(p) for j in range(n)] + [(p, j) for j in range(i)])
+            for p in range(2) for i in range(n)]
+    assert got == want
+    assert got[4][2] == [(0, 0), (0, 1), (0, 2), (0, 3)]       # pass 2's first reader: all of pass 1 (top-down)
+    for r in m.records:   # mass on the sources plus the null slot is one per sample
+        torch.testing.assert_close(r.mass.sum(-1) + r.null, torch.ones(2, dtype=torch.float64))
+    assert m.records[0].mass.shape == (2, 0) and torch.all(m.records[0].null == 1)   # empty memory: null only
+
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_topk_keeps_exactly_k_keys_null_slot_included(k, monkeypatch):
+    seen = []
+    real = nfm_module.attend
+
+    def spy(q, kk, vv, **kw):
+        out, _ = real(q, kk, vv, **{**kw, "return_weights": True})
+        seen.append((kk.shape[-2], _))
+        return out, (_ if kw.get("return_weights") else None)
+
+    monkeypatch.setattr(nfm_module, "attend", spy)
+    m = make_nfm(k=k, passes=2)
+    m(torch.randn(2, 3, 9, 9, dtype=torch.float64))
+    checked = 0
+    for n_keys, w in seen:
+        kept_real = (w > 0).sum(-1)                                   # real keys with weight
+        null = 1 - w.sum(-1)
+        kept = kept_real + (null > 1e-12).long()                      # the null slot competes like a key
+        assert torch.all(kept == min(k, n_keys + 1)), (k, n_keys)
+        checked += n_keys + 1 > k
+    assert checked > 0
+
+
+def test_rescale_shapes_and_space_to_depth_content():
+    x = torch.arange(2 * 3 * 4 * 6, dtype=torch.float64).reshape(2, 3, 4, 6)
+    s2d = rescale(x, (2, 3))                                            # windows of 2×2
+    assert s2d.shape == (2, 3, 4, 2, 3)
+    for (ti, tj) in [(0, 0), (1, 2), (0, 1)]:                          # each window position is its own key
+        want = torch.stack([x[:, :, 2 * ti + a, 2 * tj + b] for a in range(2) for b in range(2)], dim=2)
+        torch.testing.assert_close(s2d[:, :, :, ti, tj], want)
+    up = rescale(x, (8, 12))                                            # coarser source: nearest upsampling
+    assert up.shape == (2, 3, 1, 8, 12) and torch.equal(up[:, :, 0, 5, 7], x[:, :, 2, 3])
+    near = rescale(x, (2, 3), mode="nearest")                           # §4.7 ablation: one key per position
+    assert near.shape == (2, 3, 1, 2, 3) and torch.equal(near[:, :, 0], x[:, :, ::2, ::2])
+    vec = rescale(x, ())                                                 # a vector query reads every position
+    assert vec.shape == (2, 3, 24) and torch.equal(vec, x.reshape(2, 3, 24))
+    bcast = rescale(x[:, :, 0, 0], (4, 6))                               # a vector source at every position
+    assert torch.equal(bcast[:, :, 0, 3, 5], x[:, :, 0, 0])
+    odd = rescale(x[..., :5], (2, 2))                                    # 4×5 → 2×2: 5 → 6 (nearest), windows 2×3
+    assert odd.shape == (2, 3, 6, 2, 2)
+    for src, dst, mode in [((4, 6), (2, 3), "space_to_depth"), ((4, 5), (2, 2), "space_to_depth"),
+                           ((3, 3), (7, 5), "space_to_depth"), ((4, 6), (3, 4), "nearest"), ((9,), (4,), "space_to_depth")]:
+        t = torch.randn(1, 2, *src, dtype=torch.float64)
+        got = rescale(t, dst, mode=mode).flatten(3)                     # [1, 2, R, P]
+        for p, keys in enumerate(window_literal(src, dst, mode)):
+            for r, s in enumerate(keys):
+                assert torch.equal(got[0, :, r, p], t[(0, slice(None), *s)])
+    with pytest.raises(ValueError, match=r"spatial shape \[4, 6\] cannot be read at spatial shape \[5\]"):
+        rescale(x, (5,))
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_gamma_zero_recovers_the_base_network_exactly(share):
+    torch.manual_seed(3)
+    blocks = conv_blocks()
+    base = nn.Sequential(*copy.deepcopy(blocks))
+    m = NFM(blocks, channels=CHANNELS, share_blocks=share, k=5)
+    x = torch.randn(4, 3, 9, 9)
+    out = m(x, record=True)
+    assert torch.equal(m.pass_outputs[0], base(x))                     # first pass: exactly the base network
+    assert torch.equal(out, base(x))                                    # copies of the blocks: every pass
+    with torch.no_grad():
+        m.readers[1].gamma.fill_(0.3)                                   # pass 1, before block 1
+    m(x, record=True)
+    assert not torch.equal(m.pass_outputs[0], base(x))                  # the readers do enter once γ ≠ 0
+    assert torch.equal(m.pass_outputs[1], base(x))                      # pass 2's readers (γ = 0) ignore pass 1
+
+
+def test_blocksequence_and_build_body():
+    torch.manual_seed(4)
+    blocks = conv_blocks()
+    plain = build_body(NFMConfig(enabled=False), copy.deepcopy(blocks), CHANNELS)
+    assert isinstance(plain, BlockSequence) and plain.records == []
+    x = torch.randn(2, 3, 9, 9)
+    torch.testing.assert_close(plain(x), nn.Sequential(*blocks)(x), rtol=0, atol=0)
+    body = build_body(NFMConfig(enabled=True, k=2, passes=3), blocks, CHANNELS)
+    assert isinstance(body, NFM) and body.passes == 3 and body.readers[0].k == 2
+    assert len(body.readers) == 12 and len(body.pass_blocks) == 2
+    # the base network's weights load into the first pass (same names, blocks.<i>.…)
+    missing = set(body.state_dict()) - set(plain.state_dict())
+    assert not any(n.startswith("blocks.") for n in missing)
+
+
+def test_configured_k_is_used_by_every_reader():
+    for k in (1, 3, 7):
+        m = make_nfm(k=k)
+        assert {r.k for r in m.readers} == {k}
+    m1, m3 = make_nfm(k=1, seed=5), make_nfm(k=3, seed=5)
+    x = torch.randn(2, 3, 9, 9, dtype=torch.float64)
+    assert not torch.allclose(m1(x), m3(x))                             # k changes the result
+
+
+def test_random_attention_is_an_eval_ablation():
+    m = make_nfm().float()
+    x = torch.randn(3, 3, 9, 9)
+    m.random_attention = True
+    with pytest.raises(ValueError, match="evaluation ablation"):
+        m(x)
+    m.eval()
+    torch.manual_seed(0)
+    noisy = m(x, record=True)
+    for r in m.records:
+        torch.testing.assert_close(r.mass.sum(-1) + r.null, torch.ones(3))
+    m.random_attention = False
+    assert not torch.allclose(noisy, m(x))
+
+
+def test_causal_tokens_stay_causal():
+    """Attention runs over layers at one position: with per-position blocks and no BatchNorm,
+    position t's output depends on position t only (a causal LM stays causal)."""
+    torch.manual_seed(6)
+    m = NFM([nn.Linear(4, 4), nn.Linear(4, 4)], channels=[4, 4, 4], layout="tokens", norm="none", k=2)
+    for r in m.readers:
+        r.gamma.data.fill_(1.0)
+    x = torch.randn(2, 7, 4)
+    y = m(x)
+    x2 = x.clone()
+    x2[:, 4:] += 10.0
+    torch.testing.assert_close(m(x2)[:, :4], y[:, :4])
+
+
+def test_bad_input_errors_name_what_was_expected():
+    with pytest.raises(ValueError, match=r"channels must list .* \(5 numbers for 4 blocks\), got 3"):
+        NFM(conv_blocks(), channels=[3, 4, 6])
+    with pytest.raises(ValueError, match="k must be a positive int, got 0"):
+        NFM(conv_blocks(), channels=CHANNELS, k=0)
+    with pytest.raises(ValueError, match="rescale must be one of"):
+        NFM(conv_blocks(), channels=CHANNELS, rescale="bilinear")
+    m = NFM(conv_blocks(), channels=CHANNELS)
+    with pytest.raises(ValueError, match=r"expected the input x to have 3 channels \(channels\[0\]\), got 2"):
+        m(torch.randn(2, 2, 9, 9))
+    bad = NFM(conv_blocks(), channels=[3, 4, 7, 6, 5])
+    with pytest.raises(ValueError, match=r"expected block 1's output to have 7 channels"):
+        bad(torch.randn(2, 3, 9, 9))
+    with pytest.raises(ValueError, match="passes must be a positive int"):
+        NFM(conv_blocks(), channels=CHANNELS, passes=0)
+
+
+def test_reader_subclass_hooks():
+    """A reader's projections can be replaced (the transformer integration of Table 8)."""
+    class Doubled(NFMReader):
+        def project_query(self, h):
+            return 2 * super().project_query(h)
+
+    m = NFM(conv_blocks(), channels=CHANNELS, layer_factory=lambda p, i, cq, cs, **o: Doubled(cq, cs, **o))
+    assert all(isinstance(r, Doubled) for r in m.readers)
+    assert m(torch.randn(2, 3, 9, 9)).shape == (2, 5)
