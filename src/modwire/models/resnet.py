@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from .base import Intermediates, PretrainedModel
 from .config import COUNT, Bounds, ModelConfig, check_choice, check_single_head
 from .inputs import Inputs, named_inputs
-from .nfm import NFMConfig, build_body
+from .nfm import NFMConfig, build_body, set_random_attention
 from .registry import register_model_type, register_preset
 
 BLOCKS = ("basic", "bottleneck")
@@ -173,10 +173,7 @@ class PreActResNet(PretrainedModel):
 
     def forward_intermediates(self, x: Tensor) -> Intermediates:
         feats = self.features(x, record=True)
-        return Intermediates(self.head(feats), feats, **self._records())
-
-    def _records(self) -> dict[str, Any]:
-        return {"nfm": list(self.body.records)} if "nfm" in Intermediates.__dataclass_fields__ else {}
+        return Intermediates(self.head(feats), feats, nfm=list(self.body.records))
 
     def _check_input(self, x: Tensor) -> None:
         c = self.config.in_channels
@@ -190,7 +187,8 @@ class PreActResNet(PretrainedModel):
         """NFM §4.4's ablation: attention scores drawn from N(0, 1) at test time (NFM only)."""
         if random_attention and not self.config.nfm.enabled:
             raise ValueError("random_attention: this model has no NFM (nfm.enabled is false)")
-        self.body.random_attention = bool(random_attention)
+        self.config = self.config.replace(nfm={"random_attention": bool(random_attention)})
+        set_random_attention(self.body, bool(random_attention))
 
 
 register_model_type(PreActResNet)
