@@ -57,6 +57,9 @@ class OptimSection:
     warmup_lr: float = 1e-6
     min_lr: float = 1e-5
     decay_steps: int = 0                          # > 0: cosine reaches min_lr at this step, then stays (NI A.1.5)
+    schedule: str = "cosine"                      # cosine | step: lr × gamma at each of `milestones` (optimizer
+    milestones: list[int] = field(default_factory=list)  # steps; Verma et al. / NFM Table 2: epochs 500, 1000, 1500)
+    gamma: float = 0.1                            # step schedule: factor at each milestone
     grad_clip: float = 1.0                        # max global grad norm; 0 = off
     label_smoothing: float = 0.0
 
@@ -326,7 +329,7 @@ POSITIVE, NON_NEGATIVE, AT_LEAST_ONE, UNIT = Bound(0, low_open=True), Bound(0), 
 NUMERIC_RULES: dict[str, Bound] = {
     "optim.lr": POSITIVE, "optim.warmup_lr": NON_NEGATIVE, "optim.min_lr": NON_NEGATIVE,
     "optim.weight_decay": NON_NEGATIVE, "optim.grad_clip": NON_NEGATIVE, "optim.warmup_steps": NON_NEGATIVE,
-    "optim.decay_steps": NON_NEGATIVE,
+    "optim.decay_steps": NON_NEGATIVE, "optim.milestones.*": NON_NEGATIVE, "optim.gamma": Bound(0, 1, low_open=True, high_open=False),
     "optim.label_smoothing": UNIT, "optim.betas.*": UNIT,
     "graph_prior.weight": NON_NEGATIVE, "aux_loss_weights.*": NON_NEGATIVE,
     "data.batch_size": AT_LEAST_ONE, "data.mixup_alpha": POSITIVE, "data.num_workers": NON_NEGATIVE, "data.max_samples": NON_NEGATIVE,
@@ -340,7 +343,7 @@ MIXUP_CHOICES = (False, True, "deit", "input")   # data.mixup; True = "deit"
 
 #: Every string field with a fixed set of values.
 CHOICES: dict[str, tuple[str, ...]] = {
-    "precision": PRECISIONS, "optim.name": OPTIMIZERS, "device": ("auto", "cpu", "cuda"),
+    "precision": PRECISIONS, "optim.name": OPTIMIZERS, "optim.schedule": ("cosine", "step"), "device": ("auto", "cpu", "cuda"),
     "graph_prior.loss": ("mse", "kl"), "graph_prior.reduction": ("sum", "mean"),
     "graph_prior.align": ("degree", "none"), "data.augment": AUGMENT_CHOICES, "data.mixup": MIXUP_CHOICES,
 }
