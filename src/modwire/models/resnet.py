@@ -181,6 +181,21 @@ class PreActResNet(PretrainedModel):
             got = f"{tuple(x.shape)} {x.dtype}" if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"{type(self).__name__} expects float images [B, {c}, H, W], got {got}")
 
+    def parameter_sets(self) -> dict[str, tuple[str, ...]]:
+        """Fine-tuning sets (``modwire finetune --train``): ``head`` (the linear classifier), ``nfm``
+        (the readers, NFM models only) and ``all``."""
+        return {"head": ("head.",), **({"nfm": ("body.readers.",)} if self.config.nfm.enabled else {}),
+                "all": ("",)}
+
+    def new_task(self, num_classes: int, heads: int = 1) -> None:
+        """A freshly initialised ``head`` for ``num_classes`` outputs (one head only); ``config`` follows."""
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+            raise ValueError(f"new_task: num_classes must be a positive int, got {num_classes!r}")
+        check_single_head(heads, self.config.model_type)
+        old = self.head
+        self.head = nn.Linear(old.in_features, num_classes, device=old.weight.device, dtype=old.weight.dtype)
+        self.config = self.config.replace(num_classes=num_classes)
+
     eval_options = ("random_attention",)   # `modwire eval RUN --set model.overrides.random_attention=true`
 
     def set_eval_options(self, *, random_attention: bool) -> None:
