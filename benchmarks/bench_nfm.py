@@ -7,7 +7,7 @@ Pairs: every registered preset ``nfm_<base>`` whose ``<base>`` is also registere
 globs (default ``*micro``: each integration's test-sized pair: PreActResNet, and the relational
 CNN, GAN generator and language model when their presets are registered; absent ones are simply not
 listed), plus the classifier at a CPU size: PreActResNet-18 (CIFAR-10 layout, all 8 blocks) at a
-quarter width (16 initial channels), 32×32 images, batch 16.
+quarter width (``--width 16`` initial channels; the paper's is 64), 32×32 images, ``--batch 16``.
 
 Each side runs a train step (train mode; forward, then backward of the mean square of the output);
 the two models alternate (``modwire.analysis.time_interleaved``), medians are printed. Columns:
@@ -33,8 +33,12 @@ import modwire
 from modwire.analysis import time_interleaved
 
 TARGET = 1.30
-CLASSIFIER = ("classifier: PreActResNet-18 ¼ width", "nfm_preact_resnet18_cifar10", "preact_resnet18_cifar10",
-              {"initial_channels": 16}, 16)
+
+
+def classifier(width: int, batch: int) -> tuple[str, str, str, dict, int]:
+    """The classifier row: PreActResNet-18 (CIFAR-10 layout) at ``width`` initial channels (paper: 64)."""
+    return (f"classifier: PreActResNet-18 width {width}", "nfm_preact_resnet18_cifar10", "preact_resnet18_cifar10",
+            {"initial_channels": width}, batch)
 
 
 def example_inputs(model: torch.nn.Module, batch: int) -> tuple[tuple, dict] | None:
@@ -98,9 +102,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="micro pairs only, 1 repeat (smoke test)")
     ap.add_argument("--presets", nargs="+", default=["*micro"], help="globs over NFM preset names (default *micro)")
+    ap.add_argument("--width", type=int, default=16, help="classifier's initial channels (default 16; paper 64)")
+    ap.add_argument("--batch", type=int, default=16, help="classifier's batch (default 16)")
     args = ap.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    todo = pairs(args.presets) + ([] if args.quick else [CLASSIFIER])
+    todo = pairs(args.presets) + ([] if args.quick else [classifier(args.width, args.batch)])
     repeats = 1 if args.quick else args.repeats
     print(f"threads {torch.get_num_threads()}, train step (forward + backward), median of {repeats}")
     print(f"{'pair':<40} {'batch':>5} {'base ms':>9} {'base×2 ms':>9} {'nfm ms':>9} {'nfm/base':>9} "
