@@ -29,7 +29,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
