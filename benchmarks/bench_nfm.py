@@ -93,7 +93,8 @@ def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: i
     row = {"label": label, "batch": batch, "base": t["base"], "base x2": t["base x2"], "nfm": t["nfm"],
            "params": (base.num_parameters(), nfm.num_parameters())}
     print(f"{label:<40} {batch:>5} {t['base'] * 1e3:>9.1f} {t['base x2'] * 1e3:>9.1f} {t['nfm'] * 1e3:>9.1f} "
-          f"{t['nfm'] / t['base']:>9.2f} {t['nfm'] / t['base x2']:>11.2f}   {row['params'][0]:,} → {row['params'][1]:,}")
+          f"{t['nfm'] / t['base']:>9.2f} {t['nfm'] / t['base x2']:>11.2f}   "
+          f"{row['params'][0]:,} → {row['params'][1]:,}")
     return row
 
 

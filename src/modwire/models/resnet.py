@@ -5,7 +5,7 @@ residual block.
 The network reads top to bottom::
 
     h⁽⁰⁾ = stem(x)                       3×3 conv, stride 1 (CIFAR, 32×32) or 2 (Tiny-ImageNet, 64×64)
-    h⁽ⁱ⁾ = f⁽ⁱ⁾(h⁽ⁱ⁻¹⁾),  i = 1..N         the residual blocks of the four stages (widths 64·2ˢ·expansion)
+    h⁽ⁱ⁾ = f⁽ⁱ⁾(h⁽ⁱ⁻¹⁾),  i = 1..N         the residual blocks of the 4 stages (64·2ˢ·expansion wide)
     logits = W · avgpool(h⁽ᴺ⁾)           (optionally BN → ReLU first: ``final_norm``)
 
 As in the code of Verma et al. (2019)'s Manifold Mixup (``supervised/models/preresnet.py``), whose
@@ -238,7 +238,8 @@ for _depth in _DEPTHS:
     for _data, _shape in _DATASETS.items():
         for _nfm in (False, True):
             register_preset(f"{'nfm_' if _nfm else ''}preact_resnet{_depth}_{_data}", PreActResNet,
-                            lambda d=_depth, s=_shape, n=_nfm: preact_resnet(d, *s, nfm=n), _source(_depth, _data, _nfm))
+                            lambda d=_depth, s=_shape, n=_nfm: preact_resnet(d, *s, nfm=n),
+                            _source(_depth, _data, _nfm))
 
 # NFM §4.2 (Table 5): multi-digit recognition, 64×64 one-channel images, 10 outputs (which digit classes
 # are present; helper task `multi_digit`). The appendix with its network is not available: PreActResNet-18

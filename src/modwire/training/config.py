@@ -329,10 +329,12 @@ POSITIVE, NON_NEGATIVE, AT_LEAST_ONE, UNIT = Bound(0, low_open=True), Bound(0), 
 NUMERIC_RULES: dict[str, Bound] = {
     "optim.lr": POSITIVE, "optim.warmup_lr": NON_NEGATIVE, "optim.min_lr": NON_NEGATIVE,
     "optim.weight_decay": NON_NEGATIVE, "optim.grad_clip": NON_NEGATIVE, "optim.warmup_steps": NON_NEGATIVE,
-    "optim.decay_steps": NON_NEGATIVE, "optim.milestones.*": NON_NEGATIVE, "optim.gamma": Bound(0, 1, low_open=True, high_open=False),
+    "optim.decay_steps": NON_NEGATIVE, "optim.milestones.*": NON_NEGATIVE,
+    "optim.gamma": Bound(0, 1, low_open=True, high_open=False),
     "optim.label_smoothing": UNIT, "optim.betas.*": UNIT,
     "graph_prior.weight": NON_NEGATIVE, "aux_loss_weights.*": NON_NEGATIVE,
-    "data.batch_size": AT_LEAST_ONE, "data.mixup_alpha": POSITIVE, "data.num_workers": NON_NEGATIVE, "data.max_samples": NON_NEGATIVE,
+    "data.batch_size": AT_LEAST_ONE, "data.num_workers": NON_NEGATIVE, "data.max_samples": NON_NEGATIVE,
+    "data.mixup_alpha": POSITIVE,
     "data.few_shot.shots": NON_NEGATIVE, "data.few_shot.ways": NON_NEGATIVE, "finetune.add_functions": NON_NEGATIVE,
     "epochs": AT_LEAST_ONE, "grad_accum": AT_LEAST_ONE, "log_every": AT_LEAST_ONE,
     "max_steps": NON_NEGATIVE, "checkpoint_every": NON_NEGATIVE, "keep_weights_every": NON_NEGATIVE, "seed": NON_NEGATIVE, "ema_decay": UNIT,
@@ -343,7 +345,8 @@ MIXUP_CHOICES = (False, True, "deit", "input")   # data.mixup; True = "deit"
 
 #: Every string field with a fixed set of values.
 CHOICES: dict[str, tuple[str, ...]] = {
-    "precision": PRECISIONS, "optim.name": OPTIMIZERS, "optim.schedule": ("cosine", "step"), "device": ("auto", "cpu", "cuda"),
+    "precision": PRECISIONS, "optim.name": OPTIMIZERS, "device": ("auto", "cpu", "cuda"),
+    "optim.schedule": ("cosine", "step"),
     "graph_prior.loss": ("mse", "kl"), "graph_prior.reduction": ("sum", "mean"),
     "graph_prior.align": ("degree", "none"), "data.augment": AUGMENT_CHOICES, "data.mixup": MIXUP_CHOICES,
 }
