@@ -81,6 +81,23 @@ def test_nfm_presets_are_the_base_network_plus_two_pass_nfm():
     assert len(model.body.readers) == 16                      # one reader before each of 8 blocks, 2 passes
 
 
+def test_stage_modules_give_the_same_network_with_one_reader_per_stage():
+    torch.manual_seed(0)
+    by_block = modwire.create_model("preact_resnet18_cifar10", initial_channels=8).eval()
+    by_stage = modwire.create_model("preact_resnet18_cifar10", initial_channels=8, nfm_modules="stage").eval()
+    assert by_stage.num_parameters() == by_block.num_parameters()
+    blocks = [b for stage in by_stage.body.blocks for b in stage]
+    for mine, theirs in zip(blocks, by_block.body.blocks, strict=True):
+        mine.load_state_dict(theirs.state_dict())
+    by_stage.stem.load_state_dict(by_block.stem.state_dict())
+    by_stage.head.load_state_dict(by_block.head.state_dict())
+    x = torch.rand(2, 3, 32, 32)
+    torch.testing.assert_close(by_stage(x), by_block(x), atol=0, rtol=0)
+    with torch.device("meta"):
+        nfm = modwire.create_model("nfm_preact_resnet18_cifar10", nfm_modules="stage")
+    assert len(nfm.body.readers) == 8 and nfm.body.channels == [64, 64, 128, 256, 512]   # 4 stages × 2 passes
+
+
 def _nfm_micro_and_base():
     torch.manual_seed(0)
     nfm = modwire.create_model("nfm_preact_resnet_micro").eval()
@@ -147,6 +164,8 @@ def test_config_and_input_errors_name_what_is_expected():
         PreActResNetConfig(block="wide")
     with pytest.raises(ValueError, match=r"'num_blocks': got \[2, 0\], expected a non-empty list of integers >= 1"):
         PreActResNetConfig(num_blocks=[2, 0])
+    with pytest.raises(ValueError, match=r"'nfm_modules': got 'layer', expected one of \['block', 'stage'\]"):
+        PreActResNetConfig(nfm_modules="layer")
     with pytest.raises(ValueError, match=r"'stem_stride': got 3"):
         PreActResNetConfig(stem_stride=3)
     model = modwire.create_model("preact_resnet_micro")

@@ -39,6 +39,7 @@ from .nfm import NFMConfig, build_body, set_random_attention
 from .registry import register_model_type, register_preset
 
 BLOCKS = ("basic", "bottleneck")
+NFM_MODULES = ("block", "stage")
 
 
 @dataclass
@@ -49,7 +50,10 @@ class PreActResNetConfig(ModelConfig):
     4, ResNet-50); ``num_blocks``: blocks per stage (stage ``s`` has ``initial_channels·2ˢ`` planes,
     stride 2 from the second stage on); ``stem_stride``: 1 for 32×32 inputs, 2 for 64×64 (Verma et
     al.'s Tiny-ImageNet setting); ``image_size``: the (square) input the model is fitted to (any size
-    runs; used for test inputs and benchmarks); ``nfm``: :class:`~modwire.models.nfm.NFMConfig`."""
+    runs; used for test inputs and benchmarks); ``nfm``: :class:`~modwire.models.nfm.NFMConfig`;
+    ``nfm_modules``: what Algorithm 1's modules are, ``block`` (every residual block: a reader before
+    each, the default) or ``stage`` (each stage's blocks run as one module: 4 readers per pass, a
+    cheaper option; not in the paper)."""
 
     model_type = "preact_resnet"
 
@@ -62,12 +66,14 @@ class PreActResNetConfig(ModelConfig):
     stem_stride: int = 1
     final_norm: bool = False
     nfm: NFMConfig = field(default_factory=NFMConfig)
+    nfm_modules: str = "block"
 
     bounds = {"num_classes": COUNT, "in_channels": COUNT, "image_size": COUNT, "initial_channels": COUNT,
               "stem_stride": Bounds(lo=1, hi=2)}
 
     def validate(self) -> None:
         check_choice("block", self.block, BLOCKS)
+        check_choice("nfm_modules", self.nfm_modules, NFM_MODULES)
         if not self.num_blocks or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
                                           for n in self.num_blocks):
             raise ValueError(f"config field 'num_blocks': got {self.num_blocks!r}, expected a non-empty list of "
@@ -132,16 +138,23 @@ def _projection(c_in: int, c_out: int, stride: int) -> nn.Module | None:
 
 
 def residual_blocks(c: PreActResNetConfig) -> tuple[list[nn.Module], list[int]]:
-    """The residual blocks of every stage, in order, and ``channels = (c₀, c₁, .., c_N)``: the stem's
-    width and each block's output width (NFM's ``channels``)."""
+    """Algorithm 1's modules in order, and ``channels = (c₀, c₁, .., c_N)``: the stem's width and each
+    module's output width (NFM's ``channels``). A module is one residual block (``nfm_modules="block"``)
+    or one stage, an ``nn.Sequential`` of its blocks (``"stage"``)."""
     kind = PreActBlock if c.block == "basic" else PreActBottleneck
-    blocks, channels = [], [c.initial_channels]
+    stages, channels, width = [], [c.initial_channels], c.initial_channels
     for stage, n in enumerate(c.num_blocks):
         planes = c.initial_channels * 2 ** stage
+        blocks = []
         for j in range(n):
-            blocks.append(kind(channels[-1], planes, 2 if stage > 0 and j == 0 else 1))
-            channels.append(planes * kind.expansion)
-    return blocks, channels
+            blocks.append(kind(width, planes, 2 if stage > 0 and j == 0 else 1))
+            width = planes * kind.expansion
+            channels += [width] if c.nfm_modules == "block" else []
+        stages.append(blocks)
+        channels += [width] if c.nfm_modules == "stage" else []
+    if c.nfm_modules == "stage":
+        return [nn.Sequential(*blocks) for blocks in stages], channels
+    return [b for blocks in stages for b in blocks], channels
 
 
 class PreActResNet(PretrainedModel):
