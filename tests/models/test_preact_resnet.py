@@ -178,3 +178,17 @@ def test_config_and_input_errors_name_what_is_expected():
         cfg.input_overrides(InputSpec.image(3, 32, 48), 10)
     with pytest.raises(ValueError, match="reads one square image input"):
         cfg.input_overrides(InputSpec.tokens(5, 10), 10)
+
+
+def test_final_norm_adds_he_et_al_s_last_bn_relu_before_the_pooling():
+    torch.manual_seed(0)
+    plain = modwire.create_model("preact_resnet_micro").eval()
+    normed = modwire.create_model("preact_resnet_micro", final_norm=True).eval()
+    assert plain.norm is None and normed.num_parameters() == plain.num_parameters() + 2 * 16
+    normed.load_state_dict({**plain.state_dict(), **{f"norm.{k}": v for k, v in normed.norm.state_dict().items()}})
+    _randomise_bn(normed.norm, torch.Generator().manual_seed(3))
+    x = torch.rand(2, 1, 8, 8)
+    h = normed.body(normed.stem(x))
+    expected = normed.head(F.relu(normed.norm(h)).mean(dim=(-2, -1)))
+    torch.testing.assert_close(normed(x), expected)
+    torch.testing.assert_close(plain(x), plain.head(h.mean(dim=(-2, -1))))
