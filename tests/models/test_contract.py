@@ -65,6 +65,9 @@ def expected_shape(config, batch=BATCH):
 
 def make_inputs(config, batch=BATCH, *, device="cpu", seed=0):
     """``(x, kwargs)`` for ``model(x, **kwargs)``."""
+    if config.model_type == "gan":                           # latents z [B, latent_dim] (models/gan.py)
+        g = None if device == "meta" else torch.Generator().manual_seed(seed)
+        return torch.randn(batch, config.latent_dim, generator=g, device=device), {}
     if getattr(config, "embed", None) is not None:          # a set model (ViT, NI, AiT)
         kwargs = {"task": torch.arange(batch, device=device) % config.num_cls_tokens} if config.task_input else {}
         if config.question_dim:                              # AiT §5.8's question token
@@ -118,7 +121,7 @@ def test_builds_on_meta_with_output_shape_and_gradient_flow(name):
         x, kwargs = make_inputs(model.config, device="meta")
         logits = model(x, **kwargs)
         assert logits.shape == expected_shape(model.config)
-        logits.sum().backward()
+        (logits.sum() + sum(model.auxiliary_losses().values())).backward()
     assert model.num_parameters() > 0
     no_grad = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
     assert no_grad == []
@@ -154,6 +157,7 @@ def test_backward_gives_finite_gradients_to_every_trainable_parameter(name, buil
     out = model(x, **kwargs)
     loss = F.cross_entropy(out, torch.arange(BATCH) % out.shape[1]) if out.dim() == 2 and out.shape[1] > 1 \
         else out.square().mean()
+    loss = loss + sum(model.auxiliary_losses().values())     # part of the objective (e.g. a GAN's InfoMax term)
     assert torch.isfinite(loss)
     loss.backward()
     trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}

@@ -1,5 +1,5 @@
 """Models, one file per system. Importing this package registers every preset."""
-from . import ait, nac, neural_interpreter, perceiver_io, vit  # noqa: F401  (registers presets)
+from . import ait, gan, nac, neural_interpreter, perceiver_io, vit  # noqa: F401  (registers presets)
 from . import resnet  # noqa: F401  (registers presets)
 from .ait import AiT, AiTConfig
 from .axis import ModuleAxis

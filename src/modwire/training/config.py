@@ -225,9 +225,10 @@ def _omegaconf_message(exc: Exception) -> str:
     return f"key {key!r}: {msg}" if key else msg
 
 
-def apply_override(cfg: Any, item: str) -> Any:
+def apply_override(cfg: Any, item: str, *, schema: type | None = None) -> Any:
     """Apply one ``--set`` item to the OmegaConf config ``cfg``: ``key=VALUE`` merges ``VALUE`` into
-    the key (a mapping keeps its other entries), ``key:=VALUE`` replaces the key's whole subtree."""
+    the key (a mapping keeps its other entries), ``key:=VALUE`` replaces the key's whole subtree
+    (a typed section restarts from its defaults in ``schema``, default :class:`TrainConfig`)."""
     import yaml
     from omegaconf import OmegaConf
 
@@ -246,7 +247,7 @@ def apply_override(cfg: Any, item: str) -> Any:
     if not replace:
         return OmegaConf.merge(cfg, parsed)
     new = OmegaConf.select(parsed, key)
-    default = OmegaConf.select(OmegaConf.structured(TrainConfig), key, default=None)
+    default = OmegaConf.select(OmegaConf.structured(schema or TrainConfig), key, default=None)
     if OmegaConf.is_dict(default) and is_dataclass(OmegaConf.get_type(default)):
         new = OmegaConf.merge(default, new)  # a typed section restarts from its defaults
     OmegaConf.update(cfg, key, new, merge=False)
