@@ -48,13 +48,13 @@ def example_inputs(model: torch.nn.Module, batch: int) -> tuple[tuple, dict] | N
     if hasattr(model, "example_inputs"):
         return model.example_inputs(batch)
     c, g = model.config, torch.Generator().manual_seed(0)
+    if hasattr(c, "latent_dim"):                                   # a generator (models/gan.py): z [B, latent_dim]
+        return ((torch.randn(batch, c.latent_dim, generator=g),), {})
     if hasattr(c, "image_size") and hasattr(c, "in_channels"):
         x = torch.rand(batch, c.in_channels, c.image_size, c.image_size, generator=g)
         return ((x,), {})
     if hasattr(c, "vocab_size") and hasattr(c, "max_len"):
         return ((torch.randint(0, c.vocab_size, (batch, min(c.max_len, 64)), generator=g),), {})
-    if hasattr(c, "latent_dim"):
-        return ((torch.randn(batch, c.latent_dim, generator=g),), {})
     return None
 
 
