@@ -2,7 +2,8 @@
 
     modwire train CONFIG.yaml [--set key=value ...] [--resume] [--allow-change KEYS] [--overwrite]
     modwire train --resume RUN_DIR [--set key=value ...] [--allow-change KEYS]
-    modwire eval RUN_DIR_OR_CHECKPOINT [--task NAME] [--split SPLIT] [--max-samples N] [--set key=value ...]
+    modwire eval RUN_DIR_OR_CHECKPOINT [--task NAME] [--split SPLIT] [--max-samples N] [--occlusion SIZE]
+                 [--set key=value ...]
     modwire finetune RUN --task T [--train SETS] [--shots K --ways N] [--seeds 0,1,2] [--epochs E] [--lr LR]
                      [--batch-size B] [--out DIR] [--set key=value ...]
     modwire list models|tasks
@@ -50,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="score the first N samples of the split only (same as --set data.max_samples=N)")
     e.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="data.* overrides, e.g. data.params.root=/data/tiny-imagenet")
+    e.add_argument("--occlusion", type=int, metavar="SIZE",
+                   help="one SIZE×SIZE Cutout box per image, set to 0 (NFM §4.4: 16; modwire.analysis.occlusion)")
+    e.add_argument("--occlusion-seed", type=int, default=0, metavar="S", help="seed of the boxes (default 0)")
     _finetune_parser(sub)
     g = sub.add_parser("gan", help="train a GAN (NFM §4.1: an NFM generator; modwire.training.gan) from a YAML config")
     g.add_argument("config", nargs="?", help="YAML file (see configs/gan/); omitted: defaults + --set")
@@ -226,11 +230,17 @@ def cmd_eval(args) -> int:
     print(f"modwire eval: scoring checkpoint {tag!r} (step {step}) at {ckpt}: {why}", file=sys.stderr)
     overrides = [*args.overrides, *([f"data.max_samples={args.max_samples}"] if args.max_samples is not None else [])]
     cfg, model, info, dataset = load_run(args.path, overrides, task=args.task, split=args.split)
+    extra = {}
+    if args.occlusion is not None:  # NFM §4.4: one Cutout box per test image
+        from .analysis.occlusion import OccludedDataset
+
+        dataset = OccludedDataset(dataset, args.occlusion, seed=args.occlusion_seed)
+        extra = {"occlusion": {"size": args.occlusion, "seed": args.occlusion_seed}}
     device = torch.device("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")
     loader = make_loader(dataset, cfg.data.batch_size, None, info, cfg.data.num_workers, drop_last=False)
     metrics = evaluate(model.to(device), loader, info, device, cfg.precision)
     print(dumps({"checkpoint": str(ckpt), "tag": tag, "step": step, "task": args.task or cfg.data.task,
-                 "split": args.split or cfg.data.val_split, "samples": len(dataset), **metrics}))
+                 "split": args.split or cfg.data.val_split, "samples": len(dataset), **extra, **metrics}))
     return 0
 
 

@@ -22,7 +22,8 @@ BIG = {"nac_tiny_imagenet", "nac_imagenet", "perceiver_io_tiny_imagenet", "nac_c
        "ait_small", "ait_medium", "ait_base",  # aliases of ait_*_cifar10
        "transformer_lm_wikitext2", "nfm_transformer_lm_wikitext2",
        *[n for n in PRESETS if n.startswith(("vit_medium_", "vit_base_", "ait_medium_", "ait_base_", "ni_pgm_"))
-         or n.endswith("_pet")]}
+         or n.endswith("_pet")
+         or (n.startswith(("preact_resnet", "nfm_preact_resnet")) and not n.endswith("_micro"))]}
 REAL = [pytest.param(name, marks=pytest.mark.slow) if name in BIG else name for name in PRESETS]
 BATCH = 2
 
@@ -79,6 +80,10 @@ def make_inputs(config, batch=BATCH, *, device="cpu", seed=0):
             g = None if device == "meta" else torch.Generator().manual_seed(seed + 1)
             kwargs["question"] = torch.randn(batch, 1, config.question_dim, generator=g, device=device)
         return make_set_input(config.embed, batch, device=device, seed=seed), kwargs
+    if getattr(config, "tokenizer", None) is None and hasattr(config, "image_size"):   # a CNN (PreActResNet)
+        g = None if device == "meta" else torch.Generator().manual_seed(seed)
+        size = (batch, config.in_channels, config.image_size, config.image_size)
+        return torch.rand(*size, generator=g, device=device), {}
     kwargs = {}
     generator = getattr(config, "generator", None)
     if generator is not None and generator.kind == "conditional":
