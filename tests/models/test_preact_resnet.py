@@ -67,7 +67,8 @@ def test_paper_sized_networks(name, params, blocks, final):
         model = modwire.create_model(name)
         c = model.config
         h = model.body(model.stem(torch.empty(2, c.in_channels, c.image_size, c.image_size)))
-    assert model.num_parameters() == params and len(model.body.blocks) == blocks
+    assert model.num_parameters() == params and len(model.body.blocks) == 4            # the stages
+    assert sum(len(stage) for stage in model.body.blocks) == blocks                    # residual blocks
     assert tuple(h.shape[1:]) == final
 
 
@@ -78,12 +79,12 @@ def test_nfm_presets_are_the_base_network_plus_two_pass_nfm():
     assert (n.enabled, n.passes, n.k, n.d_k, n.d_v, n.heads, n.share_blocks) == (True, 2, 5, 16, 16, 4, False)
     with torch.device("meta"):
         model = modwire.create_model("nfm_preact_resnet18_cifar10")
-    assert len(model.body.readers) == 16                      # one reader before each of 8 blocks, 2 passes
+    assert len(model.body.readers) == 8                       # one reader before each of 4 stages, 2 passes (§4.2)
 
 
 def test_stage_modules_give_the_same_network_with_one_reader_per_stage():
     torch.manual_seed(0)
-    by_block = modwire.create_model("preact_resnet18_cifar10", initial_channels=8).eval()
+    by_block = modwire.create_model("preact_resnet18_cifar10", initial_channels=8, nfm_modules="block").eval()
     by_stage = modwire.create_model("preact_resnet18_cifar10", initial_channels=8, nfm_modules="stage").eval()
     assert by_stage.num_parameters() == by_block.num_parameters()
     blocks = [b for stage in by_stage.body.blocks for b in stage]

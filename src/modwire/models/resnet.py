@@ -1,6 +1,6 @@
 """Pre-activation ResNets (He et al. 2016b, "Identity mappings in deep residual networks"), the
 base networks of NFM §4.4 / Table 2, with Neural Function Modules (NFM Algorithm 1) before each
-residual block.
+stage (or, as an option, each residual block).
 
 The network reads top to bottom::
 
@@ -14,9 +14,11 @@ applied to the *pre-activated* input when the shape changes, no BN → ReLU befo
 (``final_norm=False``; He et al. 2016b's Fig. 1 has one: ``final_norm=True``), stem stride 2 on
 Tiny-ImageNet (their ``main.py``). Default PyTorch initialisation, as there.
 
-NFM (``nfm.enabled``; NFM §4.4: "two-pass setup with k = 5"): the residual blocks become
-Algorithm 1's modules ``f⁽¹⁾..f⁽ᴺ⁾`` (:func:`modwire.models.nfm.build_body`); before each block
-its input attends over every block output written so far (both passes), rescaled to its size;
+NFM (``nfm.enabled``; NFM §4.4: "two-pass setup with k = 5"): the stages (``nfm_modules="stage"``,
+default: the placement of the paper's ResNet integrations, 4 modules per pass) or the residual blocks
+(``"block"``) become Algorithm 1's modules ``f⁽¹⁾..f⁽ᴺ⁾`` (:func:`modwire.models.nfm.build_body`);
+before each module its input attends over every module output written so far (both passes), rescaled
+to its size;
 pass 2 runs a deep copy of the blocks (``f_θ₂``). The stem is outside Algorithm 1 (its
 ``x``): both passes start from the same ``h⁽⁰⁾``. With γ = 0 (initialisation) the model computes
 the base network exactly (pass 2's blocks are copies of pass 1's).
@@ -51,9 +53,11 @@ class PreActResNetConfig(ModelConfig):
     stride 2 from the second stage on); ``stem_stride``: 1 for 32×32 inputs, 2 for 64×64 (Verma et
     al.'s Tiny-ImageNet setting); ``image_size``: the (square) input the model is fitted to (any size
     runs; used for test inputs and benchmarks); ``nfm``: :class:`~modwire.models.nfm.NFMConfig`;
-    ``nfm_modules``: what Algorithm 1's modules are, ``block`` (every residual block: a reader before
-    each, the default) or ``stage`` (each stage's blocks run as one module: 4 readers per pass, a
-    cheaper option; not in the paper)."""
+    ``nfm_modules``: what Algorithm 1's modules are, ``stage`` (default: each stage's blocks run as one
+    module, a reader before each stage, 4 per pass; the paper's placement in its ResNet integrations:
+    §4.2 "we used two passes ... Thus the NFM module is used 8 times", §4.5 "the NFM module is added at
+    four places"; Table 2 does not say) or ``block`` (a reader before every residual block: 8 per pass
+    for ResNet-18, an option; 1.78× vs 1.36× the base network run twice, ``benchmarks/bench_nfm.py``)."""
 
     model_type = "preact_resnet"
 
@@ -66,7 +70,7 @@ class PreActResNetConfig(ModelConfig):
     stem_stride: int = 1
     final_norm: bool = False
     nfm: NFMConfig = field(default_factory=NFMConfig)
-    nfm_modules: str = "block"
+    nfm_modules: str = "stage"
 
     bounds = {"num_classes": COUNT, "in_channels": COUNT, "image_size": COUNT, "initial_channels": COUNT,
               "stem_stride": Bounds(lo=1, hi=2)}
