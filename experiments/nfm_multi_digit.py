@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import time
 from pathlib import Path
 
@@ -113,9 +112,7 @@ def run_one(job: tuple) -> dict:
 
 def run_all(jobs: list[tuple], out: Path, workers: int, quick: bool, steps: int) -> list[str]:
     """Train the runs not yet in ``out/results.jsonl``; returns the failures."""
-    import multiprocessing as mp
-
-    from modwire.analysis.results_log import append_results, load_results
+    from modwire.analysis.results_log import load_results, run_jobs
 
     path = out / "results.jsonl"
     done = load_results(path, keep=lambda r: r.get("quick", False) == quick and r.get("steps") == steps)
@@ -123,18 +120,8 @@ def run_all(jobs: list[tuple], out: Path, workers: int, quick: bool, steps: int)
     print(f"{len(jobs)} runs, {len(jobs) - len(todo)} already in {path}, {len(todo)} to train")
     if not todo:
         return []
-    out.mkdir(parents=True, exist_ok=True)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    pool = mp.get_context("spawn").Pool(workers, maxtasksperchild=1) if workers else None
-    results = pool.imap_unordered(run_one, todo) if pool else map(run_one, todo)
-    try:
-        with path.open("a") as f:
-            return append_results(results, f, total=len(todo), log=print, describe=lambda r: "exact match " + ", ".join(
-                f"{n}: {100 * r['test'][str(n)]['exact_match']:.1f}" for n in COUNTS))
-    finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
+    return run_jobs(run_one, todo, path, workers=workers, describe=lambda r: "exact match " + ", ".join(
+        f"{n}: {100 * r['test'][str(n)]['exact_match']:.1f}" for n in COUNTS))
 
 
 def _mean_std(values: list[float]) -> str:

@@ -368,17 +368,23 @@ def config_values(c: Any, pattern: str) -> Iterator[tuple[str, Any]]:
         yield from ((f"{prefix}[{i}]", v) for i, v in enumerate(node))
 
 
-def validate(c: TrainConfig) -> None:
-    """Check every field with a rule in :data:`CHOICES` / :data:`NUMERIC_RULES`, and the relations
-    between fields; raise a ``ValueError`` naming the key path, the value and what is expected."""
-    for key, allowed in CHOICES.items():
+def check_rules(c: Any, choices: dict, numeric: dict) -> None:
+    """Every field of config ``c`` with a rule: ``choices`` (key → allowed values) and ``numeric``
+    (key → bound); a ``ValueError`` names the key path, the value and what is expected."""
+    for key, allowed in choices.items():
         for path, value in config_values(c, key):
             if value not in allowed:
                 raise ValueError(f"config key {path!r}: got {value!r}, expected one of {list(allowed)}")
-    for key, bound in NUMERIC_RULES.items():
+    for key, bound in numeric.items():
         for path, value in config_values(c, key):
             if not bound.holds(value):
                 raise ValueError(f"config key {path!r}: got {value!r}, expected {bound.describe(value)}")
+
+
+def validate(c: TrainConfig) -> None:
+    """Check every field with a rule in :data:`CHOICES` / :data:`NUMERIC_RULES`, and the relations
+    between fields; raise a ``ValueError`` naming the key path, the value and what is expected."""
+    check_rules(c, CHOICES, NUMERIC_RULES)
     if len(c.optim.betas) != 2:
         raise ValueError(f"config key 'optim.betas': got {list(c.optim.betas)}, expected two numbers [beta1, beta2]")
     if c.optim.min_lr > c.optim.lr:

@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 
 from ..nn.gan_losses import GAN_LOSSES
 from .config import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT, ConfigError, ModelSection, apply_override, \
-    config_layers, config_values
+    check_rules, config_layers
 
 DECAYS = ("linear", "none")
 
@@ -90,14 +90,7 @@ HARMLESS = ("log_every", "checkpoint_every", "sample_every", "device", "eval.eve
 
 
 def validate(c: GANTrainConfig) -> None:
-    for key, allowed in CHOICES.items():
-        for path, value in config_values(c, key):
-            if value not in allowed:
-                raise ValueError(f"config key {path!r}: got {value!r}, expected one of {list(allowed)}")
-    for key, bound in NUMERIC.items():
-        for path, value in config_values(c, key):
-            if not bound.holds(value):
-                raise ValueError(f"config key {path!r}: got {value!r}, expected {bound.describe(value)}")
+    check_rules(c, CHOICES, NUMERIC)
     if len(c.optim.betas) != 2:
         raise ValueError(f"config key 'optim.betas': got {list(c.optim.betas)}, expected two numbers [beta1, beta2]")
     if c.eval.num_samples < 2 or c.eval.real_samples < 2:
