@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import time
 from pathlib import Path
 
@@ -131,9 +130,7 @@ def score_test(run_dir: Path) -> dict:
 
 def run_rows(rows: list[str], steps: int, out: Path, workers: int, quick: bool, seeds: int = 1) -> list[str]:
     """Train the (row, seed) runs not yet in ``out/results.jsonl``; returns the failures."""
-    import multiprocessing as mp
-
-    from modwire.analysis.results_log import append_results, load_results
+    from modwire.analysis.results_log import load_results, run_jobs
 
     path = out / "results.jsonl"
     done = load_results(path, keep=lambda r: r.get("quick", False) == quick and r.get("steps") == steps)
@@ -142,18 +139,7 @@ def run_rows(rows: list[str], steps: int, out: Path, workers: int, quick: bool, 
     print(f"{len(jobs)} runs, {len(jobs) - len(todo)} already in {path}, {len(todo)} to train")
     if not todo:
         return []
-    out.mkdir(parents=True, exist_ok=True)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    pool = mp.get_context("spawn").Pool(workers, maxtasksperchild=1) if workers else None
-    results = pool.imap_unordered(run_row, todo) if pool else map(run_row, todo)
-    try:
-        with path.open("a") as f:
-            return append_results(results, f, total=len(todo), log=print,
-                                  describe=lambda r: f"test top-1 {r['test']['top1']:.4f}")
-    finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
+    return run_jobs(run_row, todo, path, workers=workers, describe=lambda r: f"test top-1 {r['test']['top1']:.4f}")
 
 
 def format_table(results: dict[str, dict], rows: list[str]) -> str:

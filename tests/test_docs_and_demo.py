@@ -67,6 +67,15 @@ def test_readme_ait_example_runs_as_written():
     assert scope["ait"].config.eval_memory_forward is False and scope["ablation"].config.bottleneck_size == 0
 
 
+def test_readme_nfm_example_runs_as_written():
+    scope: dict = {}
+    exec(compile(_section_code("Neural Function Modules (NFM)", "python"), "README.md#nfm", "exec"), scope)
+    assert tuple(scope["y"].shape) == (8, 32, 8, 8)
+    rec = scope["net"].records[2]
+    assert (rec.pass_index, rec.layer_index, rec.sources) == (1, 0, [(0, 0), (0, 1)]) and rec.mass.shape == (8, 2)
+    assert scope["model"].config.nfm.enabled and scope["model"].config.nfm.passes == 2
+
+
 def test_readme_speed_claims_agree_with_the_benchmarks_readme():
     """No "~8x faster" for dropping 87.5% of the modules: benchmarks/README.md measures 6.85×."""
     bench = (ROOT / "benchmarks" / "README.md").read_text()

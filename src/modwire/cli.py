@@ -2,10 +2,13 @@
 
     modwire train CONFIG.yaml [--set key=value ...] [--resume] [--allow-change KEYS] [--overwrite]
     modwire train --resume RUN_DIR [--set key=value ...] [--allow-change KEYS]
-    modwire eval RUN_DIR_OR_CHECKPOINT [--task NAME] [--split SPLIT] [--max-samples N] [--set key=value ...]
+    modwire eval RUN_DIR_OR_CHECKPOINT [--task NAME] [--split SPLIT] [--max-samples N] [--occlusion SIZE]
+                 [--set key=value ...]
     modwire finetune RUN --task T [--train SETS] [--shots K --ways N] [--seeds 0,1,2] [--epochs E] [--lr LR]
                      [--batch-size B] [--out DIR] [--set key=value ...]
     modwire list models|tasks
+    modwire gan [CONFIG.yaml] [--set key=value ...] [--resume] [--overwrite]
+    modwire gan --score RUN_DIR [--set eval.key=value ...]
     modwire analyze RUN_DIR [--baseline RUN_DIR ...] [--out DIR] [--drop FRACTIONS] [--edges FRACTIONS] [--block-size N]
                     [--split SPLIT] [--batch N] [--max-samples N] [--set key=value ...] [--no-plots]
 
@@ -26,7 +29,7 @@ from pathlib import Path
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="modwire",
                                  description="Modular attention networks: train, evaluate, fine-tune, list, analyze.")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{train,eval,finetune,list,analyze}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{train,eval,finetune,list,analyze,gan}")
     t = sub.add_parser("train", help="train a model on a task from a YAML config")
     t.add_argument("config", nargs="?", help="YAML file (see configs/); omitted: defaults + --set")
     t.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
@@ -48,7 +51,18 @@ def _parser() -> argparse.ArgumentParser:
                    help="score the first N samples of the split only (same as --set data.max_samples=N)")
     e.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="data.* overrides, e.g. data.params.root=/data/tiny-imagenet")
+    e.add_argument("--occlusion", type=int, metavar="SIZE",
+                   help="one SIZE×SIZE Cutout box per image, set to 0 (NFM §4.4: 16; modwire.analysis.occlusion)")
+    e.add_argument("--occlusion-seed", type=int, default=0, metavar="S", help="seed of the boxes (default 0)")
     _finetune_parser(sub)
+    g = sub.add_parser("gan", help="train a GAN (NFM §4.1: an NFM generator; modwire.training.gan) from a YAML config")
+    g.add_argument("config", nargs="?", help="YAML file (see configs/gan/); omitted: defaults + --set")
+    g.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                   help="override config keys, e.g. --set steps=2000 model.name=nfm_gan_resnet_cifar10")
+    g.add_argument("--resume", action="store_true", help="continue the run in out_dir from its checkpoints/last")
+    g.add_argument("--overwrite", action="store_true", help="start afresh in an out_dir that holds a run")
+    g.add_argument("--score", metavar="RUN_DIR", help="score a GAN run's last checkpoint again (classifier-FID, "
+                   "Inception FID/IS); --set eval.* only, e.g. eval.random_attention=true (NFM §4.4)")
     l = sub.add_parser("list", help="list model presets or tasks")
     l.add_argument("what", choices=["models", "tasks"])
     a = sub.add_parser("analyze", help="drop modules / eliminate edges of a trained run (NAC Fig. 5, 8, 10, 15); for a "
@@ -210,15 +224,23 @@ def cmd_eval(args) -> int:
     from .training.feedback import dumps
 
     ckpt, why = choose_checkpoint(args.path)
+    if json.loads((ckpt / "config.json").read_text()).get("model_type") == "gan":
+        raise ValueError(f"{args.path} is a GAN run (modwire gan): score it with `modwire gan --score {args.path}`")
     tag, step = ckpt.name.split("-", 1)[0], checkpoint_step(ckpt)
     print(f"modwire eval: scoring checkpoint {tag!r} (step {step}) at {ckpt}: {why}", file=sys.stderr)
     overrides = [*args.overrides, *([f"data.max_samples={args.max_samples}"] if args.max_samples is not None else [])]
     cfg, model, info, dataset = load_run(args.path, overrides, task=args.task, split=args.split)
+    extra = {}
+    if args.occlusion is not None:  # NFM §4.4: one Cutout box per test image
+        from .analysis.occlusion import OccludedDataset
+
+        dataset = OccludedDataset(dataset, args.occlusion, seed=args.occlusion_seed)
+        extra = {"occlusion": {"size": args.occlusion, "seed": args.occlusion_seed}}
     device = torch.device("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")
     loader = make_loader(dataset, cfg.data.batch_size, None, info, cfg.data.num_workers, drop_last=False)
     metrics = evaluate(model.to(device), loader, info, device, cfg.precision)
     print(dumps({"checkpoint": str(ckpt), "tag": tag, "step": step, "task": args.task or cfg.data.task,
-                 "split": args.split or cfg.data.val_split, "samples": len(dataset), **metrics}))
+                 "split": args.split or cfg.data.val_split, "samples": len(dataset), **extra, **metrics}))
     return 0
 
 
@@ -258,6 +280,18 @@ def _is_conditional_run(path: str) -> bool:
     return isinstance(data, dict) and (data.get("generator") or {}).get("kind") == "conditional"
 
 
+def cmd_gan(args) -> int:
+    from .training.checkpoint import CheckpointWriteError
+    from .training.gan import run_command
+    from .training.lock import RunLockedError
+
+    try:
+        return run_command(args)
+    except (RunLockedError, CheckpointWriteError, PermissionError, FileExistsError) as e:
+        print(f"modwire gan: error: {e}", file=sys.stderr)
+        return 1
+
+
 def cmd_list(args) -> int:
     if args.what == "models":
         from .models import list_models, model_source
@@ -280,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         return {"train": cmd_train, "eval": cmd_eval, "finetune": cmd_finetune, "list": cmd_list,
-                "analyze": cmd_analyze}[args.command](args)
+                "analyze": cmd_analyze, "gan": cmd_gan}[args.command](args)
     except (KeyError, ValueError, FileNotFoundError, TypeError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         print(f"modwire {args.command}: error: {msg}", file=sys.stderr)

@@ -20,8 +20,10 @@ import modwire
 PRESETS = modwire.list_models()
 BIG = {"nac_tiny_imagenet", "nac_imagenet", "perceiver_io_tiny_imagenet", "nac_conditional_nlvr2",
        "ait_small", "ait_medium", "ait_base",  # aliases of ait_*_cifar10
+       "transformer_lm_wikitext2", "nfm_transformer_lm_wikitext2",
        *[n for n in PRESETS if n.startswith(("vit_medium_", "vit_base_", "ait_medium_", "ait_base_", "ni_pgm_"))
-         or n.endswith("_pet")]}
+         or n.endswith("_pet")
+         or (n.startswith(("preact_resnet", "nfm_preact_resnet")) and not n.endswith("_micro"))]}
 REAL = [pytest.param(name, marks=pytest.mark.slow) if name in BIG else name for name in PRESETS]
 BATCH = 2
 
@@ -53,6 +55,8 @@ def make_set_input(embed, batch, *, device="cpu", seed=0):
 def expected_shape(config, batch=BATCH):
     """``[B, num_classes]``; a PGM set model ``[B, candidates]``; several CLS tokens of one output
     each (NI §4.1) ``[B, T]``."""
+    if config.model_type == "transformer_lm":                # next-token logits at every position
+        return (batch, min(5, config.max_len), config.vocab_size)
     embed = getattr(config, "embed", None)
     if embed is not None and embed.kind == "panels":
         return (batch, embed.in_channels - embed.num_context)
@@ -69,12 +73,22 @@ def make_inputs(config, batch=BATCH, *, device="cpu", seed=0):
         x = torch.rand(batch, config.in_channels, config.image_size, config.image_size, generator=g, device=device)
         q = torch.rand(batch, 1, config.question_dim, generator=g, device=device) if config.question_dim else None
         return x, ({"question": q} if q is not None else {})
+    if config.model_type == "transformer_lm":                # token ids [B, T]
+        g = None if device == "meta" else torch.Generator().manual_seed(seed)
+        return torch.randint(0, config.vocab_size, (batch, min(5, config.max_len)), generator=g, device=device), {}
+    if config.model_type == "gan":                           # latents z [B, latent_dim] (models/gan.py)
+        g = None if device == "meta" else torch.Generator().manual_seed(seed)
+        return torch.randn(batch, config.latent_dim, generator=g, device=device), {}
     if getattr(config, "embed", None) is not None:          # a set model (ViT, NI, AiT)
         kwargs = {"task": torch.arange(batch, device=device) % config.num_cls_tokens} if config.task_input else {}
         if config.question_dim:                              # AiT §5.8's question token
             g = None if device == "meta" else torch.Generator().manual_seed(seed + 1)
             kwargs["question"] = torch.randn(batch, 1, config.question_dim, generator=g, device=device)
         return make_set_input(config.embed, batch, device=device, seed=seed), kwargs
+    if getattr(config, "tokenizer", None) is None and hasattr(config, "image_size"):   # a CNN (PreActResNet)
+        g = None if device == "meta" else torch.Generator().manual_seed(seed)
+        size = (batch, config.in_channels, config.image_size, config.image_size)
+        return torch.rand(*size, generator=g, device=device), {}
     kwargs = {}
     generator = getattr(config, "generator", None)
     if generator is not None and generator.kind == "conditional":
@@ -118,7 +132,7 @@ def test_builds_on_meta_with_output_shape_and_gradient_flow(name):
         x, kwargs = make_inputs(model.config, device="meta")
         logits = model(x, **kwargs)
         assert logits.shape == expected_shape(model.config)
-        logits.sum().backward()
+        (logits.sum() + sum(model.auxiliary_losses().values())).backward()
     assert model.num_parameters() > 0
     no_grad = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
     assert no_grad == []
@@ -154,6 +168,7 @@ def test_backward_gives_finite_gradients_to_every_trainable_parameter(name, buil
     out = model(x, **kwargs)
     loss = F.cross_entropy(out, torch.arange(BATCH) % out.shape[1]) if out.dim() == 2 and out.shape[1] > 1 \
         else out.square().mean()
+    loss = loss + sum(model.auxiliary_losses().values())     # part of the objective (e.g. a GAN's InfoMax term)
     assert torch.isfinite(loss)
     loss.backward()
     trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}

@@ -18,9 +18,11 @@ BAD_VALUES = {
     "optim.grad_clip": ["nan", "inf", "-1"],
     "optim.warmup_steps": ["-1"],
     "optim.decay_steps": ["-1"],
+    "optim.gamma": ["0", "1.5", "nan"],
     "optim.label_smoothing": ["nan", "1.0", "-0.1"],
     "graph_prior.weight": ["nan", "inf", "-1e-4"],
     "data.batch_size": ["0", "-8"],
+    "data.mixup_alpha": ["0", "-1", "nan"],
     "data.num_workers": ["-1"],
     "data.max_samples": ["-1"],
     "data.few_shot.shots": ["-1"],
@@ -40,7 +42,7 @@ CASES = [(k, v) for k, vs in BAD_VALUES.items() for v in vs]
 
 def test_every_numeric_rule_has_bad_value_cases():
     # (aux_loss_weights.*: tests/training/test_aux_losses.py)
-    assert set(BAD_VALUES) | {"optim.betas.*", "aux_loss_weights.*"} == set(NUMERIC_RULES)
+    assert set(BAD_VALUES) | {"optim.betas.*", "aux_loss_weights.*", "optim.milestones.*"} == set(NUMERIC_RULES)
 
 
 @pytest.mark.parametrize("key,value", CASES, ids=[f"{k}={v}" for k, v in CASES])

@@ -38,9 +38,10 @@ def _lin(x: Tensor, layer) -> Tensor:
     return layer.weight @ x + layer.bias
 
 
-def reader_literal(reader, h: Tensor, sources: list[Tensor]) -> Tensor:
+def reader_literal(reader, h: Tensor, sources: list[Tensor], writers: list) -> Tensor:
     """One reader on channels-first states ``h [B, C, *S]``, ``sources`` ``[B, C_j, *S_j]``
-    (a vector ``[B, C]`` is a grid of ones)."""
+    (a vector ``[B, C]`` is a grid of ones) with the modules that wrote them (``writers``: their
+    ``key`` / ``value`` projections, "separate per module", §3.2.1)."""
     b, c, size = h.shape[0], h.shape[1], tuple(h.shape[2:])
     dims = max([len(size)] + [m.dim() - 2 for m in sources])
     size_full = size or (1,) * dims
@@ -50,14 +51,16 @@ def reader_literal(reader, h: Tensor, sources: list[Tensor]) -> Tensor:
     a = torch.zeros(b, len(positions), hd * dv, dtype=h.dtype)
     for bi in range(b):
         for pi, pos in enumerate(positions):
+            if not sources:                                      # only the null slot: A = 0
+                continue
             q = _lin(h[bi].reshape(c, *size_full)[(slice(None), *pos)], reader.query)
             keys, values = [torch.zeros(hd * dk, dtype=h.dtype)], [torch.zeros(hd * dv, dtype=h.dtype)]
-            for m, win in zip(sources, windows):
+            for m, win, writer in zip(sources, windows, writers):
                 full = m[bi].reshape(m.shape[1], *(tuple(m.shape[2:]) or (1,) * dims))
                 for s in win[pi]:
                     x = full[(slice(None), *s)]
-                    keys.append(_lin(x, reader.keys[str(m.shape[1])]))
-                    values.append(_lin(x, reader.values[str(m.shape[1])]))
+                    keys.append(_lin(x, writer.key))
+                    values.append(_lin(x, writer.value))
             for head in range(hd):
                 qh = q[head * dk:(head + 1) * dk]
                 scores = torch.stack([qh @ kk[head * dk:(head + 1) * dk] * reader.scale for kk in keys])
@@ -77,11 +80,13 @@ def reader_literal(reader, h: Tensor, sources: list[Tensor]) -> Tensor:
 def nfm_literal(nfm, x: Tensor) -> Tensor:
     """Algorithm 1 with ``nfm``'s blocks and readers (channels-first states)."""
     memory: list[Tensor] = []
+    writers: list = []
     for p in range(nfm.passes):
         h = x
         for i in range(nfm.num_blocks):
-            reader = nfm.readers[p * nfm.num_blocks + i]
-            h = reader_literal(reader, h, list(memory))       # every state written so far, memory order
+            module = nfm.readers[p * nfm.num_blocks + i]
+            h = reader_literal(module, h, list(memory), list(writers))   # every state written so far, memory order
             h = nfm.block(p, i)(h)
             memory.append(h)
+            writers.append(module)
     return h

@@ -16,7 +16,7 @@ from modwire.tasks.loaders import images, text
 from modwire.tasks.loaders.mnist import DEBIAN_FASHION_MNIST
 
 LOADERS = ["cifar10", "cifar100", "fashion_mnist", "imdb_bytes", "kmnist", "lra_listops", "mnist", "mnist_m",
-           "modelnet40", "oxford_pet", "pgm", "svhn", "tiny_imagenet", "tiny_imagenet_r"]
+           "modelnet40", "oxford_pet", "pgm", "svhn", "tiny_imagenet", "tiny_imagenet_r", "wikitext2"]
 
 
 def test_all_loaders_registered_and_need_a_root(tmp_path):

@@ -3,8 +3,9 @@ appended as each job ends, so a rerun skips what is done."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
-from typing import IO, Callable, Iterable
+from typing import IO, Any, Callable, Iterable
 
 
 def load_results(path: Path, keep: Callable[[dict], bool] = lambda r: True) -> dict[str, dict]:
@@ -41,3 +42,24 @@ def append_results(results: Iterable[dict], log_file: IO[str], *, total: int, de
         log_file.flush()
         log(f"[{i}/{total}] {r['key']}: {describe(r)} ({r['seconds']:.0f} s)")
     return failed
+
+
+def run_jobs(run: Callable[[Any], dict], todo: list, path: Path, *, workers: int, describe: Callable[[dict], str],
+             log: Callable[[str], None] = print) -> list[str]:
+    """Run ``run(job)`` for each job of ``todo`` in ``workers`` spawned processes (one job per process;
+    0: in this process), appending each result to the results log ``path`` as it arrives
+    (:func:`append_results`); SIGTERM stops the pool like Ctrl-C. Returns the failures. ``run`` must
+    be importable by the spawned workers (a module-level function of the experiment script)."""
+    import multiprocessing as mp
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    pool = mp.get_context("spawn").Pool(workers, maxtasksperchild=1) if workers else None
+    results = pool.imap_unordered(run, todo) if pool else map(run, todo)
+    try:
+        with path.open("a") as f:
+            return append_results(results, f, total=len(todo), log=log, describe=describe)
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()

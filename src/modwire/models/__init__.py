@@ -1,5 +1,5 @@
 """Models, one file per system. Importing this package registers every preset."""
-from . import ait, nac, neural_interpreter, perceiver_io, relational_cnn, vit  # noqa: F401  (registers presets)
+from . import ait, gan, lm, nac, neural_interpreter, perceiver_io, relational_cnn, resnet, vit  # noqa: F401  (registers presets)
 from .ait import AiT, AiTConfig
 from .axis import ModuleAxis
 from .base import PretrainedModel
@@ -7,10 +7,11 @@ from .config import ModelConfig
 from .inputs import InputSpec
 from .nac import NAC, NACConfig
 from .perceiver_io import PerceiverIO, PerceiverIOConfig
+from .resnet import PreActResNet, PreActResNetConfig
 from .registry import create_model, from_pretrained, get_config, list_models, model_source
 from .set_model import EmbedConfig, SetModel, SetModelConfig
 from .vit import ViT, ViTConfig
 
 __all__ = ["AiT", "AiTConfig", "NAC", "NACConfig", "InputSpec", "ModelConfig", "ModuleAxis", "PerceiverIO", "PerceiverIOConfig",
-           "PretrainedModel", "EmbedConfig", "SetModel", "SetModelConfig", "ViT", "ViTConfig",
+           "PreActResNet", "PreActResNetConfig", "PretrainedModel", "EmbedConfig", "SetModel", "SetModelConfig", "ViT", "ViTConfig",
            "create_model", "from_pretrained", "get_config", "list_models", "model_source"]

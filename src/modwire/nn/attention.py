@@ -117,6 +117,23 @@ def _select_topk(scores: Tensor, k: int) -> Tensor:
     return torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, idx, True)
 
 
+def sparse_softmax(scores: Tensor, *, topk: int | None = None, topk_softmax: str = "kept",
+                   key_mask: Tensor | None = None) -> Tensor:
+    """The weights stage of :func:`attend`'s explicit path: ``softmax`` over the last axis of
+    ``scores [..., Nk]`` (already scaled, biased and masked), with ``topk`` and ``topk_softmax`` as
+    in the module docstring (``key_mask``: rows with fewer allowed keys than ``k`` keep only those).
+    For callers that compute their scores in a structured way (NFM's attention over rescaled
+    layers, :mod:`modwire.nn.nfm`) and share this top-k rule."""
+    if topk is None or topk >= scores.shape[-1]:
+        return scores.softmax(dim=-1)
+    keep = _select_topk(scores.detach(), topk)
+    if topk_softmax == "kept":
+        scores = scores.masked_fill(~keep, mask_value(scores.dtype))
+    if key_mask is not None:  # rows with fewer allowed keys than k keep only those
+        keep = keep & key_mask
+    return scores.softmax(dim=-1) * keep
+
+
 def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern | None = None,
            key_mask: Tensor | None = None, row_scale: Tensor | float | None = None, topk: int | None = None,
            null_kv: bool = False, scale: float | None = None, key_scale: Tensor | None = None,
@@ -165,15 +182,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern |
         scores = (q @ k.transpose(-1, -2)) * scale
         if bias is not None:
             scores = scores + bias
-        if topk is not None:
-            keep = _select_topk(scores.detach(), topk)
-            if topk_softmax == "kept":
-                scores = scores.masked_fill(~keep, mask_value(q.dtype))
-            if key_mask is not None:  # rows with fewer allowed keys than k keep only those
-                keep = keep & key_mask
-        weights = scores.softmax(dim=-1)
-        if topk is not None:
-            weights = weights * keep
+        weights = sparse_softmax(scores, topk=topk, topk_softmax=topk_softmax, key_mask=key_mask)
         out = weights @ v
     else:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)

@@ -25,9 +25,12 @@ sequence models stay causal). ``Q̂ = q W_q``, ``K̂ = K W_k``, ``V̂ = V W_v``;
 ``1/√d_k``, a fixed temperature that ``W_q`` can also learn); a zero key and value are prepended
 ("Default Computation": score 0); only the top ``k`` scores of each row, the null slot competing
 like any key, enter a softmax renormalised over the kept keys (Ke et al. 2018, as the authors'
-code; the configured ``k`` is always used). The memory states differ in channel count: each reader
-has one ``W_k`` / ``W_v`` per distinct channel count it reads ("channel counts mapped by the
-per-layer key/value projections"). Output: ``h = R + γ·σ(BN(A W_o1)) W_o2`` with ``γ`` a learned
+code; the configured ``k`` is always used). "We use linear operations (separate per module) to
+compute the key, value, and query for each module": module ``(k, i)`` owns ``W_q`` (applied to its
+query ``h^(i-1)``) and ``W_k``, ``W_v`` (applied to its output ``h^(i)`` when it is written to the
+memory), so each state is projected once, by the module that wrote it, whatever its channel count
+("channel counts mapped by the per-layer key/value projections"). (The very last module's output is
+never read: it has no ``W_k``, ``W_v``.) Output: ``h = R + γ·σ(BN(A W_o1)) W_o2`` with ``γ`` a learned
 scalar initialised to 0, BatchNorm (over batch and positions) before ``σ`` when ``norm="batch"``.
 
 **Rescaling (§3.2.2, "automatic type conversion")** of a source to the query's spatial size,
@@ -36,9 +39,11 @@ size-1 grid): equal size, nothing; coarser source, nearest-neighbour upsampling;
 SpaceToDepth: each of the ``r = ⌈src / dst⌉`` positions of the local window becomes its own key
 (window positions in row-major order); a size that is not a multiple of the query's is first
 resized (nearest) to ``r · dst``. ``rescale="nearest"``: nearest-neighbour downsampling instead
-(the §4.7 ablation). The projections are per-position linear maps, so they commute with both
-rescalings: each source is projected at its own resolution, then rescaled (exact, cheaper when
-upsampling).
+(the §4.7 ablation). :func:`rescale` builds these keys explicitly; the forward never does: with
+integer ratios, a source's keys ``[B, H, d, *S_src]`` and the queries are viewed as
+``(outer, inner)`` pairs per dimension (``inner`` = the window for a finer source, the query cells
+under one source cell for a coarser one), so the scores and the value sums are broadcast products
+with no upsampled or rearranged copy of the keys (tested against the literal rescaling).
 
 **Passes.** ``share_blocks=False`` (Alg. 1's ``f_{θ_k}``, the authors' code): pass ``k ≥ 2`` runs its
 own copy of the blocks, initialised as a copy of the first, so with ``γ = 0`` every pass computes
@@ -60,7 +65,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import attend
+from .attention import sparse_softmax
 
 NORMS = ("batch", "none")
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
@@ -115,8 +120,89 @@ def _linear(x: Tensor, layer: nn.Linear) -> Tensor:
     return y.reshape(b, -1, *s)
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """How one source is read at the query's grid, per spatial dim: the source is first resized
+    (nearest) to ``mid`` when needed; then dim ``d`` is a pair ``(outer_d, inner_d)`` with the inner
+    index belonging to the query grid (coarser source: ``u`` query cells per source cell) or to the
+    key window (finer source: ``r`` keys)."""
+
+    mid: tuple[int, ...]
+    outer: tuple[int, ...]
+    q_inner: tuple[int, ...]
+    k_inner: tuple[int, ...]
+
+    @property
+    def keys(self) -> int:
+        return math.prod(self.k_inner)
+
+
+def _plan(src: tuple[int, ...], dst: tuple[int, ...], mode: str) -> _Plan:
+    mid, outer, qi, ki = [], [], [], []
+    for s, t in zip(src, dst):
+        if mode == "space_to_depth" and s > t:                  # finer: a window of r keys
+            r = math.ceil(s / t)
+            mid.append(t * r), outer.append(t), qi.append(1), ki.append(r)
+        elif s < t and t % s == 0:                              # coarser: one key broadcast to u query cells
+            mid.append(s), outer.append(s), qi.append(t // s), ki.append(1)
+        else:                                                   # equal, or resized to the query's size
+            mid.append(t), outer.append(t), qi.append(1), ki.append(1)
+    return _Plan(tuple(mid), tuple(outer), tuple(qi), tuple(ki))
+
+
+def _pairs(x: Tensor, outer: tuple[int, ...], inner: tuple[int, ...]) -> Tensor:
+    """``[B, *grid, H, d]`` → ``[B, o1, i1, o2, i2, …, H, d]``."""
+    return x.reshape(x.shape[0], *[v for pair in zip(outer, inner) for v in pair], *x.shape[-2:])
+
+
+def _order(plan: _Plan) -> list[int]:
+    """Axes of ``[B, o1, i1, …, H]`` as ``[B, query grid …, key window …, H]``."""
+    dims = range(len(plan.outer))
+    query = [a for d in dims for a in ([1 + 2 * d] + ([2 + 2 * d] if plan.k_inner[d] == 1 else []))]
+    return [0, *query, *[2 + 2 * d for d in dims if plan.k_inner[d] > 1], 1 + 2 * len(plan.outer)]
+
+
+def _source_scores(q: Tensor, key: Tensor, plan: _Plan) -> Tensor:
+    """``q [B, *dst, H, dk]``, one source's ``key [B, *mid, H, dk]`` → ``q̂·k̂`` ``[B, P, R, H]`` of each
+    query position with each key of its window."""
+    prod = (_pairs(q, plan.outer, plan.q_inner) * _pairs(key, plan.outer, plan.k_inner)).sum(-1)
+    return prod.permute(_order(plan)).reshape(q.shape[0], -1, plan.keys, q.shape[-2])
+
+
+def _source_values(w: Tensor, value: Tensor, plan: _Plan) -> Tensor:
+    """Weights ``[B, P, R, H]`` of one source, its ``value [B, *mid, H, dv]`` → ``Σ_r w v`` ``[B, P, H, dv]``."""
+    order = _order(plan)
+    sizes = [v for pair in zip(plan.outer, [q * k for q, k in zip(plan.q_inner, plan.k_inner)]) for v in pair]
+    w = w.reshape(w.shape[0], *[sizes[a - 1] for a in order[1:-1]], w.shape[-1]).permute(_inverse(order))
+    prod = w.unsqueeze(-1) * _pairs(value, plan.outer, plan.k_inner)          # [B, o1, i1, …, H, dv]
+    window = [2 + 2 * d for d in range(len(plan.outer)) if plan.k_inner[d] > 1]
+    out = prod.sum(dim=window) if window else prod
+    return out.reshape(w.shape[0], -1, *value.shape[-2:])
+
+
+def _inverse(order: list[int]) -> list[int]:
+    inv = [0] * len(order)
+    for i, a in enumerate(order):
+        inv[a] = i
+    return inv
+
+
+def _grid(x: Tensor, dims: int) -> Tensor:
+    """A ``[B, *grid, H, d]`` tensor with ``dims`` grid dims (a vector's ``[B, H, d]`` → ``[B, 1, …, H, d]``)."""
+    return x if x.dim() - 3 == dims else x.reshape(x.shape[0], *(1,) * dims, *x.shape[-2:])
+
+
+def _resized(x: Tensor, plan: _Plan) -> Tensor:
+    """A source ``[B, *grid, H, d]`` resized (nearest) to ``plan.mid`` when its ratio to the query is not
+    an integer, or for the §4.7 nearest ablation (otherwise untouched: no copy)."""
+    if tuple(x.shape[1:-2]) == plan.mid:
+        return x
+    cf = x.flatten(-2).movedim(-1, 1)                                      # [B, H·d, *grid]
+    return F.interpolate(cf, size=plan.mid, mode="nearest").movedim(1, -1).unflatten(-1, x.shape[-2:])
+
+
 # --------------------------------------------------------------------------------------------
-# One reader: the attention before block i of pass k (§3.2.1)
+# One module's attention parameters θ̃ (§3.2.1)
 # --------------------------------------------------------------------------------------------
 
 @dataclass
@@ -132,16 +218,20 @@ class NFMRecord:
     null: Tensor
 
 
-class NFMReader(nn.Module):
-    """``Attention_k^(i)`` of NFM Alg. 1 with its output MLP and ``γ`` (§3.2.1).
+class NFMLayer(nn.Module):
+    """The attention parameters ``θ̃`` of module ``(k, i)`` (NFM §3.2.1): ``W_q`` for its read before
+    block ``i``, ``W_k``, ``W_v`` for its output written to the memory (``writes``), ``W_o1``, BN, ``σ``,
+    ``W_o2`` and ``γ``. The first module of the first pass reads an empty memory (``reads=False``: no
+    ``W_q``; ``A = 0``) and the last module of the last pass is never read (``writes=False``: no
+    ``W_k``, ``W_v``).
 
-    ``forward(h [B, C, *S], sources: list of [B, C_j, *S_j]) → (h + γ·σ(BN(A W_o1)) W_o2, read)``;
-    ``read`` is None, or with ``record`` ``(mass [B, n_sources], null [B])``: the attention weight on
-    each source's keys (summed over its window) and on the null slot, averaged over heads and positions. Subclasses may replace
-    :meth:`project_query`, :meth:`project_source` and :meth:`output` (e.g. a transformer reusing its
+    :meth:`read` ``(h [B, C, *S], memory: list of (K̂, V̂)) → (h + γ·σ(BN(A W_o1)) W_o2, read)``;
+    ``read`` is None, or with ``record`` ``(mass [B, n_sources], null [B])`` (:class:`NFMRecord`).
+    :meth:`write` ``(h^(i)) → (K̂ [B, H, d_k, *S], V̂ [B, H, d_v, *S])``. Subclasses may replace
+    :meth:`project_query`, :meth:`project_memory` and :meth:`output` (e.g. a transformer reusing its
     own attention projections, NFM Table 8)."""
 
-    def __init__(self, query_channels: int, source_channels: Sequence[int], *, k: int = 5, d_k: int = 16,
+    def __init__(self, query_channels: int, out_channels: int, *, reads: bool = True, writes: bool = True, k: int = 5, d_k: int = 16,
                  d_v: int = 16, heads: int = 4, hidden: int = 0, norm: str = "batch", activation: str = "relu",
                  rescale: str = "space_to_depth", score_scale: str = "d_k") -> None:
         super().__init__()
@@ -149,15 +239,16 @@ class NFMReader(nn.Module):
         _choice("activation", activation, ACTIVATIONS)
         _choice("rescale", rescale, RESCALES)
         _choice("score_scale", score_scale, SCORE_SCALES)
-        for name, v in (("k", k), ("d_k", d_k), ("d_v", d_v), ("heads", heads), ("query_channels", query_channels)):
+        for name, v in (("k", k), ("d_k", d_k), ("d_v", d_v), ("heads", heads), ("query_channels", query_channels),
+                        ("out_channels", out_channels)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"NFM: {name} must be a positive int, got {v!r}")
         self.k, self.d_k, self.d_v, self.heads = k, d_k, d_v, heads
         self.rescale, self.scale = rescale, 1.0 / d_k if score_scale == "d_k" else d_k ** -0.5
         hidden = hidden or query_channels
-        self.query = nn.Linear(query_channels, heads * d_k)
-        self.keys = nn.ModuleDict({str(c): nn.Linear(c, heads * d_k) for c in sorted(set(source_channels))})
-        self.values = nn.ModuleDict({str(c): nn.Linear(c, heads * d_v) for c in sorted(set(source_channels))})
+        self.query = nn.Linear(query_channels, heads * d_k) if reads else None
+        self.key = nn.Linear(out_channels, heads * d_k) if writes else None
+        self.value = nn.Linear(out_channels, heads * d_v) if writes else None
         self.w_o1 = nn.Linear(heads * d_v, hidden)
         self.norm = nn.BatchNorm1d(hidden) if norm == "batch" else nn.Identity()
         self.act = ACTIVATIONS[activation]()
@@ -165,73 +256,61 @@ class NFMReader(nn.Module):
         self.gamma = nn.Parameter(torch.zeros(()))       # γ = 0 at initialisation (§3.2.1)
         self.random_attention = False
 
-    def project_query(self, h: Tensor) -> Tensor:
-        """``h [B, C, *S]`` → ``Q̂ [B, heads·d_k, *S]``."""
-        return _linear(h, self.query)
+    def _heads(self, h: Tensor, layer: nn.Linear, d: int) -> Tensor:
+        """A per-position projection of channels-first ``h [B, C, *S]`` → ``[B, *S, H, d]`` (channels last)."""
+        y = torch.matmul(h.reshape(h.shape[0], h.shape[1], -1).transpose(1, 2), layer.weight.T) + layer.bias
+        return y.reshape(h.shape[0], *h.shape[2:], self.heads, d)
 
-    def project_source(self, m: Tensor) -> tuple[Tensor, Tensor]:
-        """A memory state ``[B, C_j, *S_j]`` → ``(K̂, V̂)`` at its own resolution."""
-        c = str(m.shape[1])
-        if c not in self.keys:
-            raise ValueError(f"NFM reader: a memory state has {m.shape[1]} channels; this reader was built for "
-                             f"{list(self.keys)} (the channels given to NFM)")
-        return _linear(m, self.keys[c]), _linear(m, self.values[c])
+    def project_query(self, h: Tensor) -> Tensor:
+        """``h [B, C, *S]`` → ``Q̂ [B, *S, H, d_k]``."""
+        return self._heads(h, self.query, self.d_k)
+
+    def project_memory(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        """This module's output ``h^(i) [B, C, *S]`` → ``(K̂ [B, *S, H, d_k], V̂ [B, *S, H, d_v])``."""
+        return self._heads(h, self.key, self.d_k), self._heads(h, self.value, self.d_v)
+
+    def write(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        if self.key is None:
+            raise RuntimeError("NFM: this module's output is never read (the last block of the last pass)")
+        return self.project_memory(h)
 
     def output(self, a: Tensor, h: Tensor) -> Tensor:
-        """``A [B, heads·d_v, P]`` → ``h + γ·σ(BN(A W_o1)) W_o2``, shaped like ``h``."""
-        b, c = h.shape[:2]
-        z = torch.matmul(self.w_o1.weight, a) + self.w_o1.bias[:, None]                # [B, hidden, P]
-        z = self.act(self.norm(z))
-        z = torch.matmul(self.w_o2.weight, z) + self.w_o2.bias[:, None]                # [B, C, P]
-        return h + self.gamma * z.reshape(h.shape)
+        """``A [B, P, heads·d_v]`` → ``h + γ·σ(BN(A W_o1)) W_o2``, shaped like ``h [B, C, *S]``."""
+        z = self.w_o1(a)                                                              # [B, P, hidden]
+        z = self.act(self.norm(z.flatten(0, 1))).unflatten(0, a.shape[:2])           # BN over batch and positions
+        z = self.w_o2(z)                                                              # [B, P, C]
+        return h + self.gamma * z.transpose(1, 2).reshape(h.shape)
 
-    def forward(self, h: Tensor, sources: list[Tensor], *, record: bool = False) -> tuple[Tensor, Tensor | None]:
-        b, size, hd, vd = h.shape[0], tuple(h.shape[2:]), self.heads, self.d_v
-        p = math.prod(size)
-        q = self.project_query(h).reshape(b, hd, self.d_k, 1, p).permute(0, 1, 4, 3, 2)   # [B, H, P, 1, dk]
-        keys, values, counts = [], [], []
-        for m in sources:
-            kk, vv = self.project_source(m)
-            keys.append(self._at(rescale(kk, size, mode=self.rescale), self.d_k))
-            values.append(self._at(rescale(vv, size, mode=self.rescale), vd))
-            counts.append(keys[-1].shape[3])
-        if keys:
-            kk, vv = torch.cat(keys, dim=3), torch.cat(values, dim=3)                 # [B, H, P, S, d]
-        else:
-            kk, vv = q.new_zeros(b, hd, p, 0, self.d_k), q.new_zeros(b, hd, p, 0, vd)
+    def read(self, h: Tensor, memory: list[tuple[Tensor, Tensor]], *, record: bool = False):
+        b, p = h.shape[0], math.prod(h.shape[2:])
+        if not memory:                                            # only the null slot: A = 0
+            read = (h.new_zeros(b, 0), h.new_ones(b)) if record else None
+            return self.output(h.new_zeros(b, p, self.heads * self.d_v), h), read
+        dims = max([h.dim() - 2] + [kk.dim() - 3 for kk, _ in memory])
+        q = _grid(self.project_query(h), dims) * self.scale                          # [B, *S, H, dk], scaled once
+        dst = tuple(q.shape[1:-2])
+        plans = [_plan(tuple(_grid(kk, dims).shape[1:-2]), dst, self.rescale) for kk, _ in memory]
+        scores = [_source_scores(q, _resized(_grid(kk, dims), pl), pl) for (kk, _), pl in zip(memory, plans)]
+        null = q.new_zeros(b, p, 1, self.heads)                   # the zero key: score 0 ("Default Computation")
+        scores = torch.cat([null, *scores], dim=2).transpose(2, 3)                    # [B, P, H, 1 + S]
         if self.random_attention:
             if self.training:
                 raise ValueError("NFM: random_attention is an evaluation ablation (NFM §4.4); call model.eval() first")
-            a, w = self._random(q, kk, vv, record)
-        else:
-            a, w = attend(q, kk, vv, topk=self.k, null_kv=True, scale=self.scale, return_weights=record)
-        a = a.reshape(b, hd, p, vd).permute(0, 1, 3, 2).reshape(b, hd * vd, p)          # [B, H·dv, P]
+            scores = torch.randn_like(scores)
+        w = sparse_softmax(scores, topk=self.k).transpose(2, 3)                       # [B, P, 1 + S, H]
+        spans = w[:, :, 1:].split([pl.keys for pl in plans], dim=2)
+        a = sum(_source_values(wj, _resized(_grid(vv, dims), pl), pl) for (_, vv), pl, wj in zip(memory, plans, spans))
         read = None
         if record:
-            w = w.squeeze(3).mean(dim=(1, 2))                                              # [B, n_keys]
-            mass = torch.stack([s.sum(-1) for s in w.split(counts, dim=-1)], -1) if counts else w[:, :0]
-            read = (mass, 1 - w.sum(-1))
-        return self.output(a, h), read
-
-    @staticmethod
-    def _at(x: Tensor, d: int) -> Tensor:
-        """``[B, H·d, R, *S]`` → ``[B, H, P, R, d]`` (the keys of each position)."""
-        b, _, r = x.shape[:3]
-        return x.reshape(b, -1, d, r, math.prod(x.shape[3:])).permute(0, 1, 4, 3, 2)
-
-    def _random(self, q: Tensor, kk: Tensor, vv: Tensor, record: bool):
-        """§4.4 ablation: every score (null slot included) ~ N(0, 1), then the same top-k softmax."""
-        kk, vv = F.pad(kk, (0, 0, 1, 0)), F.pad(vv, (0, 0, 1, 0))                       # the null slot, explicit
-        noise = torch.randn(*kk.shape[:3], 1, kk.shape[3], dtype=q.dtype, device=q.device)
-        a, w = attend(torch.zeros_like(q), kk, vv, bias=noise, topk=self.k, scale=self.scale, return_weights=record)
-        return a, (None if w is None else w[..., 1:])
+            read = (torch.stack([wj.sum(2).mean(dim=(1, 2)) for wj in spans], -1), w[:, :, 0].mean(dim=(1, 2)))
+        return self.output(a.reshape(b, p, -1), h), read
 
 
 # --------------------------------------------------------------------------------------------
 # Algorithm 1
 # --------------------------------------------------------------------------------------------
 
-LayerFactory = Callable[..., NFMReader]
+LayerFactory = Callable[..., NFMLayer]
 
 
 class NFM(nn.Module):
@@ -240,8 +319,8 @@ class NFM(nn.Module):
     last pass's ``h^(N)``; with ``record`` it fills :attr:`records` (one :class:`NFMRecord` per
     reader, in execution order) and :attr:`pass_outputs` (``h^(N)`` of every pass).
 
-    ``layer_factory(pass_index, layer_index, query_channels, source_channels, **options)`` builds
-    each reader (default :class:`NFMReader`; ``options`` are this constructor's reader options)."""
+    ``layer_factory(pass_index, layer_index, query_channels, out_channels, reads=…, writes=…, **options)``
+    builds each module's :class:`NFMLayer` (``options``: this constructor's reader options)."""
 
     def __init__(self, blocks: Sequence[nn.Module], *, channels: Sequence[int], k: int = 5, passes: int = 2,
                  d_k: int = 16, d_v: int = 16, heads: int = 4, hidden: int = 0, norm: str = "batch",
@@ -263,12 +342,14 @@ class NFM(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.pass_blocks = nn.ModuleList() if share_blocks else nn.ModuleList(
             copy.deepcopy(self.blocks) for _ in range(passes - 1))
-        make = layer_factory or (lambda p, i, cq, cs, **o: NFMReader(cq, cs, **o))
+        make = layer_factory or (lambda p, i, cq, co, **o: NFMLayer(cq, co, **o))
         options = dict(k=k, d_k=d_k, d_v=d_v, heads=heads, hidden=hidden, norm=norm, activation=activation,
                        rescale=rescale, score_scale=score_scale)
+        n = self.num_blocks
         self.readers = nn.ModuleList(
-            make(p, i, channels[i], [channels[j + 1] for (_, j) in self.sources_of(p, i)], **options)
-            for p in range(passes) for i in range(self.num_blocks))
+            make(p, i, channels[i], channels[i + 1], reads=(p, i) != (0, 0), writes=(p, i) != (passes - 1, n - 1),
+                 **options)
+            for p in range(passes) for i in range(n))
         self.records: list[NFMRecord] = []
         self.pass_outputs: list[Tensor] = []
 
@@ -294,38 +375,34 @@ class NFM(nn.Module):
         return self.pass_blocks[pass_index - 1][layer_index]
 
     def forward(self, x: Tensor, *, record: bool = False) -> Tensor:
-        tokens = self.layout == "tokens"
+        tokens, n = self.layout == "tokens", self.num_blocks
         h0 = self._state(x, 0, tokens)
-        memory: list[Tensor] = []
+        memory: list[tuple[Tensor, Tensor]] = []                  # (K̂, V̂) of every state written so far
         self.records, self.pass_outputs = [], []
         for p in range(self.passes):
             h = h0
-            for i in range(self.num_blocks):
-                reader = self.readers[p * self.num_blocks + i]
-                h, w = reader(h, memory, record=record)
+            for i in range(n):
+                module = self.readers[p * n + i]
+                h, read = module.read(h, memory, record=record)
                 if record:
-                    self._record(p, i, w)
+                    self.records.append(NFMRecord(p, i, self.sources_of(p, i), *read))
                 out = self.block(p, i)(h.transpose(1, 2) if tokens else h)
                 h = self._state(out, i + 1, tokens)
-                memory.append(h)
+                if (p, i) != (self.passes - 1, n - 1):
+                    memory.append(module.write(h))
             if record:
                 self.pass_outputs.append(h.transpose(1, 2) if tokens else h)
         return h.transpose(1, 2) if tokens else h
 
     def _state(self, h: Tensor, index: int, tokens: bool) -> Tensor:
         """A state as channels-first ``[B, C, *S]``, its channel count checked against ``channels``."""
+        what = "the input x" if index == 0 else f"block {index - 1}'s output"
         if not isinstance(h, Tensor) or h.dim() < 2 or (tokens and h.dim() != 3):
-            what = "the input x" if index == 0 else f"block {index - 1}'s output"
             shape = list(h.shape) if isinstance(h, Tensor) else type(h).__name__
             layout = "[B, N, C]" if tokens else "[B, C, *spatial]"
             raise ValueError(f"NFM: expected {what} as a tensor {layout}, got {shape}")
         c = h.shape[2] if tokens else h.shape[1]
         if c != self.channels[index]:
-            what = "the input x" if index == 0 else f"block {index - 1}'s output"
             raise ValueError(f"NFM: expected {what} to have {self.channels[index]} channels (channels[{index}]), "
                              f"got {c} (shape {list(h.shape)})")
         return h.transpose(1, 2) if tokens else h
-
-    def _record(self, p: int, i: int, read: tuple[Tensor, Tensor]) -> None:
-        mass, null = read
-        self.records.append(NFMRecord(p, i, self.sources_of(p, i), mass, null))

@@ -28,7 +28,8 @@ from torch.utils.data import Dataset, Subset
 
 from ..models.inputs import Inputs, InputSpec, check_inputs  # noqa: F401  (InputSpec re-exported)
 
-LOSSES = ("cross_entropy", "mse")
+# token_cross_entropy: targets [B, T], logits [B, T, V]; bce: multi-label targets [C] of 0/1 (NFM §4.2)
+LOSSES = ("cross_entropy", "mse", "token_cross_entropy", "bce")
 
 
 def pad_collate(batch: Sequence[tuple[Tensor, Tensor]], pad_value: int = 0) -> tuple[Tensor, Tensor]:
@@ -67,7 +68,10 @@ class TaskInfo:
         (inputs, num_classes)`` or ``(inputs, num_classes, heads)`` given the full parameters
         (defaults merged). ``inputs`` and ``num_classes`` left out are filled from
         ``describe(params)`` at registration; a ``heads`` it gives always replaces the field.
-    loss: one of ``LOSSES``. metrics: names from :mod:`modwire.tasks.metrics`.
+    loss: one of ``LOSSES``: ``cross_entropy`` (labels), ``mse`` (regression) or ``bce``
+        (multi-label: float targets ``[num_classes]`` of 0 / 1, one sigmoid per class, e.g. the
+        digit classes present in a multi-digit image, NFM §4.2).
+        metrics: names from :mod:`modwire.tasks.metrics`.
     splits: the split names ``build`` accepts. params: defaults of ``build``'s keyword
         parameters (documented there). collate: optional batch collation (padding).
     subsets: named masks over a batch of inputs (``inputs [B, ...] -> bool [B]``; a dict of

@@ -39,7 +39,10 @@ class DataSection:
     num_workers: int = 0
     augment: Any = False                          # false | true = "deit" (NAC App. C regimen) | "randaugment" (NI App. C)
                                                   # | "crop_flip" / "resized_crop_flip" (AiT App. A.1: CIFAR / Pet)
-    mixup: bool = False                           # mixup/cutmix with label smoothing
+    mixup: Any = False                            # false | true = "deit": mixup/cutmix with label smoothing (NAC
+                                                  # App. C) | "input": Input Mixup (Zhang et al. 2018) as in NFM
+                                                  # Table 2 / Verma et al.: lam ~ Beta(a, a), random pairs, no cutmix
+    mixup_alpha: float = 1.0                      # a of "input" mixup (NFM Table 2: 1.0)
     max_samples: int = 0                          # > 0: only the first N samples of each split; 0 = all
     few_shot: FewShotSection = field(default_factory=FewShotSection)  # applied after max_samples
 
@@ -54,6 +57,9 @@ class OptimSection:
     warmup_lr: float = 1e-6
     min_lr: float = 1e-5
     decay_steps: int = 0                          # > 0: cosine reaches min_lr at this step, then stays (NI A.1.5)
+    schedule: str = "cosine"                      # cosine | step: lr × gamma at each of `milestones` (optimizer
+    milestones: list[int] = field(default_factory=list)  # steps; Verma et al. / NFM Table 2: epochs 500, 1000, 1500)
+    gamma: float = 0.1                            # step schedule: factor at each milestone
     grad_clip: float = 1.0                        # max global grad norm; 0 = off
     label_smoothing: float = 0.0
 
@@ -219,9 +225,10 @@ def _omegaconf_message(exc: Exception) -> str:
     return f"key {key!r}: {msg}" if key else msg
 
 
-def apply_override(cfg: Any, item: str) -> Any:
+def apply_override(cfg: Any, item: str, *, schema: type | None = None) -> Any:
     """Apply one ``--set`` item to the OmegaConf config ``cfg``: ``key=VALUE`` merges ``VALUE`` into
-    the key (a mapping keeps its other entries), ``key:=VALUE`` replaces the key's whole subtree."""
+    the key (a mapping keeps its other entries), ``key:=VALUE`` replaces the key's whole subtree
+    (a typed section restarts from its defaults in ``schema``, default :class:`TrainConfig`)."""
     import yaml
     from omegaconf import OmegaConf
 
@@ -240,7 +247,7 @@ def apply_override(cfg: Any, item: str) -> Any:
     if not replace:
         return OmegaConf.merge(cfg, parsed)
     new = OmegaConf.select(parsed, key)
-    default = OmegaConf.select(OmegaConf.structured(TrainConfig), key, default=None)
+    default = OmegaConf.select(OmegaConf.structured(schema or TrainConfig), key, default=None)
     if OmegaConf.is_dict(default) and is_dataclass(OmegaConf.get_type(default)):
         new = OmegaConf.merge(default, new)  # a typed section restarts from its defaults
     OmegaConf.update(cfg, key, new, merge=False)
@@ -323,22 +330,26 @@ POSITIVE, NON_NEGATIVE, AT_LEAST_ONE, UNIT = Bound(0, low_open=True), Bound(0), 
 NUMERIC_RULES: dict[str, Bound] = {
     "optim.lr": POSITIVE, "optim.warmup_lr": NON_NEGATIVE, "optim.min_lr": NON_NEGATIVE,
     "optim.weight_decay": NON_NEGATIVE, "optim.grad_clip": NON_NEGATIVE, "optim.warmup_steps": NON_NEGATIVE,
-    "optim.decay_steps": NON_NEGATIVE,
+    "optim.decay_steps": NON_NEGATIVE, "optim.milestones.*": NON_NEGATIVE,
+    "optim.gamma": Bound(0, 1, low_open=True, high_open=False),
     "optim.label_smoothing": UNIT, "optim.betas.*": UNIT,
     "graph_prior.weight": NON_NEGATIVE, "aux_loss_weights.*": NON_NEGATIVE,
     "data.batch_size": AT_LEAST_ONE, "data.num_workers": NON_NEGATIVE, "data.max_samples": NON_NEGATIVE,
+    "data.mixup_alpha": POSITIVE,
     "data.few_shot.shots": NON_NEGATIVE, "data.few_shot.ways": NON_NEGATIVE, "finetune.add_functions": NON_NEGATIVE,
     "epochs": AT_LEAST_ONE, "grad_accum": AT_LEAST_ONE, "log_every": AT_LEAST_ONE,
     "max_steps": NON_NEGATIVE, "checkpoint_every": NON_NEGATIVE, "keep_weights_every": NON_NEGATIVE, "seed": NON_NEGATIVE, "ema_decay": UNIT,
 }
 
 AUGMENT_CHOICES = (False, True, "deit", "randaugment", "crop_flip", "resized_crop_flip")  # data.augment; True = "deit"
+MIXUP_CHOICES = (False, True, "deit", "input")   # data.mixup; True = "deit"
 
 #: Every string field with a fixed set of values.
 CHOICES: dict[str, tuple[str, ...]] = {
     "precision": PRECISIONS, "optim.name": OPTIMIZERS, "device": ("auto", "cpu", "cuda"),
+    "optim.schedule": ("cosine", "step"),
     "graph_prior.loss": ("mse", "kl"), "graph_prior.reduction": ("sum", "mean"),
-    "graph_prior.align": ("degree", "none"), "data.augment": AUGMENT_CHOICES,
+    "graph_prior.align": ("degree", "none"), "data.augment": AUGMENT_CHOICES, "data.mixup": MIXUP_CHOICES,
 }
 
 
@@ -357,17 +368,23 @@ def config_values(c: Any, pattern: str) -> Iterator[tuple[str, Any]]:
         yield from ((f"{prefix}[{i}]", v) for i, v in enumerate(node))
 
 
-def validate(c: TrainConfig) -> None:
-    """Check every field with a rule in :data:`CHOICES` / :data:`NUMERIC_RULES`, and the relations
-    between fields; raise a ``ValueError`` naming the key path, the value and what is expected."""
-    for key, allowed in CHOICES.items():
+def check_rules(c: Any, choices: dict, numeric: dict) -> None:
+    """Every field of config ``c`` with a rule: ``choices`` (key → allowed values) and ``numeric``
+    (key → bound); a ``ValueError`` names the key path, the value and what is expected."""
+    for key, allowed in choices.items():
         for path, value in config_values(c, key):
             if value not in allowed:
                 raise ValueError(f"config key {path!r}: got {value!r}, expected one of {list(allowed)}")
-    for key, bound in NUMERIC_RULES.items():
+    for key, bound in numeric.items():
         for path, value in config_values(c, key):
             if not bound.holds(value):
                 raise ValueError(f"config key {path!r}: got {value!r}, expected {bound.describe(value)}")
+
+
+def validate(c: TrainConfig) -> None:
+    """Check every field with a rule in :data:`CHOICES` / :data:`NUMERIC_RULES`, and the relations
+    between fields; raise a ``ValueError`` naming the key path, the value and what is expected."""
+    check_rules(c, CHOICES, NUMERIC_RULES)
     if len(c.optim.betas) != 2:
         raise ValueError(f"config key 'optim.betas': got {list(c.optim.betas)}, expected two numbers [beta1, beta2]")
     if c.optim.min_lr > c.optim.lr:

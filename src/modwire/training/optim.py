@@ -35,9 +35,12 @@ def lr_at(step: int, total: int, cfg: OptimSection) -> float:
     """Linear warm-up from ``warmup_lr`` to ``lr`` over ``warmup_steps``, then cosine to ``min_lr``,
     reached at the last step or, with ``decay_steps > 0``, at step ``decay_steps`` and kept after
     (NI App. A.1.5: "anneal ... over 80-90% of the training steps, and keep the learning rate at
-    the minimum for the remainder"; Table 4: 120000 decay steps)."""
+    the minimum for the remainder"; Table 4: 120000 decay steps). ``schedule="step"``: after the
+    warm-up, ``lr · gamma^(number of milestones <= step)`` (Verma et al.'s step decay)."""
     if step < cfg.warmup_steps:
         return cfg.warmup_lr + (cfg.lr - cfg.warmup_lr) * step / cfg.warmup_steps
+    if cfg.schedule == "step":   # Verma et al. 2019 (NFM Table 2's procedure): lr × gamma at each milestone
+        return cfg.lr * cfg.gamma ** sum(step >= m for m in cfg.milestones)
     end = cfg.decay_steps if cfg.decay_steps > 0 else total
     span = max(1, end - cfg.warmup_steps)
     t = min(1.0, (step - cfg.warmup_steps) / span)

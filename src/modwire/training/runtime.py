@@ -12,6 +12,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from ..tasks import compute_metrics
+from ..tasks.metrics import IGNORE_INDEX, token_metrics, token_sums
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 Batch = Tensor | dict[str, Tensor]
@@ -48,9 +49,23 @@ def make_loader(dataset, batch: int, sampler, info, workers: int, drop_last: boo
 
 def compute_loss(info, out: Tensor, y: Tensor, label_smoothing: float = 0.0) -> Tensor:
     """The task loss: MSE for regression, cross-entropy against labels ``[B]`` or soft targets
-    ``[B, C]`` (mixup / cutmix)."""
+    ``[B, C]`` (mixup / cutmix); ``bce``: the mean over the ``B·C`` labels of the binary
+    cross-entropy of one sigmoid per class against multi-label 0/1 targets ``[B, C]`` (NFM §4.2);
+    ``token_cross_entropy``: the mean over tokens of the cross-entropy of logits ``[B, T, V]``
+    against next-token ids ``[B, T]`` (``IGNORE_INDEX`` not scored; language modelling)."""
+    if info.loss == "token_cross_entropy":
+        if out.dim() != y.dim() + 1 or out.shape[:-1] != y.shape:
+            raise ValueError(f"task {info.name!r} scores every token: expected logits [B, T, V] for targets "
+                             f"{list(y.shape)}, got logits {list(out.shape)}")
+        return F.cross_entropy(out.flatten(0, -2).float(), y.flatten(), ignore_index=IGNORE_INDEX,
+                               label_smoothing=label_smoothing)
     if info.loss == "mse":
         return F.mse_loss(out.float(), y.float().view_as(out))
+    if info.loss == "bce":
+        if label_smoothing:
+            raise ValueError(f"optim.label_smoothing applies to cross-entropy; task {info.name!r} has a "
+                             f"multi-label 'bce' loss: set it to 0, got {label_smoothing}")
+        return F.binary_cross_entropy_with_logits(out.float(), y.float())
     if y.dim() == 2:
         return torch.sum(-y * F.log_softmax(out.float(), dim=-1), dim=-1).mean()
     return F.cross_entropy(out.float(), y, label_smoothing=label_smoothing)
@@ -60,8 +75,13 @@ def check_labels(y: Tensor, info, num_classes: int) -> None:
     """Class labels must lie in ``[0, num_classes)``: cross-entropy on the CPU would fail with
     an opaque IndexError and on a GPU with a device-side assert. Cheap: run on the CPU batch.
     Float labels ``[B]`` are refused too (cross-entropy would fail on their dtype); soft
-    targets ``[B, C]`` (mixup / cutmix) are not labels and pass."""
-    if info.loss != "cross_entropy" or y.numel() == 0:
+    targets ``[B, C]`` (mixup / cutmix) are not labels and pass. Multi-label targets (loss
+    ``bce``) must be ``[B, num_classes]`` of 0 / 1 (:func:`check_multilabel`)."""
+    if info.loss == "bce":
+        check_multilabel(y, info, num_classes)
+    if info.loss == "token_cross_entropy":
+        y = y[y != IGNORE_INDEX]     # ids [B, T]; unscored positions carry IGNORE_INDEX
+    if info.loss not in ("cross_entropy", "token_cross_entropy") or y.numel() == 0:
         return
     if y.dtype.is_floating_point or y.dtype == torch.bool:
         if y.dim() == 1:
@@ -76,6 +96,35 @@ def check_labels(y: Tensor, info, num_classes: int) -> None:
                          f"model.overrides.num_classes")
 
 
+def check_multilabel(y: Tensor, info, num_classes: int) -> None:
+    """Multi-label targets (loss ``bce``) must be ``[B, num_classes]`` of 0 / 1."""
+    if y.dim() != 2 or y.shape[1] != num_classes:
+        raise ValueError(f"task {info.name!r} has a multi-label 'bce' loss: targets must be [B, {num_classes}] "
+                         f"(one 0/1 per class of the model), got {tuple(y.shape)}")
+    if y.numel() and not bool(((y == 0) | (y == 1)).all()):
+        raise ValueError(f"task {info.name!r}: multi-label targets must be 0 or 1, got values in "
+                         f"[{y.min().item()}, {y.max().item()}]")
+
+
+def _outputs(model: torch.nn.Module, loader: DataLoader, device: torch.device, precision: str, stop, progress):
+    """``(x, y, out)`` per batch with the model in eval mode (its mode restored afterwards); one
+    ``None`` and the end when ``stop()`` says True between batches."""
+    was_training = model.training
+    model.eval()
+    try:
+        for i, (x, y) in enumerate(loader):
+            if stop is not None and stop():
+                yield None
+                return
+            with autocast(device, precision):
+                out = call_model(model, to_device(x, device)).float()
+            yield x, y, out
+            if progress is not None:
+                progress(i + 1, len(loader))
+    finally:
+        model.train(was_training)
+
+
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, loader: DataLoader, info, device: torch.device, precision: str = "fp32",
              *, stop: Callable[[], bool] | None = None,
@@ -84,23 +133,20 @@ def evaluate(model: torch.nn.Module, loader: DataLoader, info, device: torch.dev
 
     ``stop()`` is asked between batches: when it says True the pass is abandoned and None
     returned (an interrupt during validation is honoured within a batch). ``progress(done,
-    total)`` is called after each batch."""
-    was_training = model.training
-    model.eval()
+    total)`` is called after each batch. A ``token_cross_entropy`` task (language modelling) is
+    scored batch by batch from additive sums (:func:`~modwire.tasks.metrics.token_sums`): its
+    ``[N, T, V]`` logits are never held at once."""
+    if info.loss == "token_cross_entropy":
+        return _evaluate_tokens(_outputs(model, loader, device, precision, stop, progress), info)
     outs, ys, masks = [], [], {name: [] for name in info.subsets}
-    try:
-        for i, (x, y) in enumerate(loader):
-            if stop is not None and stop():
-                return None
-            with autocast(device, precision):
-                outs.append(call_model(model, to_device(x, device)).float().cpu())
-            ys.append(y)
-            for name, select in info.subsets.items():
-                masks[name].append(select(x))
-            if progress is not None:
-                progress(i + 1, len(loader))
-    finally:
-        model.train(was_training)
+    for item in _outputs(model, loader, device, precision, stop, progress):
+        if item is None:
+            return None
+        x, y, out = item
+        outs.append(out.cpu())
+        ys.append(y)
+        for name, select in info.subsets.items():
+            masks[name].append(select(x))
     out, y = torch.cat(outs), torch.cat(ys)
     check_labels(y, info, out.shape[-1])  # e.g. `eval --task` of a task with more classes than the model
     metrics: dict[str, Any] = {"loss": compute_loss(info, out, y).item(), **compute_metrics(info.metrics, out, y)}
@@ -109,3 +155,15 @@ def evaluate(model: torch.nn.Module, loader: DataLoader, info, device: torch.dev
         if m.any():
             metrics.update({f"{k}_{name}": v for k, v in compute_metrics(info.metrics, out[m], y[m]).items()})
     return metrics
+
+
+def _evaluate_tokens(batches, info) -> dict[str, float] | None:
+    """Mean token cross-entropy (``loss``) and token metrics, summed over batches."""
+    sums = torch.zeros(3, dtype=torch.float64)
+    for item in batches:
+        if item is None:
+            return None
+        _, y, out = item
+        check_labels(y, info, out.shape[-1])
+        sums += token_sums(out, y.to(out.device))
+    return token_metrics(info.metrics, sums)

@@ -51,6 +51,7 @@ from ..models.config import deep_merge
 from ..models.inputs import named_inputs
 from ..seeding import torch_generator
 from ..tasks import build_dataset, describe_task, get_task
+from ..tasks.metrics import LOWER_IS_BETTER
 from . import distributed
 from .config import TrainConfig
 from .feedback import Feedback, MetricsLog
@@ -100,7 +101,7 @@ def build_datasets(cfg: TrainConfig) -> tuple[Any, Any]:
 
 def apply_augmentation(cfg: TrainConfig, info, train_set, val_set):
     """Per-sample transforms (``data.augment``) and batch-level Mixup/CutMix with label smoothing
-    (``data.mixup``). ``augment``: ``true`` / ``"deit"``, the NAC App. C regimen for image tasks
+    (``data.mixup``: :func:`make_mixer`). ``augment``: ``true`` / ``"deit"``, the NAC App. C regimen for image tasks
     (crop, flip, RandAugment, normalise, erasing); ``"crop_flip"`` / ``"resized_crop_flip"``, AiT
     App. A.1's CIFAR (padded random crop) / Pet (random resized crop) pipelines, flip and normalise
     (evaluation normalised alike: ``TRAIN_PIPELINES``); ``"randaugment"``, RandAugment alone (NI App.
@@ -109,8 +110,8 @@ def apply_augmentation(cfg: TrainConfig, info, train_set, val_set):
     augment = "deit" if cfg.data.augment is True else cfg.data.augment
     if not (augment or cfg.data.mixup):
         return train_set, val_set, None
-    from ..tasks.augment import (TRAIN_PIPELINES, AugmentedDataset, MixupCutmix, eval_transform,
-                                 rand_augment_transform, standard_train_transform)
+    from ..tasks.augment import (TRAIN_PIPELINES, AugmentedDataset, eval_transform, rand_augment_transform,
+                                 standard_train_transform)
 
     info = info.resolve(cfg.data.params)  # the class count and image size of these params
     named = named_inputs(info.inputs)
@@ -122,8 +123,7 @@ def apply_augmentation(cfg: TrainConfig, info, train_set, val_set):
         raise ValueError(f"data.augment / data.mixup need an image classification task; task {info.name!r} gives "
                          f"{kinds!r} inputs and a {info.loss!r} loss (with several inputs, only data.augment: "
                          f"randaugment, without mixup, which augments the image 'x' and passes the others through)")
-    mixer = MixupCutmix(num_classes=info.num_classes, label_smoothing=cfg.optim.label_smoothing) \
-        if cfg.data.mixup else None
+    mixer = make_mixer(cfg, info.num_classes)
     if augment == "randaugment":
         fill = 0.5 if spec.channels != 3 else (0.485, 0.456, 0.406)   # timm fills with the ImageNet mean
         train_set = AugmentedDataset(train_set, rand_augment_transform(fill=fill), cfg.seed)
@@ -134,6 +134,21 @@ def apply_augmentation(cfg: TrainConfig, info, train_set, val_set):
         train_set = AugmentedDataset(train_set, make(spec.height, **norm), cfg.seed)
         val_set = AugmentedDataset(val_set, eval_transform(spec.height, **norm), cfg.seed)
     return train_set, val_set, mixer
+
+
+def make_mixer(cfg: TrainConfig, num_classes: int):
+    """The batch mixer of ``data.mixup``: ``true`` / ``"deit"``, DeiT's Mixup (α 0.8) / CutMix (α 1.0)
+    with label smoothing (NAC App. C); ``"input"``, Input Mixup as in NFM Table 2 / Verma et al. 2019:
+    every batch mixed with a random permutation of itself, ``lam ~ Beta(α, α)`` (``data.mixup_alpha``,
+    1.0), no CutMix, label smoothing ``optim.label_smoothing`` (0 there); ``false``: None."""
+    from ..tasks.augment import MixupCutmix
+
+    if cfg.data.mixup == "input":
+        return MixupCutmix(mixup_alpha=cfg.data.mixup_alpha, cutmix_alpha=0.0, prob=1.0, num_classes=num_classes,
+                            label_smoothing=cfg.optim.label_smoothing, pairing="permutation")
+    if cfg.data.mixup:
+        return MixupCutmix(num_classes=num_classes, label_smoothing=cfg.optim.label_smoothing)
+    return None
 
 
 @dataclass
@@ -450,11 +465,13 @@ def validate_and_save(run: Run, state: TrainState, stop: StopSignals) -> None:
 
 
 def _improves_best(state: TrainState, info) -> bool:
+    """Whether the task's first metric improved (higher is better, but perplexity: lower)."""
     key = info.metrics[0]
     value = (state.val or {}).get(key)
     if value is None or not math.isfinite(value):
         return False
-    if state.best is None or value > state.best[key]:
+    better = (lambda a, b: a < b) if key in LOWER_IS_BETTER else (lambda a, b: a > b)
+    if state.best is None or better(value, state.best[key]):
         state.best = {key: value, "step": state.step}
         return True
     return False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -46,11 +46,13 @@ def soft_target_cross_entropy(logits: Tensor, soft_targets: Tensor, reduction: s
 class MixParams:
     """One batch's mixing draw. ``mode``: ``"none"``, ``"mixup"`` or ``"cutmix"``; ``lam``:
     weight of the un-flipped batch (for cutmix: 1 - box area fraction); ``box``:
-    ``(y0, y1, x0, x1)`` pasted from the flipped batch (cutmix only)."""
+    ``(y0, y1, x0, x1)`` pasted from the flipped batch (cutmix only); ``order``: the partner of
+    each sample, ``[B]`` (``pairing="permutation"``; None: the batch flipped along dim 0)."""
 
     mode: str
     lam: float
     box: tuple[int, int, int, int] | None = None
+    order: Tensor | None = None
 
 
 class MixupCutmix:
@@ -62,13 +64,21 @@ class MixupCutmix:
     ``(1 - lam) H W`` centred uniformly at random is clipped to the image and ``lam`` is
     recomputed from the clipped area. Targets: ``lam * smooth(y) + (1 - lam) * smooth(y.flip(0))``.
     ``x [B, C, H, W], y [B] -> (x_mixed [B, C, H, W], y_soft [B, num_classes])``; inputs are not modified.
-    Defaults are DeiT's (NAC App. C). The last draw is kept in ``last_params``.
+    Defaults are DeiT's (NAC App. C). ``pairing="permutation"`` pairs sample ``i`` with sample
+    ``perm[i]`` of a random permutation instead (Verma et al.'s Input Mixup, NFM Table 2: ``mixup_alpha
+    1.0, cutmix_alpha 0``). The last draw is kept in ``last_params``.
     """
 
+    PAIRINGS = ("flip", "permutation")
+
     def __init__(self, mixup_alpha: float = 0.8, cutmix_alpha: float = 1.0, prob: float = 1.0,
-                 switch_prob: float = 0.5, label_smoothing: float = 0.1, *, num_classes: int):
+                 switch_prob: float = 0.5, label_smoothing: float = 0.1, *, num_classes: int,
+                 pairing: str = "flip"):
+        if pairing not in self.PAIRINGS:
+            raise ValueError(f"MixupCutmix pairing: got {pairing!r}, expected one of {list(self.PAIRINGS)}")
         self.mixup_alpha, self.cutmix_alpha, self.prob = mixup_alpha, cutmix_alpha, prob
         self.switch_prob, self.label_smoothing, self.num_classes = switch_prob, label_smoothing, num_classes
+        self.pairing = pairing
         self.last_params: MixParams | None = None
 
     def sample_params(self, height: int, width: int, generator: torch.Generator) -> MixParams:
@@ -100,21 +110,25 @@ class MixupCutmix:
         y1 = smooth_one_hot(y, self.num_classes, self.label_smoothing)
         if params.mode == "none":
             return x, y1
+        partner = (lambda t: t.flip(0)) if params.order is None else (lambda t: t[params.order.to(t.device)])
         if params.mode == "mixup":
-            x = params.lam * x + (1 - params.lam) * x.flip(0)
+            x = params.lam * x + (1 - params.lam) * partner(x)
         else:
             y0, y1_, x0, x1 = params.box
             x = x.clone()
-            x[..., y0:y1_, x0:x1] = x.flip(0)[..., y0:y1_, x0:x1]
-        y2 = smooth_one_hot(y.flip(0), self.num_classes, self.label_smoothing)
+            x[..., y0:y1_, x0:x1] = partner(x)[..., y0:y1_, x0:x1]
+        y2 = smooth_one_hot(partner(y), self.num_classes, self.label_smoothing)
         return x, params.lam * y1 + (1 - params.lam) * y2
 
     def __call__(self, x: Tensor, y: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        params = self.sample_params(x.shape[-2], x.shape[-1], _need(generator, "MixupCutmix"))
+        g = _need(generator, "MixupCutmix")
+        params = self.sample_params(x.shape[-2], x.shape[-1], g)
+        if self.pairing == "permutation" and params.mode != "none":
+            params = replace(params, order=torch.randperm(x.shape[0], generator=g))
         self.last_params = params
         return self.apply(x, y, params)
 
     def __repr__(self) -> str:
         return (f"MixupCutmix(mixup_alpha={self.mixup_alpha}, cutmix_alpha={self.cutmix_alpha}, prob={self.prob}, "
                 f"switch_prob={self.switch_prob}, label_smoothing={self.label_smoothing}, "
-                f"num_classes={self.num_classes})")
+                f"num_classes={self.num_classes}, pairing={self.pairing!r})")

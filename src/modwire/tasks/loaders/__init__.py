@@ -19,10 +19,12 @@ is downloaded) and raises ``FileNotFoundError`` /
   ``{"x": [3, 32, 32], "task": dataset id}``, 3 heads)
 - :mod:`.digits`: ``digits`` (scikit-learn's 8×8 digits, shipped with scikit-learn: no ``root``; [1, 32, 32])
 - :mod:`.text`: ``imdb_bytes``, ``lra_listops`` (1-D id sequences, padded by ``collate``)
+- :mod:`.wikitext`: ``wikitext2`` (word-level language modelling: next-token chunks ``[seq_len]``,
+  targets ``[seq_len]``; vocabulary from the train file)
 - :mod:`.pointclouds`: ``modelnet40`` (OFF meshes or resampled text; [N, 3])
 - :mod:`.pgm`: ``pgm`` (PGM .npz; [16, S, S], panels area-downsampled to ``panel_size``, default 80)
 - :mod:`.nlvr2`: ``nlvr2_features`` (NLVR2 JSON lines + precomputed token features in
   safetensors / .npz; ``{"x": image tokens, "condition": sentence tokens}`` for a conditional NAC)
 """
 from . import (cifar, digits, digits_multitask, image_folder, images, kmnist, mnist, mnistm, nlvr2,  # noqa: F401
-               pets, pgm, pointclouds, svhn, text)  # (register the tasks)
+               pets, pgm, pointclouds, svhn, text, wikitext)  # (register the tasks)

@@ -12,5 +12,7 @@ Every sample is a pure function of ``(seed, split, index)`` (see ``_common``):
   regression, pre-training (functions 0-19) and adaptation (20-29).
 * ``digits_multitask_offline`` (:mod:`.digits_offline`): an offline stand-in for NI's digits
   multi-task from scikit-learn's 8×8 digits, ``{"x": [3, 32, 32], "task": dataset id}``, 3 heads.
+* ``multi_digit`` (:mod:`.multi_digit`): NFM §4.2's 64×64 images of 1-5 digits, multi-label
+  target of the classes present (loss ``bce``).
 """
-from . import digits_offline, fuzzy_boolean, listops, sort_of_clevr, triangle  # noqa: F401  (register the tasks)
+from . import digits_offline, fuzzy_boolean, listops, multi_digit, sort_of_clevr, triangle  # noqa: F401  (register the tasks)
