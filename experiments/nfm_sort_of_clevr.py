@@ -45,7 +45,6 @@ import argparse
 import contextlib
 import io
 import json
-import signal
 import time
 from pathlib import Path
 
@@ -146,9 +145,7 @@ def load(a: argparse.Namespace) -> dict[str, dict]:
 
 def run_all(a: argparse.Namespace) -> list[str]:
     """Train the (row, seed) runs not yet in ``OUT/results.jsonl``; returns the failures."""
-    import multiprocessing as mp
-
-    from modwire.analysis.results_log import append_results
+    from modwire.analysis.results_log import run_jobs
 
     done = load(a)
     args = {**vars(a), "out": str(a.out)}
@@ -157,19 +154,9 @@ def run_all(a: argparse.Namespace) -> list[str]:
     print(f"{len(jobs)} runs, {len(jobs) - len(todo)} already in {a.out / 'results.jsonl'}, {len(todo)} to train")
     if not todo:
         return []
-    a.out.mkdir(parents=True, exist_ok=True)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    pool = mp.get_context("spawn").Pool(a.workers, maxtasksperchild=1) if a.workers else None
-    results = pool.imap_unordered(run_job, todo) if pool else map(run_job, todo)
-    try:
-        with (a.out / "results.jsonl").open("a") as f:
-            return append_results(results, f, total=len(todo), log=print, describe=lambda r: (
-                f"test relational {r['test'].get('top1_relational', float('nan')):.4f}, "
-                f"non-relational {r['test'].get('top1_non_relational', float('nan')):.4f}"))
-    finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
+    return run_jobs(run_job, todo, a.out / "results.jsonl", workers=a.workers, describe=lambda r: (
+        f"test relational {r['test'].get('top1_relational', float('nan')):.4f}, "
+        f"non-relational {r['test'].get('top1_non_relational', float('nan')):.4f}"))
 
 
 def summary(results: dict[str, dict], row: str) -> dict[str, list[float]]:
