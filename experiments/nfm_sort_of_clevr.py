@@ -36,8 +36,8 @@ test; ``--report`` reprints the table (with the same size arguments). The commit
 
 i.e. 51k training questions per run (about one epoch of 2,500 images; the paper trains on 9,800
 images for many epochs), with the NFM over the last two conv blocks (``--stem 2``: the readers at
-75×75 and 38×38 made a step 6-25× slower on the CPU) — a budget check of the mechanism, not of
-the paper's numbers.
+the 75×75 and 38×38 resolutions make a step several times slower on a CPU) — a budget check of
+the mechanism, not of the paper's numbers (``notes.md`` there says which NFM core trained what).
 """
 from __future__ import annotations
 
