@@ -76,6 +76,15 @@ def test_readme_nfm_example_runs_as_written():
     assert scope["model"].config.nfm.enabled and scope["model"].config.nfm.passes == 2
 
 
+def test_readme_nfm_lm_example_runs_as_written():
+    scope: dict = {}
+    exec(compile(_section_code("Transformer language model with NFM (NFM §4.6, Table 8)", "python"),
+                 "README.md#nfm-lm", "exec"), scope)
+    assert tuple(scope["logits"].shape) == (2, 16, 50)
+    c = scope["lm"].config
+    assert len(scope["reads"]) == c.num_layers * c.nfm.passes and scope["reads"][0].null.shape == (2,)
+
+
 def test_readme_speed_claims_agree_with_the_benchmarks_readme():
     """No "~8x faster" for dropping 87.5% of the modules: benchmarks/README.md measures 6.85×."""
     bench = (ROOT / "benchmarks" / "README.md").read_text()

@@ -167,7 +167,9 @@ def test_cli_runs_seeds_and_an_interrupted_sweep_resumes_skipping_finished_seeds
     assert scored["samples"] == 40 and scored["top1"] == pytest.approx(best["top1"])
 
 
-MICRO = [n for n in modwire.list_models() if n.endswith("_micro")]
+# Every classifier-like micro preset; a GAN (NFM §4.1) has no labels to fine-tune on: its generator is trained
+# by `modwire gan`, not `modwire finetune`, and its presets have no num_classes.
+MICRO = [n for n in modwire.list_models() if n.endswith("_micro") and "gan_" not in n]
 
 
 @pytest.mark.parametrize("name", MICRO)
