@@ -125,3 +125,12 @@ def test_bad_inputs_and_configs_are_clear_errors():
     with pytest.raises(ValueError, match=r"'stem_layers': got 3, expected an integer in \[0, num_layers=3\)"):
         CNNMLPConfig(num_layers=3, stem_layers=3, nfm={"enabled": True})
     CNNMLPConfig(num_layers=3, stem_layers=3)           # unused without NFM
+
+
+def test_example_inputs_fit_the_model():
+    model = modwire.create_model("nfm_cnn_mlp_micro")
+    args, kwargs = model.example_inputs(4)
+    assert args[0].shape == (4, 3, 16, 16) and kwargs["question"].shape == (4, 1, 11)
+    assert kwargs["question"].sum(-1).eq(1).all()                 # one-hot
+    assert model(*args, **kwargs).shape == (4, 10)
+    assert modwire.create_model("cnn_mlp_micro", question_dim=0).example_inputs(2)[1] == {}

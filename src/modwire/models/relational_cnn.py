@@ -135,6 +135,15 @@ class CNNMLP(PretrainedModel):
                                                                    if self.config.nfm.enabled else {}))
         set_random_attention(self.body, on)
 
+    def example_inputs(self, batch: int, seed: int = 0) -> tuple[tuple[Tensor], dict[str, Tensor]]:
+        """``((x,), {"question": q})`` for one call (benchmarks): images in [0, 1], one-hot questions."""
+        c, g = self.config, torch.Generator().manual_seed(seed)
+        x = torch.rand(batch, c.in_channels, c.image_size, c.image_size, generator=g)
+        if not c.question_dim:
+            return (x,), {}
+        q = torch.nn.functional.one_hot(torch.randint(0, c.question_dim, (batch,), generator=g), c.question_dim)
+        return (x,), {"question": q.float()[:, None]}
+
     def forward(self, x: Tensor, question: Tensor | None = None) -> Tensor:
         return self._run(x, question, record=False).logits
 
