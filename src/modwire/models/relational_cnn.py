@@ -125,6 +125,21 @@ class CNNMLP(PretrainedModel):
             nn.Dropout(c.dropout), nn.Linear(c.hidden, c.num_classes))
         self.set_eval_options(random_attention=c.random_attention or (c.nfm.enabled and c.nfm.random_attention))
 
+    def parameter_sets(self) -> dict[str, tuple[str, ...]]:
+        """Fine-tuning sets (``modwire finetune --train``): ``head`` (the question-conditioned MLP), ``nfm``
+        (the readers, NFM models only) and ``all``."""
+        return {"head": ("mlp.",), **({"nfm": ("body.readers.",)} if self.config.nfm.enabled else {}),
+                "all": ("",)}
+
+    def new_task(self, num_classes: int, heads: int = 1) -> None:
+        """A freshly initialised answer layer (the MLP's last linear) for ``num_classes`` answers."""
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+            raise ValueError(f"new_task: num_classes must be a positive int, got {num_classes!r}")
+        check_single_head(heads, self.config.model_type)
+        old = self.mlp[-1]
+        self.mlp[-1] = nn.Linear(old.in_features, num_classes, device=old.weight.device, dtype=old.weight.dtype)
+        self.config = self.config.replace(num_classes=num_classes)
+
     eval_options = ("random_attention",)   # `modwire eval RUN --set model.overrides.random_attention=true`
 
     def set_eval_options(self, *, random_attention: bool) -> None:
