@@ -242,6 +242,33 @@ def test_layer_subclass_hooks():
         def project_query(self, h):
             return 2 * super().project_query(h)
 
-    m = NFM(conv_blocks(), channels=CHANNELS, layer_factory=lambda p, i, cq, co, **o: Doubled(cq, co, **o))
+    torch.manual_seed(7)
+    m = NFM(conv_blocks(), channels=CHANNELS, d_k=4, layer_factory=lambda p, i, cq, co, **o: Doubled(cq, co, **o))
     assert all(isinstance(r, Doubled) for r in m.readers)
-    assert m(torch.randn(2, 3, 9, 9)).shape == (2, 5)
+    plain = NFM(conv_blocks(), channels=CHANNELS, d_k=4, score_scale="sqrt_d_k")
+    plain.load_state_dict(m.state_dict())
+    for r in m.readers:
+        r.gamma.data.fill_(0.7)
+    for r in plain.readers:
+        r.gamma.data.fill_(0.7)
+    x = torch.randn(2, 3, 9, 9)
+    torch.testing.assert_close(m(x), plain(x))    # 2·q̂ / d_k = q̂ / √d_k at d_k = 4: the hook is used
+
+
+def test_one_line_wrap_reads_the_channels_from_an_example_input():
+    torch.manual_seed(8)
+    blocks = conv_blocks()
+    bn = nn.BatchNorm2d(4)
+    blocks[0] = nn.Sequential(nn.Conv2d(3, 4, 3, 2, 1), bn, nn.Tanh())
+    before = bn.running_mean.clone()
+    m = NFM(blocks, example_input=torch.randn(2, 3, 9, 9), k=5, passes=2)
+    assert m.channels == CHANNELS and bn.training                        # modes restored
+    assert torch.equal(bn.running_mean, before)                          # the dry run left BN statistics alone
+    with pytest.raises(ValueError, match="either channels=.* or example_input="):
+        NFM(conv_blocks(), k=5)
+
+
+def test_states_of_different_spatial_rank_get_a_clear_error():
+    m = NFM([nn.Conv1d(2, 2, 3, 1, 1), nn.Unflatten(2, (2, 4))], channels=[2, 2, 2], k=2)
+    with pytest.raises(ValueError, match=r"spatial shapes .* cannot be read together"):
+        m(torch.randn(2, 2, 8))

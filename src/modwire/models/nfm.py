@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from torch import Tensor, nn
 
 from ..nn.nfm import ACTIVATIONS, LAYOUTS, NFM, NORMS, RESCALES, SCORE_SCALES, LayerFactory
-from .config import COUNT, Bounds, ConfigBase, check_choice, heads_of  # noqa: F401
+from .config import COUNT, Bounds, ConfigBase, check_choice
 
 __all__ = ["NFMConfig", "BlockSequence", "build_body"]
 
@@ -84,7 +84,6 @@ class BlockSequence(nn.Module):
         super().__init__()
         check_choice("layout", layout, LAYOUTS)
         self.blocks = nn.ModuleList(blocks)
-        self.tokens = layout == "tokens"
         self.records: list = []
         self.random_attention = False
 

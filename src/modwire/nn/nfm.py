@@ -111,15 +111,6 @@ def rescale(state: Tensor, size: Sequence[int], *, mode: str = "space_to_depth")
     return x.permute(order).reshape(b, c, math.prod(r), *size)
 
 
-def _linear(x: Tensor, layer: nn.Linear) -> Tensor:
-    """A per-position linear map on channels-first ``x [B, C, *S]`` → ``[B, D, *S]``."""
-    b, c, *s = x.shape
-    y = torch.matmul(layer.weight, x.reshape(b, c, -1))                               # [B, D, P]
-    if layer.bias is not None:
-        y = y + layer.bias[:, None]
-    return y.reshape(b, -1, *s)
-
-
 @dataclass(frozen=True)
 class _Plan:
     """How one source is read at the query's grid, per spatial dim: the source is first resized
@@ -287,6 +278,11 @@ class NFMLayer(nn.Module):
             read = (h.new_zeros(b, 0), h.new_ones(b)) if record else None
             return self.output(h.new_zeros(b, p, self.heads * self.d_v), h), read
         dims = max([h.dim() - 2] + [kk.dim() - 3 for kk, _ in memory])
+        for n in [h.dim() - 2] + [kk.dim() - 3 for kk, _ in memory]:
+            if n not in (0, dims):   # a 1-D state read at a 2-D one (or the reverse): no rescaling defined
+                shapes = [list(h.shape[2:])] + [list(kk.shape[1:-2]) for kk, _ in memory]
+                raise ValueError(f"NFM: states with spatial shapes {shapes} cannot be read together: expected the "
+                                 f"same number of spatial dims ({dims}) for every state, or vectors [B, C]")
         q = _grid(self.project_query(h), dims) * self.scale                          # [B, *S, H, dk], scaled once
         dst = tuple(q.shape[1:-2])
         plans = [_plan(tuple(_grid(kk, dims).shape[1:-2]), dst, self.rescale) for kk, _ in memory]
@@ -313,24 +309,51 @@ class NFMLayer(nn.Module):
 LayerFactory = Callable[..., NFMLayer]
 
 
+@torch.no_grad()
+def infer_channels(blocks: Sequence[nn.Module], x: Tensor, layout: str = "channels_first") -> list[int]:
+    """``(c_0, …, c_N)`` read off one run of ``blocks`` on ``x`` (evaluation mode, no gradients; each
+    block's training mode is restored, so BatchNorm statistics are untouched)."""
+    modes = [m.training for b in blocks for m in b.modules()]
+    channel = (lambda t: t.shape[-1]) if layout == "tokens" else (lambda t: t.shape[1])
+    try:
+        for b in blocks:
+            b.eval()
+        out = [channel(x)]
+        for b in blocks:
+            x = b(x)
+            out.append(channel(x))
+    finally:
+        for m, mode in zip([m for b in blocks for m in b.modules()], modes):
+            m.training = mode
+    return [int(c) for c in out]
+
+
 class NFM(nn.Module):
     """NFM Algorithm 1 around ``blocks`` (module docstring). ``channels = (c_0, …, c_N)``: the
-    channels of the input ``x`` and of each block's output. ``forward(x, record=False)`` → the
+    channels of the input ``x`` and of each block's output; or ``example_input``, a batch the blocks
+    accept, run once (:func:`infer_channels`) so that ``NFM(blocks, example_input=x, k=5, passes=2)``
+    wraps a network in one line. ``forward(x, record=False)`` → the
     last pass's ``h^(N)``; with ``record`` it fills :attr:`records` (one :class:`NFMRecord` per
     reader, in execution order) and :attr:`pass_outputs` (``h^(N)`` of every pass).
 
     ``layer_factory(pass_index, layer_index, query_channels, out_channels, reads=…, writes=…, **options)``
     builds each module's :class:`NFMLayer` (``options``: this constructor's reader options)."""
 
-    def __init__(self, blocks: Sequence[nn.Module], *, channels: Sequence[int], k: int = 5, passes: int = 2,
+    def __init__(self, blocks: Sequence[nn.Module], *, channels: Sequence[int] | None = None,
+                 example_input: Tensor | None = None, k: int = 5, passes: int = 2,
                  d_k: int = 16, d_v: int = 16, heads: int = 4, hidden: int = 0, norm: str = "batch",
                  activation: str = "relu", rescale: str = "space_to_depth", score_scale: str = "d_k",
                  share_blocks: bool = False, layout: str = "channels_first",
                  layer_factory: LayerFactory | None = None) -> None:
         super().__init__()
-        blocks, channels = list(blocks), [int(c) for c in channels]
+        blocks = list(blocks)
         if not blocks:
             raise ValueError("NFM: expected at least one block, got none")
+        if (channels is None) == (example_input is None):
+            raise ValueError("NFM: give either channels=(c_0, …, c_N) or example_input= (a batch the blocks accept, "
+                             "run once to read each state's channels), not both or neither")
+        channels = [int(c) for c in channels] if channels is not None else \
+            infer_channels(blocks, example_input, layout)
         if len(channels) != len(blocks) + 1:
             raise ValueError(f"NFM: channels must list the input's and each block's output channel count "
                              f"({len(blocks) + 1} numbers for {len(blocks)} blocks), got {len(channels)}: {channels}")
