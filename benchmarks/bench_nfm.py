@@ -6,8 +6,9 @@
 Pairs: every registered preset ``nfm_<base>`` whose ``<base>`` is also registered, matching the
 globs (default ``*micro``: each integration's test-sized pair: PreActResNet, and the relational
 CNN, GAN generator and language model when their presets are registered; absent ones are simply not
-listed), plus the classifier at a CPU size, NFM before every residual block (the presets) and, as
-a cheaper option, before every stage (``nfm_modules="stage"``): PreActResNet-18 (CIFAR-10 layout) at a
+listed), plus the classifier at a CPU size, NFM before every stage (``nfm_modules="stage"``, the presets: the
+paper's ResNet placement) and, as an option, before every residual block (``nfm_modules="block"``):
+PreActResNet-18 (CIFAR-10 layout) at a
 quarter width (``--width 16`` initial channels; the paper's is 64), 32×32 images, ``--batch 16``.
 
 Each side runs a train step (train mode; forward, then backward of the mean square of the output);
@@ -38,7 +39,7 @@ TARGET = 1.30
 
 def classifier(width: int, batch: int, modules: str) -> tuple[str, str, str, dict, int]:
     """A classifier row: PreActResNet-18 (CIFAR-10 layout) at ``width`` initial channels (paper: 64), NFM's
-    modules = residual blocks (``block``, the preset) or stages (``stage``)."""
+    modules = stages (``stage``, the presets) or residual blocks (``block``)."""
     return (f"classifier: PreActResNet-18 w{width}, {modules}s", "nfm_preact_resnet18_cifar10",
             "preact_resnet18_cifar10", {"initial_channels": width, "nfm_modules": modules}, batch)
 
@@ -108,7 +109,7 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=16, help="classifier's initial channels (default 16; paper 64)")
     ap.add_argument("--batch", type=int, default=16, help="classifier's batch (default 16)")
     ap.add_argument("--modules", nargs="+", default=["block", "stage"], choices=["block", "stage"],
-                    help="classifier rows: NFM before every residual block (the preset) and/or every stage")
+                    help="classifier rows: NFM before every stage (the presets) and/or every residual block")
     args = ap.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     todo = pairs(args.presets) + ([] if args.quick else [classifier(args.width, args.batch, m) for m in args.modules])

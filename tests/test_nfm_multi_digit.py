@@ -6,12 +6,9 @@ import json
 import experiment_script
 import pytest
 
-from modwire.models import list_models
 from modwire.training import build_model_for_task, load_config
 
 md = experiment_script.load("nfm_multi_digit")
-needs_presets = pytest.mark.skipif("nfm_preact_resnet18_multi_digit" not in list_models(),
-                                   reason="the preact_resnet18_multi_digit presets (models/resnet.py) are not here")
 
 
 def sets(regime, model, tmp_path, **kw):
@@ -31,7 +28,6 @@ def test_runs_are_the_cpu_config_with_the_regime_and_the_model(tmp_path):
         md.parse(["--regimes", "1_4"])
 
 
-@needs_presets
 @pytest.mark.parametrize("config", [md.CONFIG, md.ROOT / "configs" / "nfm_multi_digit_1_5.yaml"])
 def test_configs_read_nfm_eight_times(config):
     cfg = load_config(str(config))
@@ -41,7 +37,6 @@ def test_configs_read_nfm_eight_times(config):
     assert body.readers[0].k == 5 and model.num_classes == 10 and cfg.data.params["counts"]["train"][0] == 1
 
 
-@needs_presets
 def test_quick_run_trains_scores_each_count_and_tabulates(tmp_path, capsys):
     args = ["--quick", "--workers", "0", "--regimes", "1_5", "--out", str(tmp_path)]
     assert md.main(args) == 0

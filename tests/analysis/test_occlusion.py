@@ -23,6 +23,7 @@ def test_box_is_the_clipped_cutout_square(seed):
     box = cutout_box(32, 32, 16, torch_generator(seed))
     rows, cols = _reference_box(32, 32, 16, torch_generator(seed))
     x = torch.rand(3, 32, 32) + 1.0                         # no pixel is 0 before occlusion
+    x0 = x.clone()
     out = occlude(x, box)
     expected = x.clone()
     for r in rows:
@@ -30,7 +31,7 @@ def test_box_is_the_clipped_cutout_square(seed):
             expected[:, r, c] = 0.0
     torch.testing.assert_close(out, expected, atol=0, rtol=0)
     assert (out == 0).sum() == 3 * len(rows) * len(cols) and len(rows) * len(cols) <= 256
-    assert torch.equal(x, x.clone()) and (x > 0).all()       # the input is not modified
+    assert torch.equal(x, x0) and (x > 0).all()              # the input is not modified
 
 
 def test_boxes_cover_the_whole_image_and_clip_at_edges():
@@ -50,10 +51,11 @@ class _Images(torch.utils.data.Dataset):
 def test_dataset_boxes_depend_on_seed_and_index_only():
     a, b = OccludedDataset(_Images(), 16, seed=5), OccludedDataset(_Images(), 16, seed=5)
     assert torch.equal(a[7][0], b[7][0]) and a[7][1] == 7 % 3
-    box = cutout_box(32, 32, 16, torch_generator(5, 7))
+    box = cutout_box(32, 32, 16, torch_generator(5, 0, 7))    # AugmentedDataset's (seed, epoch 0, index)
     torch.testing.assert_close(a[7][0], occlude(torch.full((1, 32, 32), 8.0), box), atol=0, rtol=0)
     masks = {tuple((a[i][0] == 0).flatten().tolist()) for i in range(10)}
     assert len(masks) > 5                                     # boxes differ between images
+    assert torch.equal(a[-3][0], a[7][0])                    # a negative index is the same item
     other = OccludedDataset(_Images(), 16, seed=6)
     assert any(not torch.equal(a[i][0], other[i][0]) for i in range(10))
 

@@ -218,3 +218,18 @@ def test_bad_input_errors():
     with pytest.raises(ValueError, match="'nfm.d_k': got 32.*reuses each block's LN and attention projections"):
         TransformerLMConfig(**SMALL, nfm={"enabled": True, "d_k": 32})
     TransformerLMConfig(**SMALL, nfm={"enabled": False, "d_k": 32})        # the base network ignores nfm
+
+
+def test_empty_contexts_and_unscored_batches_are_clear_errors():
+    from modwire.tasks.metrics import IGNORE_INDEX, token_metrics, token_sums
+    from modwire.training.runtime import check_labels
+    from modwire.tasks import get_task
+
+    lm = modwire.create_model("nfm_transformer_lm_micro")
+    with pytest.raises(ValueError, match=r"B, T >= 1, got an empty batch \[2, 0\]"):
+        lm(torch.zeros(2, 0, dtype=torch.long))
+    y = torch.full((2, 4), IGNORE_INDEX)
+    with pytest.raises(ValueError, match="no scored target token"):
+        check_labels(y, get_task("wikitext2"), 50)
+    with pytest.raises(ValueError, match="no target token was scored"):
+        token_metrics(("perplexity",), token_sums(torch.randn(2, 4, 50), y))

@@ -134,3 +134,17 @@ def test_example_inputs_fit_the_model():
     assert kwargs["question"].sum(-1).eq(1).all()                 # one-hot
     assert model(*args, **kwargs).shape == (4, 10)
     assert modwire.create_model("cnn_mlp_micro", question_dim=0).example_inputs(2)[1] == {}
+
+
+def test_empty_float64_and_nan_images_are_clear_errors():
+    model = modwire.create_model("nfm_cnn_mlp_micro")
+    c = model.config
+    q = torch.zeros(2, 1, c.question_dim)
+    x = torch.rand(2, c.in_channels, c.image_size, c.image_size)
+    with pytest.raises(ValueError, match=r"B, N >= 1, got an empty batch"):
+        model(x[:0], q[:0])
+    with pytest.raises(TypeError, match=r"expected torch.float32 \(the model's weights\)"):
+        model(x.double(), q)
+    x[1, 0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        model(x, q)

@@ -27,3 +27,13 @@ def test_step_schedule_after_warmup():
 def test_bad_step_settings_are_clear_errors(override, match):
     with pytest.raises(ValueError, match=match):
         load_config(None, [override])
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (["optim.schedule=step"], r"the step schedule needs at least one milestone"),
+    (["optim.milestones=[10]"], r"used only by optim.schedule: step \(the schedule is 'cosine'\)"),
+    (["data.mixup=true", "data.mixup_alpha=0.2"], r"'data.mixup_alpha': got 0.2, but it sets Input Mixup only"),
+])
+def test_settings_that_would_be_silently_ignored_are_refused(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        load_config(None, overrides)

@@ -7,7 +7,7 @@ Cutout zeroes the *normalised* image (0 = the dataset mean); here the box is app
 evaluation pipeline gives the model: normalised images for runs trained with a normalising
 ``data.augment`` (``crop_flip``, ``deit``), raw [0, 1] images (0 = black) otherwise. ``fill`` changes it.
 
-Each image's box is a function of ``(seed, index)`` only: the same boxes for every model, batch
+Each image's box is a function of ``(seed, index)`` only (:class:`~modwire.tasks.augment.AugmentedDataset`'s generator, epoch 0): the same boxes for every model, batch
 size and worker count. ``modwire eval RUN --occlusion 16`` scores a trained run this way.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from ..seeding import torch_generator
+from ..tasks.augment import AugmentedDataset
 
 __all__ = ["OccludedDataset", "cutout_box", "occlude"]
 
@@ -42,27 +42,22 @@ def occlude(x: Tensor, box: tuple[int, int, int, int], fill: float = 0.0) -> Ten
     return out
 
 
-class OccludedDataset(Dataset):
+class OccludedDataset(AugmentedDataset):
     """``dataset`` whose images each carry one Cutout box (:func:`cutout_box`, drawn from
-    ``(seed, index)``); labels unchanged. Items are ``(image [C, H, W], label)`` or, for a
-    multi-input task, ``({"x": image, ...}, label)`` (only ``x`` is occluded)."""
+    ``(seed, index)`` by :class:`~modwire.tasks.augment.AugmentedDataset`'s per-item generator);
+    labels unchanged. Items are ``(image [C, H, W], label, ...)`` or, for a multi-input task,
+    ``({"x": image, ...}, label)`` (only ``x`` is occluded)."""
 
     def __init__(self, dataset: Dataset, size: int = 16, *, seed: int = 0, fill: float = 0.0) -> None:
         cutout_box(1, 1, size, torch.Generator())                # the size check, before any item is read
-        self.dataset, self.size, self.seed, self.fill = dataset, size, seed, float(fill)
+        self.size, self.fill = size, float(fill)
+        super().__init__(dataset, self._occlude, seed)
 
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int) -> tuple[Any, Any]:
-        x, y = self.dataset[index]
-        image = x["x"] if isinstance(x, dict) else x
+    def _occlude(self, image: Any, generator: torch.Generator) -> Tensor:
         if not isinstance(image, Tensor) or image.dim() < 2 or not image.is_floating_point():
             got = f"{tuple(image.shape)} {image.dtype}" if isinstance(image, Tensor) else type(image).__name__
             raise ValueError(f"occlusion needs float images [C, H, W] (input 'x'), got {got}")
-        box = cutout_box(image.shape[-2], image.shape[-1], self.size, torch_generator(self.seed, index))
-        image = occlude(image, box, self.fill)
-        return ({**x, "x": image} if isinstance(x, dict) else image), y
+        return occlude(image, cutout_box(image.shape[-2], image.shape[-1], self.size, generator), self.fill)
 
     def __getattr__(self, name: str) -> Any:          # the wrapped dataset's other attributes (classes, ...)
         if name.startswith("__") or name == "dataset":

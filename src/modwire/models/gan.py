@@ -268,7 +268,9 @@ class GAN(PretrainedModel):
         return dict(self._aux) if self.training else {}
 
     def set_eval_options(self, *, random_attention: bool) -> None:
-        """NFM §4.4's ablation: the generator's readers attend at random (no effect without NFM)."""
+        """NFM §4.4's ablation: the generator's readers attend at random (NFM generators only)."""
+        if random_attention and not self.config.nfm.enabled:
+            raise ValueError("random_attention: this GAN's generator has no NFM (nfm.enabled is false)")
         self.config = self.config.replace(nfm={"random_attention": bool(random_attention)})
         set_random_attention(self.generator.body, bool(random_attention))
 

@@ -290,6 +290,8 @@ class TransformerLM(PretrainedModel):
         if not isinstance(x, Tensor) or x.dim() != 2 or x.dtype.is_floating_point or x.dtype == torch.bool:
             got = f"{x.dtype} {list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"TransformerLM expects integer token ids [B, T], got {got}")
+        if 0 in x.shape:
+            raise ValueError(f"TransformerLM expects token ids [B, T] with B, T >= 1, got an empty batch {list(x.shape)}")
         if x.shape[1] > self.config.max_len:
             raise ValueError(f"TransformerLM: a context of {x.shape[1]} tokens exceeds max_len={self.config.max_len}")
         if x.device.type != "meta" and x.numel() and (int(x.min()) < 0 or int(x.max()) >= self.config.vocab_size):

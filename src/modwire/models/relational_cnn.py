@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..nn.tokenizers import _check_float, _check_not_empty
 from .base import Intermediates, PretrainedModel
 from .config import COUNT, Bounds, ModelConfig, check_single_head
 from .inputs import Inputs, named_inputs
@@ -182,6 +183,9 @@ class CNNMLP(PretrainedModel):
                 or not x.is_floating_point():
             got = f"{x.dtype} {list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x: expected images {image}, got {got}")
+        weight = self.mlp[0].weight
+        _check_not_empty(x, "x", image)
+        _check_float(x, "x", image, weight)              # the weights' dtype and device, finite
         if not c.question_dim:
             if question is not None:
                 raise ValueError("this model takes no 'question' input (config question_dim=0)")

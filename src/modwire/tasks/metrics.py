@@ -87,6 +87,8 @@ def token_metrics(names: tuple[str, ...], sums: Tensor) -> dict[str, float]:
     unknown = [n for n in names if n not in TOKEN_METRICS]
     if unknown:
         raise KeyError(f"unknown token metric(s) {unknown}; valid: {sorted(TOKEN_METRICS)}")
+    if sums[1].item() == 0:          # not perplexity 1: nothing was scored
+        raise ValueError(f"token metrics: no target token was scored (every target is IGNORE_INDEX={IGNORE_INDEX})")
     return {"loss": sums[0].item() / max(sums[1].item(), 1.0), **{n: TOKEN_METRICS[n](sums) for n in names}}
 
 

@@ -385,6 +385,15 @@ def validate(c: TrainConfig) -> None:
     """Check every field with a rule in :data:`CHOICES` / :data:`NUMERIC_RULES`, and the relations
     between fields; raise a ``ValueError`` naming the key path, the value and what is expected."""
     check_rules(c, CHOICES, NUMERIC_RULES)
+    if c.optim.schedule == "step" and not c.optim.milestones:
+        raise ValueError("config key 'optim.milestones': the step schedule needs at least one milestone (steps at "
+                         "which lr is multiplied by optim.gamma), got []")
+    if c.optim.schedule != "step" and c.optim.milestones:
+        raise ValueError(f"config key 'optim.milestones': got {list(c.optim.milestones)}, but they are used only by "
+                         f"optim.schedule: step (the schedule is {c.optim.schedule!r})")
+    if c.data.mixup_alpha != 1.0 and c.data.mixup != "input":
+        raise ValueError(f"config key 'data.mixup_alpha': got {c.data.mixup_alpha:g}, but it sets Input Mixup only "
+                         f"(data.mixup: input); data.mixup is {c.data.mixup!r}")
     if len(c.optim.betas) != 2:
         raise ValueError(f"config key 'optim.betas': got {list(c.optim.betas)}, expected two numbers [beta1, beta2]")
     if c.optim.min_lr > c.optim.lr:

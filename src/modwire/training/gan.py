@@ -194,10 +194,7 @@ def _device(model: torch.nn.Module) -> torch.device:
 def build_state(cfg: GANTrainConfig, device: torch.device) -> GANState:
     """The preset with the user's overrides, Adam for each network (Mimicry: lr 2e-4, β = (0, 0.9)) and
     the schedules (``optim.decay``)."""
-    from omegaconf import OmegaConf
-
-    overrides = OmegaConf.to_container(cfg.model.overrides) if OmegaConf.is_config(cfg.model.overrides) \
-        else dict(cfg.model.overrides)
+    overrides = dict(cfg.model.overrides)           # a plain dict after OmegaConf.to_object
     torch.manual_seed(cfg.seed)
     model = create_model(cfg.model.name, **overrides)
     if not isinstance(model, GAN):

@@ -81,6 +81,9 @@ def check_labels(y: Tensor, info, num_classes: int) -> None:
         check_multilabel(y, info, num_classes)
     if info.loss == "token_cross_entropy":
         y = y[y != IGNORE_INDEX]     # ids [B, T]; unscored positions carry IGNORE_INDEX
+        if y.numel() == 0:           # the loss would be 0/0 = NaN, silently back-propagated
+            raise ValueError(f"task {info.name!r} gave a batch with no scored target token (every target is "
+                             f"IGNORE_INDEX={IGNORE_INDEX})")
     if info.loss not in ("cross_entropy", "token_cross_entropy") or y.numel() == 0:
         return
     if y.dtype.is_floating_point or y.dtype == torch.bool:

@@ -115,8 +115,9 @@ class MixupCutmix:
             x = params.lam * x + (1 - params.lam) * partner(x)
         else:
             y0, y1_, x0, x1 = params.box
+            patch = partner(x[..., y0:y1_, x0:x1])                   # only the box of the partner images
             x = x.clone()
-            x[..., y0:y1_, x0:x1] = partner(x)[..., y0:y1_, x0:x1]
+            x[..., y0:y1_, x0:x1] = patch
         y2 = smooth_one_hot(partner(y), self.num_classes, self.label_smoothing)
         return x, params.lam * y1 + (1 - params.lam) * y2
 
