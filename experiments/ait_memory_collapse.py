@@ -11,7 +11,8 @@ fully-collapsed value) can separate them.
 
 This trains a small AiT (2 blocks of 64-d, the paper's workspace: 32 slots × 32-d, 8 heads,
 bottleneck k = 512 of a 128 × 64 = 8192-patch pool) on Fashion-MNIST (32×32, 4×4 patches, real
-data offline: ``apt-get install dataset-fashion-mnist``) with AdamW and the balance loss at
+data offline: ``apt-get install dataset-fashion-mnist``, or ``--data-root DIR`` holding the four idx
+files) with AdamW and the balance loss at
 σ = 0.01, for four workspace variants:
 
 * ``paper``: Eq. 3-4 as printed (the default);
@@ -41,15 +42,16 @@ MODEL = dict(num_classes=10, d_model=64, num_heads=4, ffn_hidden=128, bottleneck
              embed={"kind": "patches", "image_size": 32, "in_channels": 1, "patch_size": 4})
 
 
-def data(n_train: int, n_test: int):
-    """Fashion-MNIST padded to 32×32: ``(x_train, y_train, x_test, y_test)``."""
+def data(n_train: int, n_test: int, root: str | None = None):
+    """Fashion-MNIST padded to 32×32 (from ``root``, else the loader's default, Debian's path):
+    ``(x_train, y_train, x_test, y_test)``."""
     import torch
     import torch.nn.functional as F
 
     from modwire.tasks import build_dataset
 
     def load(split: str, n: int):
-        ds = build_dataset("fashion_mnist", split, max_samples=n)
+        ds = build_dataset("fashion_mnist", split, max_samples=n, root=root)
         x = torch.stack([ds[i][0] for i in range(len(ds))])
         y = torch.tensor([int(ds[i][1]) for i in range(len(ds))])
         return (F.pad(x, (2, 2, 2, 2)) if x.shape[-1] == 28 else x), y
@@ -136,9 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--quick", action="store_true", help="smoke test: 6 steps, 256 images")
+    ap.add_argument("--data-root", default=None, help="the directory of Fashion-MNIST's four idx files (default: "
+                                                       "where Debian's dataset-fashion-mnist installs them)")
     args = ap.parse_args(argv)
     steps, every = (6, 2) if args.quick else (args.steps, args.every)
-    tensors = data(512 if args.quick else 20000, 256 if args.quick else 2000)
+    tensors = data(512 if args.quick else 20000, 256 if args.quick else 2000, args.data_root)
     results = []
     for name in VARIANTS:
         results.append(train_variant(name, steps, every, tensors))

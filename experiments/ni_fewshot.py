@@ -15,7 +15,8 @@ This runs the same protocol on what the machine has, sized for a CPU:
   16 patch tokens instead of 64, 64-d instead of 192-d, fewer iterations / layers; see
   :data:`MODELS`); no RandAugment (the generator already varies every item);
 * few-shot fine-tuning of every parameter on Fashion-MNIST at 32×32 RGB (``fashion_mnist`` with
-  ``upsample_to=32, channels=3``; Debian's ``dataset-fashion-mnist``), standing in for K-MNIST,
+  ``upsample_to=32, channels=3``; Debian's ``dataset-fashion-mnist``, or ``--data-root DIR`` holding
+  the four idx files), standing in for K-MNIST,
   with ``k`` samples per class (10 ways) for ``k`` in :data:`SHOTS`, 3 seeds, through
   :func:`modwire.training.finetune.finetune_overrides` / ``finetune_seeds`` (``modwire finetune``'s
   machinery: each seed a checkpointed, resumable run; the seed draws the subset). The k-shot
@@ -123,6 +124,7 @@ class Job:
     lr: float = 0.0
     quick: bool = False
     check: bool = False            # a run of the lr check (seed 0), kept apart from the curve
+    data_root: str | None = None   # Fashion-MNIST's directory (None: the loader's default, Debian's path)
 
     @property
     def pretrain(self) -> bool:
@@ -156,7 +158,7 @@ class Job:
                                      epochs=1 if self.quick else EPOCHS, lr=self.lr,
                                      batch_size=min(FINETUNE_BATCH, self.shots * 10))
         pool = 100 if self.quick else POOL
-        extra = [f"data.params={json.dumps(TARGET_PARAMS)}", "data.val_split=test", f"data.max_samples={pool}",
+        extra = [f"data.params={json.dumps(target_params(self.data_root))}", "data.val_split=test", f"data.max_samples={pool}",
                  "progress=false", "log_every=1000"]
 
         def config_for(seed: int, run_dir: Path):
@@ -271,11 +273,13 @@ def plan(args: argparse.Namespace) -> tuple[list[Job], list[Job]]:
         raise SystemExit(f"ni_fewshot.py: --shots expects whole numbers >= 1, got {args.shots!r}")
     pre = [Job(m, quick=args.quick) for m in models]
     ft: list[Job] = []
+    root = args.data_root
     if args.lr_check:
         check_shots = shots[:1] if args.quick else LR_CHECK_SHOTS
-        ft += [Job(m, k, 1, lr, args.quick, check=True) for m in models for k in check_shots for lr in LR_CHECK[m]]
+        ft += [Job(m, k, 1, lr, args.quick, check=True, data_root=root)
+               for m in models for k in check_shots for lr in LR_CHECK[m]]
     if not args.lr_check_only:
-        ft += [Job(m, k, args.seeds, lr_of(m, args), args.quick) for m in models for k in shots]
+        ft += [Job(m, k, args.seeds, lr_of(m, args), args.quick, data_root=root) for m in models for k in shots]
     unique = {j.key: j for j in ft}
     return pre, sorted(unique.values(), key=lambda j: (j.model != "ni", -j.shots))
 
@@ -389,15 +393,20 @@ def positive(text: str) -> int:
     return int(text)
 
 
-def check_target() -> None:
+def target_params(data_root: str | None) -> dict:
+    """The fine-tuning set's ``data.params``: :data:`TARGET_PARAMS`, and ``root`` when one is given."""
+    return {**TARGET_PARAMS, **({"root": data_root} if data_root else {})}
+
+
+def check_target(data_root: str | None) -> None:
     """Fail early, with the fix, when Fashion-MNIST is not installed."""
     from modwire.tasks import build_dataset
 
     try:
-        build_dataset(TARGET, "test", **TARGET_PARAMS)
-    except (FileNotFoundError, OSError) as e:
-        raise SystemExit(f"ni_fewshot.py: the few-shot target {TARGET} is not installed ({e}); on Debian: "
-                         f"apt-get install dataset-fashion-mnist") from None
+        build_dataset(TARGET, "test", **target_params(data_root))
+    except (FileNotFoundError, OSError, ValueError) as e:
+        raise SystemExit(f"ni_fewshot.py: the few-shot target {TARGET} is not readable ({e}); on Debian: "
+                         f"apt-get install dataset-fashion-mnist, or pass --data-root DIR") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -416,7 +425,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=max(1, min(2, os.cpu_count() or 1)), help="0: in this process")
     ap.add_argument("--report", action="store_true", help="print the table of what OUT/results.jsonl holds")
     ap.add_argument("--quick", action="store_true", help="micro models, 3 pre-training steps (smoke test)")
+    ap.add_argument("--data-root", default=None, help="the directory of Fashion-MNIST's four idx files (default: "
+                                                       "where Debian's dataset-fashion-mnist installs them)")
     args = ap.parse_args(argv)
+    if args.data_root:                   # absolute: the worker processes and a resume read the same files
+        args.data_root = os.path.abspath(os.path.expanduser(args.data_root))
     args.lr_check |= args.lr_check_only
     if args.workers < 0:
         ap.error(f"--workers: expected 0 (in this process) or more, got {args.workers}")
@@ -424,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     lrs = {m: lr_of(m, args) for m in MODELS}
     failed: list[str] = []
     if not args.report:
-        check_target()
+        check_target(args.data_root)
         pre, ft = plan(args)
         start = time.perf_counter()
         failed = run_jobs(pre, out, args.workers)

@@ -42,13 +42,17 @@ def write_idx(path: Path, arr: np.ndarray) -> None:
     path.write_bytes(gzip.compress(data))
 
 
-def write_mnist(root: Path, n: int = 4, seed: int = 1) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """MNIST-style ``{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz`` with ``n`` random 28×28 images each."""
+def write_mnist(root: Path, n: int = 4, seed: int = 1, *, n_test: int | None = None,
+                balanced: bool = False) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """MNIST-style ``{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz`` (also Fashion-MNIST's, as Debian's
+    ``dataset-fashion-mnist`` installs them) with ``n`` (``n_test``) random 28×28 images; labels random
+    in 0-9, or ``i % 10`` when ``balanced`` (every class in any 10 consecutive items)."""
     rng = np.random.default_rng(seed)
     root.mkdir(parents=True, exist_ok=True)
     out = {}
-    for prefix in ("train", "t10k"):
-        images, labels = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), rng.integers(0, 10, n, dtype=np.uint8)
+    for prefix, size in (("train", n), ("t10k", n if n_test is None else n_test)):
+        images = rng.integers(0, 256, (size, 28, 28), dtype=np.uint8)
+        labels = (np.arange(size) % 10).astype(np.uint8) if balanced else rng.integers(0, 10, size, dtype=np.uint8)
         write_idx(root / f"{prefix}-images-idx3-ubyte.gz", images)
         write_idx(root / f"{prefix}-labels-idx1-ubyte.gz", labels)
         out[prefix] = images, labels

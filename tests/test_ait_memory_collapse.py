@@ -1,10 +1,10 @@
 """experiments/ait_memory_collapse.py: a smoke run writes its table, and the four variants are the
 paper's workspace and the two options of modwire.nn.workspace ("Memory collapse")."""
 import json
-from pathlib import Path
 
 import experiment_script
 import pytest
+from task_fixtures import write_mnist
 
 from modwire.models.ait import NO_COLLAPSE
 
@@ -24,9 +24,10 @@ def test_slot_similarity_is_the_mean_off_diagonal_cosine():
     assert collapse.slot_similarity(torch.tensor([[1.0, 0], [-1.0, 0]])) == pytest.approx(-1.0)
 
 
-@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(), reason="dataset-fashion-mnist not installed")
 def test_quick_run_writes_results_and_table(tmp_path):
-    assert collapse.main(["--quick", "--out", str(tmp_path)]) == 0
+    data = tmp_path / "fashion-mnist"     # Fashion-MNIST's idx files as Debian installs them, 64 + 32 images
+    write_mnist(data, n=64, n_test=32, balanced=True)
+    assert collapse.main(["--quick", "--out", str(tmp_path), "--data-root", str(data)]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     assert [r["variant"] for r in results] == list(collapse.VARIANTS)
     assert all(len(r["curve"][-1]["slot_cos"]) == 2 and 0 <= r["test_top1"] <= 1 for r in results)

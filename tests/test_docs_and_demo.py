@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from task_fixtures import write_mnist
 
 import modwire
 from modwire import demo
@@ -120,9 +121,7 @@ def test_demo_main_path_drops_modules_and_prints_the_table(tmp_path, capsys):
 
 
 def test_demo_falls_back_to_digits_and_says_why(tmp_path, monkeypatch):
-    from modwire.tasks.loaders import mnist
-
-    monkeypatch.setattr(mnist, "DEBIAN_FASHION_MNIST", str(tmp_path / "not-installed"))
+    monkeypatch.setenv("MODWIRE_SYSTEM_DATASETS", str(tmp_path / "not-installed"))
     data = demo.pick_data("auto")
     assert data.task == "digits" and "data.task=digits" in data.train
     assert "Fashion-MNIST is not readable" in data.why and "apt-get install dataset-fashion-mnist" in data.why
@@ -131,12 +130,11 @@ def test_demo_falls_back_to_digits_and_says_why(tmp_path, monkeypatch):
 
 
 def test_demo_uses_fashion_mnist_when_installed(tmp_path, monkeypatch):
-    from modwire.tasks.loaders import mnist
-
-    if not Path(mnist.DEBIAN_FASHION_MNIST).is_dir():
-        pytest.skip("dataset-fashion-mnist not installed")
+    monkeypatch.setenv("MODWIRE_SYSTEM_DATASETS", str(tmp_path))   # dataset-fashion-mnist's files, 10 + 10 images
+    write_mnist(tmp_path / "fashion-mnist", n=10, balanced=True)
     data = demo.pick_data("auto")
     assert data.task == "fashion_mnist" and "data.task=fashion_mnist" in data.train
+    assert str(tmp_path / "fashion-mnist") in data.why and "dataset-fashion-mnist" in data.why
 
 
 def test_demo_race_trains_both_models_and_prints_the_table(tmp_path, capsys):

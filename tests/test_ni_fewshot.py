@@ -6,6 +6,7 @@ from pathlib import Path
 
 import experiment_script
 import pytest
+from task_fixtures import write_mnist
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "ni_fewshot.py"
@@ -14,7 +15,7 @@ fewshot = experiment_script.load("ni_fewshot")
 
 def args(**kw) -> argparse.Namespace:
     base = dict(models="ni,vit", shots="1,2,5,10,20", seeds=3, ni_lr=None, vit_lr=None, lr_check=False,
-                lr_check_only=False, quick=False)
+                lr_check_only=False, quick=False, data_root=None)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -71,7 +72,9 @@ def test_results_file_cut_short_loses_only_the_last_job(tmp_path):
 
 
 def test_quick_run_pretrains_finetunes_reports_and_resumes(tmp_path, capsys):
-    argv = ["--quick", "--shots", "1", "--seeds", "2", "--workers", "0", "--out", str(tmp_path)]
+    data = tmp_path / "fashion-mnist"       # the few-shot target: Fashion-MNIST's idx files, every class
+    write_mnist(data, n=120, n_test=60, balanced=True)
+    argv = ["--quick", "--shots", "1", "--seeds", "2", "--workers", "0", "--out", str(tmp_path), "--data-root", str(data)]
     assert fewshot.main(argv) == 0
     results = fewshot.load_results(tmp_path / "results.jsonl")
     assert sorted(results) == ["finetune/ni_lr0.05/1shot", "finetune/vit_lr0.03/1shot", "pretrain/ni", "pretrain/vit"]
@@ -89,9 +92,10 @@ def test_quick_run_pretrains_finetunes_reports_and_resumes(tmp_path, capsys):
     ni, vit = results["finetune/ni_lr0.05/1shot"], results["finetune/vit_lr0.03/1shot"]
     assert re.search(rf"^\| 1 \| {100 * ni['mean']:.1f} ± [0-9.]+ \| {100 * vit['mean']:.1f} ± ", out, re.M)
     assert (tmp_path / "table.md").is_file() and (tmp_path / "fewshot.png").is_file()
-    cfg = fewshot.Job("ni", 1, 2, 0.05, quick=True).finetune_config_for(tmp_path)[0](0, tmp_path / "x")
+    cfg = fewshot.Job("ni", 1, 2, 0.05, quick=True, data_root=str(data)).finetune_config_for(tmp_path)[0](0, tmp_path / "x")
     assert (cfg.data.task, cfg.data.val_split, cfg.data.params["upsample_to"], cfg.data.params["channels"]) == \
         ("fashion_mnist", "test", 32, 3)
+    assert cfg.data.params["root"] == str(data)
     assert cfg.finetune.train == ["all"] and cfg.finetune.new_task and cfg.optim.warmup_steps == 0
     assert fewshot.main(argv) == 0                                              # resumed: nothing runs again
     again = capsys.readouterr().out

@@ -87,7 +87,7 @@ def pick_data(choice: str = "auto") -> DemoData:
     """Fashion-MNIST if its files are readable (``choice`` ``auto`` or ``fashion_mnist``),
     else scikit-learn's digits; ``why`` says which and why."""
     from .tasks import build_dataset
-    from .tasks.loaders.mnist import DEBIAN_FASHION_MNIST
+    from .tasks.loaders.mnist import debian_fashion_mnist
 
     if choice == "digits":
         return DemoData("digits", "scikit-learn's 8x8 digits, as asked (--dataset digits)", DIGITS_TRAIN, PRIOR)
@@ -99,8 +99,8 @@ def pick_data(choice: str = "auto") -> DemoData:
         reason = str(exc).splitlines()[0]
         return DemoData("digits", f"scikit-learn's 8x8 digits (no system package needed), because Fashion-MNIST "
                         f"is not readable ({reason}); to use it: apt-get install dataset-fashion-mnist, "
-                        f"which installs {DEBIAN_FASHION_MNIST}", DIGITS_TRAIN, PRIOR)
-    return DemoData("fashion_mnist", f"Fashion-MNIST from {DEBIAN_FASHION_MNIST} (Debian package "
+                        f"which installs {debian_fashion_mnist()}", DIGITS_TRAIN, PRIOR)
+    return DemoData("fashion_mnist", f"Fashion-MNIST from {debian_fashion_mnist()} (Debian package "
                     f"dataset-fashion-mnist)", FASHION_TRAIN, PRIOR)
 
 

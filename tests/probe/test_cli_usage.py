@@ -8,8 +8,8 @@ from modwire import cli
 @pytest.mark.parametrize("command", [["train", "c.yaml"], ["eval", "runs/x"], ["analyze", "runs/x"]])
 def test_repeated_set_options_all_apply(command):
     # `--set a=1 --set b=2` used to keep only the last option's keys: a=1 was dropped silently
-    args = cli._parser().parse_args([*command, "--set", "optim.lr=nan", "x=1", "--set", "out_dir=/tmp/o"])
-    assert args.overrides == ["optim.lr=nan", "x=1", "out_dir=/tmp/o"]
+    args = cli._parser().parse_args([*command, "--set", "optim.lr=nan", "x=1", "--set", "out_dir=runs/o"])
+    assert args.overrides == ["optim.lr=nan", "x=1", "out_dir=runs/o"]
 
 
 def test_repeated_set_reaches_validation(tmp_path, capsys):

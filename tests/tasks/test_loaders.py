@@ -13,7 +13,6 @@ from torch.utils.data import DataLoader
 from modwire.nn import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer
 from modwire.tasks import InputSpec, build_dataset, get_task, list_tasks
 from modwire.tasks.loaders import images, text
-from modwire.tasks.loaders.mnist import DEBIAN_FASHION_MNIST
 
 LOADERS = ["cifar10", "cifar100", "fashion_mnist", "imdb_bytes", "kmnist", "lra_listops", "mnist", "mnist_m",
            "modelnet40", "oxford_pet", "pgm", "svhn", "tiny_imagenet", "tiny_imagenet_r", "wikitext2"]
@@ -24,8 +23,6 @@ def test_all_loaders_registered_and_need_a_root(tmp_path):
     for name in LOADERS:
         info = get_task(name)
         assert info.kind == "loader" and "root" in info.params and info.params["root"] is None
-        if name == "fashion_mnist" and os.path.isdir(DEBIAN_FASHION_MNIST):
-            continue
         with pytest.raises(ValueError, match="root=... is required") as e:
             build_dataset(name, info.splits[0])
         assert "Expected layout" in str(e.value) and "nothing is downloaded" in str(e.value)
@@ -267,21 +264,15 @@ def test_mnist_malformed_idx_files(tmp_path):
 
 
 def test_fashion_mnist_root_defaults_to_the_debian_path(tmp_path, monkeypatch):
-    from modwire.tasks.loaders import mnist
-    arrays = _mnist_root(tmp_path / "fashion-mnist")  # the package's names: train-images-idx3-ubyte.gz, ...
-    monkeypatch.setattr(mnist, "DEBIAN_FASHION_MNIST", str(tmp_path / "fashion-mnist"))
+    # Debian's install path (tests/test_hermetic.py) moved by $MODWIRE_SYSTEM_DATASETS; a fixture in the
+    # package's layout (train-images-idx3-ubyte.gz, ...)
+    monkeypatch.setenv("MODWIRE_SYSTEM_DATASETS", str(tmp_path))
+    arrays = _mnist_root(tmp_path / "fashion-mnist")
     ds = build_dataset("fashion_mnist", "train")
     assert len(ds) == 3 and int(ds[2][1]) == arrays["train"][1][2]
+    assert torch.equal(ds[1][0], build_dataset("fashion_mnist", "train", root=tmp_path / "fashion-mnist")[1][0])
     with pytest.raises(ValueError, match="root=... is required"):
         build_dataset("mnist", "train")  # only Fashion-MNIST has a default
-
-
-def test_fashion_mnist_from_the_debian_package_path():
-    if not os.path.isdir(DEBIAN_FASHION_MNIST):
-        pytest.skip(f"{DEBIAN_FASHION_MNIST} not installed (Debian package dataset-fashion-mnist)")
-    test = build_dataset("fashion_mnist", "test")  # root defaults to the Debian path
-    assert len(test) == 10_000 and test[0][0].shape == (1, 32, 32)
-    assert torch.bincount(test.labels, minlength=10).tolist() == [1000] * 10
 
 
 # ---------------------------------------------------------------- LRA text

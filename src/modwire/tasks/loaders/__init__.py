@@ -1,8 +1,8 @@
 """Loaders for official on-disk dataset formats. Each module registers its tasks on import.
 
 Every loader but ``digits`` (whose data ships with scikit-learn) needs ``root=`` (nothing
-is downloaded) and raises ``FileNotFoundError`` /
-``ValueError`` showing the expected layout when the data is missing or malformed.
+is downloaded; ``fashion_mnist`` defaults to where Debian installs it, :func:`system_dataset`)
+and raises ``FileNotFoundError`` / ``ValueError`` showing the expected layout when the data is missing or malformed.
 
 - :mod:`.images`: ``tiny_imagenet``, ``tiny_imagenet_r`` (float [3, 64, 64] in [0, 1])
 - :mod:`.image_folder`: ``image_folder`` (any ``train/<class>/`` + ``val|test/<class>/`` image
@@ -28,3 +28,4 @@ is downloaded) and raises ``FileNotFoundError`` /
 """
 from . import (cifar, digits, digits_multitask, image_folder, images, kmnist, mnist, mnistm, nlvr2,  # noqa: F401
                pets, pgm, pointclouds, svhn, text, wikitext)  # (register the tasks)
+from ._common import SYSTEM_DATASETS, SYSTEM_DATASETS_ENV, system_dataset  # noqa: F401

@@ -1,7 +1,10 @@
 """Helpers shared by the loaders: locating ``root``, errors that show the expected layout.
 
 Every loader takes ``root`` (no default download location: nothing is ever
-downloaded). A missing or malformed dataset raises ``FileNotFoundError`` or
+downloaded). The one default root is where a system package installs a dataset
+(:func:`system_dataset`: Debian's ``dataset-*`` packages write ``/usr/share/datasets/<name>``);
+the environment variable ``MODWIRE_SYSTEM_DATASETS`` moves that directory (the test suite
+points it at an empty one, so no test can read a dataset installed on the machine). A missing or malformed dataset raises ``FileNotFoundError`` or
 ``ValueError`` whose message holds the expected directory layout as a small tree and
 what was actually found. When a file may be in several places, :func:`first_existing`
 tries them in order and its error lists every path tried. A file that should be
@@ -16,6 +19,16 @@ from typing import Any, Callable, Sequence
 
 from torch import Tensor
 from torch.utils.data import Dataset
+
+
+SYSTEM_DATASETS_ENV = "MODWIRE_SYSTEM_DATASETS"
+SYSTEM_DATASETS = "/usr/share/datasets"
+
+
+def system_dataset(name: str) -> Path:
+    """Where a system package installs dataset ``name``: ``$MODWIRE_SYSTEM_DATASETS/<name>``, by default
+    ``/usr/share/datasets/<name>`` (read at each call, so a change of the variable takes effect at once)."""
+    return Path(os.environ.get(SYSTEM_DATASETS_ENV) or SYSTEM_DATASETS) / name
 
 
 def found_listing(path: Path | None, limit: int = 12) -> str:

@@ -9,7 +9,8 @@ use a model with another tokenizer, or override ``image_size`` accordingly.
 dataset to 32×32 RGB (``upsample_to=32, channels=3``), e.g. Fashion-MNIST or K-MNIST
 (:mod:`.kmnist`) as a few-shot target for a model pre-trained on the digits multi-task.
 Fashion-MNIST's root defaults to ``/usr/share/datasets/fashion-mnist/``, where
-Debian's package ``dataset-fashion-mnist`` installs the four ``*.gz`` files.
+Debian's package ``dataset-fashion-mnist`` installs the four ``*.gz`` files
+(``$MODWIRE_SYSTEM_DATASETS/fashion-mnist/`` when that variable is set: :func:`._common.system_dataset`).
 
 idx format: a big-endian header ``0x00 0x00 <type> <ndim>`` then ``ndim`` uint32
 sizes, then the data; only unsigned bytes (type 0x08) are accepted, images with 3
@@ -18,7 +19,6 @@ dimensions (magic 0x00000803) and labels with 1 (0x00000801).
 from __future__ import annotations
 
 import gzip
-import os
 import zlib
 from pathlib import Path
 from typing import Any, Callable
@@ -29,9 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
-from ._common import LoaderDataset, check_binary, first_existing, malformed, require_root
-
-DEBIAN_FASHION_MNIST = "/usr/share/datasets/fashion-mnist/"
+from ._common import LoaderDataset, check_binary, first_existing, malformed, require_root, system_dataset
 
 LAYOUT = """\
 <root>/                                (also accepted: <root>/raw/, <root>/{name}/raw/)
@@ -43,9 +41,15 @@ LAYOUT = """\
 IDX_MAGIC = {3: 0x00000803, 1: 0x00000801}
 
 
+def debian_fashion_mnist() -> Path:
+    """Where Debian's package ``dataset-fashion-mnist`` installs the four ``.gz`` files (Fashion-MNIST's
+    default root; moved by ``$MODWIRE_SYSTEM_DATASETS``)."""
+    return system_dataset("fashion-mnist")
+
+
 def _layout(task: str) -> str:
     if task == "fashion_mnist":
-        return (LAYOUT.replace("{name}", "FashionMNIST") + f"\n(root=None: {DEBIAN_FASHION_MNIST}, where Debian's "
+        return (LAYOUT.replace("{name}", "FashionMNIST") + f"\n(root=None: {debian_fashion_mnist()}, where Debian's "
                 "package dataset-fashion-mnist installs the four .gz files, if it exists)")
     return LAYOUT.replace("{name}", "MNIST")
 
@@ -160,8 +164,8 @@ def build_mnist(split: str, root: Any = None, pad_to: int | None = 32, transform
 def build_fashion_mnist(split: str, root: Any = None, pad_to: int | None = 32, transform: Callable | None = None,
                         channels: int = 1, upsample_to: int | None = None):
     """Fashion-MNIST ``train`` / ``test``; ``root=None`` uses Debian's install path if it exists."""
-    if root is None and os.path.isdir(DEBIAN_FASHION_MNIST):
-        root = DEBIAN_FASHION_MNIST
+    if root is None and debian_fashion_mnist().is_dir():
+        root = debian_fashion_mnist()
     return _build("fashion_mnist", split, root, pad_to, transform, channels, upsample_to)
 
 
@@ -181,6 +185,7 @@ register_task(TaskInfo(
 ), build_mnist)
 register_task(TaskInfo(
     name="fashion_mnist", kind="loader",
-    description=f"Fashion-MNIST from idx files (default root {DEBIAN_FASHION_MNIST} if present), padded 28->32",
+    description="Fashion-MNIST from idx files (default root /usr/share/datasets/fashion-mnist if present, "
+                "or $MODWIRE_SYSTEM_DATASETS/fashion-mnist), padded 28->32",
     describe=_describe, splits=("train", "test"), params=dict(PARAMS),
 ), build_fashion_mnist)
