@@ -248,7 +248,6 @@ def test_one_step_retrieval_lowers_the_literal_eq7_energy_of_states_near_a_patte
 # ----------------------------------------------------------------------------- plots
 
 def test_plots_write_files(tmp_path):
-    pytest.importorskip("matplotlib")
     from modwire.analysis.plots import plot_attention_sparsity, plot_energy, plot_patch_diversity, plot_slot_maps
 
     scores = [torch.rand(3, 17) * 17, torch.full((3, 17), 4.0)]        # a constant head draws too
@@ -312,9 +311,8 @@ def test_script_on_a_vit_run_writes_the_sparsity_violins_and_its_numbers(tmp_pat
     assert summary["median_per_head"] == want and summary["tokens"] == 17     # 16 patches + CLS
     with pytest.raises(SystemExit, match="records no global workspace"):
         script.main([str(tmp_path / "vit"), "--out", str(out), "--no-plots"])
-    if pytest.importorskip("matplotlib"):
-        script.main(["--vit", str(tmp_path / "vit"), "--out", str(out), "--samples", "8"])
-        assert (out / "vit_sparsity.png").stat().st_size > 0
+    script.main(["--vit", str(tmp_path / "vit"), "--out", str(out), "--samples", "8"])
+    assert (out / "vit_sparsity.png").stat().st_size > 0
 
 
 # ----------------------------------------------------------------------------- a real AiT (models/ait.py)
@@ -404,7 +402,6 @@ def test_script_on_an_ait_run_writes_every_figure_and_its_numbers(tmp_path, monk
 
     import experiment_script
 
-    pytest.importorskip("matplotlib")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     script = experiment_script.load("ait_analysis")
     _train(tmp_path / "ait", "ait_micro", ("aux_loss_weights={balance: 0.01}",))

@@ -7,8 +7,6 @@ from modwire import demo
 from modwire.tasks import build_dataset
 from modwire.tasks.loaders.digits import build_digits
 
-pytest.importorskip("sklearn.datasets")
-
 
 @pytest.mark.parametrize("argv, message", [
     (["--models", "nac_huge"], "invalid choice: 'nac_huge'"),

@@ -1,11 +1,9 @@
 """The ``digits`` task: scikit-learn's 8x8 digits, offline, upsampled for the conv tokenizer."""
 import numpy as np
-import pytest
+import sklearn.datasets as sklearn_datasets   # the test extra installs it: a missing one fails, not skips
 import torch
 
 from modwire.tasks import build_dataset, get_task
-
-sklearn_datasets = pytest.importorskip("sklearn.datasets")
 
 
 def test_digits_splits_partition_the_data_and_keep_the_pixels():
