@@ -1,31 +1,34 @@
-"""The AiT memory collapses as printed; two options keep its slots apart (measured here).
+"""The AiT memory collapse: which parts of the write keep the memory slots apart (measured here).
 
-AiT's memory slots should specialise (Figure 2: each slot attends to its own image region).
-With Eq. 3-4 as printed, every slot becomes the same vector within a few dozen training steps:
-``top-k(softmax(·))`` keeps a small share of a nearly uniform softmax over the ``B·N`` pool, so
-``γ̂ = LN(Concat(heads) W^O)`` is dominated by ``W^O``'s bias and is the same for every slot;
-and Eq. 4 averages the unit-norm memory with a LayerNorm output of norm ``√D``, so the new write
-weighs far more than ``1 - α``. Once the slots are equal, their queries, selections and updates
-are equal too, and neither the task loss nor the balance loss (Eq. 5-6, stuck at its
-fully-collapsed value) can separate them.
+AiT's memory slots should specialise (Figure 2: each slot attends to its own image region). This
+trains a small AiT (2 blocks of 64-d, the paper's workspace: 32 slots × 32-d, 8 bottleneck heads
+of width D = 32 with the 1/√D scale of Eq. 3, no biases, bottleneck k = 512 of a 128 × 64 = 8192-patch
+pool) with AdamW and the balance loss at σ = 0.01, for these workspace variants:
 
-This trains a small AiT (2 blocks of 64-d, the paper's workspace: 32 slots × 32-d, 8 heads,
-bottleneck k = 512 of a 128 × 64 = 8192-patch pool) on Fashion-MNIST (32×32, 4×4 patches, real
-data offline: ``apt-get install dataset-fashion-mnist``, or ``--data-root DIR`` holding the four idx
-files) with AdamW and the balance loss at
-σ = 0.01, for four workspace variants:
-
-* ``paper``: Eq. 3-4 as printed (the default);
-* ``kept``: ``bottleneck_softmax="kept"`` (each slot's weights renormalised over its k patches);
+* ``paper``: Eq. 3-4 as printed, ``γ̂ = LN(Concat(heads) W^O)``;
+* ``residual``: the authors' code's write ``γ̂ = LN(γ + Concat(heads) W^O)`` (``write_residual=True``;
+  their Dropout is left out, modwire's AiT has none);
+* ``biased``: modwire's former workspace: biases on ``W^Q, W^K, W^V, W^O`` and ``D/A``-wide heads
+  (``bottleneck_bias=True, bottleneck_head_split=True``), Eq. 3 as printed;
+* ``kept``: ``bottleneck_softmax="kept"`` (the authors' top-k: each slot's weights renormalised over
+  its k patches);
 * ``unit``: ``normalize_update=True`` (``γ̂`` scaled to unit slots before Eq. 4);
-* ``both``: :data:`modwire.models.ait.NO_COLLAPSE`.
+* ``both``: :data:`modwire.models.ait.NO_COLLAPSE` (``kept`` and ``unit``);
+* ``authors``: the authors' code's write and top-k (``residual`` and ``kept``).
+
+Every variant states ``write_residual`` itself, so the table does not move with the default.
+Data: Fashion-MNIST (32×32, 4×4 patches; ``apt-get install dataset-fashion-mnist`` or ``--data-root DIR``
+holding the four idx files); where Fashion-MNIST is not at hand, ``--task digits`` (scikit-learn's
+bundled 8×8 digits upsampled to 32×32, the same model; 1.2k training images) or ``--task triangle``
+(the built-in generated Triangle task, 64×64 in 8×8 patches: the same 64 tokens per image and pool).
 
 Per variant it records, every ``--every`` steps, the mean cosine similarity between the slots of
 each layer's memory, the balance loss and the task loss, and at the end the test accuracy on the
 first 2000 test images and the number of distinct patches the slots select. Results go to
 ``OUT/results.json``, the table to ``OUT/table.md``, the curves to ``OUT/slot_similarity.png``.
 
-Run: ``python experiments/ait_memory_collapse.py`` (about 5 minutes on 2 cores); ``--quick``.
+Run: ``python experiments/ait_memory_collapse.py`` (300 steps, about 1.5 minutes a variant on one
+core); ``--task triangle --steps 150``; ``--quick``.
 """
 from __future__ import annotations
 
@@ -36,22 +39,30 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "experiments" / "results" / "ait_memory_collapse"
-VARIANTS = {"paper": {}, "kept": {"bottleneck_softmax": "kept"}, "unit": {"normalize_update": True},
-            "both": {"bottleneck_softmax": "kept", "normalize_update": True}}
-MODEL = dict(num_classes=10, d_model=64, num_heads=4, ffn_hidden=128, bottleneck_size=512,
+PAPER = {"write_residual": False}           # Eq. 3-4 as printed (no biases, width-D heads: the defaults)
+VARIANTS = {"paper": PAPER, "residual": {"write_residual": True},
+            "biased": {**PAPER, "bottleneck_bias": True, "bottleneck_head_split": True},
+            "kept": {**PAPER, "bottleneck_softmax": "kept"}, "unit": {**PAPER, "normalize_update": True},
+            "both": {**PAPER, "bottleneck_softmax": "kept", "normalize_update": True},
+            "authors": {"write_residual": True, "bottleneck_softmax": "kept"}}
+MODEL = dict(num_classes=10, d_model=64, num_heads=4, ffn_hidden=128, bottleneck_size=512, classifier="mean",
              embed={"kind": "patches", "image_size": 32, "in_channels": 1, "patch_size": 4})
+TASKS = {"fashion_mnist": {"num_classes": 10, "embed": MODEL["embed"]},
+         "digits": {"num_classes": 10, "embed": MODEL["embed"]},
+         "triangle": {"num_classes": 2, "embed": {"kind": "patches", "image_size": 64, "in_channels": 1,
+                                                  "patch_size": 8}}}
 
 
-def data(n_train: int, n_test: int, root: str | None = None):
-    """Fashion-MNIST padded to 32×32 (from ``root``, else the loader's default, Debian's path):
-    ``(x_train, y_train, x_test, y_test)``."""
+def data(n_train: int, n_test: int, root: str | None = None, task: str = "fashion_mnist"):
+    """Fashion-MNIST padded to 32×32 (from ``root``, else the loader's default, Debian's path) or the
+    generated Triangle task: ``(x_train, y_train, x_test, y_test)``."""
     import torch
     import torch.nn.functional as F
 
     from modwire.tasks import build_dataset
 
     def load(split: str, n: int):
-        ds = build_dataset("fashion_mnist", split, max_samples=n, root=root)
+        ds = build_dataset(task, split, max_samples=n, **({"root": root} if task == "fashion_mnist" else {}))
         x = torch.stack([ds[i][0] for i in range(len(ds))])
         y = torch.tensor([int(ds[i][1]) for i in range(len(ds))])
         return (F.pad(x, (2, 2, 2, 2)) if x.shape[-1] == 28 else x), y
@@ -69,7 +80,7 @@ def slot_similarity(memory) -> float:
     return float((s.sum() - s.diagonal().sum()) / (m * m - m))
 
 
-def train_variant(name: str, steps: int, every: int, tensors, seed: int = 0) -> dict:
+def train_variant(name: str, steps: int, every: int, tensors, seed: int = 0, task: str = "fashion_mnist") -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -78,7 +89,7 @@ def train_variant(name: str, steps: int, every: int, tensors, seed: int = 0) -> 
 
     x, y, xt, yt = tensors
     torch.manual_seed(seed)
-    model = create_model("ait_small_cifar10", **MODEL, **VARIANTS[name])
+    model = create_model("ait_small_cifar10", **{**MODEL, **TASKS[task]}, **VARIANTS[name])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     g = torch.Generator().manual_seed(seed)
     curve, start = [], time.perf_counter()
@@ -97,7 +108,7 @@ def train_variant(name: str, steps: int, every: int, tensors, seed: int = 0) -> 
     with torch.no_grad():
         correct = sum(int((model(xt[i:i + 256]).argmax(-1) == yt[i:i + 256]).sum()) for i in range(0, len(xt), 256))
         diversity = model_patch_diversity(model, [xt[:128]]).mean(dim=-1).tolist()
-    return {"variant": name, "steps": steps, "curve": curve, "test_top1": correct / len(xt),
+    return {"variant": name, "task": task, "overrides": VARIANTS[name], "steps": steps, "curve": curve, "test_top1": correct / len(xt),
             "patch_diversity": diversity, "seconds": round(time.perf_counter() - start, 1)}
 
 
@@ -125,7 +136,7 @@ def plot(results: list[dict], path: Path) -> None:
         for layer, style in ((0, "-"), (1, "--")):
             ax.plot(steps, [c["slot_cos"][layer] for c in r["curve"]], style, label=f"{r['variant']} (layer {layer + 1})")
     ax.set(xlabel="training step", ylabel="mean cosine between memory slots", ylim=(-0.05, 1.05),
-           title="AiT memory collapse (Fashion-MNIST)")
+           title=f"AiT memory collapse ({results[0]['task']})")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.savefig(path, dpi=120, bbox_inches="tight")
@@ -138,14 +149,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--quick", action="store_true", help="smoke test: 6 steps, 256 images")
+    ap.add_argument("--task", choices=sorted(TASKS), default="fashion_mnist")
+    ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     ap.add_argument("--data-root", default=None, help="the directory of Fashion-MNIST's four idx files (default: "
                                                        "where Debian's dataset-fashion-mnist installs them)")
     args = ap.parse_args(argv)
     steps, every = (6, 2) if args.quick else (args.steps, args.every)
-    tensors = data(512 if args.quick else 20000, 256 if args.quick else 2000, args.data_root)
+    tensors = data(512 if args.quick else 20000, 256 if args.quick else 2000, args.data_root, args.task)
     results = []
-    for name in VARIANTS:
-        results.append(train_variant(name, steps, every, tensors))
+    for name in args.variants:
+        results.append(train_variant(name, steps, every, tensors, task=args.task))
         print(f"{name}: slot cosine {results[-1]['curve'][-1]['slot_cos']}, test top-1 {results[-1]['test_top1']:.3f} "
               f"({results[-1]['seconds']:.0f} s)", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,8 @@ This runs the same comparison in a CPU budget (:data:`BASE`):
   (32 slots × 32-d, 8 heads, k = 64): what the CPU cannot afford is the width, not the
   mechanism;
 * every row of Table 2 is the same preset with :data:`modwire.models.ait.ABLATIONS`'s overrides
-  ("W/O memory" is the ViT, tested equal to ``ViT`` with the same weights);
+  ("W/O memory" is the ViT with the preset's classifier: the authors' flattened one, Table 1's;
+  with ``classifier="mean"`` it is tested equal to ``ViT`` with the same weights);
 * one budget of optimizer steps for every row (``--steps``), AdamW (weight decay 0.01), lr 1e-3
   with 100 warm-up steps and a cosine decay to 1e-6, the balance loss at σ = 0.01 (AiT §5.1).
 

@@ -21,6 +21,16 @@ The three fine-tuning settings run in parallel worker processes (one thread each
 Output (``--out``, default ``experiments/results/ni_fuzzy_boolean``): ``pretrain/`` (the run),
 ``finetune-<setting>/`` (one run per seed, ``summary.json``), ``table.md`` and ``table1.png``.
 ``--report`` reprints the table from those files; ``--quick`` is a smoke test (seconds).
+
+Table 1's parameter sets are the paper's: the 10 new CLS tokens feed the pre-trained shared
+regression head, which ``new_task`` keeps, so ``cls`` trains the CLS tokens alone ("all parameters
+remain frozen, implying that the CLS tokens are the only trainable parameters"), ``cls,type_inference``
+adds type inference (MLP, signatures, σ), ``all`` everything.
+
+``--residual-growth`` measures NI Eq. 11's three readings (``interpreter_residual``: ``update``, the
+default; ``identity``, Eq. 11 as printed; ``none``, the authors' code) at initialisation on
+``ni_digits`` and ``ni_fuzzy_boolean``: the residual stream's ``|x_i^{(k)}| / |x_i^{(0)}|`` after each
+function iteration, and whether ``iterations=50`` runs (``residual_growth.json``; seconds).
 """
 from __future__ import annotations
 
@@ -131,6 +141,58 @@ def format_dynamic(d: dict) -> str:
             f"Function dropping (NI Fig. 5c), pre-training R² with one function removed: {drops}.")
 
 
+# ----------------------------------------------------------------------------- Eq. 11: residual growth
+
+READINGS = ("update", "identity", "none")
+
+
+def _growth_inputs(preset: str, seed: int = 0) -> tuple:
+    """``(x, forward kwargs)``: 8 random inputs of the preset's kind."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    if preset == "ni_digits":
+        return torch.rand(8, 3, 32, 32, generator=g), {"task": torch.arange(8) % 3}
+    return torch.rand(8, 5, 1, generator=g), {}
+
+
+def residual_growth_of(preset: str, residual: str) -> dict:
+    """One preset and reading at initialisation (seed 0): the growth per function iteration
+    (:func:`modwire.models.neural_interpreter.residual_growth`) and ``iterations=50``'s outcome."""
+    import torch
+
+    import modwire
+    from modwire.models.neural_interpreter import residual_growth
+
+    torch.manual_seed(0)
+    model = modwire.create_model(preset, interpreter_residual=residual).eval()
+    x, kw = _growth_inputs(preset)
+    with torch.no_grad():
+        tokens = model.embed(x)
+        tokens = torch.cat([tokens, model.cls_tokens.expand(len(x), -1, -1)], dim=1)   # as SetModel._run
+        ratios = residual_growth(model, tokens)
+        try:
+            fifty = "finite" if torch.isfinite(model(x, iterations=50, **kw)).all() else "NaN"
+        except ValueError as e:
+            fifty = f"refused: {e}"
+    c = model.config
+    return {"scripts": c.num_scripts, "iterations_per_script": c.num_iterations, "growth": ratios,
+            "per_iteration": [b / a for a, b in zip([1.0] + ratios[:-1], ratios)], "iterations_50": fifty}
+
+
+def residual_growth_table(out: Path) -> str:
+    """Every preset × reading into ``out/residual_growth.json``; returns a Markdown summary."""
+    result = {p: {r: residual_growth_of(p, r) for r in READINGS} for p in ("ni_digits", "ni_fuzzy_boolean")}
+    (out / "residual_growth.json").write_text(json.dumps(result, indent=1) + "\n")
+    lines = ["| preset | interpreter_residual | |x^(k)|/|x^(0)| after each function iteration | iterations=50 |",
+             "| --- | --- | --- | --- |"]
+    for preset, readings in result.items():
+        for residual, r in readings.items():
+            growth = ", ".join(f"{g:.3g}" for g in r["growth"])
+            lines.append(f"| {preset} | {residual} | {growth} | {r['iterations_50'].split(';')[0]} |")
+    return "\n".join(lines)
+
+
 # ----------------------------------------------------------------------------- the table
 
 def setting_results(out: Path, setting: str) -> list[dict]:
@@ -237,6 +299,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--workers", type=int, default=2, help="parallel fine-tuning processes")
     ap.add_argument("--report", action="store_true", help="reprint the table from --out")
     ap.add_argument("--quick", action="store_true", help="a smoke test: tiny sizes, one seed")
+    ap.add_argument("--residual-growth", action="store_true",
+                    help="only measure NI Eq. 11's residual growth at initialisation (residual_growth.json)")
     args = ap.parse_args(argv)
     for name in ("width", "points", "val_points", "epochs", "adapt_points", "adapt_epochs", "workers"):
         if getattr(args, name) < 1:
@@ -251,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.residual_growth:
+        print(residual_growth_table(out))
+        return 0
     if not args.report:
         val = pretrain(args)["val"]
         print(f"pre-training: R² {val['r2']:.4f} ± {val['r2_std']:.4f} (over the 20 functions)", flush=True)

@@ -11,9 +11,14 @@ from modwire.models.ait import NO_COLLAPSE
 collapse = experiment_script.load("ait_memory_collapse")
 
 
-def test_variants_are_the_paper_and_the_two_options():
-    assert collapse.VARIANTS["paper"] == {} and collapse.VARIANTS["both"] == NO_COLLAPSE
-    assert {**collapse.VARIANTS["kept"], **collapse.VARIANTS["unit"]} == NO_COLLAPSE
+def test_variants_are_the_paper_and_each_option_with_the_residual_write_stated():
+    paper = {"write_residual": False}                                   # Eq. 3-4 as printed
+    v = collapse.VARIANTS
+    assert v["paper"] == paper and v["residual"] == {"write_residual": True}
+    assert v["both"] == {**paper, **NO_COLLAPSE} and {**v["kept"], **v["unit"]} == {**paper, **NO_COLLAPSE}
+    assert v["biased"] == {**paper, "bottleneck_bias": True, "bottleneck_head_split": True}
+    assert v["authors"] == {"write_residual": True, "bottleneck_softmax": "kept"}
+    assert all("write_residual" in o for o in v.values())              # the table does not move with the default
 
 
 def test_slot_similarity_is_the_mean_off_diagonal_cosine():
@@ -31,4 +36,11 @@ def test_quick_run_writes_results_and_table(tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
     assert [r["variant"] for r in results] == list(collapse.VARIANTS)
     assert all(len(r["curve"][-1]["slot_cos"]) == 2 and 0 <= r["test_top1"] <= 1 for r in results)
-    assert (tmp_path / "table.md").read_text().count("\n") == 6
+    assert (tmp_path / "table.md").read_text().count("\n") == 2 + len(collapse.VARIANTS)
+
+
+def test_quick_run_on_the_generated_triangle_task(tmp_path):
+    assert collapse.main(["--quick", "--task", "triangle", "--variants", "paper", "residual",
+                          "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [(r["variant"], r["task"]) for r in results] == [("paper", "triangle"), ("residual", "triangle")]

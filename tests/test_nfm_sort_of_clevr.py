@@ -17,8 +17,13 @@ def test_runs_are_the_table6_presets_with_one_budget(tmp_path):
     nfm = load_config(None, soc.row_overrides("nfm", a, 1, tmp_path))
     one = load_config(None, soc.row_overrides("nfm_one_pass", a, 0, tmp_path))
     assert (cnn.model.name, nfm.model.name) == ("cnn_mlp_sort_of_clevr", "nfm_cnn_mlp_sort_of_clevr")
-    assert cnn.model.overrides == {} and nfm.model.overrides == {"stem_layers": 1}
-    assert one.model.overrides == {"stem_layers": 1, "nfm": {"passes": 1}}
+    assert cnn.model.overrides == {"block_order": "conv_relu_bn"}                  # the authors' order (issue 23)
+    assert nfm.model.overrides == {"stem_layers": 1, "block_order": "conv_relu_bn"}
+    assert one.model.overrides == {"stem_layers": 1, "nfm": {"passes": 1}, "block_order": "conv_relu_bn"}
+    old = soc.parse(["--block-order", "conv_bn_relu"])
+    old_cnn = load_config(None, soc.row_overrides("cnn", old, 0, tmp_path))
+    assert old_cnn.model.overrides == {"block_order": "conv_bn_relu"}
+    assert soc.sizes(old)["block_order"] == "conv_bn_relu" != soc.sizes(a)["block_order"]
     for cfg in (cnn, nfm):
         assert cfg.data.task == "sort_of_clevr_image" and cfg.data.params["holdout"] == 2
         assert cfg.max_steps == 300 and cfg.data.batch_size == 32 and cfg.optim.lr == 1e-3

@@ -68,3 +68,22 @@ def test_quick_run_pretrains_finetunes_every_setting_and_reports(tmp_path, monke
     mtime = (tmp_path / "pretrain" / "result.json").stat().st_mtime
     assert fz.main(["--quick", "--out", str(tmp_path), "--workers", "1"]) == 0
     assert (tmp_path / "pretrain" / "result.json").stat().st_mtime == mtime
+
+
+def test_residual_growth_of_the_eq11_readings():
+    """``--residual-growth``: Eq. 11 as printed doubles the stream per function iteration and is
+    refused at iterations=50 (2 scripts: 2^100); the default reading keeps the scale and runs."""
+    literal = fz.residual_growth_of("ni_fuzzy_boolean", "identity")
+    assert len(literal["growth"]) == 4 and all(1.9 < g < 2.1 for g in literal["per_iteration"])
+    assert literal["iterations_50"].startswith("refused:") and "2^100" in literal["iterations_50"]
+    default = fz.residual_growth_of("ni_fuzzy_boolean", "update")
+    assert all(0.8 < g < 1.25 for g in default["growth"]) and default["iterations_50"] == "finite"
+
+
+def test_committed_residual_growth_matches_the_documented_numbers():
+    """The numbers the NI docstring and README quote come from the committed measurement."""
+    result = json.loads((ROOT / "experiments" / "results" / "ni_fuzzy_boolean" / "residual_growth.json").read_text())
+    digits = result["ni_digits"]
+    assert len(digits["identity"]["growth"]) == 8 and 250 < digits["identity"]["growth"][-1] < 260
+    assert 1.0 < digits["update"]["growth"][-1] < 1.1 and digits["update"]["iterations_50"] == "finite"
+    assert result["ni_fuzzy_boolean"]["identity"]["iterations_50"].startswith("refused:")

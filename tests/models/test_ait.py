@@ -112,26 +112,58 @@ def test_intermediates_hold_one_workspace_record_per_layer():
 
 
 def test_paper_presets_and_parameter_counts():
-    """Table 6 sizes; our counts next to Table 1's (15.8 / 45.9 / 91.0 M). The difference to
-    the ViT is the workspace layers: 2·E·D + 2·D² + D·E + 3 LayerNorms and biases per layer
-    (≈ 0.08 M), far less than the ≈ 0.45 M per layer Table 1 implies (README: not explained by
-    the paper's equations)."""
+    """Table 6 sizes; the Table 1 presets reach Table 1's counts (15.8 / 45.9 / 91.0 M) within 1 %
+    with Eq. 3's workspace (heads of width D, no biases) and the authors' classifier (LayerNorm over
+    the flattened N·E features, then Linear). The difference to the pooled ViT is the workspace
+    layers plus that classifier."""
     counts = {}
     for size, layers in (("small", 2), ("medium", 6), ("base", 12)):
         with torch.device("meta"):
             ait, vit = create_model(f"ait_{size}"), create_model(f"vit_{size}_cifar10")
         c = ait.config
         assert (c.num_layers, c.d_model, c.num_heads, c.ffn_hidden) == (layers, 768, 12, 3072)
-        e, d = 768, 32
-        per_layer = 2 * (e * d + d) + 2 * (d * d + d) + (d * e + e) + 2 * e + 2 * d
-        assert ait.num_parameters() - vit.num_parameters() == layers * per_layer
+        assert (c.bottleneck_bias, c.bottleneck_head_split, c.classifier) == (False, False, "flatten")
+        e, d, a, n, classes = 768, 32, 8, 64, 10
+        per_layer = 2 * e * a * d + 2 * a * d * d + (d * e + e) + 2 * e + 2 * d
+        heads = (2 * n * e + n * e * classes + classes) - (e * classes + classes + 2 * e)
+        assert ait.num_parameters() - vit.num_parameters() == layers * per_layer + heads
         counts[size] = ait.num_parameters() / 1e6
-    assert counts == pytest.approx({"small": 14.43, "medium": 43.09, "base": 86.09}, abs=0.01)
+    assert counts == pytest.approx({"small": 15.73, "medium": 45.82, "base": 90.97}, abs=0.01)
+    assert counts == pytest.approx({"small": 15.8, "medium": 45.9, "base": 91.0}, rel=0.01)   # Table 1
     for name, slots, k, patch in (("ait_small_pet", 128, 512, 16), ("ait_small_triangle", 32, 64, 32),
                                   ("ait_small_cifar100", 32, 512, 4)):
         c = modwire.get_config(name)
         assert (c.num_slots, c.bottleneck_size, c.embed.patch_size, c.slot_dim, c.workspace_heads) == \
             (slots, k, patch, 32, 8)
+
+
+def test_former_workspace_and_pooled_classifier_are_options():
+    """bottleneck_head_split + bottleneck_bias + classifier="mean": modwire's former AiT-Small
+    (14.43 M); each option changes only what it names."""
+    with torch.device("meta"):
+        old = create_model("ait_small", bottleneck_head_split=True, bottleneck_bias=True, classifier="mean")
+    assert old.num_parameters() / 1e6 == pytest.approx(14.43, abs=0.01)
+    ws = old.workspaces[0]
+    assert ws.head_dim == 4 and ws.q.weight.shape == (32, 32) and ws.k.bias.shape == (32,)
+
+
+def test_flatten_classifier_is_layernorm_over_the_flattened_tokens_then_linear():
+    model = micro(classifier="flatten").eval()
+    assert isinstance(model.norm, torch.nn.Identity) and model.heads.linear.in_features == 16 * 32
+    it = model.forward_intermediates(images())
+    head = model.heads
+    flat = it.states.flatten(1)                                     # [B, N·E]
+    expected = torch.nn.functional.layer_norm(flat, flat.shape[1:], head.norm.weight, head.norm.bias) \
+        @ head.linear.weight.T + head.linear.bias
+    torch.testing.assert_close(it.logits, expected)
+    model.new_task(3)                                               # fine-tuning: a fresh classifier
+    assert model(images()).shape == (4, 3) and model.config.num_classes == 3
+    with pytest.raises(ValueError, match="classifier"):
+        model.new_task(3, heads=2)
+    with pytest.raises(ValueError, match="classifier"):
+        micro(classifier="flatten", num_cls_tokens=1)
+    with pytest.raises(ValueError, match="classifier"):
+        AiTConfig(classifier="cls")
 
 
 def test_parameter_sets_name_the_workspace_for_finetuning():
@@ -142,11 +174,13 @@ def test_parameter_sets_name_the_workspace_for_finetuning():
     assert len(names) == sum(len(list(s.parameters())) for s in model.workspaces)
 
 
-def test_no_collapse_options_reach_every_workspace():
+def test_workspace_options_reach_every_workspace():
     from modwire.models.ait import NO_COLLAPSE
 
-    model = micro(**NO_COLLAPSE)
-    assert all(s.bottleneck_softmax == "kept" and s.normalize_update for s in model.workspaces)
+    model = micro(**NO_COLLAPSE, write_residual=False, bottleneck_bias=True, bottleneck_head_split=True)
+    assert all(s.bottleneck_softmax == "kept" and s.normalize_update and not s.write_residual and s.head_split
+               and s.o.bias is not None for s in model.workspaces)
+    assert all(s.write_residual and s.o.bias is None and not s.head_split for s in micro().workspaces)
     rec = model.eval().forward_intermediates(images()).workspace[0]
     torch.testing.assert_close(rec.weights.sum(-1), torch.ones(1, 2, 8))     # renormalised over the kept
 
@@ -155,7 +189,8 @@ def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match="pool"):
         AiTConfig(pool="all")
     with pytest.raises(ValueError, match="workspace_heads"):
-        AiTConfig(slot_dim=32, workspace_heads=5)
+        AiTConfig(slot_dim=32, workspace_heads=5, bottleneck_head_split=True)
+    AiTConfig(slot_dim=32, workspace_heads=5)                      # heads of width D need no divisor
     with pytest.raises(ValueError, match="memory_alpha"):
         AiTConfig(memory_alpha=1.0)
     with pytest.raises(ValueError, match="bottleneck_softmax"):

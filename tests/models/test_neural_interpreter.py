@@ -3,16 +3,18 @@ of ``tests/reference/ni.py`` (NI Eq. 2-3, 7-13), the identity property of Eq. 10
 to a ViT, dynamic inference (capacity extension, function dropping, anytime iterations), frozen
 signatures, save/load and config errors."""
 import copy
+import inspect
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from modwire.models.neural_interpreter import NeuralInterpreter, NeuralInterpreterConfig
+from modwire.models.neural_interpreter import (NeuralInterpreter, NeuralInterpreterConfig, max_identity_iterations,
+                                               residual_growth)
 from modwire.models.registry import create_model
 from modwire.models.set_model import EmbedConfig
 from modwire.models.vit import ViT, ViTConfig
-from reference.ni import fn_iter_literal
+from reference.ni import fn_iter_literal, interpreter_literal
 
 B = 2
 
@@ -151,16 +153,46 @@ def test_reduces_to_vit_with_one_function(residual):
         torch.testing.assert_close(ni(x), vit(x), rtol=0, atol=1e-10)
 
 
-def test_residual_stream_growth_of_the_three_forms():
-    """Eq. 11 as printed roughly doubles the residual stream per iteration; ``update`` / ``none``
-    keep its scale (the measurement the model docstring describes)."""
-    norms = {}
+def test_default_eq11_reading_is_the_scale_keeping_one_and_matches_the_reference_default():
+    """The default of the model and of the literal reference is the same reading of Eq. 11:
+    ``y_i = x_i + Σ_u C_ui (LOCs(x)_ui - x_i)`` (the text under Eq. 11, no doubling)."""
+    assert NeuralInterpreterConfig().interpreter_residual == "update"
+    assert inspect.signature(interpreter_literal).parameters["residual"].default == "update"
+    assert inspect.signature(fn_iter_literal).parameters["residual"].default == "update"
+    for name in ("ni_digits", "ni_fuzzy_boolean", "ni_pgm_neutral", "ni_micro"):
+        assert create_model(name).config.interpreter_residual == "update", name
+
+
+def test_residual_stream_growth_of_the_three_readings():
+    """Eq. 11 as printed (``identity``) doubles the residual stream every function iteration
+    (Σ_u C_ui ≈ 1 without truncation); ``update`` / ``none`` keep its scale."""
+    growth = {}
     for residual in ("identity", "update", "none"):
         model = _model(interpreter_residual=residual, num_scripts=1, num_iterations=6, tau=None)
-        x = _tokens(model, _x())
-        y, _ = model.encode(x, record=False)
-        norms[residual] = (y.norm(dim=-1) / x.norm(dim=-1)).mean().item()
-    assert norms["identity"] > 20 and norms["update"] < 5 and norms["none"] < 5
+        growth[residual] = residual_growth(model, _tokens(model, _x()))
+        assert len(growth[residual]) == 6
+    per_iteration = [b / a for a, b in zip([1.0] + growth["identity"][:-1], growth["identity"])]
+    assert all(1.8 < g < 2.2 for g in per_iteration), per_iteration
+    assert all(0.5 < r < 2 for r in growth["update"] + growth["none"]), growth
+
+
+def test_many_iterations_work_by_default_and_eq11_as_printed_says_why_it_cannot():
+    """``iterations=50``: the default reading stays finite; Eq. 11 as printed would scale the
+    stream by 2^(n_s·k) and is refused (with the reason) before it overflows into NaN."""
+    torch.manual_seed(0)
+    x = torch.rand(B, 1, 4, 4)
+    model = NeuralInterpreter(_config()).eval()                               # float32, 2 scripts
+    with torch.no_grad():
+        assert torch.isfinite(model(x, iterations=50)).all()
+    literal = NeuralInterpreter(_config(interpreter_residual="identity")).eval()
+    assert max_identity_iterations(torch.float32) == 60
+    with torch.no_grad():
+        assert torch.isfinite(literal(x, iterations=30)).all()                # 2 · 30 = 60: allowed
+        with pytest.raises(ValueError, match=r"doubles the residual stream.*2\^100.*'update'"):
+            literal(x, iterations=50)
+        assert torch.isfinite(literal.double()(x.double(), iterations=50)).all()   # float64: 508
+    with pytest.raises(ValueError, match="num_iterations.*doubles"):
+        _config(interpreter_residual="identity", num_scripts=2, num_iterations=31)
 
 
 # ----------------------------------------------------------------------------- dynamic inference
@@ -273,7 +305,7 @@ def test_save_load_round_trip(tmp_path):
 def test_parameter_sets_name_existing_parameters():
     model = _model()
     sets = model.parameter_sets()
-    assert set(sets) == {"cls", "type_inference", "signatures_codes", "functions", "all"}
+    assert set(sets) == {"cls", "heads", "type_inference", "signatures_codes", "functions", "all"}
     names = [n for n, _ in model.named_parameters()]
     for key, prefixes in sets.items():
         assert any(n.startswith(prefixes) for n in names), key
@@ -294,6 +326,8 @@ def test_bad_config_values_name_the_field(field, value, match):
 def test_presets_build_and_digits_count():
     n = create_model("ni_digits").num_parameters()
     assert abs(n - 6.43e5) / 6.43e5 < 0.02, n
+    pgm = create_model("ni_pgm_neutral").num_parameters()         # the count the _pgm docstring states
+    assert pgm == 1_403_923 and -0.13 < (pgm - 1.6e6) / 1.6e6 < -0.12
     for name in ("ni_fuzzy_boolean", "ni_micro"):
         m = create_model(name)
         assert m.num_parameters() > 0

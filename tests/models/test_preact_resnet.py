@@ -193,3 +193,34 @@ def test_final_norm_adds_he_et_al_s_last_bn_relu_before_the_pooling():
     expected = normed.head(F.relu(normed.norm(h)).mean(dim=(-2, -1)))
     torch.testing.assert_close(normed(x), expected)
     torch.testing.assert_close(plain(x), plain.head(h.mean(dim=(-2, -1))))
+
+
+@pytest.mark.parametrize("modules", ["stage", "block"])
+def test_nfm_built_on_a_trained_base_is_the_base_network(modules):
+    """Issue 23 item 10: loading a trained base network's weights into its NFM version fills every
+    pass (pass 2's own blocks included), so with γ = 0 the NFM model is the base network exactly."""
+    from modwire.models.nfm import load_base_weights
+
+    torch.manual_seed(7)
+    base = modwire.create_model("preact_resnet_micro", nfm_modules=modules)
+    with torch.no_grad():                                          # "trained": far from the init
+        for prm in base.parameters():
+            prm.add_(0.3 * torch.randn_like(prm))
+    x = torch.randn(4, 1, 8, 8)
+    base(x)                                                        # BN running statistics
+    base.eval()
+    nfm = modwire.create_model("nfm_preact_resnet_micro", nfm_modules=modules)
+    left = load_base_weights(nfm, base.state_dict())
+    assert left and all(k.startswith("body.readers.") for k in left)
+    assert torch.equal(nfm.eval()(x), base(x))
+
+
+def test_the_table9_conflict_is_stated_next_to_the_preset():
+    """Issue 23 item 13: the nfm_preact_resnet34_cifar100 preset (k 5, 4 heads, d_k = d_v = 16) is not one
+    of NFM Table 9's PreActResNet34 / CIFAR-100 settings; its description says so."""
+    from modwire.models.registry import get_config, model_source
+
+    c = get_config("nfm_preact_resnet34_cifar100").nfm
+    assert (c.k, c.heads, c.d_k, c.d_v) == (5, 4, 16, 16)
+    assert "conflicts with Table 9" in model_source("nfm_preact_resnet34_cifar100")
+    assert "Table 9" not in model_source("nfm_preact_resnet18_cifar100")

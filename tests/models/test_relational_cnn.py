@@ -8,7 +8,8 @@ from torch import nn
 
 import modwire
 from modwire.models import InputSpec
-from modwire.models.relational_cnn import CNNMLP, CNNMLPConfig, conv_size
+from modwire.models.nfm import load_base_weights
+from modwire.models.relational_cnn import AUTHORS_NFM_CNN, CNNMLP, CNNMLPConfig, conv_size
 from modwire.training import build_model_for_task, load_config
 
 
@@ -32,9 +33,12 @@ def test_paper_preset_sizes_and_parameter_count():
     assert nfm.body.passes == 2 and nfm.body.num_blocks == 4
 
 
-def test_forward_is_conv_bn_relu_blocks_then_the_mlp_on_flatten_and_question():
+@pytest.mark.parametrize("order", ["conv_relu_bn", "conv_bn_relu"])
+def test_forward_is_conv_blocks_then_the_mlp_on_flatten_and_question(order):
+    """Default ``conv_relu_bn`` (the authors' code: Conv → ReLU → BN); ``conv_bn_relu`` the option."""
     torch.manual_seed(0)
-    model = modwire.create_model("cnn_mlp_micro").eval()
+    model = modwire.create_model("cnn_mlp_micro", **({} if order == "conv_relu_bn" else {"block_order": order})).eval()
+    assert model.config.block_order == order
     convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
     norms = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
     for bn in norms:                                    # non-trivial running statistics
@@ -44,8 +48,10 @@ def test_forward_is_conv_bn_relu_blocks_then_the_mlp_on_flatten_and_question():
     h = x
     for conv, bn in zip(convs, norms, strict=True):
         h = F.conv2d(h, conv.weight, conv.bias, stride=2, padding=1)
+        h = torch.relu(h) if order == "conv_relu_bn" else h
         h = (h - bn.running_mean[:, None, None]) / torch.sqrt(bn.running_var[:, None, None] + bn.eps)
-        h = torch.relu(h * bn.weight[:, None, None] + bn.bias[:, None, None])
+        h = h * bn.weight[:, None, None] + bn.bias[:, None, None]
+        h = torch.relu(h) if order == "conv_bn_relu" else h
     lin = [m for m in model.mlp if isinstance(m, nn.Linear)]
     z = torch.cat([h.flatten(1), q[:, 0]], 1)
     z = torch.relu(lin[1](torch.relu(lin[0](z))))
@@ -148,3 +154,88 @@ def test_empty_float64_and_nan_images_are_clear_errors():
     x[1, 0, 0, 0] = float("nan")
     with pytest.raises(ValueError, match="NaN"):
         model(x, q)
+
+
+def test_widths_per_block_and_the_authors_head():
+    torch.manual_seed(4)
+    model = modwire.create_model("cnn_mlp_micro", channels=[4, 6, 10], head_pool=2, head_channels=3).eval()
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    assert [m.out_channels for m in convs] == [4, 6, 10, 3]
+    x, q = _inputs(model.config)
+    h = model.body(model.stem(x))                                     # [3, 10, 2, 2]
+    pooled = F.avg_pool2d(h, 2).expand(-1, -1, 2, 2)                  # 2×2 → 1×1, resized back (nearest)
+    z = torch.cat([model.project(pooled).flatten(1), q[:, 0]], 1)
+    torch.testing.assert_close(model(x, q), model.mlp(z))
+    assert model.mlp[0].in_features == 3 * 2 * 2 + 11
+    with pytest.raises(ValueError, match=r"'channels': got \[4, 6\], expected an integer >= 1 .* list of num_layers=3"):
+        CNNMLPConfig(num_layers=3, channels=[4, 6])
+    with pytest.raises(ValueError, match=r"'head_pool': got 6, expected at most the final grid side 5"):
+        CNNMLPConfig(head_pool=6)
+    with pytest.raises(ValueError, match=r"config field 'block_order': got 'bn_relu'"):
+        CNNMLPConfig(block_order="bn_relu")
+
+
+def _authors_parameter_count() -> tuple[int, int]:
+    """The authors' CNN_MLP_NFL (ConvInputModel_NFL2 + AttentiveDensenet(key 16, value 16, 4 heads) over the
+    eight states [48, 96, 192, 384] × 2 passes + conv1 1×1 384 → 64 + fc1 (5·5·64 + 11 → 256) + FCOutputModel),
+    layer by layer: (all their parameters, those their forward never uses: pass 1 does not read, so its
+    query convs, output convs + BN and γ stay unused)."""
+    widths, conv = [3, 48, 96, 192, 384], lambda i, o, k: i * o * k * k + o
+    blocks = sum(conv(a, b, 3) + 2 * b for a, b in zip(widths[:-1], widths[1:]))          # conv + BatchNorm2d
+    def reader(ch: int) -> tuple[int, int]:
+        query, key_value = conv(ch, 64, 1), 2 * conv(ch, 64, 1)
+        out = conv(64, ch, 3) + 2 * ch + conv(ch, ch, 3)                                 # out_layers, + γ
+        return query + key_value + out + 1, query + out + 1
+    readers = [reader(ch) for ch in widths[1:]]
+    head = conv(384, 64, 1) + (5 * 5 * 64 + 11) * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10
+    total = 2 * blocks + 2 * sum(r[0] for r in readers) + head
+    return total, sum(r[1] for r in readers)
+
+
+def test_the_authors_nfm_network_can_be_built():
+    """Issue 23 item 12: with AUTHORS_NFM_CNN, modwire builds the authors' Sort-of-CLEVR NFM(CNN)
+    (6.89 M parameters in their code, 2.23 M of them never used and not built here)."""
+    total, unused = _authors_parameter_count()
+    assert (total, unused) == (6_892_754, 2_226_500)
+    model = modwire.create_model("nfm_cnn_mlp_sort_of_clevr", **AUTHORS_NFM_CNN)
+    assert model.num_parameters() == total - unused == 4_666_254
+    c, body = model.config, model.body
+    assert c.widths() == [48, 96, 192, 384] and c.block_order == "conv_relu_bn"
+    assert body.read_at == "after_last_pass" and [r.gamma is not None for r in body.readers] == [False] * 4 + [True] * 4
+    assert all(isinstance(r.w_o1, nn.Conv2d) and r.topk_softmax == "subtract" for r in body.readers[4:])
+    assert isinstance(body.blocks[0][1], nn.ReLU) and isinstance(body.blocks[0][2], nn.BatchNorm2d)
+    x, kw = model.example_inputs(2)
+    out = model.eval().forward_intermediates(*x, **kw)
+    assert out.logits.shape == (2, 10) and [(r.pass_index, len(r.sources)) for r in out.nfm] == [(1, 5), (1, 6),
+                                                                                                 (1, 7), (1, 8)]
+
+
+@pytest.mark.parametrize("authors", [False, True])
+@pytest.mark.parametrize("passes", [2, 3])
+def test_an_nfm_built_on_a_trained_base_is_the_base_network(authors, passes):
+    """Issue 23 item 10: every pass starts from the loaded base (γ = 0 → the base's logits, exactly);
+    also for the authors' network (64×64 images here, to stay small)."""
+    torch.manual_seed(5)
+    if authors:
+        plain = {k: v for k, v in AUTHORS_NFM_CNN.items() if k != "nfm"}
+        base = modwire.create_model("cnn_mlp_sort_of_clevr", image_size=64, **plain)
+        nfm = modwire.create_model("nfm_cnn_mlp_sort_of_clevr", image_size=64,
+                                   **{**AUTHORS_NFM_CNN, "nfm": {**AUTHORS_NFM_CNN["nfm"], "passes": passes}})
+    else:
+        base = modwire.create_model("cnn_mlp_micro")
+        nfm = modwire.create_model("nfm_cnn_mlp_micro", nfm={"passes": passes})
+    with torch.no_grad():                                          # "trained": far from the init
+        for prm in base.parameters():
+            prm.add_(0.3 * torch.randn_like(prm))
+    x, q = _inputs(base.config, batch=4)
+    base(x, q)                                                     # BN running statistics
+    base.eval()
+    left = load_base_weights(nfm, base.state_dict())
+    assert left and all(k.startswith("body.readers.") for k in left)
+    assert torch.equal(nfm.eval()(x, q), base(x, q))
+
+
+def test_base_weights_of_another_layout_are_a_clear_error():
+    base = modwire.create_model("cnn_mlp_micro")
+    with pytest.raises(ValueError, match=r"missing \(not NFM readers\) \['stem.0.0.bias'"):   # another stem split
+        load_base_weights(modwire.create_model("nfm_cnn_mlp_micro", stem_layers=1), base.state_dict())

@@ -45,9 +45,21 @@ def test_attend_topk_softmax_all_is_aiT_eq3_top_k_of_the_full_softmax():
         attend(q, k, v, topk=3, topk_softmax="some")
 
 
+def test_projections_are_eq3s_by_default_no_biases_and_heads_of_width_d():
+    """AiT Eq. 1-3 (and the authors' code): W^Q_i, W^K_i, W^V_i map to the slot width D for each
+    of the A heads, W^O maps A·D back to D, none has a bias; the scale is 1/√D."""
+    ws = workspace()
+    e, d, a = 12, 8, 2
+    assert (ws.head_dim, ws.head_split, ws.q.bias, ws.k.bias, ws.v.bias, ws.o.bias) == (d, False, None, None, None, None)
+    assert ws.q.weight.shape == (a * d, d) and ws.k.weight.shape == ws.v.weight.shape == (a * d, e)
+    assert ws.o.weight.shape == (d, a * d)
+    split = workspace(head_split=True, bias=True)                  # the option: A heads of width D/A, biases
+    assert split.head_dim == d // a and split.q.weight.shape == (d, d) and split.o.bias.shape == (d,)
+
+
 @pytest.mark.parametrize("k", [4, None])
 def test_bottleneck_attention_and_memory_update_equal_eq3_eq4_literally(k):
-    ws = workspace(bottleneck_size=k or 0)
+    ws = workspace(bottleneck_size=k or 0, write_residual=False)  # Eq. 3 as printed
     pool = tokens(1, 7)[0]
     gamma = ws.memory.clone()
     gamma_hat, w = ws.write(pool.unsqueeze(0), gamma, need_weights=True)
@@ -59,9 +71,47 @@ def test_bottleneck_attention_and_memory_update_equal_eq3_eq4_literally(k):
         assert ((w[0] > 0).sum(-1) == k).all()                    # each slot selects exactly k patches
 
 
+@pytest.mark.parametrize("options", [dict(write_residual=True), dict(bias=True), dict(head_split=True),
+                                     dict(bias=True, head_split=True, write_residual=False)])
+def test_workspace_options_equal_their_literal_restatement(options):
+    """``write_residual`` (the authors' LN(γ + Concat(heads) W^O)), ``bias`` and ``head_split``
+    (heads of width D/A, scale 1/√(D/A)) against tests/reference/ait.py."""
+    ws = workspace(**{"write_residual": False, **options})
+    pool = tokens(1, 7)[0]
+    gamma = ws.memory.clone()
+    gamma_hat, w = ws.write(pool.unsqueeze(0), gamma, need_weights=True)
+    ref_hat, ref_w = bottleneck_literal(gamma, pool, ws, 4, residual=ws.write_residual, head_split=ws.head_split)
+    torch.testing.assert_close(w[0], ref_w)
+    torch.testing.assert_close(gamma_hat[0], ref_hat)
+    if ws.write_residual:                                           # the residual changes γ̂
+        assert not torch.allclose(gamma_hat[0], bottleneck_literal(gamma, pool, ws, 4)[0])
+
+
+def mean_slot_cosine(memory):
+    g = torch.nn.functional.normalize(memory, dim=-1)
+    m = len(g)
+    return float(((g @ g.T).sum() - m) / (m * m - m))
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_biases_collapse_the_memory_of_a_frozen_workspace(bias):
+    """The effect stated for ``bias`` (modwire.nn.workspace): with frozen random weights and
+    random pools, 40 writes keep the slots apart without biases and make them one vector with
+    biases on W^Q, W^K, W^V, W^O (as printed, without the residual write)."""
+    torch.manual_seed(0)
+    ws = GlobalWorkspace(32, num_slots=16, slot_dim=16, num_heads=4, bottleneck_size=32, bias=bias,
+                         write_residual=False).train()
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for _ in range(40):
+            ws(torch.randn(8, 16, 32, generator=g))
+    cosine = mean_slot_cosine(ws.memory)
+    assert cosine > 0.99 if bias else cosine < 0.5
+
+
 def test_collapse_options_renormalise_the_kept_weights_and_unit_scale_the_update():
     """bottleneck_softmax="kept" and normalize_update=True (modwire.nn.workspace, "Memory collapse")."""
-    ws = workspace(bottleneck_softmax="kept", normalize_update=True)
+    ws = workspace(bottleneck_softmax="kept", normalize_update=True, write_residual=False)
     pool = tokens(1, 7)[0]
     gamma = ws.memory.clone()
     gamma_hat, w = ws.write(pool.unsqueeze(0), gamma, need_weights=True)
@@ -78,8 +128,9 @@ def test_collapse_options_renormalise_the_kept_weights_and_unit_scale_the_update
 
 @pytest.mark.parametrize("pool", ["batch", "sample"])
 @pytest.mark.parametrize("steps", [1, 2])
-def test_training_forward_and_gradients_equal_the_literal_layer(pool, steps):
-    ws = workspace(pool=pool, steps=steps).train()
+@pytest.mark.parametrize("residual", [True, False])
+def test_training_forward_and_gradients_equal_the_literal_layer(pool, steps, residual):
+    ws = workspace(pool=pool, steps=steps, write_residual=residual).train()
     x = tokens().requires_grad_()
     gamma = ws.memory.clone()
     y, _ = ws(x)
@@ -101,7 +152,7 @@ def test_per_sample_pool_memory_update_is_eq4_with_the_mean_update():
     x = tokens()
     gamma = ws.memory.clone()
     ws(x)
-    hats = torch.stack([bottleneck_literal(gamma, x_b, ws, 4)[0] for x_b in ws.norm(x)])
+    hats = torch.stack([bottleneck_literal(gamma, x_b, ws, 4, residual=ws.write_residual)[0] for x_b in ws.norm(x)])
     torch.testing.assert_close(ws.memory, memory_update_literal(gamma, hats.mean(0), 0.9))
 
 
@@ -211,6 +262,7 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match=r"got torch.int64 \[3, 4, 12\]"):
         ws(torch.zeros(3, 4, 12, dtype=torch.long))
     with pytest.raises(ValueError, match="slot_dim"):
-        GlobalWorkspace(12, slot_dim=10, num_heads=4)
+        GlobalWorkspace(12, slot_dim=10, num_heads=4, head_split=True)
+    GlobalWorkspace(12, slot_dim=10, num_heads=4)                 # heads of width D need no divisor
     with pytest.raises(ValueError, match="pool"):
         GlobalWorkspace(12, pool="everything")

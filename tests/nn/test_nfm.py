@@ -9,7 +9,7 @@ from torch import nn
 import modwire.nn.nfm as nfm_module
 from modwire.models.nfm import BlockSequence, NFMConfig, build_body
 from modwire.nn.nfm import NFM, NFMLayer, rescale
-from tests.reference.nfm import nfm_literal, reader_literal, window_literal
+from tests.reference.nfm import nfm_literal, reader_literal, subtract_kth_literal, window_literal
 
 
 def conv_blocks():
@@ -28,17 +28,25 @@ def make_nfm(*, gamma: float | None = 0.6, seed: int = 0, **kw) -> NFM:
     if gamma is not None:
         with torch.no_grad():
             for j, r in enumerate(m.readers):
+                if r.gamma is None:                       # a module that only writes (read_at="after_last_pass")
+                    continue
                 r.gamma.fill_(gamma + 0.1 * j)
-                if isinstance(r.norm, nn.BatchNorm1d):   # non-trivial affine BN parameters
+                if isinstance(r.norm, (nn.BatchNorm1d, nn.BatchNorm2d)):   # non-trivial affine BN parameters
                     r.norm.weight.uniform_(0.5, 1.5)
                     r.norm.bias.uniform_(-0.5, 0.5)
     return m
 
 
 @pytest.mark.parametrize("kw", [{}, {"rescale": "nearest"}, {"score_scale": "sqrt_d_k"}, {"norm": "none", "k": 1},
-                                {"share_blocks": True, "passes": 3, "k": 6}])
+                                {"share_blocks": True, "passes": 3, "k": 6}, {"topk_softmax": "subtract"},
+                                {"topk_softmax": "subtract", "k": 1}, {"reader_output": "conv3x3"},
+                                {"read_at": "after_last_pass"}, {"read_at": "after_last_pass", "passes": 3}])
 def test_algorithm1_matches_literal_forward_and_gradients(kw):
-    m = make_nfm(**kw)
+    assert_matches_literal(make_nfm(**kw))
+
+
+def assert_matches_literal(m: NFM) -> None:
+    """``m``'s forward and gradients (input and every parameter) equal tests/reference/nfm.py's, float64."""
     x = torch.randn(2, 3, 9, 9, dtype=torch.float64, requires_grad=True)
     out = m(x)
     x2 = x.detach().clone().requires_grad_(True)
@@ -272,3 +280,163 @@ def test_states_of_different_spatial_rank_get_a_clear_error():
     m = NFM([nn.Conv1d(2, 2, 3, 1, 1), nn.Unflatten(2, (2, 4))], channels=[2, 2, 2], k=2)
     with pytest.raises(ValueError, match=r"spatial shapes .* cannot be read together"):
         m(torch.randn(2, 2, 8))
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 23: the authors' options (top-k rule, read schedule, reader output) and pretrained bases
+# --------------------------------------------------------------------------------------------
+
+def conv_only_blocks():
+    """2-D states only (9×9 → 5×5 → 5×5 → 3×3), for the 3×3-convolution reader outputs."""
+    return [nn.Sequential(nn.Conv2d(3, 4, 3, 2, 1), nn.ReLU(), nn.BatchNorm2d(4)),
+            nn.Sequential(nn.Conv2d(4, 6, 3, 1, 1), nn.ReLU(), nn.BatchNorm2d(6)),
+            nn.Sequential(nn.Conv2d(6, 6, 3, 2, 1), nn.ReLU(), nn.BatchNorm2d(6))]
+
+
+def _with_gammas(m: NFM, gamma: float = 0.6) -> NFM:
+    with torch.no_grad():
+        for j, r in enumerate(m.readers):
+            if r.gamma is not None:               # the earlier passes of read_at="after_last_pass": no γ
+                r.gamma.fill_(gamma + 0.1 * j)
+            if isinstance(r.norm, (nn.BatchNorm1d, nn.BatchNorm2d)):
+                r.norm.weight.uniform_(0.5, 1.5)
+                r.norm.bias.uniform_(-0.5, 0.5)
+    return m
+
+
+AUTHORS = dict(read_at="after_last_pass", reader_output="conv3x3", topk_softmax="subtract", rescale="nearest",
+               score_scale="sqrt_d_k")
+
+
+@pytest.mark.parametrize("kw", [AUTHORS, {**AUTHORS, "rescale": "space_to_depth", "k": 2}])
+def test_the_authors_form_matches_literal_forward_and_gradients(kw):
+    """The authors' Sort-of-CLEVR form (every option at once) against tests/reference/nfm.py."""
+    torch.manual_seed(11)
+    assert_matches_literal(_with_gammas(NFM(conv_only_blocks(), channels=[3, 4, 6, 6], d_k=4, d_v=3, heads=2,
+                                            **{"k": 3, **kw}).double()))
+
+
+def test_subtract_kth_literal_by_hand():
+    """Ke et al.'s rule on one row: softmax (0.1, 0.2, 0.3, 0.4)-like weights, k = 2."""
+    w = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    got = torch.stack(subtract_kth_literal(list(torch.log(w)), 2))
+    kept = torch.tensor([0.0, 0.0, 0.1 - 1e-7, 0.2 - 1e-7], dtype=torch.float64)   # minus the 3rd largest, 0.2
+    torch.testing.assert_close(got, kept / (kept.sum() + 1e-7), rtol=0, atol=1e-15)
+    three = torch.stack(subtract_kth_literal(list(torch.log(w[:3])), 2))           # ≤ k + 1 keys: the softmax
+    torch.testing.assert_close(three, w[:3] / w[:3].sum(), rtol=0, atol=1e-15)
+
+
+def test_topk_softmax_subtract_is_the_authors_rule_and_changes_the_weights(monkeypatch):
+    """topk_softmax="subtract": each reader's weights are the authors' rule (the (k+1)-th weight
+    subtracted); "kept" (§3.2.1's text) renormalises the softmax of the k best scores instead."""
+    seen = {}
+    real = nfm_module.sparse_softmax
+
+    def spy(scores, **kw):
+        w = real(scores, **kw)
+        seen.setdefault(kw["topk_softmax"], []).append((scores, w))
+        return w
+
+    monkeypatch.setattr(nfm_module, "sparse_softmax", spy)
+    x = torch.randn(2, 3, 9, 9, dtype=torch.float64)
+    for rule in ("kept", "subtract"):
+        make_nfm(k=3, topk_softmax=rule, seed=12, gamma=None)(x)          # γ = 0: the same states, so the same scores
+    largest = 0.0
+    for (s1, w_kept), (s2, w_sub) in zip(seen["kept"], seen["subtract"]):
+        assert torch.equal(s1, s2)                                          # same scores, two rules
+        rows = s1.reshape(-1, s1.shape[-1])
+        want = torch.stack([torch.stack(subtract_kth_literal(list(r), 3)) for r in rows])
+        torch.testing.assert_close(w_sub.reshape(want.shape), want, rtol=0, atol=1e-12)
+        n_keys = s1.shape[-1]                                               # at most k kept, above k + 1 keys
+        assert torch.all((w_sub > 0).sum(-1) <= (3 if n_keys > 4 else n_keys))
+        largest = max(largest, (w_sub - w_kept).abs().max().item())
+    assert largest > 0.05                                                  # a real difference, not rounding
+
+
+def test_read_after_last_pass_reads_and_writes_as_the_authors_code():
+    torch.manual_seed(13)
+    m = NFM(conv_only_blocks(), channels=[3, 4, 6, 6], k=3, d_k=4, d_v=3, heads=2, read_at="after_last_pass")
+    n = 3
+    for p in range(2):
+        for i in range(n):
+            r = m.readers[p * n + i]
+            assert r.key is not None and r.value is not None                # every block's output is written
+            assert (r.query is not None, r.gamma is not None) == (p == 1, p == 1)   # only the last pass reads
+    m(torch.randn(2, 3, 9, 9), record=True)
+    assert [(r.pass_index, r.layer_index, r.sources) for r in m.records] == [
+        (1, i, [(0, 0), (0, 1), (0, 2)] + [(1, j) for j in range(i + 1)]) for i in range(n)]
+    with pytest.raises(RuntimeError, match="only writes"):
+        m.readers[0].read(torch.randn(2, 4, 5, 5), [])
+
+
+@pytest.mark.parametrize("kw", [{}, {"read_at": "after_last_pass"}, AUTHORS])
+def test_gamma_zero_is_the_base_network_under_every_option(kw):
+    torch.manual_seed(14)
+    blocks = conv_only_blocks()
+    base = nn.Sequential(*copy.deepcopy(blocks)).eval()
+    m = NFM(blocks, channels=[3, 4, 6, 6], k=3, **kw).eval()
+    x = torch.randn(3, 3, 9, 9)
+    assert torch.equal(m(x), base(x))
+
+
+def test_conv3x3_reader_output_needs_two_dimensional_states():
+    m = NFM([nn.Conv1d(2, 2, 3, 1, 1), nn.Conv1d(2, 2, 3, 1, 1)], channels=[2, 2, 2], k=2, reader_output="conv3x3")
+    with pytest.raises(ValueError, match=r"reader_output='conv3x3' reads 2-D states"):
+        m(torch.randn(2, 2, 8))
+    with pytest.raises(ValueError, match="read_at must be one of"):
+        NFM(conv_blocks(), channels=CHANNELS, read_at="after")
+    with pytest.raises(ValueError, match="topk_softmax must be one of"):
+        NFM(conv_blocks(), channels=CHANNELS, topk_softmax="all")
+    with pytest.raises(ValueError, match="reader_output must be one of"):
+        NFM(conv_blocks(), channels=CHANNELS, reader_output="mlp")
+
+
+def test_a_layer_factory_that_ignores_an_option_is_refused():
+    class Fixed(NFMLayer):        # builds its own layer, dropping the options it was given
+        def __init__(self, cq, co, **o):
+            super().__init__(cq, co, reads=o["reads"], writes=o["writes"])
+
+    make = lambda p, i, cq, co, **o: Fixed(cq, co, **o)   # noqa: E731
+    NFM(conv_blocks(), channels=CHANNELS, layer_factory=make)       # defaults: nothing ignored
+    with pytest.raises(ValueError, match="does not support these options"):
+        NFM(conv_blocks(), channels=CHANNELS, layer_factory=make, topk_softmax="subtract")
+
+
+@pytest.mark.parametrize("kw", [{}, {"passes": 3}, {"read_at": "after_last_pass"}])
+def test_loaded_base_weights_fill_every_pass(kw):
+    """Issue 23 item 10: an NFM whose blocks get a pretrained base's weights computes the base
+    network exactly with γ = 0, every pass (the pass copies are not left at their own init)."""
+    torch.manual_seed(15)
+    base = nn.Sequential(*conv_only_blocks())
+    with torch.no_grad():                                       # "pretrained": away from any init
+        for prm in base.parameters():
+            prm.add_(torch.randn_like(prm))
+    base(torch.randn(8, 3, 9, 9))                               # BN running statistics too
+    base.eval()
+    m = NFM(conv_only_blocks(), channels=[3, 4, 6, 6], k=3, **kw)
+    state = {f"blocks.{k}": v for k, v in base.state_dict().items()}
+    result = m.load_state_dict(state, strict=False)
+    assert all(".readers." in f".{k}" for k in result.missing_keys) and not result.unexpected_keys
+    m.eval()
+    x = torch.randn(3, 3, 9, 9)
+    assert torch.equal(m(x), base(x))
+    for p in range(m.passes - 1):                               # copies, not tied weights
+        w0, wp = m.blocks[0][0].weight, m.pass_blocks[p][0][0].weight
+        assert torch.equal(w0, wp) and w0.data_ptr() != wp.data_ptr()
+    full = {k: v.clone() for k, v in m.state_dict().items()}    # an NFM checkpoint loads as saved
+    with torch.no_grad():
+        m.pass_blocks[0][0][0].weight.add_(1.0)
+    m.load_state_dict(full)
+    assert torch.equal(m.pass_blocks[0][0][0].weight, m.blocks[0][0].weight)
+
+
+def test_nfm_config_fields_for_the_authors_options():
+    cfg = NFMConfig(enabled=True, topk_softmax="subtract", reader_output="conv3x3", read_at="after_last_pass")
+    body = build_body(cfg, conv_only_blocks(), [3, 4, 6, 6])
+    r = body.readers[-1]
+    assert (body.read_at, r.topk_softmax, r.reader_output) == ("after_last_pass", "subtract", "conv3x3")
+    assert isinstance(r.w_o1, nn.Conv2d) and isinstance(r.norm, nn.BatchNorm2d)
+    for field, bad in (("topk_softmax", "all"), ("reader_output", "conv"), ("read_at", "after")):
+        from modwire.models.relational_cnn import CNNMLPConfig
+        with pytest.raises(ValueError, match=rf"config field 'nfm.{field}': got '{bad}', expected one of"):
+            CNNMLPConfig(nfm={"enabled": True, field: bad})

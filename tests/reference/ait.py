@@ -2,9 +2,13 @@
 (AiT §4, Eq. 3-8), written from the paper's equations only, independently of
 ``modwire.nn.workspace``; float64 in the tests.
 
-* Eq. 3 bottleneck attention, one head ``i``, slot ``j`` and pool position ``l`` at a time, with
-  ``top-k`` taken from the softmax over the WHOLE pool (not renormalised):
-  :func:`bottleneck_literal`;
+* Eq. 3 bottleneck attention, one head ``i``, slot ``j`` and pool position ``l`` at a time: each
+  head's ``W^Q_i, W^K_i, W^V_i`` map to the slot width ``D`` (``A`` heads side by side), no biases
+  (Eq. 1-3 print none), scores scaled by ``1/√D`` as printed, ``top-k`` taken from the softmax over
+  the WHOLE pool (not renormalised), ``γ̂ = LN(Concat(heads) W^O)``: :func:`bottleneck_literal`.
+  The workspace's options are re-stated there too: ``bias`` (biases on the four projections),
+  ``head_split`` (heads of width ``D/A``, scale ``1/√(D/A)``), ``renormalise`` (the kept top-k),
+  ``residual`` (the authors' code's ``γ̂ = LN(γ + Concat(heads) W^O)``);
 * Eq. 4 EWMA and per-slot normalisation: :func:`memory_update_literal`;
 * Eq. 5-6 balance loss: :func:`balance_literal`;
 * Eq. 7-8 energy and one Hopfield step per token: :func:`energy_literal`, :func:`hopfield_literal`;
@@ -21,19 +25,23 @@ from .nac import layer_norm
 
 
 def linear(x: Tensor, layer) -> Tensor:
-    return x @ layer.weight.T + layer.bias
+    return x @ layer.weight.T + (0 if layer.bias is None else layer.bias)
 
 
 def ln(x: Tensor, layer) -> Tensor:
     return layer_norm(x, layer.eps) * layer.weight + layer.bias
 
 
-def bottleneck_literal(gamma: Tensor, pool: Tensor, ws, k: int | None, renormalise: bool = False) -> tuple[Tensor, Tensor]:
+def bottleneck_literal(gamma: Tensor, pool: Tensor, ws, k: int | None, renormalise: bool = False,
+                       residual: bool = False, head_split: bool = False) -> tuple[Tensor, Tensor]:
     """Eq. 3: ``γ [M, D]``, ``Ξ [L, E]``, the workspace's layers ``ws`` → ``(γ̂ [M, D], A [H, M, L])``.
-    ``renormalise``: the kept weights divided by their sum (``bottleneck_softmax="kept"``)."""
+    ``renormalise``: the kept weights divided by their sum (``bottleneck_softmax="kept"``);
+    ``residual``: ``γ̂ = LN(γ + Concat(heads) W^O)`` (``write_residual``); ``head_split``: head ``i``
+    owns columns ``i·D/A .. (i+1)·D/A`` of ``D``-wide projections, scale ``1/√(D/A)``."""
     m, d = gamma.shape
     n_pool, h = pool.shape[0], ws.num_heads
-    dh = d // h
+    dh = d // h if head_split else d                                  # Eq. 3: W^Q_i ∈ R^{D×D}, √D
+    assert ws.q.weight.shape == (h * dh, d), "the projections' width does not match the reading"
     q, kk, v = linear(gamma, ws.q), linear(pool, ws.k), linear(pool, ws.v)
     heads, weights = [], torch.zeros(h, m, n_pool, dtype=pool.dtype)
     for i in range(h):
@@ -52,8 +60,9 @@ def bottleneck_literal(gamma: Tensor, pool: Tensor, ws, k: int | None, renormali
             weights[i, j] = a
             head_i.append(sum(a[l] * v[l, cols] for l in range(n_pool)))
         heads.append(torch.stack(head_i))                             # [M, dh]
-    concat = torch.cat(heads, dim=-1)                                 # [M, D]
-    return ln(linear(concat, ws.o), ws.write_norm), weights
+    concat = torch.cat(heads, dim=-1)                                 # [M, A·dh]
+    out = linear(concat, ws.o)                                        # [M, D]
+    return ln(gamma + out if residual else out, ws.write_norm), weights
 
 
 def memory_update_literal(gamma: Tensor, gamma_hat: Tensor, alpha: float, unit_update: bool = False) -> Tensor:
@@ -104,7 +113,9 @@ def workspace_literal(x: Tensor, ws, gamma: Tensor, k: int | None, pool: str) ->
     b, n, e = x.shape
     xi = torch.stack([torch.stack([ln(x[s, t], ws.norm) for t in range(n)]) for s in range(b)])
     pools = [xi.reshape(b * n, e)] if pool == "batch" else [xi[s] for s in range(b)]
-    memories = [memory_update_literal(gamma, bottleneck_literal(gamma, p, ws, k)[0], ws.alpha) for p in pools]
+    options = dict(renormalise=ws.bottleneck_softmax == "kept", residual=ws.write_residual, head_split=ws.head_split)
+    memories = [memory_update_literal(gamma, bottleneck_literal(gamma, p, ws, k, **options)[0], ws.alpha,
+                                      unit_update=ws.normalize_update) for p in pools]
     out = torch.empty_like(x)
     for s in range(b):
         patterns = linear(memories[0 if pool == "batch" else s], ws.up)       # f_LT(γ^{t+1})

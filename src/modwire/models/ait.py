@@ -11,8 +11,18 @@ The workspace layer (squash → bottleneck attention over a low-rank memory → 
 Hopfield retrieval, AiT §4, Eq. 3-8) lives in :class:`modwire.nn.workspace.GlobalWorkspace`;
 its memory is a buffer: saved in checkpoints, updated by training forwards, frozen in
 evaluation. The balance loss (Eq. 5-6) of every layer is summed and reported as the
-auxiliary loss ``"balance"``; the paper's ``σ = 1e-2`` is its weight in the training config
-(``aux_loss_weights: {balance: 0.01}``).
+auxiliary loss ``"balance"``; the paper's ``σ = 1e-2`` (§5.1, Eq. 6) is its default weight
+(:attr:`AiT.aux_loss_defaults`: ``modwire train`` uses it unless ``aux_loss_weights.balance`` is set).
+
+The workspace is Eq. 3's by default: bottleneck heads of the slot width ``D`` with the ``1/√D``
+scale Eq. 3 prints, no biases on ``W^Q, W^K, W^V, W^O`` (the paper prints none, the authors'
+code has none), and the authors' code's residual write ``γ̂ = LN(γ + Concat(heads) W^O)``
+(``write_residual``; not in the paper: chosen because the printed write collapses the memory,
+:mod:`modwire.nn.workspace` "Memory collapse"). The Table 1 / Table 6 presets read the final tokens
+with the authors' classifier (``classifier="flatten"``: LayerNorm over the flattened ``N·E``
+features, then Linear), which with Eq. 3's workspace gives Table 1's parameter counts (§5.1's text
+says "pooled representations": ``classifier="mean"``, the mean of the final tokens after a
+LayerNorm, is that reading and the config's default).
 
 Table 2's ablations and Table 3's memory initialisations are config fields (:data:`ABLATIONS`
 names Table 2's rows); "Reset memory" redraws every layer's memory when a training epoch starts
@@ -27,7 +37,7 @@ function of its own sample only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -35,12 +45,14 @@ from torch import Tensor, nn
 from ..nn.blocks import SelfAttention
 from ..nn.modulated import ModulatedFFN, PreNorm
 from ..nn.workspace import BOTTLENECK_SOFTMAX, MEMORY_INITS, POOLS, RETRIEVALS, GlobalWorkspace
-from .config import COUNT, POSITIVE, Bounds, check_choice, heads_of
+from .base import Intermediates
+from .config import COUNT, POSITIVE, Bounds, check_choice
 from .registry import register_model_type, register_preset
 from .set_model import EmbedConfig
 from .vit import ViT, ViTConfig
 
 MEMORY_RESETS = ("never", "epoch")
+CLASSIFIERS = ("mean", "flatten")
 
 
 @dataclass
@@ -56,8 +68,15 @@ class AiTConfig(ViTConfig):
     ``ffn``, ``workspace`` (Table 2), ``memory_reset`` (``epoch``: Table 2 "Reset memory"),
     ``eval_memory_forward`` (False: Figure 8 (2)), ``balance_eps`` ε of Eq. 6;
     ``bottleneck_softmax`` (``all``: Eq. 3's top-k of the softmax over the pool; ``kept``:
-    renormalised over the k kept patches) and ``normalize_update`` (unit-norm ``γ̂`` before Eq. 4):
-    together they prevent the memory collapse of :mod:`modwire.nn.workspace` (:data:`NO_COLLAPSE`)."""
+    renormalised over the k kept patches, the authors' code's top-k) and ``normalize_update``
+    (unit-norm ``γ̂`` before Eq. 4): together they keep the memory slots apart
+    (:data:`NO_COLLAPSE`); ``bottleneck_bias`` (biases on ``W^Q, W^K, W^V, W^O``; in neither the
+    paper nor the authors' code; they collapse the memory), ``bottleneck_head_split`` (heads of
+    width ``D / workspace_heads`` with scale ``1/√(D/A)`` instead of Eq. 3's width ``D`` and
+    ``1/√D``), ``write_residual`` (True, default: the authors' code's ``γ̂ = LN(γ + Concat(heads)
+    W^O)``; False: Eq. 3 as printed); ``classifier`` (``mean``: §5.1's pooled output; ``flatten``:
+    the authors' classifier, LayerNorm over the flattened ``N·E`` token features then Linear, the
+    Table 1 presets' choice). Module docstring of :mod:`modwire.nn.workspace` for each measured effect."""
 
     model_type = "ait"
 
@@ -85,9 +104,13 @@ class AiTConfig(ViTConfig):
     balance_eps: float = 1e-10
     bottleneck_softmax: str = "all"
     normalize_update: bool = False
+    bottleneck_bias: bool = False
+    bottleneck_head_split: bool = False
+    write_residual: bool = True
+    classifier: str = "mean"
     embed: EmbedConfig = field(default_factory=lambda: EmbedConfig(image_size=32, in_channels=3, patch_size=4))
 
-    bounds = {**ViTConfig.bounds, "num_slots": COUNT, "slot_dim": COUNT, "workspace_heads": heads_of("slot_dim"),
+    bounds = {**ViTConfig.bounds, "num_slots": COUNT, "slot_dim": COUNT, "workspace_heads": COUNT,
               "bottleneck_size": Bounds(lo=0, note="0: dense attention"),
               "memory_alpha": Bounds(lo=0, hi=1, hi_open=True), "hopfield_beta": POSITIVE,
               "hopfield_steps": COUNT, "balance_eps": Bounds(lo=0)}
@@ -99,6 +122,14 @@ class AiTConfig(ViTConfig):
         check_choice("retrieval", self.retrieval, RETRIEVALS)
         check_choice("memory_reset", self.memory_reset, MEMORY_RESETS)
         check_choice("bottleneck_softmax", self.bottleneck_softmax, BOTTLENECK_SOFTMAX)
+        check_choice("classifier", self.classifier, CLASSIFIERS)
+        if self.bottleneck_head_split and self.slot_dim % self.workspace_heads:
+            raise ValueError(f"config field 'workspace_heads': got {self.workspace_heads}, expected a divisor of "
+                             f"slot_dim={self.slot_dim} (bottleneck_head_split splits D over the heads)")
+        if self.classifier == "flatten" and (self.embed.kind != "patches" or self.num_cls_tokens or self.task_input):
+            raise ValueError(f"config field 'classifier': 'flatten' reads a fixed number of patch tokens and one "
+                             f"head (embed.kind 'patches', num_cls_tokens 0, task_input False); got embed.kind "
+                             f"{self.embed.kind!r}, num_cls_tokens {self.num_cls_tokens}: use classifier='mean'")
         if not (self.self_attention or self.ffn or self.workspace):
             raise ValueError("config fields 'self_attention', 'ffn', 'workspace': a block needs at least one of them")
 
@@ -108,7 +139,7 @@ class AiTConfig(ViTConfig):
             unused += ("num_slots", "slot_dim", "workspace_heads", "bottleneck_size", "memory_alpha",
                        "hopfield_beta", "hopfield_steps", "pool", "memory_init", "retrieval", "write_grad",
                        "memory_reset", "eval_memory_forward", "balance_eps", "bottleneck_softmax",
-                       "normalize_update")
+                       "normalize_update", "bottleneck_bias", "bottleneck_head_split", "write_residual")
         return unused
 
 
@@ -127,7 +158,8 @@ class AiTBlock(nn.Module):
             bottleneck_size=c.bottleneck_size, alpha=c.memory_alpha, beta=c.hopfield_beta, steps=c.hopfield_steps,
             pool=c.pool, memory_init=c.memory_init, retrieval=c.retrieval, retrieval_heads=c.num_heads,
             write_grad=c.write_grad, eps=c.balance_eps, bottleneck_softmax=c.bottleneck_softmax,
-            normalize_update=c.normalize_update) if c.workspace else None
+            normalize_update=c.normalize_update, bias=c.bottleneck_bias, head_split=c.bottleneck_head_split,
+            write_residual=c.write_residual) if c.workspace else None
         if self.workspace is not None:
             self.workspace.memory_forward = c.eval_memory_forward
 
@@ -143,11 +175,67 @@ class AiTBlock(nn.Module):
         return x, w, rec
 
 
+class FlatClassifier(nn.Module):
+    """The authors' classifier (``classifier="flatten"``): LayerNorm over the flattened ``N·E``
+    features of the final tokens, then one Linear. ``[B, N, E] → [B, C]``."""
+
+    def __init__(self, num_tokens: int, dim: int, num_classes: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(num_tokens * dim)
+        self.linear = nn.Linear(num_tokens * dim, num_classes)
+
+    def forward(self, y: Tensor) -> Tensor:
+        return self.linear(self.norm(y.flatten(1)))                          # [B, N·E] → [B, C]
+
+
 class AiT(ViT):
     """``model(x) → logits [B, C]``; ``forward_intermediates(x)`` adds each layer's self-attention
-    weights ``[B, H, N, N]`` and its :class:`~modwire.nn.workspace.WorkspaceRecord` (``workspace``)."""
+    weights ``[B, H, N, N]`` and its :class:`~modwire.nn.workspace.WorkspaceRecord` (``workspace``).
+    With ``classifier="flatten"`` the final per-token LayerNorm and the mean are replaced by
+    :class:`FlatClassifier` (``heads``)."""
 
     config_class = AiTConfig
+    aux_loss_defaults: ClassVar[dict[str, float]] = {"balance": 1e-2}     # σ of AiT Eq. 6 (§5.1), the trainer's weight unless configured
+
+    def __init__(self, config: AiTConfig) -> None:
+        super().__init__(config)
+        if config.classifier == "flatten":
+            self.norm = nn.Identity()                                        # FlatClassifier normalises
+
+    def _build_outputs(self) -> None:
+        c = self.config
+        if c.classifier == "mean":
+            super()._build_outputs()
+            return
+        rows, cols = c.embed.grid                                            # patch tokens, then the question's
+        self.cls_tokens = None
+        self.heads = FlatClassifier(rows * cols + bool(c.question_dim), c.d_model, c.num_classes)
+
+    def _run(self, x: Tensor, task: Tensor | None, question: Tensor | None = None, *, record: bool,
+             **kwargs: Any) -> Intermediates:
+        if self.config.classifier == "mean":
+            return super()._run(x, task, question, record=record, **kwargs)
+        if task is not None:
+            raise ValueError("this model takes no 'task' ids (config task_input=False)")
+        tokens = self.embed(x)                                              # [B, N, d]; x checked
+        if (self.question is None) != (question is None):
+            raise ValueError(f"this model {'takes no' if self.question is None else 'needs a'} 'question' input "
+                             f"(config question_dim={self.config.question_dim})")
+        if self.question is not None:                                       # AiT §5.8: after the patches
+            tokens = torch.cat([tokens, self.question(question, len(x)).to(tokens.dtype)], dim=1)
+        y, extra = self.encode(tokens, record=record)                       # [B, N, d]
+        return Intermediates(self.heads(y), y, **extra)                     # [B, C]
+
+    def new_task(self, num_classes: int, heads: int = 1) -> None:
+        if self.config.classifier == "mean":
+            super().new_task(num_classes, heads)
+            return
+        if heads != 1:
+            raise ValueError(f"classifier='flatten' has one head; {heads} heads need classifier='mean'")
+        like = self.heads.linear.weight
+        self.config = self.config.replace(num_classes=num_classes)
+        self._build_outputs()
+        self.heads.to(like)
 
     def make_block(self) -> nn.Module:
         return AiTBlock(self.config)
@@ -214,14 +302,17 @@ NO_COLLAPSE: dict[str, Any] = {"bottleneck_softmax": "kept", "normalize_update":
 
 
 # AiT §5.1 / Table 6: Small / Medium / Base = 2 / 6 / 12 layers; per task (classes, image size,
-# channels, patch size, memory slots, bottleneck size).
+# channels, patch size, memory slots, bottleneck size). With Eq. 3's workspace and the authors' flattened
+# classifier, AiT-Small / Medium / Base on CIFAR-10 have 15.73 / 45.82 / 90.97 M parameters, Table 1's
+# 15.8 / 45.9 / 91.0 M within 0.5 % (tests/models/test_ait.py).
 _SIZES = {"small": 2, "medium": 6, "base": 12}
+_TABLE1 = {"small": "15.73 M; Table 1: 15.8 M", "medium": "45.82 M; Table 1: 45.9 M", "base": "90.97 M; Table 1: 91.0 M"}
 _TASKS = {"cifar10": (10, 32, 3, 4, 32, 512), "cifar100": (100, 32, 3, 4, 32, 512),
           "triangle": (2, 64, 1, 32, 32, 64), "pet": (37, 224, 3, 16, 128, 512)}
 
 
 def _ait(layers: int, classes: int, size: int, channels: int, patch: int, slots: int, k: int) -> AiTConfig:
-    return AiTConfig(num_classes=classes, num_layers=layers, num_slots=slots, bottleneck_size=k,
+    return AiTConfig(num_classes=classes, num_layers=layers, num_slots=slots, bottleneck_size=k, classifier="flatten",
                      embed=EmbedConfig(kind="patches", image_size=size, in_channels=channels, patch_size=patch))
 
 
@@ -230,7 +321,7 @@ for _size, _layers in _SIZES.items():
         register_preset(f"ait_{_size}_{_task}", AiT, lambda l=_layers, s=_shape: _ait(l, *s),
                         f"AiT §5.1, Table 6 (AiT-{_size.capitalize()}, {_task})")
     register_preset(f"ait_{_size}", AiT, lambda l=_layers: _ait(l, *_TASKS["cifar10"]),
-                    f"AiT Table 1 (AiT-{_size.capitalize()}, CIFAR-10)")
+                    f"AiT Table 1 (AiT-{_size.capitalize()}, CIFAR-10; {_TABLE1[_size]})")
 
 register_preset("ait_micro", AiT, lambda: AiTConfig(
     num_classes=5, d_model=32, num_layers=2, num_heads=2, ffn_hidden=48, num_slots=8, slot_dim=8,

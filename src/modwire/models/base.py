@@ -99,6 +99,10 @@ class PretrainedModel(nn.Module):
         names = [n for n, _ in self.named_parameters()]
         return tuple(f for f in fragments if any(f in n for n in names))
 
+    # The paper's weight of each auxiliary loss the model reports (``auxiliary_losses``), used by the
+    # trainer where the config sets none (AiT: σ = 1e-2 for "balance", AiT Eq. 6).
+    aux_loss_defaults: ClassVar[dict[str, float]] = {}
+
     # Weights saved by older versions: (regex, replacement) renames of state-dict keys, applied
     # in order to a key that this model does not have.
     legacy_state_keys: ClassVar[tuple[tuple[str, str], ...]] = (

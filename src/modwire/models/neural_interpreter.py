@@ -15,7 +15,8 @@ to bottom like NI §2:
    :func:`~modwire.nn.attention.attend` ``(key_scale=C_uj, row_scale=C_ui, renorm_eps=ε)``: one
    fused attention (the identity is stated there).
 6. **LOC** (Eq. 9-10): ``a = x + C_ui·ModAttn(LN(x))``, ``y = a + C_ui·ModMLP(LN(a))``.
-7. **Interpreter** (Eq. 11): ``y_i = x_i + Σ_u C_ui LOCs(x)_ui`` (``interpreter_residual``).
+7. **Interpreter** (Eq. 11): ``y_i = x_i + Σ_u C_ui (LOCs(x)_ui - x_i)`` by default
+   (``interpreter_residual``, below).
 8. **FnIter / Script** (Eq. 12-14): ``n_i`` iterations of type matching + interpreter sharing
    weights (type matching recomputed every iteration).
 
@@ -23,24 +24,40 @@ All functions run together on a ``[B, U, N, d]`` grid: codes ``[U, d_code]`` ent
 ``[U, 1, d_code]`` and broadcast over the batch and the tokens (no loop over functions, heads or
 tokens; the first LOC reads ``x`` as ``[B, 1, N, d]``, NI: "x_ui = x_i for all u").
 
-**Eq. 11 and the authors' code.** As printed, Eq. 11 adds ``x_i`` to ``Σ_u C_ui LOCs(x)_ui``,
-and each stream ``LOCs(x)_ui`` already carries ``x_i`` through the LOC residuals (Eq. 9-10). With
-``Σ_u C_ui ≈ 1`` the residual stream roughly doubles every iteration (``2^{n_s·n_i}`` over the
-model; measured on ``ni_digits`` at initialisation, 8 iterations, ``|y_i|/|x_i|`` = 2.0, 4.0,
-8.0, … 256.5 where ``"update"`` / ``"none"`` give 1.00 … 1.08; the final LayerNorm hides the
-scale, but each iteration's update then weighs half as much as the previous one's relative to the
-stream). The authors' released digits preset (``presets/digits.yml``: ``no_residual: true`` for
-the function pod and the script) has no identity path: ``y_i = Σ_u C_ui LOCs(x)_ui``, which keeps
-the scale but maps a variable no function reaches to 0. ``interpreter_residual``:
+**Eq. 11, the text under it, and the authors' code.** As printed, Eq. 11 adds ``x_i`` to
+``Σ_u C_ui LOCs(x)_ui``, and each stream ``LOCs(x)_ui`` already carries ``x_i`` through the LOC
+residuals (Eq. 9-10). With ``Σ_u C_ui ≈ 1`` the residual stream doubles every function iteration
+(``2^{n_s·n_i}`` over the model). Measured at initialisation (:func:`residual_growth`, written to
+``experiments/results/ni_fuzzy_boolean/residual_growth.json`` by ``experiments/ni_fuzzy_boolean.py
+--residual-growth``): on ``ni_digits``, ``|x_i^{(k)}| / |x_i^{(0)}|`` = 2.0, 4.0, 8.0, … 257 after 8
+iterations (×2.00 per iteration); the final LayerNorm hides the scale, but each iteration's update
+then weighs half as much as the previous one's, so past about 24 iterations (float32's 24-bit
+significand) an update no longer changes the stream, and the stream overflows into NaN after 68
+iterations. The text under Eq. 11 asks for two things: a variable no function reads passes
+unchanged (``C_·i = 0 ⇒ y_i = x_i``), and the weighted sum over functions aggregates the streams'
+results (so a variable that is read keeps its scale). The authors' released digits preset (``presets/digits.yml``: ``no_residual: true`` for the
+function pod and the script) has no outer identity path. ``interpreter_residual``:
 
-* ``"identity"`` (default): Eq. 11 as printed;
-* ``"none"``: the authors' code, ``y_i = Σ_u C_ui LOCs(x)_ui``;
-* ``"update"``: ``y_i = x_i + Σ_u C_ui (LOCs(x)_ui - x_i)``: the identity path of Eq. 11 kept
-  (``C_·i = 0 ⇒ y_i = x_i``) without the doubling; equal to ``"none"`` where ``Σ_u C_ui = 1``.
+* ``"update"`` (default): ``y_i = x_i + Σ_u C_ui (LOCs(x)_ui - x_i)``: both properties of the text
+  (``C_·i = 0 ⇒ y_i = x_i``; the scale stays: 1.00, 1.01, … 1.07 on ``ni_digits`` over 8 iterations);
+  equal to ``"none"`` where ``Σ_u C_ui = 1``;
+* ``"identity"``: Eq. 11 as printed (the doubling). Function iterations that would overflow the
+  stream's dtype (more than :func:`max_identity_iterations`, 60 in float32, over all scripts) are
+  refused with an error, not run into NaN;
+* ``"none"``: the authors' code, ``y_i = Σ_u C_ui LOCs(x)_ui`` (keeps the scale, but maps a
+  variable no function reads to 0).
 
 With ``U = 1``, ``ε = 0``, no truncation (so ``C ≡ 1``) and one iteration, ``"update"`` and
 ``"none"`` make a script a stack of ``n_l`` pre-LN transformer layers whose linear maps are
 ``W·diag(LN(W_c c))`` (tested against the ViT's blocks).
+
+**Not in the paper** (modwire's choices, each from the authors' code or where the text is silent):
+type inference (Eq. 2, "an MLP") starts with a LayerNorm, as in the authors' code; the ``H``
+per-head ModLins of the relative positions (Eq. 22-23) share one ``W_c``
+(:mod:`modwire.nn.positions`); the positional bias ``b^{uh}`` is added to the already scaled logits,
+``softmax(q·k/√d_key + b)`` (the authors' ``LOCPod`` adds it to the raw ``q·k`` and divides the sum by
+``√d_key`` only when ``scale_attention_weights`` is set, i.e. the learned bias is scaled by ``1/√d_key``
+or the logits are not scaled at all).
 
 Dynamic inference (NI §4.2-4.3): :meth:`NeuralInterpreter.add_functions` (capacity extension),
 :meth:`~NeuralInterpreter.drop_functions` and :meth:`~NeuralInterpreter.module_axis` (function
@@ -49,8 +66,9 @@ dropping), ``model(x, iterations=k)`` (anytime inference), ``forward_intermediat
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -65,7 +83,7 @@ from .config import COUNT, POSITIVE, Bounds, check_choice, heads_of
 from .registry import register_model_type, register_preset
 from .set_model import EmbedConfig, SetModel, SetModelConfig
 
-RESIDUALS = ("identity", "none", "update")
+RESIDUALS = ("update", "identity", "none")
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -94,7 +112,7 @@ class NeuralInterpreterConfig(SetModelConfig):
     type_depth: int = 2                # its number of linear layers
     freeze_signatures: bool = True     # signatures fixed at a random draw on the sphere (App. A.1.4)
     freeze_codes: bool = False
-    interpreter_residual: str = "identity"
+    interpreter_residual: str = "update"   # Eq. 11: "update" (keeps the scale), "identity" (as printed), "none"
     pos_dim: int = 32                  # relative positions (App. C.2.3): width of e_row / e_col
     function_positions: bool = True    # each function's own positional bias (Eq. 22-23)
 
@@ -115,6 +133,9 @@ class NeuralInterpreterConfig(SetModelConfig):
     def validate(self) -> None:
         super().validate()
         check_choice("interpreter_residual", self.interpreter_residual, RESIDUALS)
+        if self.interpreter_residual == "identity":
+            _check_identity_iterations(self.num_scripts * self.num_iterations, torch.float32,
+                                       "config field 'num_iterations'")
 
     @property
     def total_functions(self) -> int:
@@ -123,6 +144,25 @@ class NeuralInterpreterConfig(SetModelConfig):
     @property
     def modulation(self) -> ModulationSpec:
         return ModulationSpec("ni", self.d_code, fold=True)   # a few functions, many tokens: nn.modulated
+
+
+def max_identity_iterations(dtype: torch.dtype) -> int:
+    """The most function iterations (over all scripts) that ``interpreter_residual="identity"``
+    (Eq. 11 as printed, the stream doubling each iteration) runs in ``dtype``: a stream of norm
+    ``2^k`` must keep ``LayerNorm``'s squares finite, ``2^{2k} < finfo.max``, with a margin of
+    ``2^4`` for the embedding's own scale (float32 / bfloat16: 60; float64: 508; float16: 4).
+    Measured on ``ni_digits`` in float32: finite after 67 iterations, NaN after 68."""
+    return max(math.frexp(torch.finfo(dtype).max)[1] // 2 - 4, 0)     # frexp: max = m·2^e, e = 128 in float32
+
+
+def _check_identity_iterations(total: int, dtype: torch.dtype, what: str) -> None:
+    limit = max_identity_iterations(dtype)
+    if total > limit:
+        raise ValueError(
+            f"{what}: interpreter_residual='identity' (NI Eq. 11 as printed) doubles the residual stream "
+            f"every function iteration, so {total} iterations over all scripts would scale it by 2^{total} and "
+            f"overflow {dtype} (at most {limit}); use interpreter_residual='update' (the default: the identity "
+            f"path of Eq. 11 without the doubling), or 'none'")
 
 
 # ----------------------------------------------------------------------------- 1-3. functions, types
@@ -254,7 +294,8 @@ class Script(nn.Module):
 
     def interpret(self, x: Tensor, codes: Tensor, C: Tensor, biases: Sequence[Tensor | None], *,
                   record: bool = False) -> tuple[Tensor, list]:
-        """Eq. 11: the LOC stack on every function's stream, then the ``C``-weighted sum over functions."""
+        """Eq. 11: the LOC stack on every function's stream, then the ``C``-weighted sum over functions
+        and the identity path that ``interpreter_residual`` names (module docstring)."""
         eps, code = self.eps, codes.unsqueeze(-2)                          # [U, 1, d_code]
         xs, weights = x.unsqueeze(1), []                                          # x_ui = x_i  [B, 1, N, d]
         for loc, bias in zip(self.locs, biases):
@@ -262,20 +303,27 @@ class Script(nn.Module):
             weights.append(w)
         y = torch.einsum("bun,bund->bnd", C, xs)                                  # Σ_u C_ui LOCs(x)_ui
         mode = self.residual
-        if mode == "identity":
-            y = x + y
-        elif mode == "update":                                                    # x_i + Σ_u C_ui (· - x_i)
+        if mode == "update":                                                      # x_i + Σ_u C_ui (· - x_i)
             y = y + (1 - C.sum(1)).unsqueeze(-1) * x
+        elif mode == "identity":                                                  # Eq. 11 as printed
+            y = x + y
         return y, weights
+
+    def iterate(self, x: Tensor, *, iterations: int | None = None, record: bool = False
+                ) -> Iterator[tuple[Tensor, Tensor, Tensor, list]]:
+        """Eq. 14, one function iteration at a time: yields ``(x, C, types, attention weights)``
+        after each of the ``n_i`` (or ``iterations``) iterations."""
+        signatures, codes = self.functions.all()
+        biases = [loc.position_bias(codes, x.shape[1]) for loc in self.locs]     # once: no x dependence
+        for _ in range(self.num_iterations if iterations is None else iterations):
+            C, t = self.type_matching(x, signatures)                              # Eq. 13
+            x, w = self.interpret(x, codes, C, biases, record=record)             # Eq. 12
+            yield x, C, t, w
 
     def forward(self, x: Tensor, *, iterations: int | None = None, record: bool = False
                 ) -> tuple[Tensor, dict[str, list]]:
-        signatures, codes = self.functions.all()
-        biases = [loc.position_bias(codes, x.shape[1]) for loc in self.locs]     # once: no x dependence
         out: dict[str, list] = {"compatibility": [], "types": [], "propagator_attention": []}
-        for _ in range(self.num_iterations if iterations is None else iterations):   # Eq. 14
-            C, t = self.type_matching(x, signatures)                              # Eq. 13
-            x, w = self.interpret(x, codes, C, biases, record=record)             # Eq. 12
+        for x, C, t, w in self.iterate(x, iterations=iterations, record=record):
             if record:
                 out["compatibility"].append(C)
                 out["types"].append(t)
@@ -303,6 +351,9 @@ class NeuralInterpreter(SetModel):
         if iterations is not None and (isinstance(iterations, bool) or not isinstance(iterations, int)
                                        or iterations < 1):
             raise ValueError(f"iterations must be a positive int (function iterations per script), got {iterations!r}")
+        if self.config.interpreter_residual == "identity":     # static: Python ints and the dtype, no sync
+            per_script = self.config.num_iterations if iterations is None else iterations
+            _check_identity_iterations(len(self.scripts) * per_script, x.dtype, f"iterations={per_script}")
         extra: dict[str, list] = {"compatibility": [], "types": [], "propagator_attention": []}
         for script in self.scripts:
             x, out = script(x, iterations=iterations, record=record)
@@ -367,9 +418,11 @@ class NeuralInterpreter(SetModel):
     # ------------------------------------------------------------------------- fine-tuning protocol
 
     def parameter_sets(self) -> dict[str, tuple[str, ...]]:
-        """``cls`` (CLS tokens, heads; NI Table 1 row 2), ``type_inference`` (type-inference MLP and
-        LN, signatures, σ; Table 1 row 3 is ``cls`` + this), ``signatures_codes`` (Fig. 5b),
-        ``functions`` (the LOCs and the codes), ``new_functions`` (after :meth:`add_functions`), ``all``."""
+        """``cls`` (the CLS tokens, plus the heads unless :meth:`new_task` kept the pre-trained shared
+        head: NI Table 1 row 2, "the CLS tokens are the only trainable parameters"), ``heads``,
+        ``type_inference`` (type-inference MLP and LN, signatures, σ; Table 1 row 3 is ``cls`` +
+        this), ``signatures_codes`` (Fig. 5b), ``functions`` (the LOCs and the codes),
+        ``new_functions`` (after :meth:`add_functions`), ``all``."""
         s = [f"scripts.{i}." for i in range(self.config.num_scripts)]
         sets = {**super().parameter_sets(),
                 "type_inference": tuple(p + n for p in s for n in ("type_inference.", "log_sigma",
@@ -385,6 +438,20 @@ class NeuralInterpreter(SetModel):
 
 
 register_model_type(NeuralInterpreter)
+
+
+@torch.no_grad()
+def residual_growth(model: NeuralInterpreter, tokens: Tensor, *, iterations: int | None = None) -> list[float]:
+    """How the residual stream's scale moves with function iterations (the Eq. 11 readings of the
+    module docstring): ``tokens [B, N, d]`` (embedded, CLS tokens appended) run through every
+    script; after each function iteration ``k`` (scripts in order), the mean over samples and
+    tokens of ``|x_i^{(k)}| / |x_i^{(0)}|``. An analysis helper (host syncs), not part of forward."""
+    x0 = tokens.norm(dim=-1)
+    x, ratios = tokens, []
+    for script in model.scripts:
+        for x, *_ in script.iterate(x, iterations=iterations):
+            ratios.append(float((x.norm(dim=-1) / x0).mean()))
+    return ratios
 
 
 # ----------------------------------------------------------------------------- presets
@@ -441,7 +508,13 @@ def _pgm(tau: float, d_type: int, frozen: bool) -> NeuralInterpreterConfig:
     """NI Table 7 (all PGM runs) with one column of Table 9: 192-d codes and features, 2 scripts ×
     8 iterations × 1 LOC, 5 functions, 4 heads × 32 key features per LOC head as in the digits
     preset (4 × 128 in the code's convention), type MLP 192 × 2, learned codes; panels of 80×80,
-    8 context + 8 candidates, each candidate with the context and a CLS token (§4.3, App. D)."""
+    8 context + 8 candidates, each candidate with the context and a CLS token (§4.3, App. D).
+
+    Parameters: 1 403 923 (neutral; 1.40-1.41 M over the regimes) against Table 7's 1.6 M, 12.3 %
+    under. The difference is the panel CNN, which App. D calls "shallow" without describing it:
+    modwire uses WReN's (four 3×3 stride-2 convolutions of 32 filters with BatchNorm, then a linear
+    map to 192; 183 840 parameters with the slot embeddings). ``embed.panel_channels`` widens it:
+    56 filters give 1.58 M, 64 give 1.64 M."""
     return NeuralInterpreterConfig(
         num_classes=1, num_cls_tokens=1, num_scripts=2, num_iterations=8, num_locs=1, num_functions=5,
         tau=tau, d_type=d_type, freeze_signatures=frozen,

@@ -16,14 +16,15 @@ The mechanism (Algorithm 1, attention over layers and passes, rescaling) is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from torch import Tensor, nn
 
-from ..nn.nfm import ACTIVATIONS, LAYOUTS, NFM, NORMS, RESCALES, SCORE_SCALES, LayerFactory
+from ..nn.nfm import (ACTIVATIONS, LAYOUTS, NFM, NORMS, READ_AT, READER_OUTPUTS, RESCALES, SCORE_SCALES, TOPK_SOFTMAX,
+                      LayerFactory)
 from .config import COUNT, Bounds, ConfigBase, check_choice
 
-__all__ = ["NFMConfig", "BlockSequence", "build_body"]
+__all__ = ["NFMConfig", "BlockSequence", "build_body", "load_base_weights"]
 
 
 @dataclass
@@ -34,9 +35,15 @@ class NFMConfig(ConfigBase):
     ``enabled``: False gives the base network (no reader, no extra parameter). ``hidden``: width
     of ``W_o1`` (0: the query state's channels). ``rescale``: ``space_to_depth`` (§3.2.2) or
     ``nearest`` (§4.7 ablation). ``score_scale``: ``d_k`` (the printed ``QKᵀ/d_k``) or
-    ``sqrt_d_k``. ``share_blocks``: every pass reuses the first pass's blocks (default False: Alg.
-    1's per-pass ``f_{θ_k}``). ``random_attention``: evaluation ablation of §4.4 (scores drawn
-    from N(0, 1)); refused in training."""
+    ``sqrt_d_k`` (the authors' code). ``topk_softmax``: ``kept`` (§3.2.1's text: a softmax over the
+    top-k scores) or ``subtract`` (the authors' code, Ke et al. 2018: the softmax minus its (k+1)-th
+    weight, clipped at 0, renormalised). ``reader_output``: ``linear`` (§3.2.1: linear, activation,
+    linear) or ``conv3x3`` (the authors' two 3×3 convolutions; 2-D states). ``read_at``: ``before``
+    (NFM Alg. 1: a read before every block of every pass) or ``after_last_pass`` (the authors'
+    Sort-of-CLEVR code: only the last pass reads, after each block). ``share_blocks``: every pass
+    reuses the first pass's blocks (default False: Alg. 1's per-pass ``f_{θ_k}``).
+    ``random_attention``: evaluation ablation of §4.4 (scores drawn from N(0, 1)); refused in
+    training."""
 
     enabled: bool = False
     k: int = 5
@@ -49,6 +56,9 @@ class NFMConfig(ConfigBase):
     activation: str = "relu"
     rescale: str = "space_to_depth"
     score_scale: str = "d_k"
+    topk_softmax: str = "kept"
+    reader_output: str = "linear"
+    read_at: str = "before"
     share_blocks: bool = False
     random_attention: bool = False
 
@@ -64,19 +74,23 @@ class NFMConfig(ConfigBase):
         check_choice(p + "activation", self.activation, tuple(ACTIVATIONS))
         check_choice(p + "rescale", self.rescale, RESCALES)
         check_choice(p + "score_scale", self.score_scale, SCORE_SCALES)
+        check_choice(p + "topk_softmax", self.topk_softmax, TOPK_SOFTMAX)
+        check_choice(p + "reader_output", self.reader_output, READER_OUTPUTS)
+        check_choice(p + "read_at", self.read_at, READ_AT)
 
     def options(self) -> dict[str, Any]:
         """The keyword arguments of :class:`~modwire.nn.nfm.NFM`."""
         return dict(k=self.k, passes=self.passes, d_k=self.d_k, d_v=self.d_v, heads=self.heads, hidden=self.hidden,
                     norm=self.norm, activation=self.activation, rescale=self.rescale,
-                    score_scale=self.score_scale, share_blocks=self.share_blocks)
+                    score_scale=self.score_scale, topk_softmax=self.topk_softmax, reader_output=self.reader_output,
+                    read_at=self.read_at, share_blocks=self.share_blocks)
 
 
 class BlockSequence(nn.Module):
     """The base network's body: ``blocks`` run once, in order (``nfm.enabled = False``). Same
     interface as :class:`~modwire.nn.nfm.NFM` (``forward(x, record=False)``, ``records``,
     ``random_attention``) and the same parameter names for the blocks (``blocks.<i>.…``), so a
-    base network's weights load into the first pass of its NFM version."""
+    base network's weights load into its NFM version, every pass (:func:`load_base_weights`)."""
 
     passes = 1
 
@@ -107,3 +121,27 @@ def build_body(cfg: NFMConfig, blocks: Sequence[nn.Module], channels: Sequence[i
 def set_random_attention(body: nn.Module, enabled: bool) -> None:
     """The §4.4 evaluation ablation on a body from :func:`build_body` (no-op without NFM)."""
     body.random_attention = bool(enabled)
+
+
+def load_base_weights(model: nn.Module, state: Mapping[str, Tensor]) -> list[str]:
+    """Load a base network's weights (``state``: the state dict of the same model with
+    ``nfm.enabled = False``) into its NFM version ``model``: every pass of the body starts from the
+    base's blocks (implementation notes §3; :func:`modwire.nn.nfm._fill_pass_copies`), so with
+    ``γ = 0`` the NFM model computes the base network exactly. Returns the NFM-only entries left
+    at their initialisation (the readers'); a base entry the model lacks or holds with another
+    shape, or a missing entry that is not a reader's (e.g. another ``stem_layers`` split), is a
+    ValueError (checked before anything is loaded)."""
+    own = model.state_dict()
+    unexpected = sorted(k for k in state if k not in own or own[k].shape != state[k].shape)
+    loaded = {k for k in state} | {k for k in own if _pass_copy_of(k) in state}
+    foreign = sorted(k for k in own if k not in loaded and ".readers." not in f".{k}")
+    if unexpected or foreign:
+        raise ValueError(f"load_base_weights: the base weights do not fit this NFM model: unexpected or of another "
+                         f"shape {unexpected[:5]}, missing (not NFM readers) {foreign[:5]}")
+    return list(model.load_state_dict(dict(state), strict=False).missing_keys)
+
+
+def _pass_copy_of(key: str) -> str:
+    """``….pass_blocks.<p>.<rest>`` → ``….blocks.<rest>`` (the first pass's entry it is filled from)."""
+    head, sep, tail = key.partition("pass_blocks.")
+    return f"{head}blocks.{tail.partition('.')[2]}" if sep else ""

@@ -2,11 +2,16 @@
 (NFM §4.3, Table 6: "extending a generic convolutional baseline (CNN_MLP) with NFM").
 
 Image ``x [B, 3, 75, 75]`` → ``num_layers`` (4) conv blocks, each ``Conv2d(3×3, stride 2,
-padding 1) → BatchNorm2d → ReLU`` with ``channels`` (24) channels (75 → 38 → 19 → 10 → 5) →
-flatten (``24·5·5 = 600``) ⊕ question ``[B, 11]`` → MLP: ``Linear(611, hidden) → ReLU →
-Linear(hidden, hidden) → ReLU → Dropout(dropout) → Linear(hidden, num_classes)`` (the CNN+MLP
-baseline as it is commonly implemented for Sort-of-CLEVR; ``hidden`` 256, dropout 0.5) → logits
-``[B, 10]`` over the answers of :data:`modwire.tasks.synthetic.sort_of_clevr.ANSWERS`.
+padding 1) → ReLU → BatchNorm2d`` (``block_order="conv_relu_bn"``, default: the authors' code and
+the Sort-of-CLEVR CNN_MLP it builds on; the paper is silent; ``"conv_bn_relu"`` is the other
+order) with ``channels`` (24) channels (75 → 38 → 19 → 10 → 5) → flatten (``24·5·5 = 600``) ⊕
+question ``[B, 11]`` → MLP: ``Linear(611, hidden) → ReLU → Linear(hidden, hidden) → ReLU →
+Dropout(dropout) → Linear(hidden, num_classes)`` (the CNN+MLP baseline as it is commonly
+implemented for Sort-of-CLEVR; ``hidden`` 256, dropout 0.5) → logits ``[B, 10]`` over the answers
+of :data:`modwire.tasks.synthetic.sort_of_clevr.ANSWERS`. ``channels`` may be a list, one width
+per block (the authors' NFM network: ``[48, 96, 192, 384]``). ``head_pool`` / ``head_channels``
+(0: off): the authors' head, ``avg_pool2d(·, head_pool)`` resized (nearest) back to the final
+grid, then a 1×1 convolution to ``head_channels`` before the flatten.
 
 NFM(CNN) (``nfm.enabled``): the conv blocks are the NFM's blocks (:func:`modwire.models.nfm.build_body`,
 :class:`modwire.nn.nfm.NFM`): before each conv block of each pass, the block's input reads over
@@ -14,6 +19,14 @@ every state written so far (NFM Algorithm 1, §3.2), two passes and top-k sparsi
 §4.3: "we use two passes (K = 2) and a top-k sparsity of k = 5"), 4 heads, d_k = d_v = 16 (the
 authors' defaults; implementation notes §3). The MLP reads the last pass's final state. Both
 models "use 24 initial channels" (NFM §4.7). ``passes = 1`` is §4.7's one-pass ablation.
+
+The authors' NFM(CNN) (``CNN_MLP_NFL`` with ``ConvInputModel_NFL2``) differs from the paper's text
+in ways each available as an option; :data:`AUTHORS_NFM_CNN` sets them all (6.89 M parameters in
+their code, of which 2.23 M, the first pass's query and output layers, are never used and not
+built here): widths 48 → 96 → 192 → 384, reads only in the last pass after each block
+(``nfm.read_at``), 3×3-convolution reader outputs (``nfm.reader_output``), their top-k
+(``nfm.topk_softmax``), ``1/√d_k`` scores, nearest-neighbour rescaling (their ``position_attend``
+is off), and the pooled, projected head.
 
 ``stem_layers`` (not in the paper; default 0): the first ``stem_layers`` conv blocks run once, before
 the NFM, as a stem (as a ResNet's stem conv runs before its NFM-read residual blocks), and the NFM
@@ -30,14 +43,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn.tokenizers import _check_float, _check_not_empty
 from .base import Intermediates, PretrainedModel
-from .config import COUNT, Bounds, ModelConfig, check_single_head
+from .config import COUNT, Bounds, ModelConfig, check_choice, check_single_head
 from .inputs import Inputs, named_inputs
 from .nfm import NFMConfig, build_body, set_random_attention
 from .registry import register_model_type, register_preset
+
+BLOCK_ORDERS = ("conv_relu_bn", "conv_bn_relu")
 
 
 def conv_size(size: int, layers: int) -> int:
@@ -50,33 +66,53 @@ def conv_size(size: int, layers: int) -> int:
 @dataclass
 class CNNMLPConfig(ModelConfig):
     """CNN_MLP hyperparameters; defaults are NFM §4.3's Sort-of-CLEVR baseline (module docstring).
-    ``question_dim``: width of the ``question`` input (0: an image-only classifier);
-    ``stem_layers``: conv blocks run before the NFM (module docstring; NFM models only);
-    ``random_attention``: NFM §4.4's evaluation ablation (NFM models only)."""
+    ``channels``: one width for every conv block, or a list with one per block; ``block_order``:
+    ``conv_relu_bn`` (the authors' code) or ``conv_bn_relu``; ``question_dim``: width of the
+    ``question`` input (0: an image-only classifier); ``head_pool``, ``head_channels``: the authors'
+    pooled, 1×1-projected head (0: off; module docstring); ``stem_layers``: conv blocks run before
+    the NFM (module docstring; NFM models only); ``random_attention``: NFM §4.4's evaluation ablation
+    (NFM models only)."""
 
     model_type = "cnn_mlp"
 
     num_classes: int = 10
     image_size: int = 75
     in_channels: int = 3
-    channels: int = 24
+    channels: int | list[int] = 24
     num_layers: int = 4
+    block_order: str = "conv_relu_bn"
     question_dim: int = 11
     hidden: int = 256
     dropout: float = 0.5
+    head_pool: int = 0
+    head_channels: int = 0
     nfm: NFMConfig = field(default_factory=NFMConfig)
     stem_layers: int = 0
     random_attention: bool = False
 
-    bounds = {"num_classes": COUNT, "image_size": COUNT, "in_channels": COUNT, "channels": COUNT,
+    bounds = {"num_classes": COUNT, "image_size": COUNT, "in_channels": COUNT,
               "num_layers": COUNT, "question_dim": Bounds(lo=0, note="0: no question input"), "hidden": COUNT,
-              "dropout": Bounds(lo=0, hi=1, hi_open=True),
+              "dropout": Bounds(lo=0, hi=1, hi_open=True), "head_channels": Bounds(lo=0, note="0: no 1×1 projection"),
+              "head_pool": Bounds(lo=0, note="0: no pooling"),
               "stem_layers": Bounds(lo=0, hi="num_layers", hi_open=True, note="the NFM wraps at least one block")}
 
     def unused_fields(self) -> tuple[str, ...]:
         return () if self.nfm.enabled else ("nfm", "stem_layers")
 
+    def widths(self) -> list[int]:
+        """Output channels of each conv block."""
+        return list(self.channels) if isinstance(self.channels, list) else [self.channels] * self.num_layers
+
     def validate(self) -> None:
+        check_choice("block_order", self.block_order, BLOCK_ORDERS)
+        w = self.channels
+        if isinstance(w, list) and (len(w) != self.num_layers or not all(
+                isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in w)) or isinstance(w, int) and w < 1:
+            raise ValueError(f"config field 'channels': got {w!r}, expected an integer >= 1 (every block) or a list "
+                             f"of num_layers={self.num_layers} integers >= 1 (one width per block)")
+        if self.head_pool > conv_size(self.image_size, self.num_layers):
+            raise ValueError(f"config field 'head_pool': got {self.head_pool}, expected at most the final grid side "
+                             f"{conv_size(self.image_size, self.num_layers)}")
         if self.random_attention and not self.nfm.enabled:
             raise ValueError("config field 'random_attention': NFM §4.4's random-attention evaluation needs "
                              "nfm.enabled=true (a CNN_MLP without NFM has no attention)")
@@ -100,9 +136,13 @@ class CNNMLPConfig(ModelConfig):
         return ("x", "question") if self.question_dim else ("x",)
 
 
-def conv_block(c_in: int, c_out: int) -> nn.Sequential:
-    """``Conv2d(3×3, stride 2, pad 1) → BatchNorm2d → ReLU``: ``[B, c_in, S, S] → [B, c_out, ⌈S/2⌉, ⌈S/2⌉]``."""
-    return nn.Sequential(nn.Conv2d(c_in, c_out, 3, stride=2, padding=1), nn.BatchNorm2d(c_out), nn.ReLU())
+def conv_block(c_in: int, c_out: int, order: str = "conv_relu_bn") -> nn.Sequential:
+    """``Conv2d(3×3, stride 2, pad 1) → ReLU → BatchNorm2d`` (``order="conv_bn_relu"``: BN before
+    the ReLU): ``[B, c_in, S, S] → [B, c_out, ⌈S/2⌉, ⌈S/2⌉]``."""
+    conv = nn.Conv2d(c_in, c_out, 3, stride=2, padding=1)
+    if order == "conv_bn_relu":
+        return nn.Sequential(conv, nn.BatchNorm2d(c_out), nn.ReLU())
+    return nn.Sequential(conv, nn.ReLU(), nn.BatchNorm2d(c_out))
 
 
 class CNNMLP(PretrainedModel):
@@ -115,12 +155,13 @@ class CNNMLP(PretrainedModel):
     def __init__(self, config: CNNMLPConfig) -> None:
         super().__init__()
         self.config = c = config
-        widths = [c.in_channels] + [c.channels] * c.num_layers
-        blocks = [conv_block(a, b) for a, b in zip(widths[:-1], widths[1:])]
+        widths = [c.in_channels] + c.widths()
+        blocks = [conv_block(a, b, c.block_order) for a, b in zip(widths[:-1], widths[1:])]
         s = c.stem_layers if c.nfm.enabled else 0
         self.stem = nn.Sequential(*blocks[:s])                             # identity when s = 0
         self.body = build_body(c.nfm, blocks[s:], widths[s:])
-        flat = c.channels * conv_size(c.image_size, c.num_layers) ** 2
+        self.project = nn.Conv2d(widths[-1], c.head_channels, 1) if c.head_channels else None
+        flat = (c.head_channels or widths[-1]) * conv_size(c.image_size, c.num_layers) ** 2
         self.mlp = nn.Sequential(
             nn.Linear(flat + c.question_dim, c.hidden), nn.ReLU(), nn.Linear(c.hidden, c.hidden), nn.ReLU(),
             nn.Dropout(c.dropout), nn.Linear(c.hidden, c.num_classes))
@@ -170,11 +211,19 @@ class CNNMLP(PretrainedModel):
         c = self.config
         self._check(x, question)
         h = self.body(self.stem(x), record=record)                        # [B, C, s, s]
-        feats = h.flatten(1)
+        feats = self._head(h).flatten(1)                                  # [B, C'·s·s]
         if c.question_dim:
             feats = torch.cat([feats, question.reshape(len(x), c.question_dim).to(feats.dtype)], dim=1)
         logits = self.mlp(feats)                                          # [B, num_classes]
         return Intermediates(logits, h, nfm=list(self.body.records) if record else [])
+
+    def _head(self, h: Tensor) -> Tensor:
+        """The authors' head when configured: ``avg_pool2d(h, head_pool)`` resized (nearest) back to
+        ``[s, s]`` (their ``F.interpolate(x, [5, 5])``), then the 1×1 ``project`` to ``head_channels``."""
+        c = self.config
+        if c.head_pool:
+            h = F.interpolate(F.avg_pool2d(h, c.head_pool), size=h.shape[-2:], mode="nearest")
+        return h if self.project is None else self.project(h)
 
     def _check(self, x: Tensor, question: Tensor | None) -> None:
         c = self.config
@@ -202,7 +251,18 @@ class CNNMLP(PretrainedModel):
 register_model_type(CNNMLP)
 
 # NFM §4.3, Table 6: CNN vs NFM(CNN) on Sort-of-CLEVR (task sort_of_clevr_image), two passes, k = 5.
+# Widths: 24 in every conv block, Santoro et al. 2017's CNN_MLP, to which the paper defers ("The baseline
+# implementations and dataset generation follow description in the paper which introduced Sort-of-CLEVR";
+# §4.7: "both baseline CNN and NFM(CNN) use 24 initial channels"). The authors' NFM code widens its blocks
+# 48 → 96 → 192 → 384 instead: AUTHORS_NFM_CNN.
 NFM_SORT_OF_CLEVR = {"enabled": True, "k": 5, "passes": 2}
+# The authors' NFM(CNN) (CNN_MLP_NFL, ConvInputModel_NFL2; module docstring), as overrides of the preset:
+# create_model("nfm_cnn_mlp_sort_of_clevr", **AUTHORS_NFM_CNN). (Their code also keeps dropout on at test time
+# and ignores its configured k, using 3: not copied.)
+AUTHORS_NFM_CNN: dict[str, Any] = {
+    "channels": [48, 96, 192, 384], "block_order": "conv_relu_bn", "head_pool": 4, "head_channels": 64,
+    "nfm": {"read_at": "after_last_pass", "reader_output": "conv3x3", "topk_softmax": "subtract",
+            "score_scale": "sqrt_d_k", "rescale": "nearest"}}
 register_preset("cnn_mlp_sort_of_clevr", CNNMLP, CNNMLPConfig, "NFM §4.3, Table 6 (CNN baseline, Sort-of-CLEVR)")
 register_preset("nfm_cnn_mlp_sort_of_clevr", CNNMLP, lambda: CNNMLPConfig(nfm=NFM_SORT_OF_CLEVR),
                 "NFM §4.3, Table 6 (NFM(CNN), two passes, k = 5, Sort-of-CLEVR)")

@@ -27,8 +27,9 @@ function) else ``[B, T, C]``. A model with a question token takes ``model(x, que
 returns ``[B, K]`` logits over the ``K`` candidates.
 
 Fine-tuning protocol (``modwire finetune``): :meth:`SetModel.parameter_sets` names parameter
-subsets (NI Table 1, Fig. 5b); :meth:`SetModel.new_task` gives a new task fresh CLS tokens and
-heads.
+subsets (NI Table 1, Fig. 5b); :meth:`SetModel.new_task` gives a new task fresh CLS tokens, and
+fresh heads unless the model's shared head fits the task (NI §4.1: the new CLS tokens feed the
+pre-trained shared regression head, and Table 1's "Finetuning CLS Tokens" trains the tokens alone).
 """
 from __future__ import annotations
 
@@ -242,6 +243,7 @@ class SetModel(PretrainedModel):
         self.question = QuestionEmbedding(c.question_dim, c.d_model) if c.question_dim else None
         self._build_outputs()
         self.norm = nn.LayerNorm(c.d_model)
+        self.heads_pretrained = False   # True after new_task kept the shared head (parameter_sets)
 
     @property
     def num_classes(self) -> int:
@@ -251,9 +253,13 @@ class SetModel(PretrainedModel):
 
     def _build_outputs(self) -> None:
         c, t = self.config, max(self.config.num_cls_tokens, 1)
+        self._build_cls_tokens()
+        self.heads = TokenHeads(t, c.d_model, c.num_classes, shared=c.shared_head)
+
+    def _build_cls_tokens(self) -> None:
+        c = self.config
         self.cls_tokens = nn.Parameter(trunc_normal_(torch.empty(c.num_cls_tokens, c.d_model), std=0.02)) \
             if c.num_cls_tokens else None
-        self.heads = TokenHeads(t, c.d_model, c.num_classes, shared=c.shared_head)
 
     # ------------------------------------------------------------------------- the subclass's part
 
@@ -318,18 +324,30 @@ class SetModel(PretrainedModel):
 
     def parameter_sets(self) -> dict[str, tuple[str, ...]]:
         """Named parameter subsets (prefixes of parameter names) for ``modwire finetune``:
-        ``cls`` (CLS tokens and heads; NI Table 1 "Finetuning CLS Tokens") and ``all``."""
-        return {"cls": ("cls_tokens", "heads."), "all": ("",)}
+        ``cls``: the CLS tokens, and the heads unless they are the pre-trained shared head that
+        :meth:`new_task` kept (NI Table 1 "Finetuning CLS Tokens": "the CLS tokens are the only
+        trainable parameters"); ``heads``: the heads (``cls,heads`` also trains a kept shared head,
+        a departure from Table 1); ``all``."""
+        cls = ("cls_tokens",) if self.heads_pretrained else ("cls_tokens", "heads.")
+        return {"cls": cls, "heads": ("heads.",), "all": ("",)}
 
     def new_task(self, num_classes: int, heads: int = 1) -> None:
-        """Fresh CLS tokens and heads for a new task (NI §4.1: "we always instantiate and train
-        10 new CLS tokens"; §4.2: K-MNIST), on the model's device and dtype; the config follows."""
+        """New task outputs (NI §4.1: "we always instantiate and train 10 new CLS tokens"; §4.2:
+        K-MNIST), on the model's device and dtype; the config follows. Fresh CLS tokens always;
+        fresh heads, except that a shared head (``shared_head``) of the same width is kept: it is
+        the pre-trained regression head every CLS token feeds (NI §4.1), and ``cls`` then names the
+        CLS tokens alone (:meth:`parameter_sets`)."""
         c = self.config
         cls = 0 if c.num_cls_tokens == 0 and heads == 1 else heads
+        keep = c.shared_head and num_classes == c.num_classes
         self.config = c.replace(num_classes=num_classes, num_cls_tokens=cls,
                                 task_input=c.task_input and heads > 1)
         like = self.norm.weight
-        self._build_outputs()
+        if keep:
+            self._build_cls_tokens()
+        else:
+            self._build_outputs()
+        self.heads_pretrained = keep
         if self.cls_tokens is not None:
             self.cls_tokens.data = self.cls_tokens.data.to(like)
         self.heads.to(like)

@@ -14,8 +14,15 @@ options the four papers need, each with one meaning:
   Eq. 3). Exactly ``min(k, allowed keys)`` keys are kept per row; a tie at the boundary is
   broken by :func:`torch.topk` (implementation-defined). ``k ≥`` the number of keys is
   plain attention. ``topk_softmax`` says over which keys the softmax is normalised:
-  ``"kept"`` (default; NFM Algorithm 1: the kept weights sum to 1) or ``"all"`` (AiT Eq. 3,
-  ``top-k(softmax(·))``: the kept entries of the softmax over ALL keys, so they sum to ≤ 1).
+  ``"kept"`` (default; NFM §3.2.1's text: "the attention only attends over the elements with
+  the top-k highest attention scores", a softmax over the kept scores, so the kept weights sum
+  to 1), ``"all"`` (AiT Eq. 3, ``top-k(softmax(·))``: the kept entries of the softmax over ALL
+  keys, so they sum to ≤ 1) or ``"subtract"`` (Ke et al. 2018's sparse attention as in the NFM
+  authors' code, ``SparseAttention`` in ``attentive_densenet.py``: the softmax over all keys
+  ``w``, minus its (k+1)-th largest weight ``w_(k+1)`` (plus ``1e-7``), clipped at 0 and
+  renormalised, ``w'_j = max(0, w_j - w_(k+1) - ε) / (ε + Σ_l max(0, w_l - w_(k+1) - ε))``
+  with ``ε = 1e-7``; gradients flow through ``w_(k+1)`` too; as in their code a row of at most
+  ``k + 1`` keys keeps the plain softmax).
 * ``null_kv``: a zero key and a zero value are prepended, so a query can read nothing (NFM
   "Default Computation"): its score is 0, it is always allowed and competes in top-k.
 * ``row_scale``: multiplies each query's output (NI Eq. 7-10, ``C_ui``).
@@ -117,6 +124,10 @@ def _select_topk(scores: Tensor, k: int) -> Tensor:
     return torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, idx, True)
 
 
+TOPK_SOFTMAX = ("kept", "all", "subtract")
+SUBTRACT_EPS = 1e-7   # the authors' ``eps = 10e-8`` of Ke et al.'s sparse attention (module docstring)
+
+
 def sparse_softmax(scores: Tensor, *, topk: int | None = None, topk_softmax: str = "kept",
                    key_mask: Tensor | None = None) -> Tensor:
     """The weights stage of :func:`attend`'s explicit path: ``softmax`` over the last axis of
@@ -124,6 +135,10 @@ def sparse_softmax(scores: Tensor, *, topk: int | None = None, topk_softmax: str
     in the module docstring (``key_mask``: rows with fewer allowed keys than ``k`` keep only those).
     For callers that compute their scores in a structured way (NFM's attention over rescaled
     layers, :mod:`modwire.nn.nfm`) and share this top-k rule."""
+    if topk_softmax not in TOPK_SOFTMAX:
+        raise ValueError(f"sparse_softmax: topk_softmax must be one of {list(TOPK_SOFTMAX)}, got {topk_softmax!r}")
+    if topk_softmax == "subtract":
+        return _subtract_kth(scores, topk)
     if topk is None or topk >= scores.shape[-1]:
         return scores.softmax(dim=-1)
     keep = _select_topk(scores.detach(), topk)
@@ -132,6 +147,18 @@ def sparse_softmax(scores: Tensor, *, topk: int | None = None, topk_softmax: str
     if key_mask is not None:  # rows with fewer allowed keys than k keep only those
         keep = keep & key_mask
     return scores.softmax(dim=-1) * keep
+
+
+def _subtract_kth(scores: Tensor, topk: int | None) -> Tensor:
+    """``topk_softmax="subtract"`` (module docstring): the softmax minus its (k+1)-th largest weight,
+    clipped at 0, renormalised; rows of at most ``k + 1`` keys keep the plain softmax (as the
+    authors' code). Masked keys have weight 0 and are never kept."""
+    w = scores.softmax(dim=-1)
+    if topk is None or topk + 1 >= scores.shape[-1]:
+        return w
+    delta = w.topk(topk + 1, dim=-1).values[..., -1:] + SUBTRACT_EPS          # [..., 1]
+    w = (w - delta).clamp(min=0)
+    return w / (w.sum(dim=-1, keepdim=True) + SUBTRACT_EPS)
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern | None = None,
@@ -156,13 +183,14 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern |
             raise ValueError("attend: a precomputed attention pattern takes no other options")
         return bias.attend(q, k, v, scale=scale, return_weights=return_weights)
     _check(q, k, v, key_mask, topk)
-    if topk_softmax not in ("kept", "all"):
-        raise ValueError(f"attend: topk_softmax must be 'kept' (NFM Alg. 1) or 'all' (AiT Eq. 3), got {topk_softmax!r}")
+    if topk_softmax not in TOPK_SOFTMAX:
+        raise ValueError(f"attend: topk_softmax must be 'kept' (NFM §3.2.1), 'all' (AiT Eq. 3) or 'subtract' (the NFM "
+                         f"authors' code), got {topk_softmax!r}")
     if key_scale is None and renorm_eps != 0:
         raise ValueError(f"attend: renorm_eps ({renorm_eps!r}) renormalises key-scaled weights; pass key_scale too")
     if key_scale is not None:
         if topk_softmax != "kept":
-            raise ValueError("attend: topk_softmax='all' (AiT Eq. 3) does not combine with key_scale")
+            raise ValueError(f"attend: topk_softmax={topk_softmax!r} does not combine with key_scale")
         return _renormalised(q, k, v, bias=bias, key_mask=key_mask, row_scale=row_scale, topk=topk,
                              null_kv=null_kv, scale=scale, key_scale=key_scale, eps=renorm_eps,
                              return_weights=return_weights)

@@ -10,6 +10,12 @@
             h^(i) := f_k^(i)(h^(i-1) + γ·σ(BN(A W_o1)) W_o2)
             M.append(h^(i))
 
+(``read_at="before"``, the default: Alg. 1 reads before every block of every pass.
+``read_at="after_last_pass"`` is the authors' Sort-of-CLEVR code (``ConvInputModel_NFL2``): the
+earlier passes only write; in the last pass each block's output ``h^(i)`` is first written, then
+reads the memory (all earlier passes and this pass's blocks ``1 … i``, itself included) and
+``h^(i) + γ·…`` goes on to block ``i + 1``, the last one to the network's head.)
+
 **Memory.** Alg. 1 line 7 prints ``for j = 1 to i``, but the text (§1, Fig. 1: "attend over all of
 the previously seen passes"; §3.2: "stores every previously seen layer") has every state read:
 the reader before block ``i`` of pass ``k`` reads the outputs of all ``N`` blocks of every earlier
@@ -22,16 +28,24 @@ query POSITION: the query is ``h^(i-1)`` at that position, the keys are the memo
 same position after rescaling (so attention runs over layers, not over positions; causal
 sequence models stay causal). ``Q̂ = q W_q``, ``K̂ = K W_k``, ``V̂ = V W_v``; the scores are
 ``Q̂K̂ᵀ / d_k`` as printed (``score_scale="d_k"``, default; ``"sqrt_d_k"``: the Transformer's
-``1/√d_k``, a fixed temperature that ``W_q`` can also learn); a zero key and value are prepended
-("Default Computation": score 0); only the top ``k`` scores of each row, the null slot competing
-like any key, enter a softmax renormalised over the kept keys (Ke et al. 2018, as the authors'
-code; the configured ``k`` is always used). "We use linear operations (separate per module) to
+``1/√d_k``, a fixed temperature that ``W_q`` can also learn, and the authors' code's
+``temperature = d_k^0.5``); a zero key and value are prepended ("Default Computation": score 0).
+Top-k, ``topk_softmax="kept"`` (default, §3.2.1's text: "softmax top-k attention ..., in which the
+attention only attends over the elements with the top-k highest attention scores"): the top ``k``
+scores of each row, the null slot competing like any key, enter a softmax renormalised over the
+kept keys. ``topk_softmax="subtract"`` is the authors' code (Ke et al. 2018's ``SparseAttention``):
+the softmax over all keys minus its (k+1)-th largest weight, clipped at 0 and renormalised
+(:func:`modwire.nn.attention.sparse_softmax`). The configured ``k`` is always used (the authors'
+code silently uses 3). "We use linear operations (separate per module) to
 compute the key, value, and query for each module": module ``(k, i)`` owns ``W_q`` (applied to its
 query ``h^(i-1)``) and ``W_k``, ``W_v`` (applied to its output ``h^(i)`` when it is written to the
 memory), so each state is projected once, by the module that wrote it, whatever its channel count
 ("channel counts mapped by the per-layer key/value projections"). (The very last module's output is
 never read: it has no ``W_k``, ``W_v``.) Output: ``h = R + γ·σ(BN(A W_o1)) W_o2`` with ``γ`` a learned
-scalar initialised to 0, BatchNorm (over batch and positions) before ``σ`` when ``norm="batch"``.
+scalar initialised to 0, BatchNorm (over batch and positions) before ``σ`` when ``norm="batch"``
+(``reader_output="linear"``, §3.2.1: "one linear layer, followed by an activation, followed by a
+linear layer"); ``reader_output="conv3x3"``: ``W_o1`` and ``W_o2`` are 3×3 convolutions (padding
+1) over the query's grid, as the authors' ``out_layers`` (2-D states only).
 
 **Rescaling (§3.2.2, "automatic type conversion")** of a source to the query's spatial size,
 per spatial dimension (1-D sequences, 2-D images, 3-D volumes; a vector ``[B, C]`` is a
@@ -47,8 +61,11 @@ with no upsampled or rearranged copy of the keys (tested against the literal res
 
 **Passes.** ``share_blocks=False`` (Alg. 1's ``f_{θ_k}``, the authors' code): pass ``k ≥ 2`` runs its
 own copy of the blocks, initialised as a copy of the first, so with ``γ = 0`` every pass computes
-the base network and the output equals the base network's (tested). ``share_blocks=True``: every
-pass reuses the same blocks.
+the base network and the output equals the base network's (tested). Loading a base network's
+weights (``blocks.<i>.…``, e.g. ``load_state_dict(base, strict=False)`` or
+:func:`modwire.models.nfm.load_base_weights`) fills every pass: a pass copy missing from the
+loaded state takes the first pass's tensors (implementation notes §3: "every pass starts from the
+base's weights"). ``share_blocks=True``: every pass reuses the same blocks.
 
 Shapes: states are ``[B, C, *spatial]`` (``layout="channels_first"``) or ``[B, N, C]``
 (``layout="tokens"``). ``random_attention = True`` (evaluation ablation, §4.4) replaces every
@@ -72,11 +89,23 @@ ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
 RESCALES = ("space_to_depth", "nearest")
 SCORE_SCALES = ("d_k", "sqrt_d_k")
 LAYOUTS = ("channels_first", "tokens")
+TOPK_SOFTMAX = ("kept", "subtract")                 # §3.2.1's text / the authors' code (Ke et al. 2018)
+READ_AT = ("before", "after_last_pass")             # Alg. 1 / the authors' Sort-of-CLEVR code
+READER_OUTPUTS = ("linear", "conv3x3")              # §3.2.1 / the authors' out_layers
 
 
 def _choice(name: str, value, choices) -> None:
     if value not in choices:
         raise ValueError(f"NFM: {name} must be one of {list(choices)}, got {value!r}")
+
+
+_CHOICES = {"norm": NORMS, "activation": tuple(ACTIVATIONS), "rescale": RESCALES, "score_scale": SCORE_SCALES,
+            "topk_softmax": TOPK_SOFTMAX, "reader_output": READER_OUTPUTS, "read_at": READ_AT, "layout": LAYOUTS}
+
+
+def _check_options(**options: str) -> None:
+    for name, value in options.items():
+        _choice(name, value, _CHOICES[name])
 
 
 # --------------------------------------------------------------------------------------------
@@ -214,37 +243,43 @@ class NFMLayer(nn.Module):
     block ``i``, ``W_k``, ``W_v`` for its output written to the memory (``writes``), ``W_o1``, BN, ``σ``,
     ``W_o2`` and ``γ``. The first module of the first pass reads an empty memory (``reads=False``: no
     ``W_q``; ``A = 0``) and the last module of the last pass is never read (``writes=False``: no
-    ``W_k``, ``W_v``).
+    ``W_k``, ``W_v``). ``residual=False``: a module that only writes (no ``W_q``, ``W_o1``, BN,
+    ``W_o2``, ``γ``; :meth:`read` refuses), the earlier passes of ``read_at="after_last_pass"``.
 
     :meth:`read` ``(h [B, C, *S], memory: list of (K̂, V̂)) → (h + γ·σ(BN(A W_o1)) W_o2, read)``;
     ``read`` is None, or with ``record`` ``(mass [B, n_sources], null [B])`` (:class:`NFMRecord`).
-    :meth:`write` ``(h^(i)) → (K̂ [B, H, d_k, *S], V̂ [B, H, d_v, *S])``. Subclasses may replace
-    :meth:`project_query`, :meth:`project_memory` and :meth:`output` (e.g. a transformer reusing its
-    own attention projections, NFM Table 8)."""
+    :meth:`write` ``(h^(i)) → (K̂ [B, H, d_k, *S], V̂ [B, H, d_v, *S])``. ``topk_softmax`` and
+    ``reader_output``: module docstring. Subclasses may replace :meth:`project_query`,
+    :meth:`project_memory` and :meth:`output` (e.g. a transformer reusing its own attention
+    projections, NFM Table 8)."""
 
-    def __init__(self, query_channels: int, out_channels: int, *, reads: bool = True, writes: bool = True, k: int = 5, d_k: int = 16,
-                 d_v: int = 16, heads: int = 4, hidden: int = 0, norm: str = "batch", activation: str = "relu",
-                 rescale: str = "space_to_depth", score_scale: str = "d_k") -> None:
+    def __init__(self, query_channels: int, out_channels: int, *, reads: bool = True, writes: bool = True,
+                 residual: bool = True, k: int = 5, d_k: int = 16, d_v: int = 16, heads: int = 4, hidden: int = 0,
+                 norm: str = "batch", activation: str = "relu", rescale: str = "space_to_depth",
+                 score_scale: str = "d_k", topk_softmax: str = "kept", reader_output: str = "linear") -> None:
         super().__init__()
-        _choice("norm", norm, NORMS)
-        _choice("activation", activation, ACTIVATIONS)
-        _choice("rescale", rescale, RESCALES)
-        _choice("score_scale", score_scale, SCORE_SCALES)
+        _check_options(norm=norm, activation=activation, rescale=rescale, score_scale=score_scale,
+                       topk_softmax=topk_softmax, reader_output=reader_output)
         for name, v in (("k", k), ("d_k", d_k), ("d_v", d_v), ("heads", heads), ("query_channels", query_channels),
                         ("out_channels", out_channels)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"NFM: {name} must be a positive int, got {v!r}")
         self.k, self.d_k, self.d_v, self.heads = k, d_k, d_v, heads
         self.rescale, self.scale = rescale, 1.0 / d_k if score_scale == "d_k" else d_k ** -0.5
+        self.topk_softmax, self.reader_output, self.residual = topk_softmax, reader_output, residual
         hidden = hidden or query_channels
-        self.query = nn.Linear(query_channels, heads * d_k) if reads else None
+        self.query = nn.Linear(query_channels, heads * d_k) if reads and residual else None
         self.key = nn.Linear(out_channels, heads * d_k) if writes else None
         self.value = nn.Linear(out_channels, heads * d_v) if writes else None
-        self.w_o1 = nn.Linear(heads * d_v, hidden)
-        self.norm = nn.BatchNorm1d(hidden) if norm == "batch" else nn.Identity()
-        self.act = ACTIVATIONS[activation]()
-        self.w_o2 = nn.Linear(hidden, query_channels)
-        self.gamma = nn.Parameter(torch.zeros(()))       # γ = 0 at initialisation (§3.2.1)
+        self.w_o1 = self.norm = self.act = self.w_o2 = self.gamma = None
+        if residual:
+            conv = reader_output == "conv3x3"             # the authors' out_layers: 3×3 convs, BatchNorm2d
+            self.w_o1 = nn.Conv2d(heads * d_v, hidden, 3, padding=1) if conv else nn.Linear(heads * d_v, hidden)
+            self.norm = (nn.BatchNorm2d(hidden) if conv else nn.BatchNorm1d(hidden)) if norm == "batch" \
+                else nn.Identity()
+            self.act = ACTIVATIONS[activation]()
+            self.w_o2 = nn.Conv2d(hidden, query_channels, 3, padding=1) if conv else nn.Linear(hidden, query_channels)
+            self.gamma = nn.Parameter(torch.zeros(()))   # γ = 0 at initialisation (§3.2.1)
         self.random_attention = False
 
     def _heads(self, h: Tensor, layer: nn.Linear, d: int) -> Tensor:
@@ -266,13 +301,21 @@ class NFMLayer(nn.Module):
         return self.project_memory(h)
 
     def output(self, a: Tensor, h: Tensor) -> Tensor:
-        """``A [B, P, heads·d_v]`` → ``h + γ·σ(BN(A W_o1)) W_o2``, shaped like ``h [B, C, *S]``."""
+        """``A [B, P, heads·d_v]`` → ``h + γ·σ(BN(A W_o1)) W_o2``, shaped like ``h [B, C, *S]``
+        (``reader_output="conv3x3"``: ``W_o1``, ``W_o2`` are 3×3 convolutions over ``h``'s grid)."""
+        if self.reader_output == "conv3x3":
+            if h.dim() != 4:
+                raise ValueError(f"NFM: reader_output='conv3x3' reads 2-D states [B, C, H, W], got {list(h.shape)}")
+            z = a.transpose(1, 2).reshape(h.shape[0], a.shape[2], *h.shape[2:])      # [B, heads·d_v, H, W]
+            return h + self.gamma * self.w_o2(self.act(self.norm(self.w_o1(z))))
         z = self.w_o1(a)                                                              # [B, P, hidden]
         z = self.act(self.norm(z.flatten(0, 1))).unflatten(0, a.shape[:2])           # BN over batch and positions
         z = self.w_o2(z)                                                              # [B, P, C]
         return h + self.gamma * z.transpose(1, 2).reshape(h.shape)
 
     def read(self, h: Tensor, memory: list[tuple[Tensor, Tensor]], *, record: bool = False):
+        if not self.residual:
+            raise RuntimeError("NFM: this module only writes (an earlier pass of read_at='after_last_pass')")
         b, p = h.shape[0], math.prod(h.shape[2:])
         if not memory:                                            # only the null slot: A = 0
             read = (h.new_zeros(b, 0), h.new_ones(b)) if record else None
@@ -293,7 +336,7 @@ class NFMLayer(nn.Module):
             if self.training:
                 raise ValueError("NFM: random_attention is an evaluation ablation (NFM §4.4); call model.eval() first")
             scores = torch.randn_like(scores)
-        w = sparse_softmax(scores, topk=self.k).transpose(2, 3)                       # [B, P, 1 + S, H]
+        w = sparse_softmax(scores, topk=self.k, topk_softmax=self.topk_softmax).transpose(2, 3)  # [B, P, 1 + S, H]
         spans = w[:, :, 1:].split([pl.keys for pl in plans], dim=2)
         a = sum(_source_values(wj, _resized(_grid(vv, dims), pl), pl) for (_, vv), pl, wj in zip(memory, plans, spans))
         read = None
@@ -336,13 +379,21 @@ class NFM(nn.Module):
     last pass's ``h^(N)``; with ``record`` it fills :attr:`records` (one :class:`NFMRecord` per
     reader, in execution order) and :attr:`pass_outputs` (``h^(N)`` of every pass).
 
-    ``layer_factory(pass_index, layer_index, query_channels, out_channels, reads=…, writes=…, **options)``
-    builds each module's :class:`NFMLayer` (``options``: this constructor's reader options)."""
+    ``read_at``: ``"before"`` (Alg. 1: module ``(k, i)`` reads before block ``i``, its query
+    ``h^(i-1)``) or ``"after_last_pass"`` (the authors' Sort-of-CLEVR code: only the last pass reads,
+    after each block, its query ``h^(i)``; module docstring). ``topk_softmax``, ``reader_output``:
+    module docstring. Weights of the base network loaded into ``blocks`` fill every pass (module
+    docstring, "Passes").
+
+    ``layer_factory(pass_index, layer_index, query_channels, out_channels, reads=…, writes=…,
+    residual=…, **options)`` builds each module's :class:`NFMLayer` (``options``: this constructor's
+    reader options); a layer that ignores ``residual``, ``topk_softmax`` or ``reader_output`` is refused."""
 
     def __init__(self, blocks: Sequence[nn.Module], *, channels: Sequence[int] | None = None,
                  example_input: Tensor | None = None, k: int = 5, passes: int = 2,
                  d_k: int = 16, d_v: int = 16, heads: int = 4, hidden: int = 0, norm: str = "batch",
                  activation: str = "relu", rescale: str = "space_to_depth", score_scale: str = "d_k",
+                 topk_softmax: str = "kept", reader_output: str = "linear", read_at: str = "before",
                  share_blocks: bool = False, layout: str = "channels_first",
                  layer_factory: LayerFactory | None = None) -> None:
         super().__init__()
@@ -359,28 +410,48 @@ class NFM(nn.Module):
                              f"({len(blocks) + 1} numbers for {len(blocks)} blocks), got {len(channels)}: {channels}")
         if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
             raise ValueError(f"NFM: passes must be a positive int, got {passes!r}")
-        _choice("layout", layout, LAYOUTS)
+        _check_options(layout=layout, read_at=read_at)
         self.passes, self.num_blocks, self.channels = passes, len(blocks), channels
-        self.layout, self.share_blocks = layout, share_blocks
+        self.layout, self.share_blocks, self.read_at = layout, share_blocks, read_at
         self.blocks = nn.ModuleList(blocks)
         self.pass_blocks = nn.ModuleList() if share_blocks else nn.ModuleList(
             copy.deepcopy(self.blocks) for _ in range(passes - 1))
-        make = layer_factory or (lambda p, i, cq, co, **o: NFMLayer(cq, co, **o))
         options = dict(k=k, d_k=d_k, d_v=d_v, heads=heads, hidden=hidden, norm=norm, activation=activation,
-                       rescale=rescale, score_scale=score_scale)
-        n = self.num_blocks
-        self.readers = nn.ModuleList(
-            make(p, i, channels[i], channels[i + 1], reads=(p, i) != (0, 0), writes=(p, i) != (passes - 1, n - 1),
-                 **options)
-            for p in range(passes) for i in range(n))
+                       rescale=rescale, score_scale=score_scale, topk_softmax=topk_softmax,
+                       reader_output=reader_output)
+        self.readers = self._build_readers(layer_factory, options)
         self.records: list[NFMRecord] = []
         self.pass_outputs: list[Tensor] = []
+        self.register_load_state_dict_pre_hook(_fill_pass_copies)
+
+    def _build_readers(self, layer_factory: LayerFactory | None, options: dict) -> nn.ModuleList:
+        """Module ``(p, i)`` for every pass and block: what it reads and writes follows ``read_at``."""
+        make = layer_factory or (lambda p, i, cq, co, **o: NFMLayer(cq, co, **o))
+        n, last, c = self.num_blocks, self.passes - 1, self.channels
+        readers = nn.ModuleList()
+        for p in range(self.passes):
+            for i in range(n):
+                if self.read_at == "before":
+                    flags = dict(reads=(p, i) != (0, 0), writes=(p, i) != (last, n - 1), residual=True)
+                    readers.append(make(p, i, c[i], c[i + 1], **flags, **options))
+                else:                                    # the query is the block's own output h^(i)
+                    flags = dict(reads=p == last, writes=True, residual=p == last)
+                    readers.append(make(p, i, c[i + 1], c[i + 1], **flags, **options))
+                wanted = {"residual": flags["residual"], "topk_softmax": options["topk_softmax"],
+                          "reader_output": options["reader_output"]}
+                got = {name: getattr(readers[-1], name, None) for name in wanted}
+                if got != wanted:
+                    raise ValueError(f"NFM: layer_factory built a module {(p, i)} with {got}, expected {wanted}: "
+                                     f"it does not support these options")
+        return readers
 
     def sources_of(self, pass_index: int, layer_index: int) -> list[tuple[int, int]]:
-        """``(pass, layer)`` of the memory entries the reader before block ``layer_index`` of pass
-        ``pass_index`` reads, in memory order (all earlier passes, then this pass's earlier blocks)."""
+        """``(pass, layer)`` of the memory entries that module ``(pass_index, layer_index)`` reads, in
+        memory order: all earlier passes, then this pass's earlier blocks (``read_at="after_last_pass"``:
+        this pass's blocks up to ``layer_index``, its own output included)."""
+        own = layer_index + (self.read_at == "after_last_pass")
         return [(p, j) for p in range(pass_index) for j in range(self.num_blocks)] + \
-            [(pass_index, j) for j in range(layer_index)]
+            [(pass_index, j) for j in range(own)]
 
     @property
     def random_attention(self) -> bool:
@@ -402,20 +473,29 @@ class NFM(nn.Module):
         h0 = self._state(x, 0, tokens)
         memory: list[tuple[Tensor, Tensor]] = []                  # (K̂, V̂) of every state written so far
         self.records, self.pass_outputs = [], []
+        after = self.read_at == "after_last_pass"
         for p in range(self.passes):
             h = h0
             for i in range(n):
                 module = self.readers[p * n + i]
-                h, read = module.read(h, memory, record=record)
-                if record:
-                    self.records.append(NFMRecord(p, i, self.sources_of(p, i), *read))
+                if not after:                                     # Alg. 1: read before the block
+                    h = self._read(module, p, i, h, memory, record)
                 out = self.block(p, i)(h.transpose(1, 2) if tokens else h)
                 h = self._state(out, i + 1, tokens)
-                if (p, i) != (self.passes - 1, n - 1):
+                if after or (p, i) != (self.passes - 1, n - 1):
                     memory.append(module.write(h))
+                if after and p == self.passes - 1:                # the authors' code: read after the block
+                    h = self._read(module, p, i, h, memory, record)
             if record:
                 self.pass_outputs.append(h.transpose(1, 2) if tokens else h)
         return h.transpose(1, 2) if tokens else h
+
+    def _read(self, module: NFMLayer, p: int, i: int, h: Tensor, memory: list[tuple[Tensor, Tensor]],
+              record: bool) -> Tensor:
+        h, read = module.read(h, memory, record=record)
+        if record:
+            self.records.append(NFMRecord(p, i, self.sources_of(p, i), *read))
+        return h
 
     def _state(self, h: Tensor, index: int, tokens: bool) -> Tensor:
         """A state as channels-first ``[B, C, *S]``, its channel count checked against ``channels``."""
@@ -429,3 +509,18 @@ class NFM(nn.Module):
             raise ValueError(f"NFM: expected {what} to have {self.channels[index]} channels (channels[{index}]), "
                              f"got {c} (shape {list(h.shape)})")
         return h.transpose(1, 2) if tokens else h
+
+
+def _fill_pass_copies(module: NFM, state_dict: dict[str, Tensor], prefix: str, *args) -> None:
+    """A load-state-dict pre-hook: a base network's weights (``blocks.<i>.…`` with no
+    ``pass_blocks.<p>.…`` entries) load into every pass, so an NFM built on a pretrained base with
+    ``γ = 0`` computes the base network (module docstring, "Passes"). Entries already present
+    (an NFM checkpoint) are left alone; the copies are clones (no weights tied across passes)."""
+    if module.share_blocks:
+        return
+    head = prefix + "blocks."
+    for key in [k for k in state_dict if k.startswith(head)]:
+        for p in range(module.passes - 1):
+            copy_key = f"{prefix}pass_blocks.{p}.{key[len(head):]}"
+            if copy_key not in state_dict:
+                state_dict[copy_key] = state_dict[key].clone()

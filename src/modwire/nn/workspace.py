@@ -11,13 +11,14 @@ One layer, read top to bottom like AiT §4:
    of the processes (:func:`_mean_over_processes`). Evaluation pools each process's own batch.
 2. **low-rank explicit memory** ``γ ∈ R^{M×D}`` (§4.1), a buffer (state, not a parameter: it
    is written by Eq. 4, never by the optimiser), initialised as in Table 3 (:func:`init_memory`).
-3. **bottleneck attention** (Eq. 3): per head ``i``, the slots query the pool,
-   ``A_i = softmax(γ W^Q_i (Ξ W^K_i)ᵀ / √d_h)``; each slot keeps its ``k`` highest entries
-   (``top-k(A_i)``: the entries of the softmax over the whole pool, not renormalised; the
-   shared kernel's ``attend(topk=k, topk_softmax="all")``), ``head_i = top-k(A_i) Ξ W^V_i`` and
-   ``γ̂ = LN(Concat(head_1..head_A) W^O)``. The pool is projected to the slot width ``D``
-   (``W^K, W^V: E → D``, split over the ``A`` heads, ``d_h = D / A``; Eq. 1 defines the scale
-   by the head width), the down-projection of §4.1.
+3. **bottleneck attention** (Eq. 3): per head ``i = 1..A``, the slots query the pool,
+   ``A_i = softmax(γ W^Q_i (Ξ W^K_i)ᵀ / √D)``; each head has the slot width ``D``
+   (``W^Q_i: D → D``, ``W^K_i, W^V_i: E → D``: the down-projection of §4.1) and the scale is the
+   ``√D`` Eq. 3 prints; ``W^O: A·D → D``; none of the four projections has a bias (Eq. 1-3 print
+   none, and the authors' code has none). Each slot keeps its ``k`` highest entries
+   (``top-k(A_i)``: the entries of the softmax over the whole pool, not renormalised; the shared
+   kernel's ``attend(topk=k, topk_softmax="all")``), ``head_i = top-k(A_i) Ξ W^V_i`` and
+   ``γ̂ = LN(Concat(head_1..head_A) W^O)``.
 4. **memory update** (Eq. 4): ``γ^{t+1} = normalize(α γ^t + (1-α) γ̂^t)``, each slot scaled to
    unit L2 norm (implementation notes §4: "row L2-normalisation"). In training the buffer keeps
    ``γ^{t+1}`` (detached; with per-sample pools, the update with the mean of the ``γ̂`` of the
@@ -33,7 +34,7 @@ One layer, read top to bottom like AiT §4:
    ``retrieval="attention"`` is Table 2's "W/O Hopfield": a multi-head attention with the
    tokens as queries and ``f_LT(γ^{t+1})`` as keys and values.
 
-Where this departs from the letter of the paper (each a documented choice):
+Where this departs from the letter of the paper (each a documented choice or option):
 
 * The workspace reads ``LN(x)`` and adds its retrieval to ``x`` (pre-norm, like every other
   sub-layer of the block): ``Ξ = LN(x)``, output ``x + Ξ̂``.
@@ -42,20 +43,29 @@ Where this departs from the letter of the paper (each a documented choice):
   and the LayerNorm of Eq. 3 learn from the task loss, as the end-to-end training of §1 / §4
   describes. The authors' code detaches the write (``write_grad=False``): there ``W^V``, ``W^O``
   never train and ``W^Q, W^K`` learn only from the balance loss.
+* **Residual write** (``write_residual=True``, default; from the authors' code, not the paper):
+  ``γ̂ = LN(γ^t + Concat(heads) W^O)``, a residual over the current memory that Eq. 3 does not
+  print (the authors also apply Dropout to ``Concat(heads) W^O``; modwire's AiT has no dropout).
+  ``write_residual=False`` is Eq. 3 as printed. Why the default departs from the paper: see
+  "Memory collapse" below.
+* Options, each off by default: ``bias`` (biases on ``W^Q, W^K, W^V, W^O``; modwire's former
+  default, in neither the paper nor the authors' code); ``head_split`` (``A`` heads of width
+  ``D/A`` with scale ``1/√(D/A)``, modwire's former reading of Eq. 1); ``bottleneck_softmax="kept"``
+  (each slot's weights renormalised over its ``k`` kept patches: the usual top-k attention, and
+  **the authors' code's top-k**); ``normalize_update`` (``γ̂`` scaled to unit slots before Eq. 4).
 
-**Memory collapse, and two options that prevent it** (measured; README "Associative
-Transformer"). As printed, Eq. 3-4 make every slot the same vector within ~25 training steps
-(mean cosine between slots 0.04 → 1.00 on Fashion-MNIST and on Triangle, in both layers), after
-which the balance loss is stuck at its fully-collapsed value and all slots select the same
-patches. Two causes: (1) ``top-k(softmax(·))`` keeps a small share of the softmax mass (k of
-``B·N`` nearly uniform scores at initialisation), so ``Concat(heads) W^O`` is dominated by
-``W^O``'s bias and ``γ̂`` is the same for every slot; (2) Eq. 4 averages a unit-norm memory with
-a LayerNorm output of norm ``√D``, so the new write weighs ~0.4 instead of ``1 - α = 0.1``.
-``bottleneck_softmax="kept"`` (each slot's weights renormalised over its k patches, the usual
-top-k attention) and ``normalize_update=True`` (``γ̂`` scaled to unit slots before Eq. 4) keep
-the slots apart (mean cosine 0.43 / 0.50 in the two layers after 300 steps on Fashion-MNIST,
-against 1.00 as printed; ``experiments/ait_memory_collapse.py``); neither alone does. The paper's
-reading is the default.
+**Memory collapse** (measured: ``experiments/ait_memory_collapse.py``, results under
+``experiments/results/ait_memory_collapse_digits/``). With Eq. 3-4 as printed the slots become
+one vector in training (mean cosine between slots → 1.00 in both layers), after which the
+balance loss sits at its fully-collapsed value and every slot selects the same patches. Biases on
+the projections collapse the memory even with frozen random weights (mean slot cosine 1.00 after
+40 writes, against < 0.5 without biases; tested), so the biases of modwire's former workspace made
+the collapse immediate; without them, training still collapses the printed write. The authors'
+residual write keeps the slots apart on real images (scikit-learn's digits, 150 steps: mean slot
+cosine 0.50 / 0.41 in the two layers with it, 1.00 / 1.00 without), which is why it is the default:
+with the printed write the slots cannot specialise as §5 / Figure 2 shows them. It does not on the generated Triangle task (120 steps: 1.00 / 1.00 with it too, where the model
+has not yet learned the task). ``bottleneck_softmax="kept"`` with ``normalize_update=True``
+(:data:`modwire.models.ait.NO_COLLAPSE`) is a second, modwire-only way to keep them apart.
 """
 from __future__ import annotations
 
@@ -143,19 +153,23 @@ def hopfield_energy(xi: Tensor, patterns: Tensor, beta: float) -> Tensor:
 class GlobalWorkspace(nn.Module):
     """AiT §4 global workspace layer (module docstring). ``x [B, N, E] → (y [B, N, E], record)``.
 
-    ``dim`` E; ``num_slots`` M; ``slot_dim`` D; ``num_heads`` A bottleneck heads (divide D);
+    ``dim`` E; ``num_slots`` M; ``slot_dim`` D; ``num_heads`` A bottleneck heads (each of width D; with ``head_split`` they divide D);
     ``bottleneck_size`` k (0: dense, Table 2 "W/O bottleneck"); ``alpha`` EWMA factor (Eq. 4);
     ``beta`` inverse temperature and ``steps`` Hopfield updates (Eq. 7-8); ``retrieval_heads``
-    heads of the "W/O Hopfield" attention; ``eps`` of Eq. 6."""
+    heads of the "W/O Hopfield" attention; ``eps`` of Eq. 6; ``bias``, ``head_split``,
+    ``write_residual``, ``bottleneck_softmax``, ``normalize_update``: the options of the module
+    docstring."""
 
     def __init__(self, dim: int, *, num_slots: int = 32, slot_dim: int = 32, num_heads: int = 8,
                  bottleneck_size: int = 512, alpha: float = 0.9, beta: float = 1.0, steps: int = 1,
                  pool: str = "batch", memory_init: str = "gaussian", retrieval: str = "hopfield",
                  retrieval_heads: int = 8, write_grad: bool = True, eps: float = 1e-10,
-                 bottleneck_softmax: str = "all", normalize_update: bool = False) -> None:
+                 bottleneck_softmax: str = "all", normalize_update: bool = False, bias: bool = False,
+                 head_split: bool = False, write_residual: bool = True) -> None:
         super().__init__()
-        if slot_dim % num_heads:
-            raise ValueError(f"slot_dim ({slot_dim}) must be divisible by the bottleneck heads ({num_heads})")
+        if head_split and slot_dim % num_heads:
+            raise ValueError(f"slot_dim ({slot_dim}) must be divisible by the bottleneck heads ({num_heads}) "
+                             f"with head_split")
         for name, value, choices in (("pool", pool, POOLS), ("memory_init", memory_init, MEMORY_INITS),
                                      ("retrieval", retrieval, RETRIEVALS),
                                      ("bottleneck_softmax", bottleneck_softmax, BOTTLENECK_SOFTMAX)):
@@ -165,13 +179,17 @@ class GlobalWorkspace(nn.Module):
             num_heads, bottleneck_size, alpha, beta, steps
         self.pool, self.memory_init, self.write_grad, self.eps = pool, memory_init, write_grad, eps
         self.bottleneck_softmax, self.normalize_update = bottleneck_softmax, normalize_update
+        self.head_split, self.write_residual = head_split, write_residual
+        self.head_dim = slot_dim // num_heads if head_split else slot_dim   # d_h: D (AiT Eq. 3) or D / A
+        inner = num_heads * self.head_dim                                   # A heads side by side
         self.memory_forward = True          # evaluation: write γ^{t+1} for this batch (Figure 8 (1))
         self.balance: Tensor | None = None  # Eq. 6 of the last training forward
         self.norm = nn.LayerNorm(dim)
-        self.q, self.o = nn.Linear(slot_dim, slot_dim), nn.Linear(slot_dim, slot_dim)      # Eq. 3
-        self.k, self.v = nn.Linear(dim, slot_dim), nn.Linear(dim, slot_dim)
+        self.q = nn.Linear(slot_dim, inner, bias=bias)                      # W^Q_i, i = 1..A  (Eq. 3)
+        self.k, self.v = nn.Linear(dim, inner, bias=bias), nn.Linear(dim, inner, bias=bias)   # W^K_i, W^V_i
+        self.o = nn.Linear(inner, slot_dim, bias=bias)                      # W^O
         self.write_norm = nn.LayerNorm(slot_dim)
-        self.up = nn.Linear(slot_dim, dim)                                                  # f_LT
+        self.up = nn.Linear(slot_dim, dim)                                  # f_LT
         self.retrieve = ModulatedAttention(dim, retrieval_heads) if retrieval == "attention" else None
         self.register_buffer("memory", init_memory(memory_init, num_slots, slot_dim))
 
@@ -197,8 +215,7 @@ class GlobalWorkspace(nn.Module):
             gamma_hat, new = None, gamma.unsqueeze(0)                       # [1, M, D]
         if self.training:
             self.balance = balance_loss(weights, self.eps)
-            with torch.no_grad():                                           # per-sample pools: the mean γ̂
-                self.memory.copy_(self.update(gamma, _mean_over_processes(gamma_hat.mean(dim=0), self.pool)))
+            self.store(gamma, gamma_hat, new)
         if not self.write_grad:
             new = new.detach()                                              # the authors' detached write path
         patterns = self.up(new)                                             # f_LT(γ^{t+1})  [P, M, E]
@@ -220,14 +237,18 @@ class GlobalWorkspace(nn.Module):
         return pool
 
     def write(self, pool: Tensor, gamma: Tensor, *, need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        """Eq. 3: ``pool [P, L, E]``, ``γ^t [M, D]`` → ``(γ̂^t [P, M, D], A [P, H, M, L] or None)``."""
+        """Eq. 3: ``pool [P, L, E]``, ``γ^t [M, D]`` → ``(γ̂^t [P, M, D], A [P, H, M, L] or None)``;
+        the softmax scale is ``1/√d_h`` (``1/√D`` as Eq. 3 prints, or ``1/√(D/A)`` with ``head_split``)."""
         p, h = pool.shape[0], self.num_heads
         q = split_heads(self.q(gamma), h).expand(p, -1, -1, -1)             # [P, A, M, d_h]
         k, v = split_heads(self.k(pool), h), split_heads(self.v(pool), h)   # [P, A, L, d_h]
         topk = self.bottleneck_size or None
         heads, w = attend(q, k, v, topk=topk, topk_softmax=self.bottleneck_softmax,
                           return_weights=need_weights)                      # [P, A, M, d_h]
-        return self.write_norm(self.o(merge_heads(heads))), w              # γ̂^t = LN(Concat(heads) W^O)
+        out = self.o(merge_heads(heads))                                    # Concat(heads) W^O  [P, M, D]
+        if self.write_residual:                                             # the authors' code, not Eq. 3
+            out = gamma + out
+        return self.write_norm(out), w                                      # γ̂^t = LN(...)
 
     def update(self, gamma: Tensor, gamma_hat: Tensor) -> Tensor:
         """Eq. 4: ``normalize(α γ^t + (1-α) γ̂^t)``, each slot to unit L2 norm (``normalize_update``:
@@ -235,6 +256,16 @@ class GlobalWorkspace(nn.Module):
         if self.normalize_update:
             gamma_hat = F.normalize(gamma_hat, dim=-1)
         return F.normalize(self.alpha * gamma + (1 - self.alpha) * gamma_hat, dim=-1)
+
+    @torch.no_grad()
+    def store(self, gamma: Tensor, gamma_hat: Tensor, new: Tensor) -> None:
+        """Keep ``γ^{t+1}`` in the buffer (training). One pool on every process: the ``new`` the
+        retrieval used (Eq. 4 computed once); per-sample pools or per-process pools under DDP: Eq. 4
+        with the mean ``γ̂`` (of the batch, then of the processes: :func:`_mean_over_processes`)."""
+        if new.shape[0] == 1 and (self.pool == "global" or _world() == 1):
+            self.memory.copy_(new[0])
+        else:
+            self.memory.copy_(self.update(gamma, _mean_over_processes(gamma_hat.mean(dim=0), self.pool)))
 
     def read(self, xi: Tensor, patterns: Tensor, *, energies: bool) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Eq. 7-8 (or "W/O Hopfield"): ``xi [B, N, E]``, ``patterns [B, M, E]`` → ``Ξ̂ [B, N, E]``

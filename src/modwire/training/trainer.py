@@ -376,7 +376,8 @@ def accumulate(run: Run, state: TrainState) -> dict[str, Tensor]:
             aux = auxiliary_losses(run, state.model)
             objective = loss / n                                   # each micro-batch's share of the step
             if aux:
-                objective = objective + sum(cfg.aux_loss_weights[k] * v for k, v in aux.items()) / n
+                weights = aux_loss_weights(run, state.model)
+                objective = objective + sum(weights[k] * v for k, v in aux.items()) / n
             state.scaler.scale(objective).backward()
         state.micro += 1
         run.seen += batch_len(x) * run.dist.world
@@ -385,18 +386,25 @@ def accumulate(run: Run, state: TrainState) -> dict[str, Tensor]:
     return shown
 
 
+def aux_loss_weights(run: Run, model: torch.nn.Module) -> dict[str, float]:
+    """The weight of each auxiliary loss: the config's ``aux_loss_weights`` over the model's paper
+    defaults (``aux_loss_defaults``, e.g. AiT's σ = 1e-2 for ``balance``, AiT Eq. 6)."""
+    defaults = model.aux_loss_defaults if isinstance(model, PretrainedModel) else {}
+    return {**defaults, **run.cfg.aux_loss_weights}
+
+
 def auxiliary_losses(run: Run, model: torch.nn.Module) -> dict[str, Tensor]:
     """The auxiliary losses the model reported for this forward pass, each with a configured
-    weight (``aux_loss_weights``): none is added or dropped silently."""
+    weight (``aux_loss_weights``, else the model's default): none is added or dropped silently."""
     aux = model.auxiliary_losses() if hasattr(model, "auxiliary_losses") else {}
-    weights = run.cfg.aux_loss_weights
+    weights = aux_loss_weights(run, model)
     missing = sorted(set(aux) - set(weights))
     if missing:
         raise ValueError(f"model {run.cfg.model.name!r} reports the auxiliary loss(es) {missing} but the training "
                          f"config gives no weight: set aux_loss_weights.{missing[0]} (e.g. --set "
                          f"aux_loss_weights.{missing[0]}=0.01; 0 logs it without training on it)")
     if not run.aux_checked:
-        unused = sorted(set(weights) - set(aux))
+        unused = sorted(set(run.cfg.aux_loss_weights) - set(aux))
         if unused:
             raise ValueError(f"config key 'aux_loss_weights.{unused[0]}': model {run.cfg.model.name!r} reports no "
                              f"auxiliary loss named {unused[0]!r} (it reports {sorted(aux) or 'none'})")
