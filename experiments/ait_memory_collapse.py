@@ -155,7 +155,11 @@ def main(argv: list[str] | None = None) -> int:
                                                        "where Debian's dataset-fashion-mnist installs them)")
     args = ap.parse_args(argv)
     steps, every = (6, 2) if args.quick else (args.steps, args.every)
-    tensors = data(512 if args.quick else 20000, 256 if args.quick else 2000, args.data_root, args.task)
+    try:
+        tensors = data(512 if args.quick else 20000, 256 if args.quick else 2000, args.data_root, args.task)
+    except (FileNotFoundError, ValueError) as e:     # the loader's message shows the expected layout
+        raise SystemExit(f"ait_memory_collapse.py: the {args.task} data is not readable: {e}\n(on Debian: "
+                         f"apt-get install dataset-fashion-mnist, or pass --data-root DIR, or --task digits)") from None
     results = []
     for name in args.variants:
         results.append(train_variant(name, steps, every, tensors, task=args.task))

@@ -36,7 +36,16 @@ def test_quick_run_writes_results_and_table(tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
     assert [r["variant"] for r in results] == list(collapse.VARIANTS)
     assert all(len(r["curve"][-1]["slot_cos"]) == 2 and 0 <= r["test_top1"] <= 1 for r in results)
-    assert (tmp_path / "table.md").read_text().count("\n") == 2 + len(collapse.VARIANTS)
+    table = (tmp_path / "table.md").read_text()
+    assert table.count("\n") == 2 + len(collapse.VARIANTS)
+    for r in results:                     # each row carries its run's numbers
+        row = next(line for line in table.splitlines() if line.startswith(f"| {r['variant']} |"))
+        assert row.endswith(f"| {100 * r['test_top1']:.1f} |") and f"{r['curve'][-1]['balance']:.0f}" in row
+
+
+def test_unreadable_data_is_a_clear_error(tmp_path):
+    with pytest.raises(SystemExit, match=r"(?s)fashion_mnist data is not readable.*nowhere does not exist.*--data-root DIR"):
+        collapse.main(["--quick", "--out", str(tmp_path), "--data-root", str(tmp_path / "nowhere")])
 
 
 def test_quick_run_on_the_generated_triangle_task(tmp_path):
