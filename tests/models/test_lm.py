@@ -94,10 +94,12 @@ class _Fixed(nn.Module):
         return self.h
 
 
-def _reference_read(block, writers, gamma, h, sources, k, scale):
+def _reference_read(block, writers, gamma, h, sources, k, scale, topk_softmax="kept"):
     """NFM §3.2.1 at each position, loop by loop (float64): query W_q LN₁(h_t) of the reading block;
     source j's key/value W_k/W_v LN₁(m_j,t) of the block that WROTE it (``writers[j]``), after a zero
-    null key/value; the top-k scores kept, softmax over them; the reading block's W_o; γ."""
+    null key/value; the top-k scores kept, softmax over them (``"subtract"``, the authors' rule: the
+    softmax over all keys minus its (k+1)-th largest weight + 1e-7, clipped at 0, renormalised); the
+    reading block's W_o; γ."""
     heads, dh = block.attn.num_heads, block.attn.head_dim
     out = h.clone()
     b_, d, t_ = h.shape
@@ -110,8 +112,15 @@ def _reference_read(block, writers, gamma, h, sources, k, scale):
             for hd in range(heads):
                 sl = slice(hd * dh, (hd + 1) * dh)
                 scores = torch.stack([q[sl] @ kk[sl] * scale for kk in ks])
-                keep = scores.topk(min(k, len(ks))).indices
-                w = torch.softmax(scores[keep], 0)
+                if topk_softmax == "kept":
+                    keep = scores.topk(min(k, len(ks))).indices
+                    w = torch.softmax(scores[keep], 0)
+                else:
+                    keep = torch.arange(len(ks))
+                    w = torch.softmax(scores, 0)
+                    if len(ks) > k + 1:
+                        w = (w - sorted(w.tolist(), reverse=True)[k] - 1e-7).clamp(min=0)
+                        w = w / (w.sum() + 1e-7)
                 read.append(sum(wi * vs[j][sl] for wi, j in zip(w, keep.tolist())))
             out[b, :, t] = h[b, :, t] + gamma * block.attn.o(torch.cat(read))
     return out
@@ -123,14 +132,15 @@ def _bound(block, k, score_scale, **kw):
     return layer
 
 
-@pytest.mark.parametrize("score_scale,k", [("sqrt_d_k", 2), ("d_k", 5)])
-def test_module_reuses_the_block_projections_literally_keys_by_their_writer(score_scale, k):
+@pytest.mark.parametrize("score_scale,k,topk_softmax", [("sqrt_d_k", 2, "kept"), ("d_k", 5, "kept"),
+                                                        ("sqrt_d_k", 2, "subtract")])
+def test_module_reuses_the_block_projections_literally_keys_by_their_writer(score_scale, k, topk_softmax):
     torch.manual_seed(3)
     block, *writers = [CausalBlock(8, 2, 12, dropout=0.0).double() for _ in range(4)]
     with torch.no_grad():                           # LN₁ affine parameters that differ per block
         for blk in (block, *writers):
             blk.norm1.weight.uniform_(0.5, 1.5), blk.norm1.bias.normal_()
-    layer = _bound(block, k, score_scale)
+    layer = _bound(block, k, score_scale, topk_softmax=topk_softmax)
     with torch.no_grad():
         layer.gamma.fill_(0.6)
     h = torch.randn(2, 8, 5, dtype=torch.float64)
@@ -139,10 +149,14 @@ def test_module_reuses_the_block_projections_literally_keys_by_their_writer(scor
     out, _ = layer.read(h, memory)
     scale = 1 / 4 if score_scale == "d_k" else 4 ** -0.5
     with torch.no_grad():
-        ref = _reference_read(block, writers, 0.6, h, sources, k, scale)
-        wrong = _reference_read(block, [block] * 3, 0.6, h, sources, k, scale)   # reader-side keys: differ
+        ref = _reference_read(block, writers, 0.6, h, sources, k, scale, topk_softmax)
+        wrong = _reference_read(block, [block] * 3, 0.6, h, sources, k, scale, topk_softmax)  # reader-side keys
+        other = _reference_read(block, writers, 0.6, h, sources, k, scale,
+                                {"kept": "subtract", "subtract": "kept"}[topk_softmax])
     torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
     assert (out - wrong).abs().max() > 1e-3
+    if k + 1 < 4:                                   # 3 sources + the null key: the two top-k rules differ
+        assert (out - other).abs().max() > 1e-3
     assert [n for n, _ in layer.named_parameters()] == ["gamma"]     # the block's weights are not the layer's
     assert isinstance(layer, NFMLayer) and layer.w_o1 is None and layer.query is None and layer.key is None
 
@@ -218,6 +232,18 @@ def test_bad_input_errors():
     with pytest.raises(ValueError, match="'nfm.d_k': got 32.*reuses each block's LN and attention projections"):
         TransformerLMConfig(**SMALL, nfm={"enabled": True, "d_k": 32})
     TransformerLMConfig(**SMALL, nfm={"enabled": False, "d_k": 32})        # the base network ignores nfm
+    with pytest.raises(ValueError, match="does not support these options"):
+        _lm({"enabled": True, "passes": 1, "reader_output": "conv3x3"})
+
+
+def test_the_authors_topk_rule_reaches_every_reader():
+    model = _lm({"enabled": True, "passes": 2, "k": 1, "topk_softmax": "subtract"})
+    assert {r.topk_softmax for r in model.body.readers} == {"subtract"}
+    x = torch.randint(0, 23, (2, 12), generator=torch.Generator().manual_seed(1))
+    _set_gammas(model)
+    kept = _lm({"enabled": True, "passes": 2, "k": 1})
+    kept.load_state_dict(model.state_dict())
+    assert (model.eval()(x) - kept.eval()(x)).abs().max() > 1e-4
 
 
 def test_empty_contexts_and_unscored_batches_are_clear_errors():

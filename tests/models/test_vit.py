@@ -265,5 +265,30 @@ def test_sort_of_clevr_preset_is_table_6_relational_with_a_question_token():
         (75, 3, 5, 11, 10)
     d, f, n = 768, 3072, (75 // 5) ** 2
     block = 4 * d * d + 4 * d + 2 * d * f + f + d + 4 * d        # attention, MLP, two LayerNorms
-    expected = (3 * 25 * d + d) + n * d + 2 * block + (2 * 11 + 11 * d + d + 2 * d) + 2 * d + (d * 10 + 10)
-    assert model.num_parameters() == expected                     # 14,426,912
+    flat = (n + 1) * d                                            # the authors' classifier: patches + question
+    expected = (3 * 25 * d + d) + n * d + 2 * block + (2 * 11 + 11 * d + d + 2 * d) + 2 * flat + (flat * 10 + 10)
+    assert model.num_parameters() == expected                     # 16,500,512
+
+
+def test_ait_table_1_vit_presets_use_the_authors_classifier_and_reach_table_1_counts():
+    """AiT Table 1's ViT-Small / Base (14.9 / 85.7 M): the AiT authors' flattened classifier (LayerNorm
+    over the N·E token features, then Linear) replaces the pooled one; exactly that difference."""
+    counts = {}
+    for size in ("small", "base"):
+        with torch.device("meta"):
+            vit = modwire.create_model(f"vit_{size}_cifar10")
+            pooled = modwire.create_model(f"vit_{size}_cifar10", classifier="mean")
+        n, e, classes = 64, 768, 10
+        assert vit.config.classifier == "flatten" and vit.heads.linear.in_features == n * e
+        assert vit.num_parameters() - pooled.num_parameters() == \
+            (2 * n * e + n * e * classes + classes) - (e * classes + classes + 2 * e)
+        counts[size] = vit.num_parameters() / 1e6
+    assert counts == pytest.approx({"small": 14.85, "base": 85.73}, abs=0.01)
+    assert counts == pytest.approx({"small": 14.9, "base": 85.7}, rel=0.01)     # Table 1
+
+
+def test_flatten_classifier_needs_patch_tokens_and_one_head():
+    with pytest.raises(ValueError, match="'classifier': 'flatten' reads a fixed number of patch tokens"):
+        modwire.create_model("vit_digits", classifier="flatten")
+    with pytest.raises(ValueError, match="'classifier': got 'cls', expected one of"):
+        modwire.create_model("vit_micro", classifier="cls")

@@ -58,7 +58,7 @@ def test_new_heads_are_fresh_and_in_cls_when_the_head_cannot_be_kept(preset, cla
     model = create_model(preset, **(SMALL if preset == "ni_fuzzy_boolean" else {}))
     old = model.heads
     model.new_task(classes, heads=2)
-    assert model.heads is not old and model.heads.weight.shape[-2] == classes and not model.heads_pretrained
+    assert model.heads is not old and model.heads.weight.shape[-2] == classes and not model.config.head_pretrained
     assert model.parameter_sets()["cls"] == ("cls_tokens", "heads.")
 
 
@@ -75,3 +75,10 @@ def test_finetune_cls_leaves_the_pretrained_shared_head_bit_identical(tmp_path):
     a = from_pretrained(choose_checkpoint(out / "seed-0")[0]).state_dict()
     assert a["cls_tokens"].shape[0] == 10 and not torch.equal(a["cls_tokens"][:10], b["cls_tokens"][:10])
     assert all(torch.equal(a[k], b[k]) for k in a if k != "cls_tokens")
+    reloaded = from_pretrained(choose_checkpoint(out / "seed-0")[0])    # the kept head is still known as kept
+    assert reloaded.config.head_pretrained and reloaded.parameter_sets()["cls"] == ("cls_tokens",)
+
+
+def test_head_pretrained_needs_a_shared_head():
+    with pytest.raises(ValueError, match="'head_pretrained': only a shared head .* got shared_head=false"):
+        create_model("vit_micro", head_pretrained=True)

@@ -52,7 +52,6 @@ from .set_model import EmbedConfig
 from .vit import ViT, ViTConfig
 
 MEMORY_RESETS = ("never", "epoch")
-CLASSIFIERS = ("mean", "flatten")
 
 
 @dataclass
@@ -74,9 +73,9 @@ class AiTConfig(ViTConfig):
     paper nor the authors' code; they collapse the memory), ``bottleneck_head_split`` (heads of
     width ``D / workspace_heads`` with scale ``1/√(D/A)`` instead of Eq. 3's width ``D`` and
     ``1/√D``), ``write_residual`` (True, default: the authors' code's ``γ̂ = LN(γ + Concat(heads)
-    W^O)``; False: Eq. 3 as printed); ``classifier`` (``mean``: §5.1's pooled output; ``flatten``:
-    the authors' classifier, LayerNorm over the flattened ``N·E`` token features then Linear, the
-    Table 1 presets' choice). Module docstring of :mod:`modwire.nn.workspace` for each measured effect."""
+    W^O)``; False: Eq. 3 as printed); ``classifier``: the ViT's (:class:`~modwire.models.vit.ViTConfig`;
+    ``flatten`` on the Table 1 presets). Module docstring of :mod:`modwire.nn.workspace` for each
+    measured effect."""
 
     model_type = "ait"
 
@@ -107,7 +106,6 @@ class AiTConfig(ViTConfig):
     bottleneck_bias: bool = False
     bottleneck_head_split: bool = False
     write_residual: bool = True
-    classifier: str = "mean"
     embed: EmbedConfig = field(default_factory=lambda: EmbedConfig(image_size=32, in_channels=3, patch_size=4))
 
     bounds = {**ViTConfig.bounds, "num_slots": COUNT, "slot_dim": COUNT, "workspace_heads": COUNT,
@@ -122,14 +120,9 @@ class AiTConfig(ViTConfig):
         check_choice("retrieval", self.retrieval, RETRIEVALS)
         check_choice("memory_reset", self.memory_reset, MEMORY_RESETS)
         check_choice("bottleneck_softmax", self.bottleneck_softmax, BOTTLENECK_SOFTMAX)
-        check_choice("classifier", self.classifier, CLASSIFIERS)
         if self.bottleneck_head_split and self.slot_dim % self.workspace_heads:
             raise ValueError(f"config field 'workspace_heads': got {self.workspace_heads}, expected a divisor of "
                              f"slot_dim={self.slot_dim} (bottleneck_head_split splits D over the heads)")
-        if self.classifier == "flatten" and (self.embed.kind != "patches" or self.num_cls_tokens or self.task_input):
-            raise ValueError(f"config field 'classifier': 'flatten' reads a fixed number of patch tokens and one "
-                             f"head (embed.kind 'patches', num_cls_tokens 0, task_input False); got embed.kind "
-                             f"{self.embed.kind!r}, num_cls_tokens {self.num_cls_tokens}: use classifier='mean'")
         if not (self.self_attention or self.ffn or self.workspace):
             raise ValueError("config fields 'self_attention', 'ffn', 'workspace': a block needs at least one of them")
 
@@ -175,67 +168,13 @@ class AiTBlock(nn.Module):
         return x, w, rec
 
 
-class FlatClassifier(nn.Module):
-    """The authors' classifier (``classifier="flatten"``): LayerNorm over the flattened ``N·E``
-    features of the final tokens, then one Linear. ``[B, N, E] → [B, C]``."""
-
-    def __init__(self, num_tokens: int, dim: int, num_classes: int) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(num_tokens * dim)
-        self.linear = nn.Linear(num_tokens * dim, num_classes)
-
-    def forward(self, y: Tensor) -> Tensor:
-        return self.linear(self.norm(y.flatten(1)))                          # [B, N·E] → [B, C]
-
-
 class AiT(ViT):
     """``model(x) → logits [B, C]``; ``forward_intermediates(x)`` adds each layer's self-attention
     weights ``[B, H, N, N]`` and its :class:`~modwire.nn.workspace.WorkspaceRecord` (``workspace``).
-    With ``classifier="flatten"`` the final per-token LayerNorm and the mean are replaced by
-    :class:`FlatClassifier` (``heads``)."""
+    The classifier (``classifier``) is the ViT's."""
 
     config_class = AiTConfig
     aux_loss_defaults: ClassVar[dict[str, float]] = {"balance": 1e-2}     # σ of AiT Eq. 6 (§5.1), the trainer's weight unless configured
-
-    def __init__(self, config: AiTConfig) -> None:
-        super().__init__(config)
-        if config.classifier == "flatten":
-            self.norm = nn.Identity()                                        # FlatClassifier normalises
-
-    def _build_outputs(self) -> None:
-        c = self.config
-        if c.classifier == "mean":
-            super()._build_outputs()
-            return
-        rows, cols = c.embed.grid                                            # patch tokens, then the question's
-        self.cls_tokens = None
-        self.heads = FlatClassifier(rows * cols + bool(c.question_dim), c.d_model, c.num_classes)
-
-    def _run(self, x: Tensor, task: Tensor | None, question: Tensor | None = None, *, record: bool,
-             **kwargs: Any) -> Intermediates:
-        if self.config.classifier == "mean":
-            return super()._run(x, task, question, record=record, **kwargs)
-        if task is not None:
-            raise ValueError("this model takes no 'task' ids (config task_input=False)")
-        tokens = self.embed(x)                                              # [B, N, d]; x checked
-        if (self.question is None) != (question is None):
-            raise ValueError(f"this model {'takes no' if self.question is None else 'needs a'} 'question' input "
-                             f"(config question_dim={self.config.question_dim})")
-        if self.question is not None:                                       # AiT §5.8: after the patches
-            tokens = torch.cat([tokens, self.question(question, len(x)).to(tokens.dtype)], dim=1)
-        y, extra = self.encode(tokens, record=record)                       # [B, N, d]
-        return Intermediates(self.heads(y), y, **extra)                     # [B, C]
-
-    def new_task(self, num_classes: int, heads: int = 1) -> None:
-        if self.config.classifier == "mean":
-            super().new_task(num_classes, heads)
-            return
-        if heads != 1:
-            raise ValueError(f"classifier='flatten' has one head; {heads} heads need classifier='mean'")
-        like = self.heads.linear.weight
-        self.config = self.config.replace(num_classes=num_classes)
-        self._build_outputs()
-        self.heads.to(like)
 
     def make_block(self) -> nn.Module:
         return AiTBlock(self.config)

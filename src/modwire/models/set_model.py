@@ -119,7 +119,9 @@ class SetModelConfig(ModelConfig):
     """Fields every set model (ViT, NI, AiT) shares. ``num_classes``: width of one head;
     ``num_cls_tokens``: CLS tokens (0: mean-pooled output); ``shared_head``: one head for every
     CLS token; ``task_input``: the model takes ``task`` ids choosing each sample's head;
-    ``question_dim``: width ``Q`` of a ``question`` input embedded as one token (AiT §5.8; 0: none)."""
+    ``question_dim``: width ``Q`` of a ``question`` input embedded as one token (AiT §5.8; 0: none);
+    ``head_pretrained``: the shared head is the pre-trained one that ``new_task`` kept (set by it and
+    saved with the model, so that ``cls`` still names the CLS tokens alone after a reload)."""
 
     num_classes: int = 10
     d_model: int = 192
@@ -128,11 +130,15 @@ class SetModelConfig(ModelConfig):
     task_input: bool = False
     embed: EmbedConfig = field(default_factory=EmbedConfig)
     question_dim: int = 0
+    head_pretrained: bool = False
 
     bounds = {"num_classes": COUNT, "d_model": COUNT, "num_cls_tokens": Bounds(lo=0, note="0: mean-pooled output"),
               "question_dim": Bounds(lo=0, note="0: no question input")}
 
     def validate(self) -> None:
+        if self.head_pretrained and not self.shared_head:
+            raise ValueError("config field 'head_pretrained': only a shared head (shared_head=true) is kept by "
+                             "new_task, got shared_head=false")
         if self.task_input and self.num_cls_tokens < 2:
             raise ValueError(f"config field 'task_input': choosing a head per sample needs num_cls_tokens >= 2, "
                              f"got {self.num_cls_tokens}")
@@ -243,7 +249,6 @@ class SetModel(PretrainedModel):
         self.question = QuestionEmbedding(c.question_dim, c.d_model) if c.question_dim else None
         self._build_outputs()
         self.norm = nn.LayerNorm(c.d_model)
-        self.heads_pretrained = False   # True after new_task kept the shared head (parameter_sets)
 
     @property
     def num_classes(self) -> int:
@@ -328,7 +333,7 @@ class SetModel(PretrainedModel):
         :meth:`new_task` kept (NI Table 1 "Finetuning CLS Tokens": "the CLS tokens are the only
         trainable parameters"); ``heads``: the heads (``cls,heads`` also trains a kept shared head,
         a departure from Table 1); ``all``."""
-        cls = ("cls_tokens",) if self.heads_pretrained else ("cls_tokens", "heads.")
+        cls = ("cls_tokens",) if self.config.head_pretrained else ("cls_tokens", "heads.")
         return {"cls": cls, "heads": ("heads.",), "all": ("",)}
 
     def new_task(self, num_classes: int, heads: int = 1) -> None:
@@ -341,13 +346,12 @@ class SetModel(PretrainedModel):
         cls = 0 if c.num_cls_tokens == 0 and heads == 1 else heads
         keep = c.shared_head and num_classes == c.num_classes
         self.config = c.replace(num_classes=num_classes, num_cls_tokens=cls,
-                                task_input=c.task_input and heads > 1)
+                                task_input=c.task_input and heads > 1, head_pretrained=keep)
         like = self.norm.weight
         if keep:
             self._build_cls_tokens()
         else:
             self._build_outputs()
-        self.heads_pretrained = keep
         if self.cls_tokens is not None:
             self.cls_tokens.data = self.cls_tokens.data.to(like)
         self.heads.to(like)

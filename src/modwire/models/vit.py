@@ -7,6 +7,12 @@ the same :class:`~modwire.nn.blocks.ProcessorLayer` as NAC's propagators with th
 (plain linear layers), so the ViT, Perceiver IO's latent transformer and NAC share one block and
 one attention kernel (:func:`~modwire.nn.attention.attend`, fused when exact).
 
+Classifier: the mean of the final tokens after a LayerNorm (or the CLS tokens), then a linear head
+(``classifier="mean"``, the ViT's pooled output and AiT §5.1's "pooled representations"), or the AiT
+authors' classifier (``classifier="flatten"``: one LayerNorm over the flattened ``N·E`` features of
+the final tokens, then one Linear; :class:`FlatClassifier`), which the AiT Table 1 presets of both
+the ViT and the AiT use: it is what gives Table 1's parameter counts.
+
 Positions: learned absolute positions added to the patch tokens (``embed.positions="absolute"``,
 ViT), or NI App. C.2.3's relative positional bias (Eq. 20-21, without NI's per-function term
 Eq. 22-23), one bias per head on the attention logits among patch tokens, 0 for pairs involving
@@ -18,18 +24,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from ..nn import ProcessorLayer
 from ..nn.positions import RelativePositionBias, pad_bias
-from .config import COUNT, heads_of
+from .base import Intermediates
+from .config import COUNT, check_choice, heads_of
 from .registry import register_model_type, register_preset
 from .set_model import EmbedConfig, SetModel, SetModelConfig
 
 
+CLASSIFIERS = ("mean", "flatten")
+
+
 @dataclass
 class ViTConfig(SetModelConfig):
-    """ViT hyperparameters; defaults are NI Table 5 (the digits ViT, 1.80 × 10⁶ parameters)."""
+    """ViT hyperparameters; defaults are NI Table 5 (the digits ViT, 1.80 × 10⁶ parameters).
+    ``classifier``: ``mean`` (pooled, or the CLS tokens) or ``flatten`` (the AiT authors'; module
+    docstring)."""
 
     model_type = "vit"
 
@@ -37,27 +50,88 @@ class ViTConfig(SetModelConfig):
     num_heads: int = 3
     ffn_hidden: int = 192
     pos_dim: int = 32                  # relative positions: width of e_row / e_col (NI App. C.2.3)
+    classifier: str = "mean"
 
     bounds = {**SetModelConfig.bounds, "num_layers": COUNT, "ffn_hidden": COUNT, "pos_dim": COUNT,
               "num_heads": heads_of("d_model")}
+
+    def validate(self) -> None:
+        super().validate()
+        check_choice("classifier", self.classifier, CLASSIFIERS)
+        if self.classifier == "flatten" and (self.embed.kind != "patches" or self.num_cls_tokens or self.task_input):
+            raise ValueError(f"config field 'classifier': 'flatten' reads a fixed number of patch tokens and one "
+                             f"head (embed.kind 'patches', num_cls_tokens 0, task_input False); got embed.kind "
+                             f"{self.embed.kind!r}, num_cls_tokens {self.num_cls_tokens}: use classifier='mean'")
 
     def unused_fields(self) -> tuple[str, ...]:
         return () if self.embed.positions == "relative" else ("pos_dim",)
 
 
+class FlatClassifier(nn.Module):
+    """The AiT authors' classifier (``classifier="flatten"``): LayerNorm over the flattened ``N·E``
+    features of the final tokens, then one Linear. ``[B, N, E] → [B, C]``."""
+
+    def __init__(self, num_tokens: int, dim: int, num_classes: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(num_tokens * dim)
+        self.linear = nn.Linear(num_tokens * dim, num_classes)
+
+    def forward(self, y: Tensor) -> Tensor:
+        return self.linear(self.norm(y.flatten(1)))                          # [B, N·E] → [B, C]
+
+
 class ViT(SetModel):
     """``model(x) → logits`` (see :mod:`modwire.models.set_model` for the output shapes);
-    ``forward_intermediates(x)`` adds every layer's attention weights ``[B, H, N, N]``."""
+    ``forward_intermediates(x)`` adds every layer's attention weights ``[B, H, N, N]``. With
+    ``classifier="flatten"`` the final per-token LayerNorm and the mean are replaced by
+    :class:`FlatClassifier` (``heads``)."""
 
     config_class = ViTConfig
 
     def __init__(self, config: ViTConfig) -> None:
         super().__init__(config)
         c = config
+        if c.classifier == "flatten":
+            self.norm = nn.Identity()                                        # FlatClassifier normalises
         self.blocks = nn.ModuleList(self.make_block() for _ in range(c.num_layers))
         self.relative = None
         if c.embed.positions == "relative" and self.embed.grid is not None:
             self.relative = RelativePositionBias(self.embed.grid, c.num_heads, c.pos_dim)
+
+    def _build_outputs(self) -> None:
+        c = self.config
+        if c.classifier == "mean":
+            super()._build_outputs()
+            return
+        rows, cols = c.embed.grid                                            # patch tokens, then the question's
+        self.cls_tokens = None
+        self.heads = FlatClassifier(rows * cols + bool(c.question_dim), c.d_model, c.num_classes)
+
+    def _run(self, x: Tensor, task: Tensor | None, question: Tensor | None = None, *, record: bool,
+             **kwargs: Any) -> Intermediates:
+        if self.config.classifier == "mean":
+            return super()._run(x, task, question, record=record, **kwargs)
+        if task is not None:
+            raise ValueError("this model takes no 'task' ids (config task_input=False)")
+        tokens = self.embed(x)                                              # [B, N, d]; x checked
+        if (self.question is None) != (question is None):
+            raise ValueError(f"this model {'takes no' if self.question is None else 'needs a'} 'question' input "
+                             f"(config question_dim={self.config.question_dim})")
+        if self.question is not None:                                       # AiT §5.8: after the patches
+            tokens = torch.cat([tokens, self.question(question, len(x)).to(tokens.dtype)], dim=1)
+        y, extra = self.encode(tokens, record=record)                       # [B, N, d]
+        return Intermediates(self.heads(y), y, **extra)                     # [B, C]
+
+    def new_task(self, num_classes: int, heads: int = 1) -> None:
+        if self.config.classifier == "mean":
+            super().new_task(num_classes, heads)
+            return
+        if heads != 1:
+            raise ValueError(f"classifier='flatten' has one head; {heads} heads need classifier='mean'")
+        like = self.heads.linear.weight
+        self.config = self.config.replace(num_classes=num_classes)
+        self._build_outputs()
+        self.heads.to(like)
 
     def make_block(self) -> nn.Module:
         """One pre-LN block (the Associative Transformer overrides it with its Figure 1b block)."""
@@ -91,15 +165,18 @@ def _digits() -> ViTConfig:
 register_preset("vit_digits", ViT, _digits, "NI Table 5 (digits ViT, 1.80e6 parameters)")
 
 # AiT §5.1 / Table 6: Small / Medium / Base = 2 / 6 / 12 layers of 768-d, 12 heads, MLP 3072; no
-# CLS token (pooled output); patch size per task (CIFAR 4, Triangle 32, Oxford Pet 16).
+# CLS token; patch size per task (CIFAR 4, Triangle 32, Oxford Pet 16). The AiT authors' flattened
+# classifier (module docstring) gives ViT-Small / Base on CIFAR-10 14.85 / 85.73 M parameters, Table 1's
+# 14.9 / 85.7 M (tests/models/test_vit.py); with the mean classifier they would have 14.27 / 85.15 M.
 _AIT_SIZES = {"small": 2, "medium": 6, "base": 12}
+_TABLE1 = {"small": "14.85 M; Table 1: 14.9 M", "medium": "43.20 M; not in Table 1", "base": "85.73 M; Table 1: 85.7 M"}
 _AIT_TASKS = {"cifar10": (10, 32, 3, 4), "cifar100": (100, 32, 3, 4), "triangle": (2, 64, 1, 32),
               "pet": (37, 224, 3, 16)}
 
 
 def _ait_vit(layers: int, classes: int, size: int, channels: int, patch: int, question_dim: int = 0) -> ViTConfig:
     return ViTConfig(num_classes=classes, d_model=768, num_layers=layers, num_heads=12, ffn_hidden=3072,
-                     num_cls_tokens=0, question_dim=question_dim,
+                     num_cls_tokens=0, question_dim=question_dim, classifier="flatten",
                      embed=EmbedConfig(kind="patches", image_size=size, in_channels=channels, patch_size=patch,
                                        positions="absolute"))
 
@@ -107,7 +184,8 @@ def _ait_vit(layers: int, classes: int, size: int, channels: int, patch: int, qu
 for _size, _layers in _AIT_SIZES.items():
     for _task, _shape in _AIT_TASKS.items():
         register_preset(f"vit_{_size}_{_task}", ViT, lambda l=_layers, s=_shape: _ait_vit(l, *s),
-                        f"AiT §5.1, Table 6 (ViT-{_size.capitalize()}, {_task})")
+                        f"AiT §5.1, Table 6 (ViT-{_size.capitalize()}, {_task}"
+                        + (f"; {_TABLE1[_size]})" if _task == "cifar10" else ")"))
 
 # AiT §5.8 / Table 6 "Relational reasoning": Sort-of-CLEVR's 75×75×3 images in 5×5 patches (225 tokens)
 # plus one question token (the 11-d question vector of task sort_of_clevr_image, embedded by
