@@ -85,7 +85,8 @@ def analyse_ait(args: argparse.Namespace, out: Path) -> dict:
     """Slot maps, diversity over checkpoints, energies and self-attention sparsity of the AiT run.
     A part the model cannot give (no bottleneck weights with the memory forward off, no energies
     without Hopfield retrieval, no self-attention) is reported as skipped, with the reason."""
-    from modwire.analysis.workspace import checkpoint_dirs, collect_energies, diversity_over_training, energy_summary
+    from modwire.analysis.workspace import (checkpoint_dirs, collect_energies, diversity_over_training, energy_summary,
+                                            slot_similarity)
 
     _, model, batches = load(args.ait, args.samples, args.batch_size)
     before = _buffers(model)
@@ -116,6 +117,7 @@ def analyse_ait(args: argparse.Namespace, out: Path) -> dict:
         plots.plot_energy(energies, out / "energy.png")
     if args.ait_sparsity:
         attempt("sparsity", lambda: sparsity(model, batches, out, "ait", args.mass, args.plots))
+    result["slot_cosine"] = [slot_similarity(w.memory) for w in model.workspaces]   # 1: collapsed
     result["memory_unchanged"] = all(torch.equal(v, _buffers(model)[k]) for k, v in before.items())
     return result
 
@@ -213,6 +215,9 @@ def report(summary: dict) -> str:
         for k, e in enumerate(ait.get("energy", [])):
             lines.append(f"layer {k + 1} Hopfield energy {e['mean_before']:.3f} -> {e['mean_after']:.3f} "
                          f"({100 * e['fraction_decreased']:.1f}% of tokens lower)")
+        if "slot_cosine" in ait:
+            lines.append("mean cosine between memory slots: " + ", ".join(
+                f"layer {k + 1} {c:.3f}" for k, c in enumerate(ait["slot_cosine"])))
         lines += [f"skipped {name}: {why}" for name, why in ait["skipped"].items()]
         lines.append(f"memory unchanged by the analysis: {ait['memory_unchanged']}")
     for name in ("ait", "vit"):

@@ -70,21 +70,11 @@ def data(n_train: int, n_test: int, root: str | None = None, task: str = "fashio
     return (*load("train", n_train), *load("test", n_test))
 
 
-def slot_similarity(memory) -> float:
-    """Mean cosine similarity between distinct slots of one memory ``[M, D]``."""
-    import torch.nn.functional as F
-
-    g = F.normalize(memory, dim=-1)
-    s = g @ g.T
-    m = len(s)
-    return float((s.sum() - s.diagonal().sum()) / (m * m - m))
-
-
 def train_variant(name: str, steps: int, every: int, tensors, seed: int = 0, task: str = "fashion_mnist") -> dict:
     import torch
     import torch.nn.functional as F
 
-    from modwire.analysis.workspace import model_patch_diversity
+    from modwire.analysis.workspace import model_patch_diversity, slot_similarity
     from modwire.models import create_model
 
     x, y, xt, yt = tensors

@@ -9,6 +9,7 @@ from task_fixtures import write_mnist
 from modwire.models.ait import NO_COLLAPSE
 
 collapse = experiment_script.load("ait_memory_collapse")
+from modwire.analysis.workspace import slot_similarity  # noqa: E402
 
 
 def test_variants_are_the_paper_and_each_option_with_the_residual_write_stated():
@@ -24,9 +25,9 @@ def test_variants_are_the_paper_and_each_option_with_the_residual_write_stated()
 def test_slot_similarity_is_the_mean_off_diagonal_cosine():
     import torch
 
-    assert collapse.slot_similarity(torch.ones(4, 3)) == pytest.approx(1.0)
-    assert collapse.slot_similarity(torch.eye(4)) == pytest.approx(0.0)
-    assert collapse.slot_similarity(torch.tensor([[1.0, 0], [-1.0, 0]])) == pytest.approx(-1.0)
+    assert slot_similarity(torch.ones(4, 3)) == pytest.approx(1.0)
+    assert slot_similarity(torch.eye(4)) == pytest.approx(0.0)
+    assert slot_similarity(torch.tensor([[1.0, 0], [-1.0, 0]])) == pytest.approx(-1.0)
 
 
 def test_quick_run_writes_results_and_table(tmp_path):

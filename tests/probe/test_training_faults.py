@@ -95,6 +95,25 @@ def test_a_fresh_run_does_not_overwrite_an_earlier_run(tmp_path):
     assert "lr: 0.01" in (run / "config.yaml").read_text()
 
 
+def _tree(root):
+    return {str(p.relative_to(root)): (os.readlink(p) if p.is_symlink() else p.read_bytes() if p.is_file() else None)
+            for p in sorted(root.rglob("*")) if p.name != ".lock"}
+
+
+@pytest.mark.parametrize("bad,key", [("model.overrides.num_layers=banana", "num_layers"),
+                                     ("model.overrides.no_such_field=1", "no_such_field"),
+                                     ("data.params.no_such_param=1", "no_such_param")])
+def test_overwrite_with_a_bad_override_leaves_the_earlier_run_byte_for_byte(tmp_path, capsys, bad, key):
+    """Issue 24: ``--overwrite`` deleted the earlier run and then failed on the new config."""
+    run = tmp_path / "run"
+    train(cfg(run, "max_steps=1"))
+    before = _tree(run)
+    args = ["out_dir=" + str(run), "model.name=nac_micro", "data.task=toy_sets", "data.batch_size=16", "progress=false"]
+    assert cli.main(["train", "--overwrite", "--set", *args, bad]) == 2
+    assert key in capsys.readouterr().err
+    assert _tree(run) == before
+
+
 def test_a_checkpoint_that_does_not_match_the_model_says_so_in_one_line(tmp_path):
     import modwire
 

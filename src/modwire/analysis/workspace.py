@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["attention_sparsity", "checkpoint_dirs", "collect_energies", "diversity_counts",
+__all__ = ["attention_sparsity", "slot_similarity", "checkpoint_dirs", "collect_energies", "diversity_counts",
            "diversity_over_training", "energy_summary", "head_medians", "model_patch_diversity",
            "patch_diversity", "pool_layout", "slot_attention_maps", "sparsity_scores"]
 
@@ -199,6 +199,15 @@ def slot_attention_maps(record: Any, grid: tuple[int, int], *, head: int | None 
 
 
 # ----------------------------------------------------------------------------- §5.6, Figure 10
+
+def slot_similarity(memory: Tensor) -> float:
+    """Mean cosine similarity between distinct slots of one memory ``γ [M, D]``: 1 when every slot
+    points the same way (the memory has collapsed), about 0 for unrelated slots."""
+    g = torch.nn.functional.normalize(memory.detach().double(), dim=-1)
+    s = g @ g.T                                                             # [M, M]
+    m = len(s)
+    return float((s.sum() - s.diagonal().sum()) / (m * m - m))
+
 
 def diversity_counts(weights: Tensor) -> tuple[Tensor, Tensor]:
     """``(distinct, total)`` int64 ``[A]`` of the bottleneck selection ``weights [P, A, M, L]``

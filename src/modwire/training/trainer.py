@@ -242,7 +242,9 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
     with (RunLock(run_dir) if dist_info.main else contextlib.nullcontext()), StopSignals() as stop:
         changes = prepare_directory(cfg, run_dir, resume=resume, allow=allow_change, overwrite=overwrite) \
             if dist_info.main else {}
-        run, state = build_run(cfg, dist_info, run_dir)
+        run, state = build_run(cfg, dist_info, run_dir)    # writes nothing; raises on a bad model or task
+        if overwrite and dist_info.main:
+            discard_previous_run(run_dir)                  # only once the new run is known to build
         if resume:
             state.load(run_dir / "checkpoints" / "last")
         if dist_info.main:
@@ -277,10 +279,18 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
             "best": state.best, "model": state.model, "run_dir": str(run_dir), "exit_code": stop.exit_code}
 
 
+def discard_previous_run(run_dir: Path) -> None:
+    """``--overwrite``: delete an earlier run's checkpoints, config record and metrics."""
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    for name in (CONFIG_NAME, RESUMES_NAME, "metrics.jsonl"):
+        (run_dir / name).unlink(missing_ok=True)
+
+
 def prepare_directory(cfg: TrainConfig, run_dir: Path, *, resume: bool, allow: Iterable[str],
                       overwrite: bool) -> dict[str, tuple]:
     """Check that ``run_dir`` may be (re)used; returns the allowed config changes of a resume.
-    Called with the run directory locked."""
+    Called with the run directory locked; changes nothing on disk (``--overwrite`` deletes the earlier
+    run later, in :func:`discard_previous_run`, once the new run has been built)."""
     last = run_dir / "checkpoints" / "last"
     if resume and overwrite:  # one continues the run, the other discards it: neither may win silently
         raise ValueError(f"--resume continues the run in {run_dir} and --overwrite discards it: give one of them")
@@ -294,10 +304,8 @@ def prepare_directory(cfg: TrainConfig, run_dir: Path, *, resume: bool, allow: I
             raise FileNotFoundError(f"--resume: no checkpoint at {last} (expected {last}/state.pt){hint}")
         return check_resume(run_dir, cfg, allow) if (run_dir / CONFIG_NAME).is_file() else {}
     if overwrite:
-        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-        for name in (CONFIG_NAME, RESUMES_NAME, "metrics.jsonl"):
-            (run_dir / name).unlink(missing_ok=True)
-    elif last.is_symlink():
+        return {}
+    if last.is_symlink():
         raise ValueError(f"out_dir {run_dir} already holds a run (checkpoint {last.resolve().name}): continue it "
                          f"with `modwire train --resume {run_dir}`, choose another out_dir, or pass --overwrite "
                          f"to discard it")
