@@ -296,8 +296,10 @@ def cmd_list(args) -> int:
     if args.what == "models":
         from .models import list_models, model_source
 
-        for name in list_models():
-            print(f"{name:<32}{model_source(name)}")
+        names = list_models()
+        width = max(32, 2 + max(map(len, names), default=0))   # a long name never runs into its source
+        for name in names:
+            print(f"{name:<{width}}{model_source(name)}")
     else:
         from .tasks import get_task, list_tasks
 

@@ -78,3 +78,14 @@ def test_list_tasks_keeps_name_and_kind_apart(capsys):
     assert main(["list", "tasks"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[:2] for line in lines] == [[n, get_task(n).kind] for n in list_tasks()]
+
+
+def test_list_models_shows_every_preset_name_in_full(capsys):
+    """Issue 24: the names column cut long preset names (33 characters) into their source."""
+    from modwire.cli import main
+    from modwire.models import list_models
+
+    assert main(["list", "models"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == list_models()
+    assert any(len(n) > 32 for n in list_models())                 # the case the fixed column cut

@@ -54,18 +54,15 @@ Where this departs from the letter of the paper (each a documented choice or opt
   (each slot's weights renormalised over its ``k`` kept patches: the usual top-k attention, and
   **the authors' code's top-k**); ``normalize_update`` (``γ̂`` scaled to unit slots before Eq. 4).
 
-**Memory collapse** (measured: ``experiments/ait_memory_collapse.py``, results under
-``experiments/results/ait_memory_collapse_digits/``). With Eq. 3-4 as printed the slots become
-one vector in training (mean cosine between slots → 1.00 in both layers), after which the
-balance loss sits at its fully-collapsed value and every slot selects the same patches. Biases on
-the projections collapse the memory even with frozen random weights (mean slot cosine 1.00 after
-40 writes, against < 0.5 without biases; tested), so the biases of modwire's former workspace made
-the collapse immediate; without them, training still collapses the printed write. The authors'
-residual write keeps the slots apart on real images (scikit-learn's digits, 150 steps: mean slot
-cosine 0.50 / 0.41 in the two layers with it, 1.00 / 1.00 without), which is why it is the default:
-with the printed write the slots cannot specialise as §5 / Figure 2 shows them. It does not on the generated Triangle task (120 steps: 1.00 / 1.00 with it too, where the model
-has not yet learned the task). ``bottleneck_softmax="kept"`` with ``normalize_update=True``
-(:data:`modwire.models.ait.NO_COLLAPSE`) is a second, modwire-only way to keep them apart.
+**Memory collapse**: with Eq. 3-4 as printed the slots can become one vector in training (mean
+cosine between slots → 1), after which the balance loss sits at its fully-collapsed value and every
+slot selects the same patches, so the slots cannot specialise as §5 / Figure 2 shows them. Biases on
+the projections collapse the memory even with frozen random weights (tested). The authors'
+residual write keeps the slots apart on real images, which is why it is the default; ``bottleneck_softmax="kept"``
+with ``normalize_update=True`` (:data:`modwire.models.ait.NO_COLLAPSE`) is a modwire-only
+alternative. The measurements (``experiments/ait_memory_collapse.py``, ``experiments/ait_analysis.py``)
+are in ``experiments/results/ait_memory_collapse_*/`` and ``experiments/results/ait_analysis/``
+and in the README's AiT section.
 """
 from __future__ import annotations
 
