@@ -144,7 +144,8 @@ def test_demo_race_trains_both_models_and_prints_the_table(tmp_path, capsys):
     rows = {l.split()[0]: l.split() for l in out.splitlines() if l.startswith(("nac_small", "perceiver_io_small"))}
     assert set(rows) == {"nac_small", "perceiver_io_small"}
     for name, cols in rows.items():
-        model = modwire.create_model(name, tokenizer="embedding", vocab_size=16, max_len=64, token_dim=96)
+        model = modwire.create_model(name, tokenizer={"kind": "embedding", "vocab_size": 16, "max_len": 64,
+                                                     "token_dim": 96})
         assert cols[1] == f"{model.num_parameters():,}"
         assert 0.0 <= float(cols[2]) <= 1.0 and float(cols[4]) > 0
     assert "listops, 2 training steps per model" in out

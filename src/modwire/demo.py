@@ -183,8 +183,8 @@ def dropping_demo(args: argparse.Namespace) -> dict:
 # latents, and its kernel makes it more sensitive still.
 RACE = [
     "data.task=listops", "data.params.size={train: 48000, val: 1000, test: 1000}", "data.params.min_len=5",
-    "data.params.max_len=64", "data.params.max_depth=3", "model.overrides.max_len=64",
-    "model.overrides.token_dim=96", "data.batch_size=64", "epochs=1", "max_steps=700",
+    "data.params.max_len=64", "data.params.max_depth=3", "model.overrides.tokenizer.max_len=64",
+    "model.overrides.tokenizer.token_dim=96", "data.batch_size=64", "epochs=1", "max_steps=700",
     "optim.weight_decay=0.05", "log_every=50",
 ]
 # (peak lr, warm-up steps) by model family (a preset's model_type)

@@ -34,7 +34,8 @@ def runs(tmp_path_factory):
     """A NAC (with a ring-of-cliques graph prior) and a Perceiver IO trained for 3 steps on
     Sort-of-CLEVR (40 train, 20 val items)."""
     root = tmp_path_factory.mktemp("runs")
-    nac = _train(root, "nac_micro", "graph_prior.name=ring_of_cliques", "graph_prior.params={num_cliques: 3}")
+    nac = _train(root, "nac_micro", "model.overrides.graph_prior={name: ring_of_cliques, params: {num_cliques: 3}}",
+                 "aux_loss_weights.graph=1e-4")
     return nac, _train(root, "perceiver_io_micro")
 
 
@@ -234,10 +235,10 @@ def test_link_probs_frame_follows_the_prior_matching(monkeypatch):
     fake = types.SimpleNamespace(prior=prior, match=match)
     monkeypatch.setattr(modwire, "graphs", fake, raising=False)
     monkeypatch.setitem(sys.modules, "modwire.graphs", fake)
-    cfg = types.SimpleNamespace(graph_prior=types.SimpleNamespace(name="ring_of_cliques", params={"num_cliques": 2},
-                                                                  align="none"))
-    model = types.SimpleNamespace(config=types.SimpleNamespace(frozen_graph=FrozenGraphConfig()))  # name=None
-    run = Run(None, "r", cfg, model, None, None, "nac", u, True)
+    gp = types.SimpleNamespace(name="ring_of_cliques", params={"num_cliques": 2}, align="none")
+    model = types.SimpleNamespace(config=types.SimpleNamespace(graph_prior=gp,
+                                                               frozen_graph=FrozenGraphConfig()))  # name=None
+    run = Run(None, "r", None, model, None, None, "nac", u, True)
     p = torch.rand(u, u)
     order, shown_prior, name, _ = graph_frame(run, p)
     assert calls["prior"] == ("ring_of_cliques", u, {"num_cliques": 2}) and calls["match"] is shown_prior
@@ -245,7 +246,7 @@ def test_link_probs_frame_follows_the_prior_matching(monkeypatch):
     assert order.tolist() == torch.argsort(sigma).tolist() and name == "ring_of_cliques"
     assert all(sigma[order[k]] == k for k in range(u))   # row k of the reordered P is prior node k
     # without a prior: by descending q_i = Σ_j P_ij, P shown alone
-    run.cfg = types.SimpleNamespace(graph_prior=types.SimpleNamespace(name=None, params={}))
+    run.model.config.graph_prior = types.SimpleNamespace(name=None, params={})
     order, shown_prior, name, _ = graph_frame(run, p)
     assert shown_prior is None and name is None
     assert order.tolist() == torch.sort(p.sum(1), descending=True, stable=True).indices.tolist()
@@ -259,7 +260,7 @@ def test_analyze_a_small_nac_on_triangles(tmp_path):
     common = ["data.task=triangle", "data.params.size={train: 384, val: 64}", "data.batch_size=16",
               "max_steps=24", "progress=false", "log_every=8", "optim.lr=1e-3"]
     train(load_config(None, [f"out_dir={tmp_path / 'nac_small'}", "model.name=nac_small", *common,
-                             "graph_prior.name=scale_free"]))
+                             "model.overrides.graph_prior=scale_free", "aux_loss_weights.graph=1e-4"]))
     train(load_config(None, [f"out_dir={tmp_path / 'perceiver_io_small'}", "model.name=perceiver_io_small", *common]))
     out = tmp_path / "analysis"
     assert cli.main(["analyze", str(tmp_path / "nac_small"), "--baseline", str(tmp_path / "perceiver_io_small"),

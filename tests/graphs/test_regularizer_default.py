@@ -7,7 +7,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from modwire.graphs import GraphRegularizer, list_priors, match, prior
-from modwire.training.config import GraphPriorSection, TrainConfig
+from modwire.models.nac import GraphPriorConfig, NACConfig
 
 
 def link_probs(U, seed, d=8, eps=0.5):
@@ -59,6 +59,6 @@ def test_degree_alignment_stays_an_option_and_differs():
         GraphRegularizer("scale_free", align="rank")
 
 
-def test_training_config_defaults_to_the_papers_loss():
-    assert GraphPriorSection().align == "none"
-    assert TrainConfig().graph_prior.align == "none"
+def test_model_config_defaults_to_the_papers_loss():
+    assert GraphPriorConfig().align == "none"
+    assert NACConfig().graph_prior.align == "none"

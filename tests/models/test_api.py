@@ -42,17 +42,13 @@ def test_config_from_dict_rejects_other_model_type_and_unknown_keys():
         NACConfig.from_dict({"bogus": 1})
 
 
-def test_overrides_accept_nested_and_legacy_flat_names():
+def test_overrides_accept_nested_names():
     nested = modwire.get_config("nac_micro", kernel={"tau": 1.0, "eval_mode": "sample", "enabled": True},
                                 tokenizer={"max_len": 9})
-    flat = modwire.get_config("nac_micro", tau=1.0, kernel_eval_mode="sample", use_kernel=True, max_len=9)
-    assert nested == flat
-    assert flat.kernel.tau == 1.0 and flat.kernel.eval_mode == "sample" and flat.tokenizer.max_len == 9
-    assert flat.tokenizer.kind == "linear" and flat.tokenizer.input_dim == 8   # partial dicts merge
-    assert NACConfig().replace(truncation=0.3) == NACConfig(kernel=KernelConfig(truncation=0.3))
-    assert not modwire.get_config("nac_micro", use_kernel=False).kernel.enabled
-    pio = modwire.get_config("perceiver_io_micro", cross_heads=2, output_heads=4, num_output_queries=3)
-    assert (pio.read_in_heads, pio.read_out_heads, pio.num_output_modules) == (2, 4, 3)
+    assert nested.kernel.tau == 1.0 and nested.kernel.eval_mode == "sample" and nested.tokenizer.max_len == 9
+    assert nested.tokenizer.kind == "linear" and nested.tokenizer.input_dim == 8   # partial dicts merge
+    assert NACConfig().replace(kernel={"truncation": 0.3}) == NACConfig(kernel=KernelConfig(truncation=0.3))
+    assert not modwire.get_config("nac_micro", kernel={"enabled": False}).kernel.enabled
     with pytest.raises(TypeError):
         NACConfig(tau=1.0)  # the dataclass constructor takes only the new names
 
@@ -60,7 +56,7 @@ def test_overrides_accept_nested_and_legacy_flat_names():
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), 0.0, -1.0])
 def test_non_finite_or_non_positive_values_are_refused_with_the_full_path(value):
     with pytest.raises(ValueError, match="'kernel.tau'"):
-        modwire.create_model("nac_micro", tau=value)
+        modwire.create_model("nac_micro", kernel={"tau": value})
     with pytest.raises(ValueError, match="'kernel.epsilon'"):
         NACConfig(kernel=KernelConfig(epsilon=value))
 
@@ -68,7 +64,7 @@ def test_non_finite_or_non_positive_values_are_refused_with_the_full_path(value)
 @pytest.mark.parametrize("name", ["nac_micro", "perceiver_io_micro"])
 def test_save_load_round_trip_identical_outputs(tmp_path, name):
     torch.manual_seed(0)
-    model = modwire.create_model(name, learn_epsilon=True) if name.startswith("nac") \
+    model = modwire.create_model(name, kernel={"learn_epsilon": True}) if name.startswith("nac") \
         else modwire.create_model(name)
     model.eval()
     with torch.no_grad():  # weights away from their init, so a fresh model would differ
@@ -119,7 +115,7 @@ def test_save_is_atomic_no_temporary_files_left(tmp_path):
 def test_overrides_never_modify_the_callers_dicts():
     tok = {"kind": "linear", "input_dim": 8}
     gen = {"kind": "conditional", "tokenizer": {"kind": "embedding", "vocab_size": 9}}
-    cfg = modwire.get_config("nac_micro", tokenizer=tok, token_dim=12, generator=gen)
+    cfg = modwire.get_config("nac_micro", tokenizer=tok, generator=gen).replace(tokenizer={"token_dim": 12})
     assert cfg.tokenizer.token_dim == 12 and cfg.generator.tokenizer.vocab_size == 9
     assert tok == {"kind": "linear", "input_dim": 8}
     assert gen == {"kind": "conditional", "tokenizer": {"kind": "embedding", "vocab_size": 9}}

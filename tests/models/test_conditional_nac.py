@@ -113,12 +113,11 @@ def test_padding_in_the_condition_is_hidden_from_the_generator():
 
 def test_a_graph_prior_on_a_conditional_nac_is_a_clear_error():
     from modwire.training import build_model_for_task, load_config
-    from modwire.training.legacy import map_legacy_graph_prior
 
     cfg = load_config(None, ["model.name=nac_conditional_micro", "data.task=sort_of_clevr_conditional",
-                             "graph_prior.name=scale_free"])
+                             "model.overrides.graph_prior=scale_free"])
     with pytest.raises(ValueError, match="graph_prior.name.*per sample"):
-        build_model_for_task(map_legacy_graph_prior(cfg))   # the legacy top-level section
+        build_model_for_task(cfg)
     with pytest.raises(ValueError, match="graph_prior.name.*per sample"):
         _model(graph_prior="scale_free")
 

@@ -61,7 +61,7 @@ def test_eval_is_deterministic_and_train_is_stochastic():
 
 
 def test_gradients_reach_signatures_codes_alpha_and_epsilon():
-    model = micro(learn_epsilon=True).train()
+    model = micro(kernel={"learn_epsilon": True}).train()
     model(torch.randn(4, 7, 8)).logsumexp(-1).sum().backward()
     named = dict(model.named_parameters())
     for name in ("generator.processors.signatures", "generator.outputs.signatures", "generator.processors.codes",
@@ -78,12 +78,12 @@ def test_output_invariant_to_token_order_without_positions():
     x = torch.randn(2, 9, 8)
     perm = torch.randperm(9)
     torch.testing.assert_close(model(x), model(x[:, perm]), atol=1e-5, rtol=1e-5)
-    with_pos = micro(max_len=16).eval()  # learned positions break the symmetry: the test can fail
+    with_pos = micro(tokenizer={"max_len": 16}).eval()  # learned positions break the symmetry: the test can fail
     assert not torch.allclose(with_pos(x), with_pos(x[:, perm]), atol=1e-4)
 
 
 def test_intermediates_expose_link_probs_and_attention():
-    model = micro(kernel_eval_mode="threshold").eval()
+    model = micro(kernel={"eval_mode": "threshold"}).eval()
     x = torch.randn(2, 5, 8)
     inter = model.forward_intermediates(x)  # reference (explicit softmax) path
     assert isinstance(inter, Intermediates)
@@ -104,7 +104,7 @@ def test_intermediates_expose_link_probs_and_attention():
 def test_read_out_with_no_reachable_sender_stays_finite():
     # A (near-)zero truncation keeps only identical signatures: output modules reach no processor.
     # (The config refuses truncation=0.0 since the refactor: kernel.truncation must be > 0.)
-    model = micro(truncation=1e-6).train()
+    model = micro(kernel={"truncation": 1e-6}).train()
     g = model.generator
     _, reachable = model.kernel(g.outputs.signatures, g.processors.signatures, 2)
     assert not reachable.any()
@@ -145,7 +145,7 @@ def test_mlp_initial_states_take_larger_adam_steps_than_free_latents():
 
 def test_nac_reduces_to_perceiver_io():
     """App. B.2: NAC without modulation and kernel, one output module and θ⁰ = code, is a PIO."""
-    nac = micro(modulation="none", use_kernel=False, num_output_modules=1, initial_state="code",
+    nac = micro(modulation="none", kernel={"enabled": False}, num_output_modules=1, initial_state="code",
                 d_code=32).eval()
     c = nac.config
     pio = PerceiverIO(PerceiverIOConfig(
@@ -161,7 +161,7 @@ def test_nac_reduces_to_perceiver_io():
     x = torch.randn(3, 6, 8)
     torch.testing.assert_close(nac(x), pio(x), atol=1e-5, rtol=1e-5)
     # With modulation on, the two differ: the reduction test can fail.
-    nac_mod = micro(use_kernel=False, num_output_modules=1, initial_state="code", d_code=32).eval()
+    nac_mod = micro(kernel={"enabled": False}, num_output_modules=1, initial_state="code", d_code=32).eval()
     assert not torch.allclose(nac_mod(x), pio(x), atol=1e-3)
 
 
@@ -177,7 +177,7 @@ def test_nac_config_is_typed_and_validated():
     with pytest.raises(ValueError, match="'activation'.*'relu'.*geglu"):
         micro(activation="relu")
     with pytest.raises(ValueError, match="'kernel.eval_mode'"):
-        micro(kernel_eval_mode="mean")
+        micro(kernel={"eval_mode": "mean"})
     with pytest.raises(TypeError, match="'num_layers'.*'eight'"):
         micro(num_layers="eight")
     with pytest.raises(ValueError, match="num_heads"):

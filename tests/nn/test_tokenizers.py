@@ -43,7 +43,7 @@ def test_embedding_tokenizer_for_bytes():
 
 
 def test_nac_on_byte_sequences():
-    model = modwire.create_model("nac_micro", tokenizer="embedding", vocab_size=256, max_len=64).eval()
+    model = modwire.create_model("nac_micro", tokenizer={"kind": "embedding", "vocab_size": 256, "max_len": 64}).eval()
     logits = model(torch.randint(0, 256, (3, 40)))
     assert logits.shape == (3, 5) and torch.isfinite(logits).all()
 
@@ -54,25 +54,25 @@ def test_tokenizer_config_errors_name_the_field():
     with pytest.raises(ValueError, match="'tokenizer.vocab_size'"):
         modwire.create_model("nac_micro", tokenizer="embedding")
     with pytest.raises(ValueError, match="'tokenizer.image_size'.*multiple of 8"):
-        modwire.create_model("nac_small", image_size=30)
+        modwire.create_model("nac_small", tokenizer={"image_size": 30})
 
 
 @pytest.mark.parametrize("name", ["nac_micro", "perceiver_io_micro"])
 def test_padding_is_hidden_from_the_read_in(name):
     torch.manual_seed(0)
-    kw = dict(tokenizer="embedding", vocab_size=16, max_len=32)
-    model = modwire.create_model(name, pad_id=0, **kw).eval()
+    kw = dict(kind="embedding", vocab_size=16, max_len=32)
+    model = modwire.create_model(name, tokenizer={**kw, "pad_id": 0}).eval()
     seq = torch.randint(1, 16, (1, 9))
     padded = torch.cat([seq, torch.zeros(1, 7, dtype=torch.long)], dim=1)
     torch.testing.assert_close(model(padded), model(seq), atol=1e-5, rtol=1e-5)
     # a batch of different lengths gives each sequence its own output
     batch = torch.cat([padded, torch.randint(1, 16, (1, 16))])
     torch.testing.assert_close(model(batch)[:1], model(seq), atol=1e-5, rtol=1e-5)
-    unmasked = modwire.create_model(name, **kw).eval()
+    unmasked = modwire.create_model(name, tokenizer=kw).eval()
     unmasked.load_state_dict(model.state_dict())
     assert not torch.allclose(unmasked(padded), unmasked(seq), atol=1e-4)  # without pad_id, pads are read
 
 
 def test_pad_id_is_validated():
     with pytest.raises(ValueError, match="'tokenizer.pad_id'.*vocab_size=16"):
-        modwire.create_model("nac_micro", tokenizer="embedding", vocab_size=16, pad_id=16)
+        modwire.create_model("nac_micro", tokenizer={"kind": "embedding", "vocab_size": 16, "pad_id": 16})

@@ -20,7 +20,6 @@ BAD_VALUES = {
     "optim.decay_steps": ["-1"],
     "optim.gamma": ["0", "1.5", "nan"],
     "optim.label_smoothing": ["nan", "1.0", "-0.1"],
-    "graph_prior.weight": ["nan", "inf", "-1e-4"],
     "data.batch_size": ["0", "-8"],
     "data.mixup_alpha": ["0", "-1", "nan"],
     "data.num_workers": ["-1"],
@@ -67,7 +66,7 @@ def test_bad_betas_name_the_element(betas, key):
 def test_boundary_values_are_accepted():
     c = load_config(None, ["optim.warmup_lr=0", "optim.min_lr=0", "optim.weight_decay=0", "optim.grad_clip=0",
                            "checkpoint_every=0", "max_steps=0", "data.num_workers=0", "seed=0", "ema_decay=0.999",
-                           "optim.label_smoothing=0", "graph_prior.weight=0", "optim.betas=[0, 0.999]",
+                           "optim.label_smoothing=0", "optim.betas=[0, 0.999]",
                            "data.max_samples=5"])
     assert c.optim.grad_clip == 0 and c.ema_decay == 0.999 and c.data.max_samples == 5
 

@@ -119,7 +119,8 @@ def test_a_checkpoint_that_does_not_match_the_model_says_so_in_one_line(tmp_path
 
     run = tmp_path / "run"
     train(cfg(run, "max_steps=1"))
-    bigger = modwire.create_model("nac_micro", num_layers=3, num_classes=2, tokenizer="linear", input_dim=8)
+    bigger = modwire.create_model("nac_micro", num_layers=3, num_classes=2,
+                                  tokenizer={"kind": "linear", "input_dim": 8})
     with pytest.raises(ValueError) as e:
         load_weights(bigger, run / "checkpoints" / "last" / "model.safetensors")
     msg = str(e.value)

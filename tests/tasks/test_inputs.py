@@ -12,14 +12,15 @@ from modwire.tasks import build_dataset, describe_task, get_task, list_tasks
 from modwire.training import build_model_for_task, load_config
 
 # What each task's TaskInfo held on main (commit cd0d714) before tasks described their inputs:
-# model_overrides and num_classes, copied literally from the register_task(...) calls.
-CONV = lambda size, ch: {"tokenizer": "conv", "image_size": size, "in_channels": ch}  # noqa: E731
+# model_overrides and num_classes, copied from the register_task(...) calls (flat tokenizer keys
+# written in the nested form, {"tokenizer": {...}}).
+CONV = lambda size, ch: {"tokenizer": {"kind": "conv", "image_size": size, "in_channels": ch}}  # noqa: E731
 OLD = {
     "triangle": (CONV(64, 1), 2),
-    "listops": ({"tokenizer": "embedding", "vocab_size": 16, "max_len": 2000, "pad_id": 0}, 10),
-    "fuzzy_boolean": ({"tokenizer": "linear", "input_dim": 31, "max_len": 6}, 1),
-    "fuzzy_boolean_adapt": ({"tokenizer": "linear", "input_dim": 31, "max_len": 6}, 1),
-    "sort_of_clevr": ({"tokenizer": "linear", "input_dim": 88}, 10),
+    "listops": ({"tokenizer": {"kind": "embedding", "vocab_size": 16, "max_len": 2000, "pad_id": 0}}, 10),
+    "fuzzy_boolean": ({"tokenizer": {"kind": "linear", "input_dim": 31, "max_len": 6}}, 1),
+    "fuzzy_boolean_adapt": ({"tokenizer": {"kind": "linear", "input_dim": 31, "max_len": 6}}, 1),
+    "sort_of_clevr": ({"tokenizer": {"kind": "linear", "input_dim": 88}}, 10),
     "sort_of_clevr_conditional": ({"tokenizer": {"kind": "linear", "input_dim": 77},
                                    "generator": {"kind": "conditional", "tokenizer": {
                                        "kind": "embedding", "vocab_size": 14, "max_len": 3}}}, 10),
@@ -31,9 +32,9 @@ OLD = {
     "tiny_imagenet_r": (CONV(64, 3), 200),
     "imagenet": (CONV(224, 3), 1000),
     "pgm": (CONV(160, 16), 8),
-    "modelnet40": ({"tokenizer": "linear", "input_dim": 3}, 40),
-    "imdb_bytes": ({"tokenizer": "embedding", "vocab_size": 257, "max_len": 4096, "pad_id": 0}, 2),
-    "lra_listops": ({"tokenizer": "embedding", "vocab_size": 16, "max_len": 2000, "pad_id": 0}, 10),
+    "modelnet40": ({"tokenizer": {"kind": "linear", "input_dim": 3}}, 40),
+    "imdb_bytes": ({"tokenizer": {"kind": "embedding", "vocab_size": 257, "max_len": 4096, "pad_id": 0}}, 2),
+    "lra_listops": ({"tokenizer": {"kind": "embedding", "vocab_size": 16, "max_len": 2000, "pad_id": 0}}, 10),
     "nlvr2_features": ({"tokenizer": {"kind": "linear", "input_dim": 769},
                         "generator": {"kind": "conditional", "tokenizer": {"kind": "linear", "input_dim": 512}}}, 2),
 }

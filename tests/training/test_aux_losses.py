@@ -9,8 +9,7 @@ from torch import Tensor, nn
 
 import toy_task  # noqa: F401  (registers "toy_sets")
 from modwire.models import list_models
-from modwire.models.base import (TOKENIZER_LEGACY_KEYS, ModelConfig, PretrainedModel, TokenizerConfig, build_tokenizer,
-                                 single_input)
+from modwire.models.base import ModelConfig, PretrainedModel, TokenizerConfig, build_tokenizer, single_input
 from modwire.models.registry import register_model_type, register_preset
 from modwire.training import load_config, train
 
@@ -18,7 +17,6 @@ from modwire.training import load_config, train
 @dataclass
 class ToyAuxConfig(ModelConfig):
     model_type = "toy_aux"
-    legacy_keys = TOKENIZER_LEGACY_KEYS
     num_classes: int = 2
     tokenizer: TokenizerConfig = field(default_factory=lambda: TokenizerConfig(kind="linear", input_dim=8,
                                                                                 token_dim=16))

@@ -6,7 +6,6 @@ import pytest
 
 from modwire.models import get_config
 from modwire.training.config import config_layers, load_config, to_yaml
-from modwire.training.legacy import map_legacy_graph_prior
 
 ROOT = Path(__file__).resolve().parents[2]
 ORIGINALS = ROOT / "tests" / "fixtures" / "table1_original"   # configs/table1/* as of commit cd0d714
@@ -22,14 +21,13 @@ def test_table1_delta_loads_to_the_same_config_as_the_original_file(path):
     original = ORIGINALS / path.name
     assert "base:" not in original.read_text() and "base: _base.yaml" in path.read_text()
     assert len(path.read_text().splitlines()) < len(original.read_text().splitlines()) / 2
-    # the originals use the legacy top-level graph_prior section, the deltas the current form:
     # the same training config and the same model config once both are resolved
     new, old = _resolved(path), _resolved(original)
     assert new == old
 
 
 def _resolved(path: Path):
-    cfg = map_legacy_graph_prior(load_config(str(path)))
+    cfg = load_config(str(path))
     model = get_config(cfg.model.name, **dict(cfg.model.overrides))
     return to_yaml(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, overrides={}))), model
 
@@ -37,6 +35,16 @@ def _resolved(path: Path):
 def _write(folder: Path, **files: str) -> None:
     for name, text in files.items():
         (folder / f"{name}.yaml").write_text(text)
+
+
+def test_the_old_top_level_graph_prior_section_says_where_it_moved(tmp_path):
+    _write(tmp_path, base="graph_prior: {name: null}\n", run="base: base.yaml\nepochs: 2\n")
+    with pytest.raises(ValueError, match=r"base.yaml: key 'graph_prior': .*model.overrides.graph_prior.*"
+                                         r"aux_loss_weights.graph"):
+        load_config(str(tmp_path / "run.yaml"))
+    with pytest.raises(ValueError, match=r"override 'graph_prior.weight=0': key 'graph_prior.weight': "
+                                         r".*model.overrides.graph_prior"):
+        load_config(None, ["graph_prior.weight=0"])
 
 
 def test_base_deep_merges_and_the_file_wins(tmp_path):

@@ -14,7 +14,8 @@ from modwire import cli, create_model
 from modwire.models import from_pretrained
 from modwire.tasks import build_dataset, describe_task
 from modwire.training import load_config, train
-from modwire.training.finetune import few_shot_indices, few_shot_splits, pretrained_model, summarize
+from modwire.training.finetune import summarize
+from modwire.training.finetune_setup import few_shot_indices, few_shot_splits, pretrained_model
 
 QUIET = ["progress=false", "log_every=1"]
 
@@ -191,7 +192,7 @@ def test_every_micro_preset_keeps_the_fine_tuning_protocol(tmp_path, name):
 
 def test_labels_come_from_a_kept_label_attribute_also_under_max_samples():
     from modwire.tasks.base import FirstN
-    from modwire.training.finetune import dataset_labels
+    from modwire.training.finetune_setup import dataset_labels
 
     class Kept(toy_fewshot.ToyClasses):
         def __init__(self):

@@ -7,7 +7,7 @@ import torch
 from modwire import cli, create_model
 from modwire.models import from_pretrained
 from modwire.training.checkpoint import choose_checkpoint
-from modwire.training.finetune import select_trainable
+from modwire.training.finetune_setup import select_trainable
 
 SMALL = dict(d_model=16, d_code=16, type_hidden=16, ffn_hidden=16)
 

@@ -29,8 +29,9 @@ def graph_losses(run):
 
 
 def test_training_with_a_graph_prior_logs_and_reduces_the_regularizer(tmp_path):
-    heavy = train(cfg(tmp_path / "a", "optim.lr=0.05", "epochs=3", "data.batch_size=8", "graph_prior.name=planted_partition", "graph_prior.weight=10",
-                      "graph_prior.params={num_clusters: 3, p_in: 0.9, p_out: 0.05}"))
+    heavy = train(cfg(tmp_path / "a", "optim.lr=0.05", "epochs=3", "data.batch_size=8", "aux_loss_weights.graph=10",
+                      "model.overrides.graph_prior={name: planted_partition, "
+                      "params: {num_clusters: 3, p_in: 0.9, p_out: 0.05}}"))
     losses = graph_losses(tmp_path / "a" / "run")
     assert len(losses) == heavy["step"] == 24
     assert losses[-1] < 0.7 * losses[0]                     # the prior pulls P towards it
@@ -50,7 +51,8 @@ def test_graph_prior_weight_is_what_is_added_to_the_loss(tmp_path):
     sgd = ["max_steps=1", "optim.name=sgd", "optim.betas=[0.0, 0.0]", "optim.grad_clip=0", "optim.weight_decay=0"]
     torch.manual_seed(0)  # as train() does with seed 0: the same initial signatures
     start = build_model_for_task(cfg(tmp_path)).generator.processors.signatures.detach()
-    a = train(cfg(tmp_path / "a", *sgd, "graph_prior.name=erdos_renyi", "graph_prior.weight=100"))["model"]
+    with_prior = ["model.overrides.graph_prior=erdos_renyi", "aux_loss_weights.graph=100"]
+    a = train(cfg(tmp_path / "a", *sgd, *with_prior))["model"]
     b = train(cfg(tmp_path / "b", *sgd))["model"]
     s = start.clone().requires_grad_()
     (g,) = torch.autograd.grad(100 * GraphRegularizer("erdos_renyi")(a.kernel.link_probs(s, s)), s)
@@ -60,42 +62,15 @@ def test_graph_prior_weight_is_what_is_added_to_the_loss(tmp_path):
 
 
 def test_graph_prior_needs_link_probabilities(tmp_path):
-    with pytest.raises(ValueError, match="graph_prior.name.*link probabilities"):
-        train(cfg(tmp_path, "model.name=perceiver_io_micro", "graph_prior.name=scale_free"))
     with pytest.raises(ValueError, match="graph_prior.loss"):
-        cfg(tmp_path, "graph_prior.loss=l1")
+        train(cfg(tmp_path, "model.overrides.graph_prior={name: scale_free, loss: l1}"))
     with pytest.raises(ValueError, match="graph_prior.name.*link probabilities"):
-        modwire.create_model("nac_micro", use_kernel=False, graph_prior="scale_free")
+        modwire.create_model("nac_micro", kernel={"enabled": False}, graph_prior="scale_free")
     with pytest.raises(ValueError, match="graph_prior.name.*conditional generator"):
         modwire.create_model("nac_micro", generator={"kind": "conditional", "tokenizer": {"vocab_size": 5}},
                              graph_prior="scale_free")
     with pytest.raises(ValueError, match="graph_prior.align.*'degree'"):
         modwire.create_model("nac_micro", graph_prior={"name": "scale_free", "align": "sideways"})
-
-
-LEGACY = ["graph_prior.name=planted_partition", "graph_prior.weight=10", "graph_prior.loss=kl",
-          "graph_prior.params={num_clusters: 3, p_in: 0.9, p_out: 0.05}"]
-CURRENT = ["model.overrides.graph_prior={name: planted_partition, loss: kl, "
-           "params: {num_clusters: 3, p_in: 0.9, p_out: 0.05}}", "aux_loss_weights.graph=10"]
-
-
-def test_legacy_graph_prior_section_trains_exactly_like_the_model_config_form(tmp_path):
-    """configs/table1/* and configs/cpu/nac_fashion_mnist_prior.yaml use the top-level section;
-    it maps onto the NAC's graph_prior sub-config plus aux_loss_weights.graph."""
-    a = train(cfg(tmp_path / "a", "max_steps=3", *LEGACY))
-    b = train(cfg(tmp_path / "b", "max_steps=3", *CURRENT))
-    assert graph_losses(tmp_path / "a" / "run") == graph_losses(tmp_path / "b" / "run") != []
-    for k, v in a["model"].state_dict().items():
-        assert torch.equal(v, b["model"].state_dict()[k]), k
-    saved = json.loads((tmp_path / "a" / "run" / "checkpoints" / "last" / "config.json").read_text())
-    assert saved["graph_prior"]["name"] == "planted_partition" and saved["graph_prior"]["loss"] == "kl"
-    with pytest.raises(ValueError, match="not both"):
-        train(cfg(tmp_path / "c", *LEGACY, *CURRENT))
-    prior_cfg = load_config(str(ROOT / "configs" / "cpu" / "nac_fashion_mnist_prior.yaml"))
-    from modwire.training.legacy import map_legacy_graph_prior
-    mapped = map_legacy_graph_prior(prior_cfg)
-    assert mapped.aux_loss_weights == {"graph": 5e-3} and mapped.graph_prior.name is None
-    assert mapped.model.overrides["graph_prior"]["params"] == {"num_clusters": 8, "p_in": 0.9, "p_out": 0.05}
 
 
 def test_a_reported_aux_loss_needs_a_weight_and_a_weight_needs_a_loss(tmp_path):
@@ -132,8 +107,8 @@ def test_table1_configs_cover_the_rows():
 
 
 def test_frozen_graph_signatures_fit_the_sampled_graph_and_do_not_train(tmp_path):
-    m = modwire.create_model("nac_micro", num_processor_modules=24, frozen_graph="planted_partition",
-                             frozen_graph_params={"num_clusters": 3, "p_in": 1.0, "p_out": 0.0})
+    m = modwire.create_model("nac_micro", num_processor_modules=24, frozen_graph={"name": "planted_partition",
+                             "params": {"num_clusters": 3, "p_in": 1.0, "p_out": 0.0}})
     a = sample_adjacency("planted_partition", 24, seed=0, num_clusters=3, p_in=1.0, p_out=0.0)
     p = m.link_probs().detach()
     off = ~torch.eye(24, dtype=torch.bool)
@@ -141,11 +116,11 @@ def test_frozen_graph_signatures_fit_the_sampled_graph_and_do_not_train(tmp_path
     assert not m.generator.processors.signatures.requires_grad
     opt = build_optimizer(m, load_config(None).optim)
     assert all(q is not m.generator.processors.signatures for g in opt.param_groups for q in g["params"])
-    again = modwire.create_model("nac_micro", num_processor_modules=24, frozen_graph="planted_partition",
-                                 frozen_graph_params={"num_clusters": 3, "p_in": 1.0, "p_out": 0.0})
+    again = modwire.create_model("nac_micro", num_processor_modules=24, frozen_graph={"name": "planted_partition",
+                                 "params": {"num_clusters": 3, "p_in": 1.0, "p_out": 0.0}})
     assert torch.equal(again.generator.processors.signatures, m.generator.processors.signatures)   # deterministic
     with pytest.raises(ValueError, match="frozen_graph"):
-        modwire.create_model("nac_micro", use_kernel=False, frozen_graph="scale_free")
+        modwire.create_model("nac_micro", kernel={"enabled": False}, frozen_graph="scale_free")
 
 
 @pytest.fixture

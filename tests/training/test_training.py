@@ -48,7 +48,7 @@ def test_train_logs_checkpoints_and_eval_reproduces_the_metric(tmp_path, capsys)
 
 def test_training_learns_the_toy_task(tmp_path):
     result = train(cfg(tmp_path, "epochs=8", "data.params.size=256", "data.batch_size=32",
-                       "model.overrides.kernel_train_mode=sample"))
+                       "model.overrides.kernel.train_mode=sample"))
     assert result["val"]["top1"] > 0.8  # chance is 0.5
 
 
@@ -87,7 +87,7 @@ def test_grad_accumulation_matches_a_full_batch_step(tmp_path, monkeypatch):
         return real_step(self, *a, **k)
 
     monkeypatch.setattr(torch.optim.AdamW, "step", spy)
-    common = ["max_steps=1", "model.overrides.kernel_train_mode=expected", "optim.grad_clip=0"]
+    common = ["max_steps=1", "model.overrides.kernel.train_mode=expected", "optim.grad_clip=0"]
     train(cfg(tmp_path / "a", *common))
     train(cfg(tmp_path / "b", *common, "grad_accum=4"))
     assert len(grads) == 2 and len(grads[0]) == len(grads[1]) > 0

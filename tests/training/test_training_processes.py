@@ -96,7 +96,7 @@ def test_second_run_on_a_directory_refuses_and_sigint_saves_and_exits_130(tmp_pa
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
 def test_two_process_ddp_step_equals_single_process(tmp_path):
-    common = ("max_steps=1", "optim.name=sgd", "optim.grad_clip=0", "model.overrides.kernel_train_mode=expected")
+    common = ("max_steps=1", "optim.name=sgd", "optim.grad_clip=0", "model.overrides.kernel.train_mode=expected")
     single = run(*args(tmp_path / "one", *common))
     assert single.returncode == 0, single.stderr
     ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",

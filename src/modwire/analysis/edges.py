@@ -95,11 +95,9 @@ def link_probs(run: Run) -> torch.Tensor:
 
 
 def prior_of(run: Run) -> tuple[str | None, dict[str, Any]]:
-    """The run's graph prior: ``graph_prior`` of the training config, else the model's
-    ``frozen_graph`` (NAC Table 1 "sparse graph, not learnable"); (None, {}) if none."""
-    gp = getattr(run.model.config, "graph_prior", None)      # the NAC's own (current form)
-    if not getattr(gp, "name", None):
-        gp = getattr(run.cfg, "graph_prior", None)            # legacy top-level section
+    """The run's graph prior: the model's ``graph_prior`` (NAC App. A), else its ``frozen_graph``
+    (NAC Table 1 "sparse graph, not learnable"); (None, {}) if none."""
+    gp = getattr(run.model.config, "graph_prior", None)
     name = getattr(gp, "name", None)
     if name:
         return name, dict(getattr(gp, "params", None) or {})
@@ -121,8 +119,6 @@ def graph_frame(run: Run, p: torch.Tensor):
 
     p0 = prior(name, p.shape[0], **params).float().cpu()
     gp = getattr(run.model.config, "graph_prior", None)
-    if getattr(gp, "name", None) != name:
-        gp = getattr(run.cfg, "graph_prior", None)
     align = getattr(gp, "align", None) if getattr(gp, "name", None) == name else None
     sigma = match(p, p0) if align is None else match(p, p0, align=align)   # as the regularizer matched
     sigma = torch.as_tensor(sigma, dtype=torch.long).cpu()

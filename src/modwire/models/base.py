@@ -3,9 +3,10 @@
 
 ``save_pretrained(dir)`` writes ``config.json`` and ``model.safetensors``
 atomically (temporary file, then rename); ``from_pretrained(dir)`` never unpickles
-(:func:`read_pretrained`), renames the state-dict keys of weights saved by older versions
-(``legacy_state_keys``) and builds the model without initialising the weights it then
-overwrites (:func:`_load`).
+(:func:`read_pretrained`) and builds the model without initialising the weights it then
+overwrites (:func:`_load`). The table of model types (:data:`MODEL_TYPES`, filled by
+``modwire.models.registry.register_model_type``) lives here, not in the registry, because
+loading dispatches on it and the registry imports this module.
 
 The config machinery lives in :mod:`modwire.models.config` and the shared tokenizer config
 in :mod:`modwire.models.tokenizer_config`; their names are re-exported here, so
@@ -14,9 +15,9 @@ in :mod:`modwire.models.tokenizer_config`; their names are re-exported here, so
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
-import re
 import tempfile
 import typing
 from dataclasses import dataclass
@@ -28,12 +29,13 @@ from torch import Tensor, nn
 
 from ..nn.init import single_thread
 from .config import COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_choice, deep_merge, heads_of
-from .tokenizer_config import TOKENIZER_LEGACY_KEYS, TOKENIZERS, TokenizerConfig, build_tokenizer, single_input
+from .tokenizer_config import TOKENIZERS, TokenizerConfig, build_tokenizer, single_input
 
-__all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "Intermediates", "PretrainedModel", "read_pretrained", "upgrade_state_dict",
+__all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "MODEL_TYPES", "Intermediates", "PretrainedModel", "config_class",
+           "read_pretrained", "unknown_name",
            # re-exported from .config and .tokenizer_config, where they lived here before the split
            "COUNT", "POSITIVE", "Bounds", "ConfigBase", "ModelConfig", "check_choice", "deep_merge", "heads_of",
-           "TOKENIZER_LEGACY_KEYS", "TOKENIZERS", "TokenizerConfig", "build_tokenizer", "single_input"]
+           "TOKENIZERS", "TokenizerConfig", "build_tokenizer", "single_input"]
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 
@@ -103,17 +105,6 @@ class PretrainedModel(nn.Module):
     # trainer where the config sets none (AiT: σ = 1e-2 for "balance", AiT Eq. 6).
     aux_loss_defaults: ClassVar[dict[str, float]] = {}
 
-    # Weights saved by older versions: (regex, replacement) renames of state-dict keys, applied
-    # in order to a key that this model does not have.
-    legacy_state_keys: ClassVar[tuple[tuple[str, str], ...]] = (
-        (r"^(propagators\.\d+\.attn)\.attn\.", r"\1.fn."),     # v0.1 blocks → PreNorm
-        (r"^(.*\.ffn)\.ffn\.", r"\1.fn."),
-        (r"^(read_in|read_out)\.norm_q\.", r"\1.attn.norm."),
-        (r"^(read_in)\.norm_x\.", r"\1.attn.norm_context."),
-        (r"^(read_out)\.norm_kv\.", r"\1.attn.norm_context."),
-        (r"^(read_in|read_out)\.attn\.(q|k|v|o)\.", r"\1.attn.fn.\2."),
-    )
-
     def prepare_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Called before weights are loaded: a model whose optional parts (e.g. a NAC's
         edge-masked kernel after sparsification) are in ``state`` installs them here."""
@@ -153,12 +144,28 @@ class PretrainedModel(nn.Module):
         return _load(cls, config, state, directory, map_location)
 
 
+#: ``model_type`` → model class, filled by :func:`modwire.models.registry.register_model_type`.
+MODEL_TYPES: dict[str, type[PretrainedModel]] = {}
+
+
+def unknown_name(kind: str, name: Any, valid: list[str]) -> KeyError:
+    """The error for a name not in ``valid``, with close matches: ``unknown model 'nac_smal'. Did you mean ...``."""
+    close = difflib.get_close_matches(name, valid, n=3) if isinstance(name, str) else []
+    hint = f" Did you mean {close}?" if close else ""
+    return KeyError(f"unknown {kind} {name!r}.{hint} Valid: {valid}")
+
+
+def config_class(model_type: str) -> type[ModelConfig]:
+    """The config class of a registered ``model_type`` (a KeyError with close matches otherwise)."""
+    if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
+        raise unknown_name("model_type", model_type, sorted(MODEL_TYPES))
+    return MODEL_TYPES[model_type].config_class
+
+
 def read_pretrained(directory: str | os.PathLike) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """Read ``config.json`` (→ the right config class) and the safetensors weights."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
-
-    from .registry import config_class
 
     d = Path(directory)
     layout = f"expected {d}/{CONFIG_FILE} and {d}/{WEIGHTS_FILE} (written by save_pretrained)"
@@ -203,19 +210,6 @@ def _read_config(path: Path, config_class: typing.Callable[[str], type[ModelConf
         raise type(e)(f"{path}: {e.args[0] if e.args else e}") from None
 
 
-def upgrade_state_dict(model: "PretrainedModel", state: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Rename the keys of weights saved by an older version (``legacy_state_keys``)."""
-    own = set(model.state_dict())
-    out = {}
-    for key, value in state.items():
-        for pattern, repl in model.legacy_state_keys:
-            if key in own:
-                break
-            key = re.sub(pattern, repl, key)
-        out[key] = value
-    return out
-
-
 def _load(cls: type[nn.Module], config: ModelConfig, state: dict[str, torch.Tensor], where: Any,
           map_location) -> nn.Module:
     """``cls(config)`` holding ``state``, without initialising the weights it then overwrites:
@@ -234,7 +228,6 @@ def _load(cls: type[nn.Module], config: ModelConfig, state: dict[str, torch.Tens
 def _fill(model: nn.Module, state: dict[str, torch.Tensor], where: Any, *, assign: bool) -> bool:
     """Load ``state`` into ``model``; with ``assign``, the tensors of ``state`` become the
     model's (copied once into the dtype the model declares). False if a tensor is left unset (meta)."""
-    state = upgrade_state_dict(model, state)
     model.prepare_state_dict(state)
     own = model.state_dict()
     missing, unexpected = set(own) - set(state), set(state) - set(own)

@@ -4,8 +4,7 @@
 :class:`Bounds` each class declares, then its own ``validate``), whose sub-configs accept
 partial dicts; a wrong key, type or value raises an error naming the full key path
 (``'kernel.tau'``), what it got and what is allowed. :class:`ModelConfig`: the root of a
-model's config, with legacy (flat, v0.1) keys, fitting to a task's inputs, and the JSON
-round trip (``to_json`` / ``from_json``). Small helpers: ``COUNT``, ``POSITIVE``,
+model's config, fitting to a task's inputs, and the JSON round trip (``to_json`` / ``from_json``). Small helpers: ``COUNT``, ``POSITIVE``,
 ``heads_of``, ``check_choice``, ``deep_merge``.
 """
 from __future__ import annotations
@@ -208,36 +207,24 @@ def deep_merge(base: dict, extra: dict) -> dict:
 
 @dataclass
 class ModelConfig(ConfigBase):
-    """Base of all model configs. Subclasses set ``model_type``, implement ``validate`` and
-    list renamed fields in ``legacy_keys`` (old flat name → new dotted path), so configs
-    written by older versions keep loading."""
+    """Base of all model configs. Subclasses set ``model_type`` and implement ``validate``."""
 
     model_type: ClassVar[str] = ""
-    legacy_keys: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def normalize(cls, data: dict[str, Any]) -> dict[str, Any]:
-        """Rewrite legacy flat keys into the current nested form (``{"tau": 1}`` →
-        ``{"kernel": {"tau": 1}}``); a string where a sub-config is expected sets its ``kind``
-        or ``name`` (``{"tokenizer": "conv"}`` → ``{"tokenizer": {"kind": "conv"}}``)."""
+        """``data`` in the nested form: a string where a sub-config is expected sets its ``kind``
+        or ``name`` (``{"tokenizer": "conv"}`` → ``{"tokenizer": {"kind": "conv"}}``), a sub-config
+        object becomes its dict; the caller's dicts are never modified."""
         out: dict[str, Any] = {}
         hints = typing.get_type_hints(cls)
         for key, value in data.items():
-            sub = _is_config(hints.get(key))
-            if sub and isinstance(value, (dict, ConfigBase)):
-                path = [key]
-            elif sub:  # a string where a sub-config is expected: its kind (or name)
-                path = [key, "kind" if "kind" in hints[key].field_names() else "name"]
-            else:
-                path = cls.legacy_keys.get(key, key).split(".")
-            node = out
-            for part in path[:-1]:
-                node = node.setdefault(part, {})
+            hint = hints.get(key)
             if isinstance(value, ConfigBase):
                 value = dataclasses.asdict(value)
-            leaf = node.get(path[-1])
-            node[path[-1]] = deep_merge(leaf, value) if isinstance(leaf, dict) and isinstance(value, dict) \
-                else copy.deepcopy(value)   # the caller's dicts are never modified
+            elif _is_config(hint) and not isinstance(value, dict):   # its kind (or name)
+                value = {"kind" if "kind" in hint.field_names() else "name": value}
+            out[key] = copy.deepcopy(value)
         return out
 
     def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from .config import COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_choi
 from .finetune_protocol import ReadOutHeadFineTuning
 from .inputs import Inputs, named_inputs
 from .registry import register_model_type, register_preset
-from .tokenizer_config import TOKENIZER_LEGACY_KEYS, TokenizerConfig, build_tokenizer
+from .tokenizer_config import TokenizerConfig, build_tokenizer
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -130,11 +130,6 @@ class NACConfig(ModelConfig):
     """NAC hyperparameters; defaults are NAC Table 4 (Tiny-ImageNet)."""
 
     model_type = "nac"
-    legacy_keys = {**TOKENIZER_LEGACY_KEYS, "use_kernel": "kernel.enabled",
-                   "kernel_train_mode": "kernel.train_mode", "kernel_eval_mode": "kernel.eval_mode",
-                   **{k: f"kernel.{k}" for k in ("tau", "epsilon", "learn_epsilon", "delta", "truncation")},
-                   "frozen_graph": "frozen_graph.name", "frozen_graph_params": "frozen_graph.params",
-                   "frozen_graph_seed": "frozen_graph.seed"}
 
     num_classes: int = 200
     d_model: int = 384                 # state dimension
@@ -313,8 +308,6 @@ class NAC(ReadOutHeadFineTuning, PretrainedModel):
 
     config_class = NACConfig
     readout_design = ("generator.outputs.",)          # the output modules' free design (§2.2)
-    legacy_state_keys = PretrainedModel.legacy_state_keys + (
-        (r"^(processors|outputs)\.", r"generator.\1."), (r"^edge_mask$", "propagator_kernel.edge_mask"))
 
     def __init__(self, config: NACConfig) -> None:
         super().__init__()

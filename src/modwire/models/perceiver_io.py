@@ -24,7 +24,7 @@ from .config import COUNT, ModelConfig, check_choice, check_single_head, heads_o
 from .finetune_protocol import ReadOutHeadFineTuning
 from .inputs import Inputs
 from .registry import register_model_type, register_preset
-from .tokenizer_config import TOKENIZER_LEGACY_KEYS, TokenizerConfig, build_tokenizer, single_input
+from .tokenizer_config import TokenizerConfig, build_tokenizer, single_input
 
 
 @dataclass
@@ -32,8 +32,6 @@ class PerceiverIOConfig(ModelConfig):
     """Perceiver IO hyperparameters; defaults are NAC Table 4's PIO column (Tiny-ImageNet)."""
 
     model_type = "perceiver_io"
-    legacy_keys = {**TOKENIZER_LEGACY_KEYS, "cross_heads": "read_in_heads", "output_heads": "read_out_heads",
-                   "num_output_queries": "num_output_modules"}
 
     num_classes: int = 200
     d_model: int = 384

@@ -5,17 +5,16 @@ bound to a model class. Overrides replace config fields and are validated.
 """
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import os
 from typing import Any, Callable
 
 from torch import nn
 
-from .base import ModelConfig, PretrainedModel, _load, read_pretrained
+from .base import MODEL_TYPES, ModelConfig, PretrainedModel, _load, read_pretrained, unknown_name
 
 _PRESETS: dict[str, tuple[type[PretrainedModel], Callable[[], ModelConfig], str]] = {}
-_MODEL_TYPES: dict[str, type[PretrainedModel]] = {}
+_MODEL_TYPES = MODEL_TYPES   # the table loading dispatches on (models.base); a test may swap in a copy
 
 
 def register_model_type(cls: type[PretrainedModel]) -> type[PretrainedModel]:
@@ -29,12 +28,6 @@ def register_preset(name: str, cls: type[PretrainedModel], make_config: Callable
     if name in _PRESETS:
         raise ValueError(f"model preset {name!r} is already registered")
     _PRESETS[name] = (cls, make_config, source)
-
-
-def _unknown(kind: str, name: str, valid: list[str]) -> KeyError:
-    close = difflib.get_close_matches(name, valid, n=3) if isinstance(name, str) else []
-    hint = f" Did you mean {close}?" if close else ""
-    return KeyError(f"unknown {kind} {name!r}.{hint} Valid: {valid}")
 
 
 def list_models(pattern: str = "*") -> list[str]:
@@ -55,7 +48,7 @@ def get_preset(name: str) -> tuple[type[PretrainedModel], Callable[[], ModelConf
                    f"{_MODEL_TYPES[name.model_type].__name__}(config)")
         raise TypeError(f"expected a model preset name (str) such as 'nac_small', got {got}")
     if name not in _PRESETS:
-        raise _unknown("model", name, list_models())
+        raise unknown_name("model", name, list_models())
     return _PRESETS[name]
 
 
@@ -69,12 +62,6 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
     """Build preset ``name``; keyword overrides replace config fields (validated)."""
     cls, _, _ = get_preset(name)
     return cls(get_config(name, **overrides))
-
-
-def config_class(model_type: str) -> type[ModelConfig]:
-    if not isinstance(model_type, str) or model_type not in _MODEL_TYPES:
-        raise _unknown("model_type", model_type, sorted(_MODEL_TYPES))
-    return _MODEL_TYPES[model_type].config_class
 
 
 def from_pretrained(directory: str | os.PathLike, map_location: str = "cpu") -> nn.Module:

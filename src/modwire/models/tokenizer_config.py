@@ -3,9 +3,8 @@
 :class:`TokenizerConfig` (the ``tokenizer`` sub-config: ``conv``, ``linear`` or
 ``embedding``), its mapping of a task's :class:`~modwire.models.inputs.InputSpec` onto
 those fields (:meth:`TokenizerConfig.for_input`, with :func:`single_input` to pick the one
-input of a single-input model), the flat v0.1 config keys that now live under
-``tokenizer.`` (``TOKENIZER_LEGACY_KEYS``) and :func:`build_tokenizer`, which turns the
-config into the ``modwire.nn`` module.
+input of a single-input model) and :func:`build_tokenizer`, which turns the config into
+the ``modwire.nn`` module.
 """
 from __future__ import annotations
 
@@ -96,11 +95,6 @@ def single_input(inputs: Inputs, model_type: str) -> InputSpec:
     raise ValueError(f"a {model_type!r} model reads one input, but the task gives the named inputs "
                      f"{sorted(inputs)} (a multimodal task: use a model that takes them, e.g. a "
                      f"conditional NAC for {{'x', 'condition'}})")
-
-
-TOKENIZER_LEGACY_KEYS = {"tokenizer": "tokenizer.kind", **{k: f"tokenizer.{k}" for k in (
-    "image_size", "in_channels", "conv_channels", "pos_dim", "input_dim", "vocab_size", "token_dim",
-    "max_len", "pad_id")}}
 
 
 def build_tokenizer(cfg: TokenizerConfig) -> nn.Module:

@@ -65,20 +65,6 @@ class OptimSection:
 
 
 @dataclass
-class GraphPriorSection:
-    """Legacy form of NAC's graph prior (NAC §2.2, App. A Eq. 6-9): ``loss += weight · L_graph(P, P0)``.
-    Mapped when a run starts (``modwire.training.legacy``) onto the current form, the NAC's
-    ``model.overrides.graph_prior`` sub-config plus ``aux_loss_weights.graph = weight``.
-    ``name: null`` switches it off."""
-    name: Optional[str] = None                    # erdos_renyi | scale_free | planted_partition | ring_of_cliques
-    weight: float = 1e-4                          # the paper does not state it; see configs/table1/
-    params: dict[str, Any] = field(default_factory=dict)  # graphon parameters, e.g. {beta: 0.5}
-    loss: str = "mse"                             # mse (Eq. 6) | kl
-    reduction: str = "sum"                        # sum over i≠j (Eq. 6) | mean
-    align: str = "none"                           # none (the paper's Eq. 6, 9) | degree (relabelling-invariant)
-
-
-@dataclass
 class FinetuneSection:
     """Start from trained weights (``modwire finetune``; NI Table 1, Fig. 5, NAC Fig. 4). With
     ``init`` the architecture is the checkpoint's ``config.json`` (``model.name`` only labels the
@@ -95,7 +81,6 @@ class TrainConfig:
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
     optim: OptimSection = field(default_factory=OptimSection)
-    graph_prior: GraphPriorSection = field(default_factory=GraphPriorSection)  # legacy; see above
     finetune: FinetuneSection = field(default_factory=FinetuneSection)
     # Weight of each auxiliary loss a model reports (``model.auxiliary_losses()``, e.g. NAC's
     # "graph"): the objective is task loss + Σ weight·loss. Every reported loss needs one.
@@ -122,6 +107,24 @@ OPTIMIZERS = ("adamw", "radam", "sgd")
 
 class ConfigError(ValueError):
     """A config file or ``--set`` override that cannot be used; the message names the file / key."""
+
+
+#: Top-level keys that no longer exist, and where what they set lives now (an unknown-key error
+#: alone would not say).
+MOVED_KEYS: dict[str, str] = {
+    "graph_prior": "NAC's graph prior is model.overrides.graph_prior ({name, params, loss, reduction, align}), "
+                   "weighted by aux_loss_weights.graph (e.g. --set 'model.overrides.graph_prior={name: scale_free}' "
+                   "aux_loss_weights.graph=1e-4); a section with name: null, as in the config.yaml of earlier runs, "
+                   "sets nothing: delete it",
+}
+
+
+def check_moved_keys(keys: Sequence[str], where: str) -> None:
+    """A :class:`ConfigError` naming the first of ``keys`` (dotted paths) whose top-level key has moved."""
+    for key in keys:
+        top = key.split(".", 1)[0]
+        if top in MOVED_KEYS:
+            raise ConfigError(f"{where}: key {key!r}: the top-level {top!r} section has moved: {MOVED_KEYS[top]}")
 
 
 # ----------------------------------------------------------------------------- reading files
@@ -280,11 +283,13 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
                         f"got {type(overrides).__name__} {overrides!r}")
     cfg = OmegaConf.structured(TrainConfig)
     for file, layer in (config_layers(path) if path is not None else []):
+        check_moved_keys(list(layer), f"config file {file}")
         try:
             cfg = OmegaConf.merge(cfg, layer)
         except OmegaConfBaseException as exc:
             raise ConfigError(f"config file {file}: {_omegaconf_message(exc)}") from None
     for item in overrides:
+        check_moved_keys([item.partition("=")[0].rstrip(":").strip()], f"override {item!r}")
         try:
             cfg = apply_override(cfg, item)
         except OmegaConfBaseException as exc:
@@ -333,7 +338,7 @@ NUMERIC_RULES: dict[str, Bound] = {
     "optim.decay_steps": NON_NEGATIVE, "optim.milestones.*": NON_NEGATIVE,
     "optim.gamma": Bound(0, 1, low_open=True, high_open=False),
     "optim.label_smoothing": UNIT, "optim.betas.*": UNIT,
-    "graph_prior.weight": NON_NEGATIVE, "aux_loss_weights.*": NON_NEGATIVE,
+    "aux_loss_weights.*": NON_NEGATIVE,
     "data.batch_size": AT_LEAST_ONE, "data.num_workers": NON_NEGATIVE, "data.max_samples": NON_NEGATIVE,
     "data.mixup_alpha": POSITIVE,
     "data.few_shot.shots": NON_NEGATIVE, "data.few_shot.ways": NON_NEGATIVE, "finetune.add_functions": NON_NEGATIVE,
@@ -347,9 +352,7 @@ MIXUP_CHOICES = (False, True, "deit", "input")   # data.mixup; True = "deit"
 #: Every string field with a fixed set of values.
 CHOICES: dict[str, tuple[str, ...]] = {
     "precision": PRECISIONS, "optim.name": OPTIMIZERS, "device": ("auto", "cpu", "cuda"),
-    "optim.schedule": ("cosine", "step"),
-    "graph_prior.loss": ("mse", "kl"), "graph_prior.reduction": ("sum", "mean"),
-    "graph_prior.align": ("degree", "none"), "data.augment": AUGMENT_CHOICES, "data.mixup": MIXUP_CHOICES,
+    "optim.schedule": ("cosine", "step"), "data.augment": AUGMENT_CHOICES, "data.mixup": MIXUP_CHOICES,
 }
 
 

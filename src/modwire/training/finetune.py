@@ -2,19 +2,22 @@
 
 ``modwire finetune RUN --task T`` runs, for each seed, one ordinary training run
 (:func:`~modwire.training.trainer.train`: checkpointed, locked, resumable after SIGKILL /
-SIGTERM) whose config says where the weights come from and what trains:
+SIGTERM) whose config says where the weights come from and what trains (the trainer builds
+each piece with :mod:`modwire.training.finetune_setup`):
 
 - ``finetune.init``: a run directory (its best, else last checkpoint, as ``modwire eval``
   chooses) or a checkpoint directory; the architecture is its ``config.json``
-  (:func:`pretrained_model`);
+  (:func:`~modwire.training.finetune_setup.pretrained_model`);
 - ``finetune.new_task``: fresh task-specific outputs, ``model.new_task(num_classes, heads)``
   (NI §4.1: "we always instantiate and train 10 new CLS tokens"; NAC Fig. 4: a new 8-way head);
 - ``finetune.add_functions``: new (signature, code) pairs first, ``model.add_functions(n)``
   (NI §4.2 capacity extension, Fig. 5b);
 - ``finetune.train``: the parameter sets that train, named by ``model.parameter_sets()``; the
-  rest get ``requires_grad=False`` and stay out of the optimizer (:func:`select_trainable`);
+  rest get ``requires_grad=False`` and stay out of the optimizer
+  (:func:`~modwire.training.finetune_setup.select_trainable`);
 - ``data.few_shot``: ``{shots: k, ways: n}``, a k-shot n-way subset drawn by the run's seed
-  (:func:`few_shot_splits`; NI App. C.2.2: "the random seed also determines the subset").
+  (:func:`~modwire.training.finetune_setup.few_shot_splits`; NI App. C.2.2: "the random seed
+  also determines the subset").
 
 Which paper protocol each piece serves:
 
@@ -40,149 +43,18 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import torch
-from torch import Tensor
-from torch.utils.data import Dataset, Subset
+from torch.utils.data import Dataset
 
-from ..seeding import numpy_rng
 from .config import TrainConfig
+from .finetune_setup import draw_few_shot, same_classes
 
-__all__ = ["FewShotSubset", "dataset_labels", "few_shot_eval_set", "few_shot_indices", "few_shot_splits",
-           "finetune_seeds", "pretrained_model", "select_trainable", "summarize", "summary_table"]
+__all__ = ["default_out_dir", "few_shot_eval_set", "finetune_overrides", "finetune_seeds", "source_run", "summarize",
+           "summary_table"]
 
-FEW_SHOT_STREAM = 0x46455753    # derive_seed(seed, FEW_SHOT_STREAM): the few-shot draw's own stream
 RESULT_NAME, SUMMARY_NAME = "result.json", "summary.json"
 
 
-# ----------------------------------------------------------------------------- the model
-
-def pretrained_model(cfg: TrainConfig, info) -> torch.nn.Module:
-    """The model of ``finetune.init`` (its ``config.json`` and weights, never unpickled), with new
-    task outputs when ``finetune.new_task``: ``num_classes`` = ``data.few_shot.ways`` or the task's
-    class count, ``heads`` = the task's heads; then ``model.add_functions(n)`` when
-    ``finetune.add_functions`` (a Neural Interpreter). Without ``new_task`` the model's class count
-    must fit the task (the number of heads is the model's to check: configs name it apart).
-    Random draws (a new head, new functions) come from the global RNG the trainer seeded."""
-    from ..models import from_pretrained
-    from .checkpoint import choose_checkpoint
-
-    if not Path(cfg.finetune.init).exists():
-        raise FileNotFoundError(f"config key 'finetune.init': no run directory or checkpoint at {cfg.finetune.init}")
-    ckpt, _ = choose_checkpoint(cfg.finetune.init)     # FileNotFoundError names the expected layout
-    model = from_pretrained(ckpt)
-    heads = getattr(info, "heads", 1)
-    classes = cfg.data.few_shot.ways or info.num_classes
-    if cfg.finetune.new_task:
-        if not hasattr(model, "new_task"):
-            raise TypeError(f"config key 'finetune.new_task': a {model.config.model_type!r} model has no new_task()")
-        model.new_task(classes, heads=heads)
-    if cfg.finetune.add_functions:         # NI §4.2, Fig. 5b: train them with finetune.train=[signatures_codes]
-        if not hasattr(model, "add_functions"):
-            raise TypeError(f"config key 'finetune.add_functions': a {model.config.model_type!r} model has no "
-                            f"functions to add (a Neural Interpreter has)")
-        model.add_functions(cfg.finetune.add_functions)
-    if not cfg.finetune.new_task and model.num_classes != classes:
-        raise ValueError(f"the model of finetune.init ({ckpt}) has {model.num_classes} outputs per head, but task "
-                         f"{info.name!r} needs {classes}: set finetune.new_task=true for new outputs")
-    return model
-
-
-def select_trainable(model: torch.nn.Module, names: Sequence[str]) -> tuple[int, int]:
-    """Freeze every parameter outside the sets ``names`` (``model.parameter_sets()``); a parameter
-    frozen already (e.g. a NAC's fixed graph signatures) stays frozen. Returns ``(trainable,
-    total)`` parameter counts."""
-    sets = model.parameter_sets() if hasattr(model, "parameter_sets") else {"all": ("",)}
-    unknown = [n for n in names if n not in sets]
-    if unknown:
-        raise ValueError(f"config key 'finetune.train': unknown parameter set(s) {unknown} for a "
-                         f"{getattr(model.config, 'model_type', type(model).__name__)!r} model; valid: {sorted(sets)}")
-    prefixes = tuple(p for n in names for p in sets[n])
-    for set_name in names:
-        if not any(name.startswith(sets[set_name]) for name, _ in model.named_parameters()):
-            raise ValueError(f"config key 'finetune.train': the parameter set {set_name!r} holds no parameter of "
-                             f"this model (prefixes {list(sets[set_name])})")
-    for name, p in model.named_parameters():
-        p.requires_grad_(p.requires_grad and name.startswith(prefixes))
-    return (sum(p.numel() for p in model.parameters() if p.requires_grad),
-            sum(p.numel() for p in model.parameters()))
-
-
-# ----------------------------------------------------------------------------- few-shot data
-
-class FewShotSubset(Dataset):
-    """The items ``indices`` of ``dataset`` with labels renumbered by ``classes`` (the kept
-    classes in increasing order: ``classes[j]`` becomes ``j``). Other attributes
-    (``set_epoch``, ...) are the dataset's; its ``labels`` / ``targets`` are not exposed."""
-
-    def __init__(self, dataset: Dataset, indices: Sequence[int], classes: Sequence[int]) -> None:
-        self.dataset, self.indices, self.classes = dataset, list(indices), list(classes)
-        self._new_label = {c: j for j, c in enumerate(self.classes)}
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, i: int):
-        x, y = self.dataset[self.indices[i]]
-        return x, torch.tensor(self._new_label[int(y)])
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("dataset", "indices", "classes", "labels", "targets", "_new_label"):
-            raise AttributeError(name)
-        return getattr(self.dataset, name)
-
-
-def dataset_labels(dataset: Dataset, what: str) -> Tensor:
-    """The class label of every item ``[len(dataset)]`` (long): from a ``labels`` / ``targets``
-    attribute when the dataset (or, for a ``Subset`` such as ``data.max_samples``' ``FirstN``, the
-    dataset under it) keeps one, else read item by item."""
-    kept = _label_attribute(dataset)
-    if kept is not None and len(kept) == len(dataset):
-        return kept
-    if isinstance(dataset, Subset) and _label_attribute(dataset.dataset) is not None:
-        return _label_attribute(dataset.dataset)[torch.as_tensor(list(dataset.indices), dtype=torch.long)]
-    ys = [torch.as_tensor(dataset[i][1]) for i in range(len(dataset))]
-    bad = next((y for y in ys if y.ndim != 0 or y.is_floating_point()), None)
-    if bad is not None:
-        raise ValueError(f"data.few_shot: the {what} split's targets are {bad.dtype} of shape {tuple(bad.shape)}, "
-                         f"expected one integer class label per sample")
-    return torch.stack(ys).long() if ys else torch.zeros(0, dtype=torch.long)
-
-
-def _label_attribute(dataset: Dataset) -> Tensor | None:
-    for attr in ("labels", "targets"):
-        v = getattr(dataset, attr, None)
-        v = torch.as_tensor(v) if isinstance(v, (Tensor, list)) else None
-        if v is not None and v.ndim == 1 and not v.is_floating_point():
-            return v.long()
-    return None
-
-
-def few_shot_indices(labels: Tensor, *, shots: int, ways: int, seed: int) -> tuple[list[int], list[int]]:
-    """``(indices, classes)``: ``ways`` classes (0 = all) drawn from those in ``labels`` and
-    ``shots`` items of each (0 = all), both drawn by ``seed`` alone (``derive_seed(seed,
-    FEW_SHOT_STREAM)``); both lists in increasing order."""
-    rng = numpy_rng(seed, FEW_SHOT_STREAM)
-    present = sorted(labels.unique().tolist())
-    if ways > len(present):
-        raise ValueError(f"config key 'data.few_shot.ways': got {ways}, but the training split holds "
-                         f"{len(present)} classes")
-    classes = sorted(int(c) for c in rng.choice(present, size=ways, replace=False)) if ways else present
-    chosen: list[int] = []
-    for c in classes:
-        idx = (labels == c).nonzero().flatten().tolist()
-        if shots > len(idx):
-            raise ValueError(f"config key 'data.few_shot.shots': got {shots}, but class {c} has only {len(idx)} "
-                             f"training samples")
-        chosen += [int(i) for i in rng.choice(idx, size=shots, replace=False)] if shots else idx
-    return sorted(chosen), classes
-
-
-def few_shot_splits(cfg: TrainConfig, info, train_set: Dataset, val_set: Dataset) -> tuple[Dataset, Dataset]:
-    """``data.few_shot`` applied: the k-shot n-way training subset of the run's seed, and the
-    validation split cut to the same classes, renumbered alike (:class:`FewShotSubset`)."""
-    indices, classes = _draw(cfg, info, train_set)
-    return FewShotSubset(train_set, indices, classes), same_classes(val_set, classes, cfg.data.val_split)
-
+# ----------------------------------------------------------------------------- few-shot evaluation
 
 def few_shot_eval_set(cfg: TrainConfig, info, dataset: Dataset, split: str) -> Dataset:
     """``dataset`` (a split of the run's task) cut to the classes a few-shot run drew and
@@ -190,27 +62,8 @@ def few_shot_eval_set(cfg: TrainConfig, info, dataset: Dataset, split: str) -> D
     from ..tasks import build_dataset
 
     d = cfg.data
-    _, classes = _draw(cfg, info, build_dataset(d.task, d.train_split, max_samples=d.max_samples, **d.params))
+    _, classes = draw_few_shot(cfg, info, build_dataset(d.task, d.train_split, max_samples=d.max_samples, **d.params))
     return same_classes(dataset, classes, split)
-
-
-def same_classes(dataset: Dataset, classes: Sequence[int], split: str) -> FewShotSubset:
-    """Every item of ``dataset`` whose label is in ``classes``, renumbered."""
-    keep = torch.isin(dataset_labels(dataset, split), torch.tensor(classes)).nonzero().flatten().tolist()
-    return FewShotSubset(dataset, keep, classes)
-
-
-def _draw(cfg: TrainConfig, info, train_set: Dataset) -> tuple[list[int], list[int]]:
-    fs = cfg.data.few_shot
-    if info.loss != "cross_entropy" or getattr(info, "heads", 1) != 1:
-        raise ValueError(f"config key 'data.few_shot': task {info.name!r} is not single-head classification "
-                         f"(loss {info.loss!r}, heads {getattr(info, 'heads', 1)}): k-shot n-way subsets need "
-                         f"one class label per sample")
-    if fs.ways > info.num_classes:
-        raise ValueError(f"config key 'data.few_shot.ways': got {fs.ways}, but task {info.name!r} has "
-                         f"{info.num_classes} classes")
-    return few_shot_indices(dataset_labels(train_set, cfg.data.train_split), shots=fs.shots, ways=fs.ways,
-                            seed=cfg.seed)
 
 
 # ----------------------------------------------------------------------------- several seeds

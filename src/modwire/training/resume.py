@@ -73,11 +73,8 @@ def run_config(run_dir: str | os.PathLike, overrides: Iterable[str] = ()) -> Tra
 
 
 def saved_config_changes(run_dir: str | os.PathLike, cfg: TrainConfig) -> dict[str, tuple[Any, Any]]:
-    """``{key: (saved, new)}``: where ``cfg`` differs from the run's effective config
-    (legacy forms mapped, as :func:`~modwire.training.trainer.train` maps ``cfg``)."""
-    from .legacy import map_legacy_graph_prior
-
-    return config_changes(map_legacy_graph_prior(run_config(run_dir)), cfg)
+    """``{key: (saved, new)}``: where ``cfg`` differs from the run's effective config."""
+    return config_changes(run_config(run_dir), cfg)
 
 
 def check_resume(run_dir: str | os.PathLike, cfg: TrainConfig, allow: Iterable[str] = ()) -> dict[str, tuple]:

@@ -55,8 +55,7 @@ from ..tasks.metrics import LOWER_IS_BETTER
 from . import distributed
 from .config import TrainConfig
 from .feedback import Feedback, MetricsLog
-from .finetune import few_shot_splits, pretrained_model, select_trainable
-from .legacy import map_legacy_graph_prior
+from .finetune_setup import few_shot_splits, pretrained_model, select_trainable
 from .lock import RunLock
 from .optim import build_optimizer, build_scheduler
 from .resume import CONFIG_NAME, RESUMES_NAME, check_resume, record_resume, saved_config_changes, write_config_once
@@ -94,7 +93,7 @@ def build_datasets(cfg: TrainConfig) -> tuple[Any, Any]:
     d = cfg.data
     train_set = build_dataset(d.task, d.train_split, max_samples=d.max_samples, **d.params)
     val_set = build_dataset(d.task, d.val_split, max_samples=d.max_samples, **d.params)
-    if d.few_shot.shots or d.few_shot.ways:        # k-shot n-way subset of the run's seed (finetune.py)
+    if d.few_shot.shots or d.few_shot.ways:        # k-shot n-way subset of the run's seed (finetune_setup.py)
         train_set, val_set = few_shot_splits(cfg, describe_task(d.task, d.params), train_set, val_set)
     return train_set, val_set
 
@@ -200,7 +199,7 @@ def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path) 
     torch.manual_seed(cfg.seed)
     model = pretrained_model(cfg, describe_task(cfg.data.task, cfg.data.params)) if cfg.finetune.init \
         else build_model_for_task(cfg)
-    select_trainable(model, cfg.finetune.train)     # the rest frozen, left out of the optimizer (finetune.py)
+    select_trainable(model, cfg.finetune.train)     # the rest frozen, left out of the optimizer (finetune_setup.py)
     model = model.to(dist_info.device)
     train_set, val_set, mixer = apply_augmentation(cfg, info, *build_datasets(cfg))
     sampler = distributed.EpochSampler(len(train_set), cfg.seed, dist_info.rank, world)
@@ -236,7 +235,6 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
     if not isinstance(cfg, TrainConfig) and OmegaConf.get_type(cfg) is not TrainConfig:
         raise TypeError(f"train: expected a TrainConfig from modwire.training.load_config(path, overrides), "
                         f"got {type(cfg).__name__}")
-    cfg = map_legacy_graph_prior(cfg)
     dist_info = distributed.setup(cfg.device)
     run_dir = Path(cfg.out_dir)
     with (RunLock(run_dir) if dist_info.main else contextlib.nullcontext()), StopSignals() as stop:
