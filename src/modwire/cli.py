@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -294,12 +295,14 @@ def cmd_gan(args) -> int:
 
 def cmd_list(args) -> int:
     if args.what == "models":
-        from .models import list_models, model_source
+        from .models.capabilities import capabilities
+        from .models.registry import get_preset, list_models
 
         names = list_models()
         width = max(32, 2 + max(map(len, names), default=0))   # a long name never runs into its source
         for name in names:
-            print(f"{name:<{width}}{model_source(name)}")
+            cls, _, source = get_preset(name)
+            print(f"{name:<{width}}{source}  [{', '.join(capabilities(cls)) or 'no optional capability'}]")
     else:
         from .tasks import get_task, list_tasks
 
@@ -314,6 +317,14 @@ def cmd_list(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
+    try:
+        return _dispatch(args)
+    except BrokenPipeError:               # `modwire list models | head`: the reader has gone, not an error
+        sys.stdout = open(os.devnull, "w")
+        return 0
+
+
+def _dispatch(args) -> int:
     try:
         return {"train": cmd_train, "eval": cmd_eval, "finetune": cmd_finetune, "list": cmd_list,
                 "analyze": cmd_analyze, "gan": cmd_gan}[args.command](args)

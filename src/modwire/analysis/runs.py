@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from ..models.capabilities import EvalOptions
 from ..tasks.base import FirstN
 from .sparsify import module_axis
 
@@ -130,7 +131,7 @@ def apply_eval_options(model, cfg, overrides: Sequence[str]) -> None:
     """``model.overrides.<field>=value`` overrides: evaluation options of the loaded model
     (``model.eval_options``; e.g. AiT Tables 7-8's evaluation without the memory forward)."""
     fields = [_key(o).removeprefix("model.overrides.") for o in overrides if _key(o).startswith("model.overrides.")]
-    allowed = getattr(model, "eval_options", ())
+    allowed = model.eval_options if isinstance(model, EvalOptions) else ()
     bad = [f for f in fields if f not in allowed]
     if bad:
         raise ValueError(f"override model.overrides.{bad[0]}: a trained {model.config.model_type!r} model takes only "

@@ -53,6 +53,7 @@ import torch
 from torch import Tensor, nn
 
 from ..models import ModuleAxis
+from ..models.capabilities import ModuleSurgery
 from ..nn import EdgeMaskedKernel
 
 __all__ = ["drop_modules", "edge_mask", "eliminate_edges", "get_edge_mask", "keep_modules", "module_axis",
@@ -67,11 +68,10 @@ _NEEDS_P = "a model with link probabilities P over its modules, shared by every 
 def module_axis(model: nn.Module) -> ModuleAxis:
     """The model's own description of its per-module axis (``model.module_axis()``, see
     :class:`~modwire.models.ModuleAxis`): NAC processor modules, Perceiver IO latents."""
-    describe = getattr(model, "module_axis", None)
-    if not callable(describe):
+    if not isinstance(model, ModuleSurgery):
         raise TypeError(f"{type(model).__name__} does not describe its modules: module surgery needs a model "
                         f"with a module_axis() method (see modwire.models.ModuleAxis), e.g. a NAC or a PerceiverIO")
-    return describe()
+    return model.module_axis()
 
 
 def get_edge_mask(model: nn.Module) -> Tensor | None:

@@ -37,6 +37,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..models.capabilities import Intermediating
+
 __all__ = ["attention_sparsity", "slot_similarity", "checkpoint_dirs", "collect_energies", "diversity_counts",
            "diversity_over_training", "energy_summary", "head_medians", "model_patch_diversity",
            "patch_diversity", "pool_layout", "slot_attention_maps", "sparsity_scores"]
@@ -53,7 +55,7 @@ def _intermediates(model: torch.nn.Module, batch: Any):
     """``model.forward_intermediates`` on one batch (moved to the model's device), no gradients."""
     from ..training import to_device
 
-    if not hasattr(model, "forward_intermediates"):
+    if not isinstance(model, Intermediating):
         raise TypeError(f"expected a model with forward_intermediates (a ViT or an AiT), got {type(model).__name__}")
     device = next(iter(model.parameters()), torch.empty(0)).device
     x = to_device(_inputs(batch), device)
@@ -318,7 +320,7 @@ def energy_summary(energies: Sequence[Any]) -> list[dict[str, float]]:
     ``energies``: ``(before, after)`` pairs (:func:`collect_energies`) or workspace records."""
     out = []
     for item in energies:
-        before, after = (item.energy_before, item.energy_after) if hasattr(item, "energy_before") else item
+        before, after = item if isinstance(item, tuple) else (item.energy_before, item.energy_after)
         if before is None or after is None:
             raise ValueError("no Hopfield energies recorded (retrieval='attention', Table 2 'W/O Hopfield')")
         before, after = before.detach().double().flatten(), after.detach().double().flatten()

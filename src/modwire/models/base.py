@@ -104,6 +104,9 @@ class PretrainedModel(nn.Module):
     # The paper's weight of each auxiliary loss the model reports (``auxiliary_losses``), used by the
     # trainer where the config sets none (AiT: σ = 1e-2 for "balance", AiT Eq. 6).
     aux_loss_defaults: ClassVar[dict[str, float]] = {}
+    # Options of evaluation a trained model takes (``set_eval_options``, the EvalOptions capability
+    # of modwire.models.capabilities; ``modwire eval RUN --set model.overrides.<option>=…``).
+    eval_options: ClassVar[tuple[str, ...]] = ()
 
     def prepare_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Called before weights are loaded: a model whose optional parts (e.g. a NAC's

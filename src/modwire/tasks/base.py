@@ -19,7 +19,7 @@ import dataclasses
 import difflib
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -30,6 +30,14 @@ from ..models.inputs import Inputs, InputSpec, check_inputs  # noqa: F401  (Inpu
 
 # token_cross_entropy: targets [B, T], logits [B, T, V]; bce: multi-label targets [C] of 0/1 (NFM §4.2)
 LOSSES = ("cross_entropy", "mse", "token_cross_entropy", "bce")
+
+
+@runtime_checkable
+class EpochDataset(Protocol):
+    """A dataset whose random draws follow the epoch (augmentation pipelines): the trainer calls
+    ``set_epoch(epoch)`` before each training epoch."""
+
+    def set_epoch(self, epoch: int) -> None: ...
 
 
 def pad_collate(batch: Sequence[tuple[Tensor, Tensor]], pad_value: int = 0) -> tuple[Tensor, Tensor]:

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, Subset
 
+from ..models.capabilities import FineTunable, GrowsFunctions
 from ..seeding import numpy_rng
 from .config import TrainConfig
 
@@ -44,11 +45,11 @@ def pretrained_model(cfg: TrainConfig, info) -> torch.nn.Module:
     heads = getattr(info, "heads", 1)
     classes = cfg.data.few_shot.ways or info.num_classes
     if cfg.finetune.new_task:
-        if not hasattr(model, "new_task"):
+        if not isinstance(model, FineTunable):
             raise TypeError(f"config key 'finetune.new_task': a {model.config.model_type!r} model has no new_task()")
         model.new_task(classes, heads=heads)
     if cfg.finetune.add_functions:         # NI §4.2, Fig. 5b: train them with finetune.train=[signatures_codes]
-        if not hasattr(model, "add_functions"):
+        if not isinstance(model, GrowsFunctions):
             raise TypeError(f"config key 'finetune.add_functions': a {model.config.model_type!r} model has no "
                             f"functions to add (a Neural Interpreter has)")
         model.add_functions(cfg.finetune.add_functions)
@@ -62,7 +63,7 @@ def select_trainable(model: torch.nn.Module, names: Sequence[str]) -> tuple[int,
     """Freeze every parameter outside the sets ``names`` (``model.parameter_sets()``); a parameter
     frozen already (e.g. a NAC's fixed graph signatures) stays frozen. Returns ``(trainable,
     total)`` parameter counts."""
-    sets = model.parameter_sets() if hasattr(model, "parameter_sets") else {"all": ("",)}
+    sets = model.parameter_sets() if isinstance(model, FineTunable) else {"all": ("",)}
     unknown = [n for n in names if n not in sets]
     if unknown:
         raise ValueError(f"config key 'finetune.train': unknown parameter set(s) {unknown} for a "

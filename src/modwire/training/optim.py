@@ -6,6 +6,7 @@ import math
 import torch
 from torch import nn
 
+from ..models.base import PretrainedModel
 from .config import OptimSection
 
 
@@ -13,7 +14,7 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Two groups: weight decay for matrices, none for 1-D parameters (biases, norms, α,
     ε) and for what the model lists in ``no_weight_decay()`` (NAC: signatures, codes,
     positional encodings — App. C)."""
-    skip = tuple(getattr(model, "no_weight_decay", lambda: ())())
+    skip = tuple(model.no_weight_decay()) if isinstance(model, PretrainedModel) else ()
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:

@@ -47,10 +47,12 @@ from torch.utils.data import DataLoader
 
 from ..models import create_model, get_config
 from ..models.base import PretrainedModel
+from ..models.capabilities import EpochAware
 from ..models.config import deep_merge
 from ..models.inputs import named_inputs
 from ..seeding import torch_generator
 from ..tasks import build_dataset, describe_task, get_task
+from ..tasks.base import EpochDataset
 from ..tasks.metrics import LOWER_IS_BETTER
 from . import distributed
 from .config import TrainConfig
@@ -353,11 +355,10 @@ def next_batch(run: Run, state: TrainState) -> tuple[Any, Tensor]:
     """The next micro-batch on the device: labels checked, mixup applied. An epoch's iterator
     starts at ``state.micro`` (exact resume part-way through an epoch)."""
     if run.batches is None:
-        start_epoch = getattr(state.model, "start_epoch", None)
-        if state.micro == 0 and start_epoch is not None:  # e.g. AiT's "reset memory" (Table 2); not on a
-            start_epoch(state.epoch, torch_generator(run.cfg.seed, state.epoch))  # mid-epoch resume
+        if state.micro == 0 and isinstance(state.model, EpochAware):  # AiT's "reset memory" (Table 2); not
+            state.model.start_epoch(state.epoch, torch_generator(run.cfg.seed, state.epoch))  # mid-epoch
         run.sampler.set_epoch(state.epoch, start=state.micro * run.local_batch)
-        if hasattr(run.train_set, "set_epoch"):
+        if isinstance(run.train_set, EpochDataset):
             run.train_set.set_epoch(state.epoch)
         run.batches = iter(run.train_loader)
     x, y = next(run.batches)
@@ -402,7 +403,7 @@ def aux_loss_weights(run: Run, model: torch.nn.Module) -> dict[str, float]:
 def auxiliary_losses(run: Run, model: torch.nn.Module) -> dict[str, Tensor]:
     """The auxiliary losses the model reported for this forward pass, each with a configured
     weight (``aux_loss_weights``, else the model's default): none is added or dropped silently."""
-    aux = model.auxiliary_losses() if hasattr(model, "auxiliary_losses") else {}
+    aux = model.auxiliary_losses() if isinstance(model, PretrainedModel) else {}
     weights = aux_loss_weights(run, model)
     missing = sorted(set(aux) - set(weights))
     if missing:
