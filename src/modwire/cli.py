@@ -24,7 +24,10 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from pathlib import Path
+
+from .errors import UserError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -151,13 +154,13 @@ def cmd_train(args) -> int:
         config, resume = resume, True           # `train --resume CONFIG.yaml`: the config form
     if isinstance(resume, str):
         if config is not None:
-            raise ValueError(f"give either CONFIG --resume or --resume RUN_DIR, not both ({config}, {resume})")
+            raise UserError(f"give either CONFIG --resume or --resume RUN_DIR, not both ({config}, {resume})")
         cfg = run_config(resume, args.overrides)
     else:
         cfg = load_config(config, args.overrides)
     allow = [k.strip() for k in args.allow_change.split(",") if k.strip()]
     if allow and not resume:
-        raise ValueError("--allow-change only applies with --resume")
+        raise UserError("--allow-change only applies with --resume")
     try:
         result = train(cfg, resume=bool(resume), allow_change=allow, overwrite=args.overwrite)
     except (RunLockedError, CheckpointWriteError, PermissionError) as e:
@@ -176,14 +179,14 @@ def cmd_finetune(args) -> int:
     seeds = _int_list(args.seeds, "--seeds")
     train = [t.strip() for t in args.train.split(",") if t.strip()]
     if not train:
-        raise ValueError(f"--train: expected comma-separated parameter-set names such as all or cls,type_inference, "
+        raise UserError(f"--train: expected comma-separated parameter-set names such as all or cls,type_inference, "
                          f"got {args.train!r}")
     for flag, value, low in (("--shots", args.shots, 0), ("--ways", args.ways, 0), ("--epochs", args.epochs, 1),
                              ("--batch-size", args.batch_size, 1)):
         if value is not None and value < low:
-            raise ValueError(f"{flag}: expected an integer >= {low}, got {value}")
+            raise UserError(f"{flag}: expected an integer >= {low}, got {value}")
     if args.lr is not None and not args.lr > 0:
-        raise ValueError(f"--lr: expected a positive number, got {args.lr}")
+        raise UserError(f"--lr: expected a positive number, got {args.lr}")
     base, meta = finetune_overrides(args.path, args.task, train=train, shots=args.shots, ways=args.ways,
                                     epochs=args.epochs, lr=args.lr, batch_size=args.batch_size)
     out = Path(args.out) if args.out else default_out_dir(args.path, args.task, train, args.shots, args.ways)
@@ -211,7 +214,7 @@ def _int_list(text: str, flag: str) -> list[int]:
     except ValueError:
         values = []
     if not values or min(values) < 0 or len(set(values)) != len(values):
-        raise ValueError(f"{flag}: expected distinct non-negative integers separated by commas, e.g. 0,1,2; "
+        raise UserError(f"{flag}: expected distinct non-negative integers separated by commas, e.g. 0,1,2; "
                          f"got {text!r}")
     return values
 
@@ -226,7 +229,7 @@ def cmd_eval(args) -> int:
 
     ckpt, why = choose_checkpoint(args.path)
     if json.loads((ckpt / "config.json").read_text()).get("model_type") == "gan":
-        raise ValueError(f"{args.path} is a GAN run (modwire gan): score it with `modwire gan --score {args.path}`")
+        raise UserError(f"{args.path} is a GAN run (modwire gan): score it with `modwire gan --score {args.path}`")
     tag, step = ckpt.name.split("-", 1)[0], checkpoint_step(ckpt)
     print(f"modwire eval: scoring checkpoint {tag!r} (step {step}) at {ckpt}: {why}", file=sys.stderr)
     overrides = [*args.overrides, *([f"data.max_samples={args.max_samples}"] if args.max_samples is not None else [])]
@@ -328,10 +331,14 @@ def _dispatch(args) -> int:
     try:
         return {"train": cmd_train, "eval": cmd_eval, "finetune": cmd_finetune, "list": cmd_list,
                 "analyze": cmd_analyze, "gan": cmd_gan}[args.command](args)
-    except (KeyError, ValueError, FileNotFoundError, TypeError) as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        print(f"modwire {args.command}: error: {msg}", file=sys.stderr)
+    except (UserError, FileNotFoundError) as e:      # what the user gave: one line, exit 2
+        print(f"modwire {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except Exception:                                # anything else is modwire's fault: say so
+        traceback.print_exc()
+        print(f"modwire {args.command}: internal error: the traceback above is a bug in modwire, not a mistake in "
+              f"your command or config; please report it with the command you ran", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import torch
 
 from . import create_model, get_config, list_models, model_source
 from .analysis.report import DEFAULT_DROP_FRACTIONS
+from .errors import UserError
 
 MODELS = ["nac_small", "perceiver_io_small"]
 DROP = DEFAULT_DROP_FRACTIONS   # fractions of modules / latents dropped: those of `modwire analyze`
@@ -73,10 +74,10 @@ def fresh_out_dir(out_dir: str, parts: tuple[str, ...]) -> None:
     refused, so nothing that is not the demo's is ever deleted."""
     path = Path(out_dir)
     if path.is_dir() and any(path.iterdir()) and not (path / MARKER).is_file():
-        raise ValueError(f"--out-dir {out_dir} is not empty and was not made by the demo (no {MARKER} file): "
+        raise UserError(f"--out-dir {out_dir} is not empty and was not made by the demo (no {MARKER} file): "
                          f"choose another --out-dir")
     if path.exists() and not path.is_dir():
-        raise ValueError(f"--out-dir {out_dir} is a file, expected a directory")
+        raise UserError(f"--out-dir {out_dir} is a file, expected a directory")
     for part in parts:
         shutil.rmtree(path / part, ignore_errors=True)
     path.mkdir(parents=True, exist_ok=True)

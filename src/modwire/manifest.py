@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from .errors import UserError
 
 MANIFEST_FILE = "manifest.json"
 # modwire.training writes this checkpoint summary only together with a manifest: a directory
@@ -53,12 +54,12 @@ def verify_manifest(directory: str | os.PathLike, *, required: bool = False) -> 
         files = json.loads(path.read_text())["files"]
         items = list(files.items())
     except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ValueError(f"{path} is not a readable checksum manifest ({type(e).__name__}: {e})") from None
+        raise UserError(f"{path} is not a readable checksum manifest ({type(e).__name__}: {e})") from None
     for name, digest in items:
         f = d / name
         if not f.is_file():
-            raise ValueError(f"checkpoint {d} is incomplete: {name} is listed in {MANIFEST_FILE} but missing")
+            raise UserError(f"checkpoint {d} is incomplete: {name} is listed in {MANIFEST_FILE} but missing")
         if sha256_file(f) != digest:
-            raise ValueError(f"checkpoint file {f} is corrupted: its sha256 differs from the one recorded in "
+            raise UserError(f"checkpoint file {f} is corrupted: its sha256 differs from the one recorded in "
                              f"{path} when it was saved (the file was modified or damaged on disk)")
     return True

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from .errors import UserError, UserTypeError
 
 
 def derive_seed(*parts: int) -> int:
     """A 63-bit seed that is a pure, well-mixed function of the integers ``parts``."""
     if not parts:
-        raise ValueError("derive_seed needs at least one integer")
+        raise UserError("derive_seed needs at least one integer")
     words = []
     for p in parts:
         if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
-            raise TypeError(f"derive_seed takes integers, got {p!r} ({type(p).__name__})")
+            raise UserTypeError(f"derive_seed takes integers, got {p!r} ({type(p).__name__})")
         words.append(int(p) & (2**64 - 1))
     lo, hi = np.random.SeedSequence(words).generate_state(2, np.uint32)
     return (int(hi) << 31) ^ int(lo)

@@ -37,3 +37,25 @@ def test_device_cuda_without_a_gpu_is_a_clear_error(tmp_path, capsys, monkeypatc
     code = cli.main(["train", "--set", "device=cuda", "model.name=nac_micro", f"out_dir={tmp_path / 'run'}"])
     assert code == 2
     assert "config key 'device': got 'cuda', but torch" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bug", [KeyError("internal"), TypeError("bad call"), RuntimeError("boom")])
+def test_a_bug_in_modwire_shows_its_traceback_and_says_so(monkeypatch, capsys, bug):
+    """Issue 24: only a UserError is the user's mistake (exit 2, one line); anything else is a bug."""
+    from modwire import cli
+
+    def broken(args):
+        raise bug
+
+    monkeypatch.setattr(cli, "cmd_list", broken)
+    assert cli.main(["list", "models"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "internal error" in err and "a bug in modwire" in err
+
+
+def test_a_user_error_is_one_line_with_exit_2(capsys):
+    from modwire import cli
+
+    assert cli.main(["train", "--set", "model.name=nac_micr", "data.task=triangle"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and "nac_micro" in err

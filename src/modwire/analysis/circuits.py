@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
+from ..errors import UserError
 
 __all__ = ["analyze_circuits", "collect_link_probs", "is_conditional"]
 
@@ -37,7 +38,7 @@ def collect_link_probs(model, dataset, info, *, max_samples: int = 1000, batch: 
     probs, labels = [], []
     for x, y in loader:
         if not isinstance(x, dict) or "condition" not in x:
-            raise ValueError(f"task {info.name!r} gives no 'condition' input: a conditional NAC needs "
+            raise UserError(f"task {info.name!r} gives no 'condition' input: a conditional NAC needs "
                              f"{{'x': ..., 'condition': ...}} items")
         probs.append(model.link_probs(x["condition"]).float())
         labels.append(label_of(x, y))
@@ -61,7 +62,7 @@ def analyze_circuits(run_dir: str | os.PathLike, *, out: str | os.PathLike | Non
 
     cfg, model, info, dataset = load_run(run_dir, overrides, split=split)
     if not is_conditional(model) or model.kernel is None:
-        raise ValueError(f"{run_dir}: the circuit analysis (NAC Fig. 6) needs a conditional NAC with a kernel, "
+        raise UserError(f"{run_dir}: the circuit analysis (NAC Fig. 6) needs a conditional NAC with a kernel, "
                          f"got model {cfg.model.name!r}")
     out_dir = output_dir(out if out else Path(run_dir) / "analysis")
     p, labels, names = collect_link_probs(model, dataset, info, max_samples=max_samples)

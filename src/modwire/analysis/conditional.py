@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from .plots import _HINT, _pyplot, _save, draw_link_graph
+from ..errors import UserError
 
 __all__ = ["conditional_report", "embed_link_probs", "lower_triangle", "plot_link_prob_embedding",
            "plot_sample_graphs", "separation_score"]
@@ -59,10 +60,10 @@ def _as_link_probs(P: Tensor | np.ndarray) -> np.ndarray:
     """``P`` as float64 numpy ``[S, U, U]``; ValueError unless it is a stack of square matrices."""
     P = torch.as_tensor(P).detach().to("cpu", torch.float64)
     if P.dim() != 3 or P.shape[1] != P.shape[2]:
-        raise ValueError("P must be per-sample link probabilities [S, U, U] (square matrices), "
+        raise UserError("P must be per-sample link probabilities [S, U, U] (square matrices), "
                          f"got shape {tuple(P.shape)}")
     if P.shape[0] < 1 or P.shape[1] < 2:
-        raise ValueError(f"P needs at least one sample and two modules, got shape {tuple(P.shape)}")
+        raise UserError(f"P needs at least one sample and two modules, got shape {tuple(P.shape)}")
     return P.numpy()
 
 
@@ -72,10 +73,10 @@ def _as_labels(labels: Sequence[Any] | Tensor | np.ndarray, num_samples: int) ->
         labels = labels.detach().cpu().numpy()
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.shape[0] != num_samples:
-        raise ValueError(f"labels must be one per sample: expected shape ({num_samples},), "
+        raise UserError(f"labels must be one per sample: expected shape ({num_samples},), "
                          f"got {labels.shape}")
     if np.unique(labels).size < 2:
-        raise ValueError(f"labels must contain at least 2 classes, got {np.unique(labels).tolist()}")
+        raise UserError(f"labels must contain at least 2 classes, got {np.unique(labels).tolist()}")
     return labels
 
 
@@ -104,12 +105,12 @@ def embed_link_probs(P: Tensor | np.ndarray, *, pca_dim: int = PCA_DIM, seed: in
     X = lower_triangle(P)
     S = X.shape[0]
     if S < 3:
-        raise ValueError(f"the embedding needs at least 3 samples, got {S}")
+        raise UserError(f"the embedding needs at least 3 samples, got {S}")
     if isinstance(pca_dim, bool) or not isinstance(pca_dim, int) or pca_dim < 1:
-        raise ValueError(f"pca_dim must be an int >= 1, got {pca_dim!r}")
+        raise UserError(f"pca_dim must be an int >= 1, got {pca_dim!r}")
     perplexity = default_perplexity(S) if perplexity is None else float(perplexity)
     if not 0 < perplexity < S:
-        raise ValueError(f"perplexity must lie in (0, {S}) for {S} samples, got {perplexity}")
+        raise UserError(f"perplexity must lie in (0, {S}) for {S} samples, got {perplexity}")
     _sklearn()
     from sklearn.decomposition import PCA
     from sklearn.manifold import TSNE
@@ -172,16 +173,16 @@ def separation_score(emb: np.ndarray | Tensor, labels: Sequence[Any] | Tensor | 
     """
     emb = torch.as_tensor(emb).detach().to("cpu", torch.float64).numpy()
     if emb.ndim != 2:
-        raise ValueError(f"emb must be [S, k], got shape {emb.shape}")
+        raise UserError(f"emb must be [S, k], got shape {emb.shape}")
     labels = _as_labels(labels, emb.shape[0])
     classes, counts = np.unique(labels, return_counts=True)
     if counts.min() < 2:
-        raise ValueError(f"every class needs at least 2 samples for held-out scoring; counts "
+        raise UserError(f"every class needs at least 2 samples for held-out scoring; counts "
                          f"{dict(zip(classes.tolist(), counts.tolist()))}")
     if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
-        raise ValueError(f"folds must be an int >= 2, got {folds!r}")
+        raise UserError(f"folds must be an int >= 2, got {folds!r}")
     if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 0:
-        raise ValueError(f"permutations must be an int >= 0, got {permutations!r}")
+        raise UserError(f"permutations must be an int >= 0, got {permutations!r}")
     _sklearn()
     k = min(folds, int(counts.min()))
     acc, per_fold = _held_out_accuracy(emb, labels, k, seed)
@@ -220,7 +221,7 @@ def plot_link_prob_embedding(emb_2d: np.ndarray | Tensor, labels: Sequence[Any] 
     plt = _pyplot()
     emb_2d = torch.as_tensor(emb_2d).detach().to("cpu", torch.float64).numpy()
     if emb_2d.ndim != 2 or emb_2d.shape[1] != 2:
-        raise ValueError(f"emb_2d must be [S, 2], got shape {emb_2d.shape}")
+        raise UserError(f"emb_2d must be [S, 2], got shape {emb_2d.shape}")
     labels = _as_labels(labels, emb_2d.shape[0])
     legend = _label_names(labels, names)
     cmap = plt.get_cmap("tab10" if len(legend) <= 10 else "tab20" if len(legend) <= 20 else "turbo")
@@ -244,7 +245,7 @@ def plot_sample_graphs(P_samples: Tensor | np.ndarray, titles: Sequence[str], pa
     "link_probs")``), node colour = module index, the same in every panel."""
     P = _as_link_probs(P_samples)
     if len(titles) != P.shape[0]:
-        raise ValueError(f"titles must be one per sample: {P.shape[0]} samples, {len(titles)} titles")
+        raise UserError(f"titles must be one per sample: {P.shape[0]} samples, {len(titles)} titles")
     plt = _pyplot()
     k, u = P.shape[0], P.shape[1]
     cols = min(k, 4)
@@ -294,7 +295,7 @@ def conditional_report(P: Tensor | np.ndarray, labels: Sequence[Any] | Tensor | 
     X = _as_link_probs(P)
     labels = _as_labels(labels, X.shape[0])
     if isinstance(samples_per_type, bool) or not isinstance(samples_per_type, int) or samples_per_type < 1:
-        raise ValueError(f"samples_per_type must be an int >= 1, got {samples_per_type!r}")
+        raise UserError(f"samples_per_type must be an int >= 1, got {samples_per_type!r}")
     out = Path(out_dir)
     emb_pca, emb_2d = embed_link_probs(X, seed=seed)
     separation = separation_score(emb_pca, labels, seed=seed)

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from .runs import Run, evaluate_run, forward, timing_batch
+from ..errors import UserError
 
 __all__ = ["check_drop_fractions", "module_dropping_curve"]
 
@@ -24,7 +25,7 @@ def check_drop_fractions(runs: Sequence[Run], fractions: Sequence[float]) -> Non
         for f in fractions:
             k = round(f * r.num_modules)
             if k >= r.num_modules:
-                raise ValueError(f"--drop {f:g}: would drop all {r.num_modules} {r.noun} of {r.path} "
+                raise UserError(f"--drop {f:g}: would drop all {r.num_modules} {r.noun} of {r.path} "
                                  f"(round({f:g}·{r.num_modules}) = {k}); at least one must stay")
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+from ..errors import UserError
 
 __all__ = ["CPU_SDPA_FLOPS", "count_flops", "time_interleaved", "time_once"]
 
@@ -72,7 +73,7 @@ def time_interleaved(fns: Mapping[str, Callable[[], object]], iters: int = 3,
     """Median seconds per call of each function: ``warmup`` untimed calls each, then
     ``iters`` rounds in which every function is called once, in turn."""
     if iters < 1 or warmup < 0:
-        raise ValueError(f"time_interleaved: iters must be >= 1 and warmup >= 0, got {iters}, {warmup}")
+        raise UserError(f"time_interleaved: iters must be >= 1 and warmup >= 0, got {iters}, {warmup}")
     for fn in fns.values():
         for _ in range(warmup):
             fn()

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from .workspace import _batches, _intermediates
+from ..errors import UserError
 
 __all__ = ["ReadMap", "read_map", "read_map_from_records", "is_top_down", "plot_read_map"]
 
@@ -67,7 +68,7 @@ def read_map_from_records(batches: Sequence[Sequence[Any]]) -> ReadMap:
     """A :class:`ReadMap` from the NFM records of several forwards (one list of records per batch),
     each sample weighted equally."""
     if not batches or not batches[0]:
-        raise ValueError("expected NFM records (Intermediates.nfm) from at least one forward; got none: "
+        raise UserError("expected NFM records (Intermediates.nfm) from at least one forward; got none: "
                          "is NFM enabled in this model (nfm.enabled)?")
     first = batches[0]
     readers = [(r.pass_index, r.layer_index) for r in first]
@@ -80,7 +81,7 @@ def read_map_from_records(batches: Sequence[Sequence[Any]]) -> ReadMap:
     n = 0
     for records in batches:
         if [(r.pass_index, r.layer_index) for r in records] != readers:
-            raise ValueError("NFM records of different networks (reader lists differ) cannot be averaged")
+            raise UserError("NFM records of different networks (reader lists differ) cannot be averaged")
         b = records[0].null.shape[0]
         for row, r in enumerate(records):
             cols = [col[s] for s in r.sources]

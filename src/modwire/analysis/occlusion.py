@@ -19,6 +19,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from ..tasks.augment import AugmentedDataset
+from ..errors import UserError
 
 __all__ = ["OccludedDataset", "cutout_box", "occlude"]
 
@@ -27,7 +28,7 @@ def cutout_box(height: int, width: int, size: int, generator: torch.Generator) -
     """One Cutout box ``(y0, y1, x0, x1)`` (half-open): centre uniform over the ``height × width``
     pixels, side ``size``, clipped to the image."""
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"occlusion box size: got {size!r}, expected an integer >= 1 (pixels; NFM §4.4: 16)")
+        raise UserError(f"occlusion box size: got {size!r}, expected an integer >= 1 (pixels; NFM §4.4: 16)")
     cy = int(torch.randint(0, height, (), generator=generator))
     cx = int(torch.randint(0, width, (), generator=generator))
     half = size // 2
@@ -56,7 +57,7 @@ class OccludedDataset(AugmentedDataset):
     def _occlude(self, image: Any, generator: torch.Generator) -> Tensor:
         if not isinstance(image, Tensor) or image.dim() < 2 or not image.is_floating_point():
             got = f"{tuple(image.shape)} {image.dtype}" if isinstance(image, Tensor) else type(image).__name__
-            raise ValueError(f"occlusion needs float images [C, H, W] (input 'x'), got {got}")
+            raise UserError(f"occlusion needs float images [C, H, W] (input 'x'), got {got}")
         return occlude(image, cutout_box(image.shape[-2], image.shape[-1], self.size, generator), self.fill)
 
     def __getattr__(self, name: str) -> Any:          # the wrapped dataset's other attributes (classes, ...)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
+from ..errors import UserError
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -56,7 +57,7 @@ def require_plotting(graphs: bool = True) -> None:
 def _as_matrix(p: Tensor | Any) -> Tensor:
     p = torch.as_tensor(p).detach().to("cpu", torch.float64)
     if p.dim() != 2 or p.shape[0] != p.shape[1]:
-        raise ValueError(f"expected a square link-probability matrix [U, U], got shape {tuple(p.shape)}")
+        raise UserError(f"expected a square link-probability matrix [U, U], got shape {tuple(p.shape)}")
     return p
 
 
@@ -96,7 +97,7 @@ def draw_link_graph(ax, p: Tensor, *, threshold: float = 0.5, seed: int = 0, lay
     """
     nx = _networkx()
     if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {list(LAYOUTS)}, got {layout!r}")
+        raise UserError(f"layout must be one of {list(LAYOUTS)}, got {layout!r}")
     g = graph_from_link_probs(p, threshold)
     u = g.number_of_nodes()
     springs = g
@@ -140,13 +141,13 @@ def plot_link_probs(p: Tensor, path: str | Path, prior: Tensor | None = None,
     if order is not None:
         order = torch.as_tensor(order, dtype=torch.long).flatten().cpu()
         if sorted(order.tolist()) != list(range(u)):
-            raise ValueError(f"order must be a permutation of 0..{u - 1}")
+            raise UserError(f"order must be a permutation of 0..{u - 1}")
         p = p[order][:, order]
     panels = [(p, "learned $P$" + (" (modules reordered)" if order is not None else ""))]
     if prior is not None:
         p0 = _as_matrix(prior)
         if p0.shape != p.shape:
-            raise ValueError(f"prior has shape {tuple(p0.shape)}, P has {tuple(p.shape)}")
+            raise UserError(f"prior has shape {tuple(p0.shape)}, P has {tuple(p.shape)}")
         panels.append((p0, "prior $P^{(0)}$ (matched frame)"))
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.6), squeeze=False)
     for ax, (m, label) in zip(axes[0], panels):
@@ -226,7 +227,7 @@ def plot_attention_sparsity(scores: Sequence[Tensor], path: str | Path, *, title
 
     plt = _pyplot()
     if not scores:
-        raise ValueError("no layers to plot")
+        raise UserError("no layers to plot")
     cols = min(len(scores), 4)
     rows = -(-len(scores) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False, sharey=True)
@@ -268,10 +269,10 @@ def plot_slot_maps(maps: Tensor, path: str | Path, *, images: Tensor | None = No
     plt = _pyplot()
     maps = torch.as_tensor(maps).detach().float().cpu()
     if maps.dim() != 4:
-        raise ValueError(f"expected slot maps [S, M, rows, cols], got shape {tuple(maps.shape)}")
+        raise UserError(f"expected slot maps [S, M, rows, cols], got shape {tuple(maps.shape)}")
     s, m = maps.shape[:2]
     if images is not None and len(images) != s:
-        raise ValueError(f"{len(images)} images for {s} samples of slot maps")
+        raise UserError(f"{len(images)} images for {s} samples of slot maps")
     first = 0 if images is None else 1
     fig, axes = plt.subplots(s, m + first, figsize=(0.9 * (m + first), 0.95 * s), squeeze=False)
     for b in range(s):
@@ -312,7 +313,7 @@ def plot_patch_diversity(history: Sequence[tuple[int | None, Tensor]], path: str
     workspace layer against the training step, from
     :func:`~modwire.analysis.workspace.diversity_over_training`."""
     if not history:
-        raise ValueError("no checkpoints to plot")
+        raise UserError("no checkpoints to plot")
     steps = [0 if step is None else step for step, _ in history]
     values = torch.stack([torch.as_tensor(d).double().nanmean(dim=-1) for _, d in history])   # [T, layers]
     series = {f"layer {k + 1}": (steps, values[:, k].tolist()) for k in range(values.shape[1])}
@@ -329,7 +330,7 @@ def plot_energy(energies: Sequence[tuple[Tensor, Tensor]], path: str | Path, *, 
 
     plt = _pyplot()
     if not energies:
-        raise ValueError("no layers to plot")
+        raise UserError("no layers to plot")
     summary = energy_summary(energies)
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(energies), 4.2))
     for k, (before, after) in enumerate(energies):

@@ -41,6 +41,7 @@ import torch
 from .dropping import check_drop_fractions, module_dropping_curve
 from .edges import GRAPH_THRESHOLD, edge_curve, graph_frame, graph_summary, link_probs
 from .runs import Run, load_run, open_run, output_dir
+from ..errors import UserError
 
 __all__ = ["DEFAULT_DROP_FRACTIONS", "DEFAULT_EDGE_FRACTIONS", "analyze", "check_fractions", "load_run",
            "parse_fractions"]
@@ -55,12 +56,12 @@ def check_fractions(values: Sequence[float], what: str, closed: bool) -> list[fl
     """Each value a finite number in ``[0, 1)`` (``closed=False``) or ``[0, 1]``."""
     values = list(values)
     if not values:
-        raise ValueError(f"{what}: expected at least one fraction")
+        raise UserError(f"{what}: expected at least one fraction")
     interval = "[0, 1]" if closed else "[0, 1)"
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or \
                 not (0 <= v <= 1 if closed else 0 <= v < 1):
-            raise ValueError(f"{what}: every fraction must be a number in {interval}, got {v!r}")
+            raise UserError(f"{what}: every fraction must be a number in {interval}, got {v!r}")
     return [float(v) for v in values]
 
 
@@ -72,7 +73,7 @@ def parse_fractions(text: str, what: str, closed: bool) -> list[float]:
         try:
             values.append(float(t))
         except ValueError:
-            raise ValueError(f"{what}: expected comma-separated fractions in "
+            raise UserError(f"{what}: expected comma-separated fractions in "
                              f"{'[0, 1]' if closed else '[0, 1)'}, got {t!r}") from None
     return check_fractions(values, what, closed)
 
@@ -98,7 +99,7 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
     runs = [main, *(open_run(b, overrides, split, max_samples, names) for b in baselines)]
     if edges is not None and not main.has_graph:
         what = "a NAC without a kernel (kernel.enabled=False)" if main.kind == "nac" else f"a {main.kind} model"
-        raise ValueError(f"--edges needs a NAC run with link probabilities P (NAC with kernel.enabled=True); "
+        raise UserError(f"--edges needs a NAC run with link probabilities P (NAC with kernel.enabled=True); "
                          f"{run_dir} is {what} ({main.cfg.model.name}): leave --edges out for it")
     check_drop_fractions(runs, drop)
     device = torch.device("cuda" if torch.cuda.is_available() and main.cfg.device != "cpu" else "cpu")
@@ -127,13 +128,13 @@ def _check_options(drop, edges, *, batch: int, max_samples: int | None, iters: i
     if edges is not None:
         edges = list(dict.fromkeys(check_fractions(edges, "--edges (fractions of edges to remove)", closed=True)))
     if batch < 1:
-        raise ValueError(f"--batch: expected >= 1, got {batch}")
+        raise UserError(f"--batch: expected >= 1, got {batch}")
     if max_samples is not None and max_samples < 1:
-        raise ValueError(f"--max-samples: expected >= 1, got {max_samples}")
+        raise UserError(f"--max-samples: expected >= 1, got {max_samples}")
     if iters < 1:
-        raise ValueError(f"--iters: expected >= 1, got {iters}")
+        raise UserError(f"--iters: expected >= 1, got {iters}")
     if block_size is not None and block_size < 1:
-        raise ValueError(f"--block-size: expected >= 1, got {block_size}")
+        raise UserError(f"--block-size: expected >= 1, got {block_size}")
     if plots:
         from .plots import require_plotting
 

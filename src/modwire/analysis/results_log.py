@@ -6,6 +6,7 @@ import json
 import signal
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable
+from ..errors import UserError
 
 
 def load_results(path: Path, keep: Callable[[dict], bool] = lambda r: True) -> dict[str, dict]:
@@ -21,7 +22,7 @@ def load_results(path: Path, keep: Callable[[dict], bool] = lambda r: True) -> d
         except json.JSONDecodeError as e:
             if n == len(lines):
                 break
-            raise ValueError(f"{path}, line {n}: not a JSON result ({e}); fix or delete the line") from None
+            raise UserError(f"{path}, line {n}: not a JSON result ({e}); fix or delete the line") from None
         if r is not None and keep(r):
             out[r["key"]] = r
     return out

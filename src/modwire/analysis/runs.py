@@ -13,6 +13,7 @@ import torch
 from ..models.capabilities import EvalOptions
 from ..tasks.base import FirstN
 from .sparsify import module_axis
+from ..errors import UserError, UserTypeError
 
 __all__ = ["Run", "evaluate_run", "forward", "load_run", "open_run", "timing_batch"]
 
@@ -78,7 +79,7 @@ def check_task_fits(model, info) -> None:
     differ = [f"{path}: the model has {have!r}, the task needs {want!r}"
               for path, want, have in _leaves(expected, model.config) if have != want]
     if differ:
-        raise ValueError(f"task {info.name!r} does not fit this run's {model.config.model_type!r} model ("
+        raise UserError(f"task {info.name!r} does not fit this run's {model.config.model_type!r} model ("
                          f"{'; '.join(differ)}): score it on a task with the same inputs, or train a model for it")
 
 
@@ -100,10 +101,10 @@ def output_dir(path: str | os.PathLike) -> Path:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):  # the path, or a parent of it, is a file
-        raise ValueError(f"output directory {out}: expected a directory (or a path to create), but it or a "
+        raise UserError(f"output directory {out}: expected a directory (or a path to create), but it or a "
                          f"parent is a file") from None
     except OSError as e:
-        raise ValueError(f"output directory {out} cannot be created: {e.strerror or e}") from None
+        raise UserError(f"output directory {out} cannot be created: {e.strerror or e}") from None
     return out
 
 
@@ -118,7 +119,7 @@ def _check_eval_overrides(overrides: Sequence[str]) -> None:
     for item in overrides:
         key = _key(item)
         if not any(key == k or (k.endswith(".") and key.startswith(k)) for k in _EVAL_KEYS):
-            raise ValueError(f"override {item!r}: scoring a trained run takes only data.*, device, precision and "
+            raise UserError(f"override {item!r}: scoring a trained run takes only data.*, device, precision and "
                              f"model.overrides.<evaluation option> overrides, got {key!r} (the model and its "
                              f"training settings come from the checkpoint)")
 
@@ -134,7 +135,7 @@ def apply_eval_options(model, cfg, overrides: Sequence[str]) -> None:
     allowed = model.eval_options if isinstance(model, EvalOptions) else ()
     bad = [f for f in fields if f not in allowed]
     if bad:
-        raise ValueError(f"override model.overrides.{bad[0]}: a trained {model.config.model_type!r} model takes only "
+        raise UserError(f"override model.overrides.{bad[0]}: a trained {model.config.model_type!r} model takes only "
                          f"its evaluation options as model overrides ({list(allowed) or 'none'}); the rest of "
                          f"the model comes from the checkpoint")
     if fields:
@@ -169,11 +170,11 @@ def open_run(path, overrides, split, max_samples, names: set[str]) -> Run:
     try:
         axis = module_axis(model)
     except TypeError as e:
-        raise TypeError(f"{path}: modwire analyze needs a model that describes its modules: {e}") from None
+        raise UserTypeError(f"{path}: modwire analyze needs a model that describes its modules: {e}") from None
     if max_samples is not None and max_samples < len(dataset):
         dataset = FirstN(dataset, max_samples)
     if len(dataset) == 0:
-        raise ValueError(f"{path}: the {split or cfg.data.val_split} split is empty")
+        raise UserError(f"{path}: the {split or cfg.data.val_split} split is empty")
     name = Path(path).resolve().name
     base, i = name, 2
     while name in names:

@@ -55,6 +55,7 @@ from torch import Tensor, nn
 from ..models import ModuleAxis
 from ..models.capabilities import ModuleSurgery
 from ..nn import EdgeMaskedKernel
+from ..errors import UserError, UserTypeError
 
 __all__ = ["drop_modules", "edge_mask", "eliminate_edges", "get_edge_mask", "keep_modules", "module_axis",
            "module_importance", "modules_to_keep", "set_edge_mask"]
@@ -69,7 +70,7 @@ def module_axis(model: nn.Module) -> ModuleAxis:
     """The model's own description of its per-module axis (``model.module_axis()``, see
     :class:`~modwire.models.ModuleAxis`): NAC processor modules, Perceiver IO latents."""
     if not isinstance(model, ModuleSurgery):
-        raise TypeError(f"{type(model).__name__} does not describe its modules: module surgery needs a model "
+        raise UserTypeError(f"{type(model).__name__} does not describe its modules: module surgery needs a model "
                         f"with a module_axis() method (see modwire.models.ModuleAxis), e.g. a NAC or a PerceiverIO")
     return model.module_axis()
 
@@ -87,10 +88,10 @@ def set_edge_mask(model: nn.Module, mask: Tensor | None) -> None:
         return
     axis = module_axis(model)
     if not axis.link_probs:
-        raise ValueError(f"edge masks need {_NEEDS_P}; got {type(model).__name__}")
+        raise UserError(f"edge masks need {_NEEDS_P}; got {type(model).__name__}")
     u = axis.size
     if mask.dtype != torch.bool or tuple(mask.shape) != (u, u):
-        raise ValueError(f"edge mask must be a bool tensor of shape ({u}, {u}), got {mask.dtype} {tuple(mask.shape)}")
+        raise UserError(f"edge mask must be a bool tensor of shape ({u}, {u}), got {mask.dtype} {tuple(mask.shape)}")
     model.propagator_kernel = EdgeMaskedKernel(model.kernel, mask.to(model.kernel.log_epsilon.device))
 
 
@@ -98,7 +99,7 @@ def _droppable_axis(model: nn.Module) -> ModuleAxis:
     """:func:`module_axis`, checked to allow removing modules after training."""
     axis = module_axis(model)
     if axis.fixed is not None:
-        raise ValueError(f"module dropping needs modules fixed after training; {type(model).__name__}: {axis.fixed}")
+        raise UserError(f"module dropping needs modules fixed after training; {type(model).__name__}: {axis.fixed}")
     return axis
 
 
@@ -149,7 +150,7 @@ def module_importance(model: nn.Module) -> Tensor:
     """``q_i = Σ_j P_ij`` (NAC App. F Eq. 10): ``[U_p]``, detached. For an
     edge-eliminated NAC eliminated links count as 0."""
     if not module_axis(model).link_probs:
-        raise TypeError(f"module_importance needs {_NEEDS_P}; got {type(model).__name__}")
+        raise UserTypeError(f"module_importance needs {_NEEDS_P}; got {type(model).__name__}")
     with torch.no_grad():
         p = model.link_probs()
     return p.sum(dim=1)
@@ -159,13 +160,13 @@ def module_importance(model: nn.Module) -> Tensor:
 
 def _num_drop(num_drop: int | float, u: int) -> int:
     if isinstance(num_drop, bool) or not isinstance(num_drop, (int, float)):
-        raise TypeError(f"num_drop must be an int (count) or a float (fraction), got {num_drop!r}")
+        raise UserTypeError(f"num_drop must be an int (count) or a float (fraction), got {num_drop!r}")
     if isinstance(num_drop, float):
         if not 0.0 <= num_drop < 1.0:
-            raise ValueError(f"num_drop as a fraction must be in [0, 1), got {num_drop}")
+            raise UserError(f"num_drop as a fraction must be in [0, 1), got {num_drop}")
         num_drop = round(num_drop * u)
     if not 0 <= num_drop < u:
-        raise ValueError(f"num_drop must be in [0, {u}) (at least one module is kept), got {num_drop}")
+        raise UserError(f"num_drop must be in [0, {u}) (at least one module is kept), got {num_drop}")
     return num_drop
 
 
@@ -186,7 +187,7 @@ def modules_to_keep(model: nn.Module, num_drop: int | float, order: Sequence[int
         order = torch.as_tensor(order, dtype=torch.long).flatten().cpu()
         if len(order) < k or len(torch.unique(order)) != len(order) or \
                 (len(order) and (order.min() < 0 or order.max() >= u)):
-            raise ValueError(f"order must hold >= {k} distinct indices in [0, {u})")
+            raise UserError(f"order must hold >= {k} distinct indices in [0, {u})")
     elif axis.link_probs:
         order = torch.sort(module_importance(model).cpu(), stable=True).indices
     elif seed is None:
@@ -207,7 +208,7 @@ def keep_modules(model: nn.Module, keep: Sequence[int] | Tensor) -> nn.Module:
     field, names, u = axis.config_field, axis.tensors, axis.size
     keep = torch.as_tensor(keep, dtype=torch.long).flatten()
     if len(keep) == 0 or len(torch.unique(keep)) != len(keep) or keep.min() < 0 or keep.max() >= u:
-        raise ValueError(f"keep must hold distinct indices in [0, {u}), at least one")
+        raise UserError(f"keep must hold distinct indices in [0, {u}), at least one")
     _check_only_module_tensors_change(model, len(keep))
     new = _fresh_copy(model)
     new.config = model.config.replace(**{field: len(keep)})
@@ -242,9 +243,9 @@ def edge_mask(model: nn.Module, fraction: float) -> Tensor:
     diagonal is always kept. For an edge-eliminated NAC the ranking uses its masked
     ``P`` and the result is ANDed with its current mask."""
     if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 <= fraction <= 1:
-        raise ValueError(f"fraction must be a number in [0, 1], got {fraction!r}")
+        raise UserError(f"fraction must be a number in [0, 1], got {fraction!r}")
     if not module_axis(model).link_probs:
-        raise ValueError(f"eliminate_edges needs {_NEEDS_P}; got {type(model).__name__}")
+        raise UserError(f"eliminate_edges needs {_NEEDS_P}; got {type(model).__name__}")
     p = model.link_probs().detach()
     p = (p + p.T) / 2
     u = p.shape[0]
@@ -282,7 +283,7 @@ def prior_groups(model: nn.Module, prior: str, num_blocks: int | None = None, **
     u = module_axis(model).size
     counts = {"planted_partition": "num_clusters", "ring_of_cliques": "num_cliques"}
     if prior not in counts:
-        raise ValueError(f"prior_groups needs a block prior, one of {sorted(counts)}; got {prior!r}")
+        raise UserError(f"prior_groups needs a block prior, one of {sorted(counts)}; got {prior!r}")
     k = num_blocks or params.get(counts[prior]) or \
         inspect.signature(PRIORS[prior]).parameters[counts[prior]].default   # the graphon's default
     with torch.no_grad():
@@ -306,9 +307,9 @@ def block_sparse(model: nn.Module, block_size: int, groups: Tensor | None = None
     from ..nn.block_sparse import BlockSparseBias, BlockSparseKernel, block_order, order_by_groups
 
     if get_edge_mask(model) is None:
-        raise ValueError("block_sparse needs an edge-eliminated NAC (see eliminate_edges)")
+        raise UserError("block_sparse needs an edge-eliminated NAC (see eliminate_edges)")
     if model.kernel.eval_mode == "sample":
-        raise ValueError("block_sparse needs a deterministic eval kernel (kernel.eval_mode 'expected' or "
+        raise UserError("block_sparse needs a deterministic eval kernel (kernel.eval_mode 'expected' or "
                          "'threshold'), got 'sample'")
     order = order_by_groups(groups) if groups is not None else block_order(get_edge_mask(model).cpu())
     new = keep_modules(model, order).eval()

@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 
 from ..models.capabilities import Intermediating
+from ..errors import UserError, UserTypeError
 
 __all__ = ["attention_sparsity", "slot_similarity", "checkpoint_dirs", "collect_energies", "diversity_counts",
            "diversity_over_training", "energy_summary", "head_medians", "model_patch_diversity",
@@ -56,7 +57,7 @@ def _intermediates(model: torch.nn.Module, batch: Any):
     from ..training import to_device
 
     if not isinstance(model, Intermediating):
-        raise TypeError(f"expected a model with forward_intermediates (a ViT or an AiT), got {type(model).__name__}")
+        raise UserTypeError(f"expected a model with forward_intermediates (a ViT or an AiT), got {type(model).__name__}")
     device = next(iter(model.parameters()), torch.empty(0)).device
     x = to_device(_inputs(batch), device)
     with torch.no_grad():
@@ -65,7 +66,7 @@ def _intermediates(model: torch.nn.Module, batch: Any):
 
 def _batches(batches: Iterable, max_batches: int | None) -> Iterable:
     if max_batches is not None and max_batches < 1:
-        raise ValueError(f"max_batches must be at least 1 (or None for all), got {max_batches}")
+        raise UserError(f"max_batches must be at least 1 (or None for all), got {max_batches}")
     for i, batch in enumerate(batches):
         if max_batches is not None and i >= max_batches:
             return
@@ -75,7 +76,7 @@ def _batches(batches: Iterable, max_batches: int | None) -> Iterable:
 def _weights(record: Any) -> Tensor:
     """A record's bottleneck weights, or a ValueError when the write was skipped."""
     if record.weights is None:
-        raise ValueError("the workspace record has no bottleneck weights: the memory forward was off "
+        raise UserError("the workspace record has no bottleneck weights: the memory forward was off "
                          "(evaluation with memory_forward = False, AiT Figure 8 (2)); turn it on to analyse them")
     return record.weights
 
@@ -84,7 +85,7 @@ def _records(model: torch.nn.Module, batch: Any) -> list:
     """The workspace records (one per layer) of one forward, or a TypeError for a model without."""
     records = [r for r in getattr(_intermediates(model, batch), "workspace", None) or [] if r is not None]
     if not records:                                   # not an AiT, or the "without memory" ablation
-        raise TypeError(f"{type(model).__name__} records no global workspace (Intermediates.workspace is empty): "
+        raise UserTypeError(f"{type(model).__name__} records no global workspace (Intermediates.workspace is empty): "
                         f"expected an AiT with at least one workspace layer")
     return list(records)
 
@@ -105,14 +106,14 @@ def attention_sparsity(weights: Tensor, mass: float = 0.9, *, tol: float | None 
     of 0.1 need 9 for 0.9 although nine 0.1 add up to 0.8999999999999999 in float64. A row whose
     total stays below ``mass`` (a masked row) scores ``N``."""
     if not 0.0 < mass <= 1.0:
-        raise ValueError(f"mass must be in (0, 1], got {mass}")
+        raise UserError(f"mass must be in (0, 1], got {mass}")
     if not weights.is_floating_point() or weights.dim() < 1 or weights.shape[-1] == 0:
-        raise ValueError(f"expected floating-point attention weights [..., N] with N >= 1, got "
+        raise UserError(f"expected floating-point attention weights [..., N] with N >= 1, got "
                          f"{weights.dtype} of shape {tuple(weights.shape)}")
     n = weights.shape[-1]
     w = weights.detach().to(torch.float64)
     if torch.isnan(w).any() or (w < 0).any():
-        raise ValueError("attention weights must be non-negative and not NaN (softmax outputs)")
+        raise UserError("attention weights must be non-negative and not NaN (softmax outputs)")
     if tol is None:
         tol = n * torch.finfo(weights.dtype).eps
     partial = w.sort(dim=-1, descending=True).values.cumsum(dim=-1)         # [..., N], non-decreasing
@@ -133,12 +134,12 @@ def sparsity_scores(model: torch.nn.Module, batches: Iterable, *, mass: float = 
     for batch in _batches(batches, max_batches):
         attention = _intermediates(model, batch).propagator_attention
         if not attention:
-            raise TypeError(f"{type(model).__name__} records no self-attention weights (propagator_attention)")
+            raise UserTypeError(f"{type(model).__name__} records no self-attention weights (propagator_attention)")
         scores = [attention_sparsity(a, mass).sum(dim=0, dtype=torch.float64).cpu() for a in attention]
         sums = scores if sums is None else [s + t for s, t in zip(sums, scores)]
         count += attention[0].shape[0]
     if sums is None:
-        raise ValueError("no batches to score: the loader is empty")
+        raise UserError("no batches to score: the loader is empty")
     return [s / count for s in sums]
 
 
@@ -146,7 +147,7 @@ def head_medians(scores: Tensor) -> Tensor:
     """The median ``s̄`` of each head's distribution (AiT Figure 7): ``[H, N]`` → ``[H]`` (the
     midpoint of the two middle values for an even ``N``)."""
     if scores.dim() != 2:
-        raise ValueError(f"expected per-head scores [H, N], got shape {tuple(scores.shape)}")
+        raise UserError(f"expected per-head scores [H, N], got shape {tuple(scores.shape)}")
     return torch.quantile(scores.to(torch.float64), 0.5, dim=-1)
 
 
@@ -157,10 +158,10 @@ def pool_layout(record: Any) -> tuple[int, int]:
     (``P = 1``) has ``L = B·N``; the per-sample pool ``P = B`` pools with ``L = N``."""
     w, n = _weights(record), int(record.num_tokens)
     if w.dim() != 4:
-        raise ValueError(f"expected bottleneck weights [P, A, M, L], got shape {tuple(w.shape)}")
+        raise UserError(f"expected bottleneck weights [P, A, M, L], got shape {tuple(w.shape)}")
     p, length = w.shape[0], w.shape[-1]
     if n < 1 or (p == 1 and length % n) or (p > 1 and length != n):
-        raise ValueError(f"bottleneck weights {tuple(w.shape)} do not fit num_tokens={n}: expected L = B*N "
+        raise UserError(f"bottleneck weights {tuple(w.shape)} do not fit num_tokens={n}: expected L = B*N "
                          f"with one pool (P = 1), or L = N with one pool per sample (P = B)")
     return (length // n, n) if p == 1 else (p, n)
 
@@ -186,16 +187,16 @@ def slot_attention_maps(record: Any, grid: tuple[int, int], *, head: int | None 
     rows, cols = grid
     w = _per_sample(record)                                             # [B, A, M, N]
     if rows * cols > w.shape[-1]:
-        raise ValueError(f"a {rows}x{cols} patch grid needs {rows * cols} tokens, the pool has {w.shape[-1]} "
+        raise UserError(f"a {rows}x{cols} patch grid needs {rows * cols} tokens, the pool has {w.shape[-1]} "
                          f"per sample")
     if head is not None and not -w.shape[1] <= head < w.shape[1]:
-        raise ValueError(f"head {head} out of range: the workspace has {w.shape[1]} bottleneck heads")
+        raise UserError(f"head {head} out of range: the workspace has {w.shape[1]} bottleneck heads")
     w = w[..., : rows * cols]
     maps = w.mean(dim=1) if head is None else w[:, head]                # [B, M, rows·cols]
     if samples is not None:
         bad = [s for s in samples if not 0 <= s < maps.shape[0]]
         if bad:
-            raise ValueError(f"samples {bad} out of range: the pool holds {maps.shape[0]} samples")
+            raise UserError(f"samples {bad} out of range: the pool holds {maps.shape[0]} samples")
         maps = maps[list(samples)]
     return maps.unflatten(-1, (rows, cols))
 
@@ -217,7 +218,7 @@ def diversity_counts(weights: Tensor) -> tuple[Tensor, Tensor]:
     head; ``total``, (slot, position) selections. Pools are added up (each is its own competition,
     so their positions are distinct from each other's)."""
     if weights.dim() != 4:
-        raise ValueError(f"expected bottleneck weights [P, A, M, L], got shape {tuple(weights.shape)}")
+        raise UserError(f"expected bottleneck weights [P, A, M, L], got shape {tuple(weights.shape)}")
     selected = weights.detach() > 0
     return selected.any(dim=2).sum(dim=(0, 2)).cpu(), selected.sum(dim=(0, 2, 3)).cpu()
 
@@ -245,7 +246,7 @@ def model_patch_diversity(model: torch.nn.Module, batches: Iterable, *,
         d, t = torch.stack([c[0] for c in counts]), torch.stack([c[1] for c in counts])
         distinct, total = (d, t) if distinct is None else (distinct + d, total + t)
     if distinct is None:
-        raise ValueError("no batches to measure: the loader is empty")
+        raise UserError("no batches to measure: the loader is empty")
     return distinct.double() / total.double()
 
 
@@ -281,7 +282,7 @@ def diversity_over_training(checkpoints: str | os.PathLike | Sequence[Any], batc
 
     items = checkpoint_dirs(checkpoints) if isinstance(checkpoints, (str, os.PathLike)) else list(checkpoints)
     if not items:
-        raise ValueError("no checkpoints or models given")
+        raise UserError("no checkpoints or models given")
     out = []
     for i, item in enumerate(items):
         if isinstance(item, torch.nn.Module):
@@ -304,12 +305,12 @@ def collect_energies(model: torch.nn.Module, batches: Iterable, *,
     for batch in _batches(batches, max_batches):
         records = _records(model, batch)
         if any(r.energy_before is None or r.energy_after is None for r in records):
-            raise ValueError("the workspace records no Hopfield energies: its retrieval is not the Hopfield "
+            raise UserError("the workspace records no Hopfield energies: its retrieval is not the Hopfield "
                              "network of AiT Eq. 7-8 (retrieval='attention', the Table 2 'W/O Hopfield' ablation)")
         parts.append([(r.energy_before.detach().double().cpu(), r.energy_after.detach().double().cpu())
                       for r in records])
     if not parts:
-        raise ValueError("no batches to measure: the loader is empty")
+        raise UserError("no batches to measure: the loader is empty")
     return [(torch.cat([p[k][0] for p in parts]), torch.cat([p[k][1] for p in parts])) for k in range(len(parts[0]))]
 
 
@@ -322,10 +323,10 @@ def energy_summary(energies: Sequence[Any]) -> list[dict[str, float]]:
     for item in energies:
         before, after = item if isinstance(item, tuple) else (item.energy_before, item.energy_after)
         if before is None or after is None:
-            raise ValueError("no Hopfield energies recorded (retrieval='attention', Table 2 'W/O Hopfield')")
+            raise UserError("no Hopfield energies recorded (retrieval='attention', Table 2 'W/O Hopfield')")
         before, after = before.detach().double().flatten(), after.detach().double().flatten()
         if before.shape != after.shape or before.numel() == 0:
-            raise ValueError(f"energies before {tuple(before.shape)} and after {tuple(after.shape)} retrieval "
+            raise UserError(f"energies before {tuple(before.shape)} and after {tuple(after.shape)} retrieval "
                              f"must have the same, non-zero number of tokens")
         out.append({"mean_before": before.mean().item(), "mean_after": after.mean().item(),
                     "mean_change": (after - before).mean().item(),

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from ..nn.kernel import cosine_distance
+from ..errors import UserError
 
 __all__ = ["fit_signatures"]
 
@@ -27,7 +28,7 @@ def fit_signatures(target: Tensor, d_sig: int, epsilon: float = 1.0, steps: int 
 
     Deterministic given ``seed`` (its own generator; the global RNG is untouched)."""
     if target.dim() != 2 or target.shape[0] != target.shape[1]:
-        raise ValueError(f"target must be a square [U, U] matrix, got shape {tuple(target.shape)}")
+        raise UserError(f"target must be a square [U, U] matrix, got shape {tuple(target.shape)}")
     u = target.shape[0]
     g = torch.Generator().manual_seed(seed)
     target = target.detach().to(torch.float32).cpu()

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import torch
 from torch import Tensor
+from ..errors import UnknownNameError, UserError, UserTypeError
 
 if TYPE_CHECKING:  # networkx is optional (the ``analysis`` extra): imported in sample_graph
     import networkx as nx
@@ -64,13 +65,13 @@ def block_assignment(num_modules: int, num_blocks: int) -> Tensor:
 
 def _check_prob(name: str, value: float) -> float:
     if not (isinstance(value, (int, float)) and 0.0 <= float(value) <= 1.0):
-        raise ValueError(f"prior parameter {name!r} must be a probability in [0, 1], got {value!r}")
+        raise UserError(f"prior parameter {name!r} must be a probability in [0, 1], got {value!r}")
     return float(value)
 
 
 def _check_count(name: str, value: int, num_modules: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= num_modules:
-        raise ValueError(f"prior parameter {name!r} must be an int in [1, num_modules={num_modules}], "
+        raise UserError(f"prior parameter {name!r} must be an int in [1, num_modules={num_modules}], "
                          f"got {value!r}")
     return value
 
@@ -87,13 +88,13 @@ def scale_free(num_modules: int, beta: float = 0.5, scale: float | None = None,
     ``W(r_i, r_j) = scale · (r_i + offset)^(-β) · (r_j + offset)^(-β)`` with the
     paper's ``scale = U^β/16``, ``offset = 1``, ``β = 0.5``."""
     if not (isinstance(beta, (int, float)) and beta > 0):
-        raise ValueError(f"prior parameter 'beta' must be > 0, got {beta!r}")
+        raise UserError(f"prior parameter 'beta' must be > 0, got {beta!r}")
     if not (isinstance(offset, (int, float)) and offset > 0):
-        raise ValueError(f"prior parameter 'offset' must be > 0, got {offset!r}")
+        raise UserError(f"prior parameter 'offset' must be > 0, got {offset!r}")
     if scale is None:
         scale = num_modules ** beta / 16
     if not (isinstance(scale, (int, float)) and scale > 0):
-        raise ValueError(f"prior parameter 'scale' must be > 0, got {scale!r}")
+        raise UserError(f"prior parameter 'scale' must be > 0, got {scale!r}")
     w = (grid(num_modules) + offset) ** (-beta)
     return (scale * torch.outer(w, w)).clamp(0.0, 1.0)
 
@@ -143,12 +144,12 @@ def _resolve(name: str, params: dict[str, Any]) -> Callable[..., Tensor]:
     if name not in PRIORS:
         close = difflib.get_close_matches(str(name), list_priors(), n=3)
         hint = f" Did you mean {close}?" if close else ""
-        raise KeyError(f"unknown graph prior {name!r}.{hint} Valid: {list_priors()}")
+        raise UnknownNameError(f"unknown graph prior {name!r}.{hint} Valid: {list_priors()}")
     fn = PRIORS[name]
     valid = [p for p in inspect.signature(fn).parameters if p != "num_modules"]
     bad = sorted(set(params) - set(valid))
     if bad:
-        raise TypeError(f"graph prior {name!r} got unknown parameter(s) {bad}; valid: {valid}")
+        raise UserTypeError(f"graph prior {name!r} got unknown parameter(s) {bad}; valid: {valid}")
     return fn
 
 
@@ -157,7 +158,7 @@ def prior(name: str, num_modules: int, **params: Any) -> Tensor:
     graphon ``name`` on the grid of NAC Eq. 7 (see the module docstring)."""
     fn = _resolve(name, params)
     if isinstance(num_modules, bool) or not isinstance(num_modules, int) or num_modules < 1:
-        raise ValueError(f"num_modules must be a positive int, got {num_modules!r}")
+        raise UserError(f"num_modules must be a positive int, got {num_modules!r}")
     p0 = fn(num_modules, **params)
     p0.fill_diagonal_(1.0)
     return p0.to(torch.float32)

@@ -36,6 +36,7 @@ from scipy.optimize import linear_sum_assignment
 from torch import Tensor, nn
 
 from .priors import _resolve, prior
+from ..errors import UserError
 
 __all__ = ["GraphRegularizer", "graph_loss", "match", "matching_cost"]
 
@@ -48,14 +49,14 @@ KL_EPS = 1e-6
 
 def _check_square(P: Tensor, name: str = "P") -> int:
     if P.dim() != 2 or P.shape[0] != P.shape[1]:
-        raise ValueError(f"{name} must be a square [U, U] link-probability matrix, "
+        raise UserError(f"{name} must be a square [U, U] link-probability matrix, "
                          f"got shape {tuple(P.shape)}")
     return P.shape[0]
 
 
 def _choice(name: str, value: str, valid: tuple[str, ...]) -> str:
     if value not in valid:
-        raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
+        raise UserError(f"{name} must be one of {list(valid)}, got {value!r}")
     return value
 
 
@@ -105,10 +106,10 @@ def match(P: Tensor, P0: Tensor, align: Align = "none", iterations: int = 1) -> 
     """
     U = _check_square(P)
     if P0.shape != P.shape:
-        raise ValueError(f"P0 must have P's shape {tuple(P.shape)}, got {tuple(P0.shape)}")
+        raise UserError(f"P0 must have P's shape {tuple(P.shape)}, got {tuple(P0.shape)}")
     _choice("align", align, ALIGNS)
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise ValueError(f"iterations must be an int >= 1, got {iterations!r}")
+        raise UserError(f"iterations must be an int >= 1, got {iterations!r}")
     P, P0 = P.detach(), P0.to(P.device, P.dtype)
     if align == "none":
         assign = torch.arange(U, device=P.device)           # module i ↔ prior node i
@@ -194,7 +195,7 @@ class GraphRegularizer(nn.Module):
         self.loss, self.reduction = _choice("loss", loss, LOSSES), _choice("reduction", reduction, REDUCTIONS)
         self.align = _choice("align", align, ALIGNS)
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-            raise ValueError(f"iterations must be an int >= 1, got {iterations!r}")
+            raise UserError(f"iterations must be an int >= 1, got {iterations!r}")
         self.iterations = iterations
         self._cache: dict[tuple[int, torch.device, torch.dtype], Tensor] = {}
         self.last_permutation: Tensor | None = None

@@ -50,6 +50,7 @@ from .config import COUNT, POSITIVE, Bounds, check_choice
 from .registry import register_model_type, register_preset
 from .set_model import EmbedConfig
 from .vit import ViT, ViTConfig
+from ..errors import UserError
 
 MEMORY_RESETS = ("never", "epoch")
 
@@ -121,10 +122,10 @@ class AiTConfig(ViTConfig):
         check_choice("memory_reset", self.memory_reset, MEMORY_RESETS)
         check_choice("bottleneck_softmax", self.bottleneck_softmax, BOTTLENECK_SOFTMAX)
         if self.bottleneck_head_split and self.slot_dim % self.workspace_heads:
-            raise ValueError(f"config field 'workspace_heads': got {self.workspace_heads}, expected a divisor of "
+            raise UserError(f"config field 'workspace_heads': got {self.workspace_heads}, expected a divisor of "
                              f"slot_dim={self.slot_dim} (bottleneck_head_split splits D over the heads)")
         if not (self.self_attention or self.ffn or self.workspace):
-            raise ValueError("config fields 'self_attention', 'ffn', 'workspace': a block needs at least one of them")
+            raise UserError("config fields 'self_attention', 'ffn', 'workspace': a block needs at least one of them")
 
     def unused_fields(self) -> tuple[str, ...]:
         unused = super().unused_fields()

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from ..nn.init import single_thread
 from .config import COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_choice, deep_merge, heads_of
 from .tokenizer_config import TOKENIZERS, TokenizerConfig, build_tokenizer, single_input
+from ..errors import UnknownNameError, UserError
 
 __all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "MODEL_TYPES", "Intermediates", "PretrainedModel", "config_class",
            "read_pretrained", "unknown_name",
@@ -143,7 +144,7 @@ class PretrainedModel(nn.Module):
     def from_pretrained(cls, directory: str | os.PathLike, map_location: str | torch.device = "cpu"):
         config, state = read_pretrained(directory)
         if not isinstance(config, cls.config_class):
-            raise ValueError(f"{directory} holds a {config.model_type!r} model, not {cls.config_class.model_type!r}")
+            raise UserError(f"{directory} holds a {config.model_type!r} model, not {cls.config_class.model_type!r}")
         return _load(cls, config, state, directory, map_location)
 
 
@@ -151,11 +152,11 @@ class PretrainedModel(nn.Module):
 MODEL_TYPES: dict[str, type[PretrainedModel]] = {}
 
 
-def unknown_name(kind: str, name: Any, valid: list[str]) -> KeyError:
+def unknown_name(kind: str, name: Any, valid: list[str]) -> UnknownNameError:
     """The error for a name not in ``valid``, with close matches: ``unknown model 'nac_smal'. Did you mean ...``."""
     close = difflib.get_close_matches(name, valid, n=3) if isinstance(name, str) else []
     hint = f" Did you mean {close}?" if close else ""
-    return KeyError(f"unknown {kind} {name!r}.{hint} Valid: {valid}")
+    return UnknownNameError(f"unknown {kind} {name!r}.{hint} Valid: {valid}")
 
 
 def config_class(model_type: str) -> type[ModelConfig]:
@@ -184,7 +185,7 @@ def read_pretrained(directory: str | os.PathLike) -> tuple[ModelConfig, dict[str
     try:
         state = load_file(str(d / WEIGHTS_FILE))
     except (SafetensorError, OSError) as e:
-        raise ValueError(f"{d / WEIGHTS_FILE} is not a readable safetensors file ({e}); {layout}") from e
+        raise UserError(f"{d / WEIGHTS_FILE} is not a readable safetensors file ({e}); {layout}") from e
     return config, state
 
 
@@ -198,15 +199,15 @@ def _read_config(path: Path, config_class: typing.Callable[[str], type[ModelConf
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path} is not UTF-8 text (byte {e.start}); expected {expected}") from None
+        raise UserError(f"{path} is not UTF-8 text (byte {e.start}); expected {expected}") from None
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
+        raise UserError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
                          f"expected {expected}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected {expected}, got {_JSON_KINDS.get(type(data), type(data).__name__)}")
+        raise UserError(f"{path}: expected {expected}, got {_JSON_KINDS.get(type(data), type(data).__name__)}")
     if not isinstance(data.get("model_type"), str):
         got = f"model_type {data['model_type']!r}" if "model_type" in data else "no 'model_type' key"
-        raise ValueError(f"{path}: expected {expected}, got {got}")
+        raise UserError(f"{path}: expected {expected}, got {got}")
     try:
         return config_class(data["model_type"]).from_dict(data)
     except (KeyError, ValueError, TypeError) as e:   # a field's error, prefixed with the file
@@ -235,7 +236,7 @@ def _fill(model: nn.Module, state: dict[str, torch.Tensor], where: Any, *, assig
     own = model.state_dict()
     missing, unexpected = set(own) - set(state), set(state) - set(own)
     if missing or unexpected:
-        raise ValueError(f"weights in {where} do not match the config: missing {sorted(missing)[:5]}, "
+        raise UserError(f"weights in {where} do not match the config: missing {sorted(missing)[:5]}, "
                          f"unexpected {sorted(unexpected)[:5]}")
     if assign:  # fresh, aligned storage: safetensors' tensors may sit at any offset of the file
         # buffer, and a misaligned weight changes the SIMD summation order (logits differ in ulps).
@@ -245,6 +246,6 @@ def _fill(model: nn.Module, state: dict[str, torch.Tensor], where: Any, *, assig
     try:
         model.load_state_dict(state, assign=assign)
     except RuntimeError as e:  # shape mismatches: name the files, keep torch's details
-        raise ValueError(f"weights in {where} do not match its config.json: {e}") from None
+        raise UserError(f"weights in {where} do not match its config.json: {e}") from None
     return not any(isinstance(t, Tensor) and t.is_meta for m in model.modules()
                    for t in (*m._parameters.values(), *m._buffers.values(), *vars(m).values()))

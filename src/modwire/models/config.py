@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .inputs import Inputs, check_inputs
+from ..errors import UnknownNameError, UserError, UserTypeError
 
 
 def check_choice(name: str, value: Any, choices: tuple) -> None:
     """A ValueError naming the field ``name``, the ``value`` given and the ``choices`` allowed."""
     if value not in choices:
-        raise ValueError(f"config field {name!r}: got {value!r}, expected one of {list(choices)}")
+        raise UserError(f"config field {name!r}: got {value!r}, expected one of {list(choices)}")
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class Bounds:
               and (self.multiple_of is None or value % self.multiple_of == 0)
               and (self.divides is None or (value > 0 and getattr(cfg, self.divides) % value == 0)))
         if not ok:
-            raise ValueError(f"config field {prefix + name!r}: got {value!r}, expected "
+            raise UserError(f"config field {prefix + name!r}: got {value!r}, expected "
                              f"{self.describe(cfg, isinstance(value, int))}")
 
     def describe(self, cfg: "ConfigBase", integer: bool) -> str:
@@ -91,7 +92,7 @@ def check_single_head(heads: int, model_type: str) -> None:
     """A ValueError unless ``heads == 1``: for models with one read-out (NAC, Perceiver IO), given
     a task whose samples carry ``heads`` predictions, one per CLS token (NI §4.1-4.2)."""
     if heads != 1:
-        raise ValueError(
+        raise UserError(
             f"the task gives heads={heads} predictions per sample (one per CLS token, NI §4.1-4.2), but a "
             f"{model_type!r} model has a single read-out (heads=1): use a model with one CLS token per head "
             f"(a ViT or Neural Interpreter), or the task's single-head form where it has one (fuzzy_boolean / "
@@ -124,7 +125,7 @@ def _check_keys(cls: type, keys: dict[str, Any], path: str = "") -> None:
     unknown = sorted(set(keys) - set(cls.field_names()))
     if unknown:
         where = f" in {path!r}" if path else ""
-        raise KeyError(f"unknown {cls.__name__} field(s) {unknown}{where}; valid fields: {cls.field_names()}")
+        raise UnknownNameError(f"unknown {cls.__name__} field(s) {unknown}{where}; valid fields: {cls.field_names()}")
 
 
 def _is_config(hint: Any) -> bool:
@@ -160,10 +161,10 @@ class ConfigBase:
             if isinstance(value, int) and not isinstance(value, bool) and hint is float:
                 setattr(self, f.name, float(value))
             elif not _type_ok(value, hint):
-                raise TypeError(f"config field {prefix + f.name!r}: got {value!r} ({type(value).__name__}), "
+                raise UserTypeError(f"config field {prefix + f.name!r}: got {value!r} ({type(value).__name__}), "
                                 f"expected {getattr(hint, '__name__', hint)}")
             if isinstance(value, float) and not math.isfinite(value):
-                raise ValueError(f"config field {prefix + f.name!r}: got {value!r}, expected a finite number")
+                raise UserError(f"config field {prefix + f.name!r}: got {value!r}, expected a finite number")
             if isinstance(value, ConfigBase) and f.name not in self.unused_fields():
                 value._check(f"{prefix}{f.name}.")
         unused = self.unused_fields()
@@ -233,7 +234,7 @@ class ModelConfig(ConfigBase):
         width of one head) and ``heads`` (predictions per sample, one per CLS token:
         ``TaskInfo.heads``). Each model type implements it for its own input layer; an input or
         head count it cannot serve is a ValueError that says so."""
-        raise ValueError(f"model type {self.model_type!r} does not say how it reads a task's inputs "
+        raise UserError(f"model type {self.model_type!r} does not say how it reads a task's inputs "
                          f"(its config class implements no input_overrides)")
 
     def input_names(self) -> tuple[str, ...]:
@@ -254,11 +255,11 @@ class ModelConfig(ConfigBase):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
         if not isinstance(data, dict):
-            raise ValueError(f"a model config must be a JSON object, got {type(data).__name__}")
+            raise UserError(f"a model config must be a JSON object, got {type(data).__name__}")
         data = dict(data)
         kind = data.pop("model_type", cls.model_type)
         if kind != cls.model_type:
-            raise ValueError(f"config is for model_type {kind!r}, not {cls.model_type!r}")
+            raise UserError(f"config is for model_type {kind!r}, not {cls.model_type!r}")
         return cls().replace(**data)
 
     def to_json(self) -> str:

@@ -23,6 +23,7 @@ from typing import ClassVar
 from torch import nn
 
 from .config import check_single_head
+from ..errors import UserError
 
 
 class ReadOutHeadFineTuning:
@@ -44,7 +45,7 @@ class ReadOutHeadFineTuning:
         and dtype; ``config.num_classes`` follows. Only one head: these models read one
         prediction per sample (use a ViT or Neural Interpreter for tasks with several heads)."""
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-            raise ValueError(f"new_task: num_classes must be a positive int, got {num_classes!r}")
+            raise UserError(f"new_task: num_classes must be a positive int, got {num_classes!r}")
         check_single_head(heads, self.config.model_type)
         old = self.read_out.head
         self.read_out.head = nn.Linear(old.in_features, num_classes, device=old.weight.device,

@@ -46,6 +46,7 @@ from .base import PretrainedModel
 from .config import COUNT, ConfigBase, ModelConfig
 from .nfm import NFMConfig, build_body, set_random_attention
 from .registry import register_model_type, register_preset
+from ..errors import UserError
 
 
 @dataclass
@@ -96,11 +97,11 @@ class GANConfig(ModelConfig):
     def validate(self) -> None:
         g = self.generator
         if g.bottom_width * 2 ** g.num_blocks != self.image_size:
-            raise ValueError(f"config field 'image_size': got {self.image_size}, expected generator.bottom_width · "
+            raise UserError(f"config field 'image_size': got {self.image_size}, expected generator.bottom_width · "
                              f"2^generator.num_blocks = {g.bottom_width} · 2^{g.num_blocks} = "
                              f"{g.bottom_width * 2 ** g.num_blocks} (each up-block doubles the size)")
         if self.image_size % 4:
-            raise ValueError(f"config field 'image_size': got {self.image_size}, expected a multiple of 4 (the "
+            raise UserError(f"config field 'image_size': got {self.image_size}, expected a multiple of 4 (the "
                              f"discriminator halves it twice)")
 
 
@@ -256,7 +257,7 @@ class GAN(PretrainedModel):
         """``D(G(z))``: ``z [B, latent_dim] → logits [B, 1]``; a training forward with InfoMax heads also
         computes the InfoNCE loss of the generated images (``auxiliary_losses``)."""
         if z.dim() != 2 or z.shape[1] != self.config.latent_dim:
-            raise ValueError(f"GAN: expected latents z [B, {self.config.latent_dim}], got {list(z.shape)}")
+            raise UserError(f"GAN: expected latents z [B, {self.config.latent_dim}], got {list(z.shape)}")
         logits, local, pooled = self.discriminator.features(self.generator(z))
         self._aux = {}
         if self.training and self.discriminator.infomax is not None:
@@ -270,7 +271,7 @@ class GAN(PretrainedModel):
     def set_eval_options(self, *, random_attention: bool) -> None:
         """NFM §4.4's ablation: the generator's readers attend at random (NFM generators only)."""
         if random_attention and not self.config.nfm.enabled:
-            raise ValueError("random_attention: this GAN's generator has no NFM (nfm.enabled is false)")
+            raise UserError("random_attention: this GAN's generator has no NFM (nfm.enabled is false)")
         self.config = self.config.replace(nfm={"random_attention": bool(random_attention)})
         set_random_attention(self.generator.body, bool(random_attention))
 

@@ -30,6 +30,7 @@ from typing import Any, Mapping, Union
 
 import torch
 from torch import Tensor
+from ..errors import UserError, UserTypeError
 
 INPUT_KINDS = ("image", "tokens", "vectors", "index")
 _FIELDS = {"image": ("channels", "height", "width"), "tokens": ("length", "vocab_size", "pad_id", "padded"),
@@ -71,28 +72,28 @@ class InputSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in INPUT_KINDS:
-            raise ValueError(f"InputSpec.kind: got {self.kind!r}, expected one of {list(INPUT_KINDS)}")
+            raise UserError(f"InputSpec.kind: got {self.kind!r}, expected one of {list(INPUT_KINDS)}")
         own = _FIELDS[self.kind]
         stray = [n for n in ("channels", "height", "width", "length", "vocab_size", "pad_id", "dim")
                  if n not in own and getattr(self, n) is not None]
         stray += [n for n in ("padded", "ordered") if n not in own and getattr(self, n)]
         if stray:
-            raise ValueError(f"InputSpec of kind {self.kind!r}: fields {stray} do not apply (its fields: {list(own)})")
+            raise UserError(f"InputSpec of kind {self.kind!r}: fields {stray} do not apply (its fields: {list(own)})")
         for name in ("channels", "height", "width", "vocab_size", "dim", "length"):
             if name in own:
                 _check_size(self, name, optional=name == "length" and self.kind == "vectors")
         for name in ("padded", "ordered"):
             if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"InputSpec.{name}: got {getattr(self, name)!r}, expected True or False")
+                raise UserTypeError(f"InputSpec.{name}: got {getattr(self, name)!r}, expected True or False")
         if self.kind == "tokens":
             self._check_pad()
 
     def _check_pad(self) -> None:
         if self.pad_id is not None and (not _is_int(self.pad_id) or not 0 <= self.pad_id < self.vocab_size):
-            raise ValueError(f"InputSpec.pad_id: got {self.pad_id!r}, expected None or an id in "
+            raise UserError(f"InputSpec.pad_id: got {self.pad_id!r}, expected None or an id in "
                              f"[0, vocab_size={self.vocab_size})")
         if self.padded and self.pad_id is None:
-            raise ValueError("InputSpec: padded tokens need a pad_id (the id that fills the padding)")
+            raise UserError("InputSpec: padded tokens need a pad_id (the id that fills the padding)")
 
     def __repr__(self) -> str:
         own = ", ".join(f"{n}={getattr(self, n)!r}" for n in _FIELDS[self.kind])
@@ -137,7 +138,7 @@ def check_inputs(inputs: Any, where: str = "inputs") -> Inputs:
     if isinstance(inputs, Mapping) and inputs and all(
             isinstance(k, str) and isinstance(v, InputSpec) for k, v in inputs.items()):
         return dict(inputs)
-    raise TypeError(f"{where}: expected an InputSpec or a mapping of input names to InputSpecs "
+    raise UserTypeError(f"{where}: expected an InputSpec or a mapping of input names to InputSpecs "
                     f"(e.g. {{'x': ..., 'condition': ...}}), got {inputs!r}")
 
 
@@ -162,5 +163,5 @@ def _check_size(spec: InputSpec, name: str, *, optional: bool) -> None:
     if value is None and optional:
         return
     if not _is_int(value) or value < 1:
-        raise ValueError(f"InputSpec.{name} ({spec.kind}): got {value!r}, expected a positive int"
+        raise UserError(f"InputSpec.{name} ({spec.kind}): got {value!r}, expected a positive int"
                          + (" or None (unknown)" if optional else ""))

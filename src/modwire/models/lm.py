@@ -57,6 +57,7 @@ from .config import COUNT, Bounds, ModelConfig, heads_of
 from .inputs import Inputs, named_inputs
 from .nfm import NFMConfig, build_body
 from .registry import register_model_type, register_preset
+from ..errors import UserError
 
 __all__ = ["CausalBlock", "SharedProjectionLayer", "TransformerLM", "TransformerLMConfig"]
 
@@ -93,10 +94,10 @@ class TransformerLMConfig(ModelConfig):
         named = named_inputs(inputs)
         spec = named.get("x")
         if set(named) != {"x"} or spec.kind != "tokens" or heads != 1:
-            raise ValueError(f"a 'transformer_lm' model reads one sequence of token ids 'x' and predicts the next "
+            raise UserError(f"a 'transformer_lm' model reads one sequence of token ids 'x' and predicts the next "
                              f"token at every position; the task gives {sorted(named)} ({spec!r}, heads {heads})")
         if num_classes != spec.vocab_size:
-            raise ValueError(f"a 'transformer_lm' model predicts ids of its input vocabulary ({spec.vocab_size}), "
+            raise UserError(f"a 'transformer_lm' model predicts ids of its input vocabulary ({spec.vocab_size}), "
                              f"but the task has {num_classes} classes")
         return {"vocab_size": spec.vocab_size, "max_len": spec.length}
 
@@ -108,7 +109,7 @@ class TransformerLMConfig(ModelConfig):
         default = NFMConfig()
         unused = [n for n in _READER_OPTIONS if getattr(self.nfm, n) != getattr(default, n)]
         if unused:
-            raise ValueError(f"config field 'nfm.{unused[0]}': got {getattr(self.nfm, unused[0])!r}, but the "
+            raise UserError(f"config field 'nfm.{unused[0]}': got {getattr(self.nfm, unused[0])!r}, but the "
                              f"transformer LM's NFM reader reuses each block's LN and attention projections "
                              f"(heads = num_heads = {self.num_heads}, d_k = d_v = d_model / num_heads = "
                              f"{self.d_model // self.num_heads}, output W_o): leave {list(_READER_OPTIONS)} at "
@@ -157,7 +158,7 @@ class SharedProjectionLayer(NFMLayer):
     def __init__(self, dim: int, num_heads: int, *, reads: bool = True, writes: bool = True, k: int = 5,
                  rescale: str = "space_to_depth", score_scale: str = "sqrt_d_k", topk_softmax: str = "kept") -> None:
         if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1 or dim % num_heads:
-            raise ValueError(f"SharedProjectionLayer: num_heads must be a positive int dividing dim={dim}, "
+            raise UserError(f"SharedProjectionLayer: num_heads must be a positive int dividing dim={dim}, "
                              f"got {num_heads!r}")
         # NFMLayer's own W_q / W_k / W_v are not built (reads=writes=False); its W_o1, W_o2 are
         # dropped: the output is the block's W_o. The checks, k, heads, d_k, d_v, the score scale,
@@ -173,7 +174,7 @@ class SharedProjectionLayer(NFMLayer):
         """Use ``block``'s ``LN₁``, ``W_q``, ``W_k``, ``W_v``, ``W_o`` (its heads must be this layer's)."""
         attn = block.attn
         if (attn.num_heads, attn.head_dim) != (self.heads, self.d_k):
-            raise ValueError(f"SharedProjectionLayer: expected a block with {self.heads} heads of width {self.d_k}, "
+            raise UserError(f"SharedProjectionLayer: expected a block with {self.heads} heads of width {self.d_k}, "
                              f"got {attn.num_heads} of width {attn.head_dim}")
         self._bound = (block,)
 
@@ -254,7 +255,7 @@ class TransformerLM(PretrainedModel):
         """A new vocabulary of ``num_classes`` ids: fresh embedding and output layer (the blocks and
         positions are kept), on the model's device and dtype; the config follows."""
         if heads != 1:
-            raise ValueError(f"a 'transformer_lm' model predicts one token per position (heads=1), got heads={heads}")
+            raise UserError(f"a 'transformer_lm' model predicts one token per position (heads=1), got heads={heads}")
         self.config = self.config.replace(vocab_size=num_classes)
         like = self.norm.weight
         self._build_embedding()
@@ -291,13 +292,13 @@ class TransformerLM(PretrainedModel):
     def _check(self, x: Tensor) -> None:
         if not isinstance(x, Tensor) or x.dim() != 2 or x.dtype.is_floating_point or x.dtype == torch.bool:
             got = f"{x.dtype} {list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"TransformerLM expects integer token ids [B, T], got {got}")
+            raise UserError(f"TransformerLM expects integer token ids [B, T], got {got}")
         if 0 in x.shape:
-            raise ValueError(f"TransformerLM expects token ids [B, T] with B, T >= 1, got an empty batch {list(x.shape)}")
+            raise UserError(f"TransformerLM expects token ids [B, T] with B, T >= 1, got an empty batch {list(x.shape)}")
         if x.shape[1] > self.config.max_len:
-            raise ValueError(f"TransformerLM: a context of {x.shape[1]} tokens exceeds max_len={self.config.max_len}")
+            raise UserError(f"TransformerLM: a context of {x.shape[1]} tokens exceeds max_len={self.config.max_len}")
         if x.device.type != "meta" and x.numel() and (int(x.min()) < 0 or int(x.max()) >= self.config.vocab_size):
-            raise ValueError(f"TransformerLM: token ids must lie in [0, {self.config.vocab_size}), got "
+            raise UserError(f"TransformerLM: token ids must lie in [0, {self.config.vocab_size}), got "
                              f"[{int(x.min())}, {int(x.max())}]")
 
 

@@ -44,6 +44,7 @@ from .finetune_protocol import ReadOutHeadFineTuning
 from .inputs import Inputs, named_inputs
 from .registry import register_model_type, register_preset
 from .tokenizer_config import TokenizerConfig, build_tokenizer
+from ..errors import UserError
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -166,20 +167,20 @@ class NACConfig(ModelConfig):
         check_choice("modulation", self.modulation, MODULATIONS)
         heads = self.generator.num_heads
         if self.generator.kind == "conditional" and self.d_model % heads:
-            raise ValueError(f"config field 'generator.num_heads': got {heads}, expected "
+            raise UserError(f"config field 'generator.num_heads': got {heads}, expected "
                              f"{heads_of('d_model').describe(self, integer=True)}")
         if self.frozen_graph.name is not None and (not self.kernel.enabled or self.generator.kind != "unconditional"):
-            raise ValueError("config field 'frozen_graph.name' needs kernel.enabled=True and an unconditional "
+            raise UserError("config field 'frozen_graph.name' needs kernel.enabled=True and an unconditional "
                              "generator (a frozen graph lives in free signatures)")
         if self.graph_prior.name is not None and self.generator.kind == "conditional":
-            raise ValueError("config field 'graph_prior.name': a graph prior needs one learned graph, but this "
+            raise UserError("config field 'graph_prior.name': a graph prior needs one learned graph, but this "
                              "NAC designs a circuit per sample (conditional generator; the paper trains "
                              "conditional NACs without a graph prior)")
         if self.graph_prior.name is not None and not self.kernel.enabled:
-            raise ValueError("config field 'graph_prior.name': a graph prior needs link probabilities "
+            raise UserError("config field 'graph_prior.name': a graph prior needs link probabilities "
                              "(kernel.enabled=True); this NAC has none")
         if self.initial_state == "code" and self.d_code != self.d_model:
-            raise ValueError(f"config field 'initial_state': 'code' needs d_code == d_model, "
+            raise UserError(f"config field 'initial_state': 'code' needs d_code == d_model, "
                              f"got d_code={self.d_code}, d_model={self.d_model}")
 
     def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
@@ -189,7 +190,7 @@ class NACConfig(ModelConfig):
         check_single_head(heads, self.model_type)
         named = named_inputs(inputs)
         if "x" not in named or set(named) - {"x", "condition"}:
-            raise ValueError(f"a NAC reads an input 'x' and optionally a 'condition' (NAC §2.2, App. G), "
+            raise UserError(f"a NAC reads an input 'x' and optionally a 'condition' (NAC §2.2, App. G), "
                              f"but the task gives the named inputs {sorted(named)}")
         out: dict[str, Any] = {"tokenizer": TokenizerConfig.for_input(named["x"]), "num_classes": num_classes}
         if "condition" in named:
@@ -255,7 +256,7 @@ class UnconditionalGenerator(nn.Module):
 
     def forward(self, condition: Tensor | None = None, *, batch_size: int | None = None) -> Circuit:
         if condition is not None:
-            raise ValueError("this NAC has an unconditional circuit generator: it takes no condition "
+            raise UserError("this NAC has an unconditional circuit generator: it takes no condition "
                              "(set generator.kind='conditional' to condition the design on an input)")
         return Circuit(self.processors(), self.outputs())
 
@@ -283,10 +284,10 @@ class ConditionalGenerator(nn.Module):
     def forward(self, condition: Tensor | None = None, *, batch_size: int | None = None) -> Circuit:
         """The per-sample circuit; ``batch_size``: the executor's batch, which ``condition`` must match."""
         if condition is None:
-            raise ValueError("this NAC has a conditional circuit generator: call it as model(x, condition=c)")
+            raise UserError("this NAC has a conditional circuit generator: call it as model(x, condition=c)")
         tokens = self.tokenizer(condition, name="condition")                # [B, M, token_dim] (checked)
         if batch_size is not None and len(condition) != batch_size:
-            raise ValueError(f"condition and x must hold the same samples: got {len(condition)} conditions "
+            raise UserError(f"condition and x must hold the same samples: got {len(condition)} conditions "
                              f"for {batch_size} inputs")
         h, _ = self.cross(self.queries, tokens, key_mask=padding_mask(self.tokenizer, condition))
         h, _ = self.mix(h)                                                  # [B, U_p + U_o, d]

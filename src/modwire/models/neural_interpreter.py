@@ -82,6 +82,7 @@ from .axis import ModuleAxis
 from .config import COUNT, POSITIVE, Bounds, check_choice, heads_of
 from .registry import register_model_type, register_preset
 from .set_model import EmbedConfig, SetModel, SetModelConfig
+from ..errors import UserError
 
 RESIDUALS = ("update", "identity", "none")
 
@@ -158,7 +159,7 @@ def max_identity_iterations(dtype: torch.dtype) -> int:
 def _check_identity_iterations(total: int, dtype: torch.dtype, what: str) -> None:
     limit = max_identity_iterations(dtype)
     if total > limit:
-        raise ValueError(
+        raise UserError(
             f"{what}: interpreter_residual='identity' (NI Eq. 11 as printed) doubles the residual stream "
             f"every function iteration, so {total} iterations over all scripts would scale it by 2^{total} and "
             f"overflow {dtype} (at most {limit}); use interpreter_residual='update' (the default: the identity "
@@ -350,7 +351,7 @@ class NeuralInterpreter(SetModel):
     def encode(self, x: Tensor, *, record: bool, iterations: int | None = None) -> tuple[Tensor, dict[str, Any]]:
         if iterations is not None and (isinstance(iterations, bool) or not isinstance(iterations, int)
                                        or iterations < 1):
-            raise ValueError(f"iterations must be a positive int (function iterations per script), got {iterations!r}")
+            raise UserError(f"iterations must be a positive int (function iterations per script), got {iterations!r}")
         if self.config.interpreter_residual == "identity":     # static: Python ints and the dtype, no sync
             per_script = self.config.num_iterations if iterations is None else iterations
             _check_identity_iterations(len(self.scripts) * per_script, x.dtype, f"iterations={per_script}")
@@ -369,7 +370,7 @@ class NeuralInterpreter(SetModel):
         (the ``"new_functions"`` parameter set). A new function whose signature no type reaches
         under the truncation leaves every output unchanged."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"add_functions: n must be a positive int, got {n!r}")
+            raise UserError(f"add_functions: n must be a positive int, got {n!r}")
         c = self.config
         for script in self.scripts:
             script.functions.add(n, c.d_type, c.d_code)
@@ -395,10 +396,10 @@ class NeuralInterpreter(SetModel):
         u = self.config.num_functions
         drop = torch.as_tensor(ids, dtype=torch.long).flatten().cpu()
         if len(drop) and (drop.min() < 0 or drop.max() >= u or len(drop.unique()) != len(drop)):
-            raise ValueError(f"drop_functions: ids must be distinct indices in [0, {u}), got {drop.tolist()}")
+            raise UserError(f"drop_functions: ids must be distinct indices in [0, {u}), got {drop.tolist()}")
         keep = torch.tensor([i for i in range(u) if i not in set(drop.tolist())], dtype=torch.long)
         if len(keep) == 0:
-            raise ValueError(f"drop_functions: at least one of the {u} functions must stay")
+            raise UserError(f"drop_functions: at least one of the {u} functions must stay")
         for script in self.scripts:
             f = script.functions
             for name in ("signatures", "codes"):

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from ..nn.nfm import (ACTIVATIONS, LAYOUTS, NFM, NORMS, READ_AT, READER_OUTPUTS, RESCALES, SCORE_SCALES, TOPK_SOFTMAX,
                       LayerFactory)
 from .config import COUNT, Bounds, ConfigBase, check_choice
+from ..errors import UserError
 
 __all__ = ["NFMConfig", "BlockSequence", "build_body", "load_base_weights"]
 
@@ -136,7 +137,7 @@ def load_base_weights(model: nn.Module, state: Mapping[str, Tensor]) -> list[str
     loaded = {k for k in state} | {k for k in own if _pass_copy_of(k) in state}
     foreign = sorted(k for k in own if k not in loaded and ".readers." not in f".{k}")
     if unexpected or foreign:
-        raise ValueError(f"load_base_weights: the base weights do not fit this NFM model: unexpected or of another "
+        raise UserError(f"load_base_weights: the base weights do not fit this NFM model: unexpected or of another "
                          f"shape {unexpected[:5]}, missing (not NFM readers) {foreign[:5]}")
     return list(model.load_state_dict(dict(state), strict=False).missing_keys)
 

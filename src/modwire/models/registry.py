@@ -12,6 +12,7 @@ from typing import Any, Callable
 from torch import nn
 
 from .base import MODEL_TYPES, ModelConfig, PretrainedModel, _load, read_pretrained, unknown_name
+from ..errors import UserError, UserTypeError
 
 _PRESETS: dict[str, tuple[type[PretrainedModel], Callable[[], ModelConfig], str]] = {}
 _MODEL_TYPES = MODEL_TYPES   # the table loading dispatches on (models.base); a test may swap in a copy
@@ -26,7 +27,7 @@ def register_preset(name: str, cls: type[PretrainedModel], make_config: Callable
                     source: str = "") -> None:
     """Register ``name`` → ``cls(make_config())``; ``source`` cites the paper table."""
     if name in _PRESETS:
-        raise ValueError(f"model preset {name!r} is already registered")
+        raise UserError(f"model preset {name!r} is already registered")
     _PRESETS[name] = (cls, make_config, source)
 
 
@@ -46,7 +47,7 @@ def get_preset(name: str) -> tuple[type[PretrainedModel], Callable[[], ModelConf
         if isinstance(name, ModelConfig) and name.model_type in _MODEL_TYPES:
             got = (f"a {type(name).__name__}; to build a model from a config, call "
                    f"{_MODEL_TYPES[name.model_type].__name__}(config)")
-        raise TypeError(f"expected a model preset name (str) such as 'nac_small', got {got}")
+        raise UserTypeError(f"expected a model preset name (str) such as 'nac_small', got {got}")
     if name not in _PRESETS:
         raise unknown_name("model", name, list_models())
     return _PRESETS[name]

@@ -52,6 +52,7 @@ from .config import COUNT, Bounds, ModelConfig, check_choice, check_single_head
 from .inputs import Inputs, named_inputs
 from .nfm import NFMConfig, build_body, set_random_attention
 from .registry import register_model_type, register_preset
+from ..errors import UserError
 
 BLOCK_ORDERS = ("conv_relu_bn", "conv_bn_relu")
 
@@ -108,13 +109,13 @@ class CNNMLPConfig(ModelConfig):
         w = self.channels
         if isinstance(w, list) and (len(w) != self.num_layers or not all(
                 isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in w)) or isinstance(w, int) and w < 1:
-            raise ValueError(f"config field 'channels': got {w!r}, expected an integer >= 1 (every block) or a list "
+            raise UserError(f"config field 'channels': got {w!r}, expected an integer >= 1 (every block) or a list "
                              f"of num_layers={self.num_layers} integers >= 1 (one width per block)")
         if self.head_pool > conv_size(self.image_size, self.num_layers):
-            raise ValueError(f"config field 'head_pool': got {self.head_pool}, expected at most the final grid side "
+            raise UserError(f"config field 'head_pool': got {self.head_pool}, expected at most the final grid side "
                              f"{conv_size(self.image_size, self.num_layers)}")
         if self.random_attention and not self.nfm.enabled:
-            raise ValueError("config field 'random_attention': NFM §4.4's random-attention evaluation needs "
+            raise UserError("config field 'random_attention': NFM §4.4's random-attention evaluation needs "
                              "nfm.enabled=true (a CNN_MLP without NFM has no attention)")
 
     def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
@@ -124,10 +125,10 @@ class CNNMLPConfig(ModelConfig):
         named = named_inputs(inputs)
         x, q = named.get("x"), named.get("question")
         if x is None or set(named) - {"x", "question"} or x.kind != "image" or x.height != x.width:
-            raise ValueError(f"a 'cnn_mlp' model reads a square image 'x' and optionally a 'question' vector "
+            raise UserError(f"a 'cnn_mlp' model reads a square image 'x' and optionally a 'question' vector "
                              f"[1, Q] (task sort_of_clevr_image); the task gives {dict(named)}")
         if q is not None and (q.kind != "vectors" or q.length != 1 or q.padded):
-            raise ValueError(f"the 'question' input must be one vector per sample, InputSpec.vectors(1, Q), "
+            raise UserError(f"the 'question' input must be one vector per sample, InputSpec.vectors(1, Q), "
                              f"got {q!r}")
         return {"image_size": x.height, "in_channels": x.channels, "num_classes": num_classes,
                 "question_dim": 0 if q is None else q.dim}
@@ -176,7 +177,7 @@ class CNNMLP(PretrainedModel):
     def new_task(self, num_classes: int, heads: int = 1) -> None:
         """A freshly initialised answer layer (the MLP's last linear) for ``num_classes`` answers."""
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-            raise ValueError(f"new_task: num_classes must be a positive int, got {num_classes!r}")
+            raise UserError(f"new_task: num_classes must be a positive int, got {num_classes!r}")
         check_single_head(heads, self.config.model_type)
         old = self.mlp[-1]
         self.mlp[-1] = nn.Linear(old.in_features, num_classes, device=old.weight.device, dtype=old.weight.dtype)
@@ -231,13 +232,13 @@ class CNNMLP(PretrainedModel):
         if not isinstance(x, Tensor) or x.shape[1:] != (c.in_channels, c.image_size, c.image_size) \
                 or not x.is_floating_point():
             got = f"{x.dtype} {list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x: expected images {image}, got {got}")
+            raise UserError(f"x: expected images {image}, got {got}")
         weight = self.mlp[0].weight
         _check_not_empty(x, "x", image)
         _check_float(x, "x", image, weight)              # the weights' dtype and device, finite
         if not c.question_dim:
             if question is not None:
-                raise ValueError("this model takes no 'question' input (config question_dim=0)")
+                raise UserError("this model takes no 'question' input (config question_dim=0)")
             return
         layout = f"[B={len(x)}, 1, {c.question_dim}] (or [B, {c.question_dim}]) float"
         if not isinstance(question, Tensor) or question.shape not in ((len(x), 1, c.question_dim),
@@ -245,7 +246,7 @@ class CNNMLP(PretrainedModel):
                 or not question.is_floating_point():
             got = "none" if question is None else (f"{question.dtype} {list(question.shape)}"
                                                    if isinstance(question, Tensor) else type(question).__name__)
-            raise ValueError(f"question: expected one question vector per sample {layout}, got {got}")
+            raise UserError(f"question: expected one question vector per sample {layout}, got {got}")
 
 
 register_model_type(CNNMLP)

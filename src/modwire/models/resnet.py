@@ -39,6 +39,7 @@ from .config import COUNT, Bounds, ModelConfig, check_choice, check_single_head
 from .inputs import Inputs, named_inputs
 from .nfm import NFMConfig, build_body, set_random_attention
 from .registry import register_model_type, register_preset
+from ..errors import UserError
 
 BLOCKS = ("basic", "bottleneck")
 NFM_MODULES = ("block", "stage")
@@ -80,7 +81,7 @@ class PreActResNetConfig(ModelConfig):
         check_choice("nfm_modules", self.nfm_modules, NFM_MODULES)
         if not self.num_blocks or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
                                           for n in self.num_blocks):
-            raise ValueError(f"config field 'num_blocks': got {self.num_blocks!r}, expected a non-empty list of "
+            raise UserError(f"config field 'num_blocks': got {self.num_blocks!r}, expected a non-empty list of "
                              f"integers >= 1 (blocks per stage, e.g. [2, 2, 2, 2] for PreActResNet-18)")
 
     def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
@@ -89,7 +90,7 @@ class PreActResNetConfig(ModelConfig):
         spec = named.get("x")
         if len(named) != 1 or spec is None or spec.kind != "image" or spec.height != spec.width:
             got = {k: (s.kind, s.channels, s.height, s.width) for k, s in named.items()}
-            raise ValueError(f"a {self.model_type!r} model reads one square image input 'x' [C, S, S]; the task "
+            raise UserError(f"a {self.model_type!r} model reads one square image input 'x' [C, S, S]; the task "
                              f"gives {got}")
         return {"in_channels": spec.channels, "image_size": spec.height, "num_classes": num_classes}
 
@@ -195,7 +196,7 @@ class PreActResNet(PretrainedModel):
         c = self.config.in_channels
         if not isinstance(x, Tensor) or x.dim() != 4 or x.shape[1] != c or not x.is_floating_point():
             got = f"{tuple(x.shape)} {x.dtype}" if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"{type(self).__name__} expects float images [B, {c}, H, W], got {got}")
+            raise UserError(f"{type(self).__name__} expects float images [B, {c}, H, W], got {got}")
 
     def parameter_sets(self) -> dict[str, tuple[str, ...]]:
         """Fine-tuning sets (``modwire finetune --train``): ``head`` (the linear classifier), ``nfm``
@@ -206,7 +207,7 @@ class PreActResNet(PretrainedModel):
     def new_task(self, num_classes: int, heads: int = 1) -> None:
         """A freshly initialised ``head`` for ``num_classes`` outputs (one head only); ``config`` follows."""
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-            raise ValueError(f"new_task: num_classes must be a positive int, got {num_classes!r}")
+            raise UserError(f"new_task: num_classes must be a positive int, got {num_classes!r}")
         check_single_head(heads, self.config.model_type)
         old = self.head
         self.head = nn.Linear(old.in_features, num_classes, device=old.weight.device, dtype=old.weight.dtype)
@@ -217,7 +218,7 @@ class PreActResNet(PretrainedModel):
     def set_eval_options(self, *, random_attention: bool) -> None:
         """NFM §4.4's ablation: attention scores drawn from N(0, 1) at test time (NFM only)."""
         if random_attention and not self.config.nfm.enabled:
-            raise ValueError("random_attention: this model has no NFM (nfm.enabled is false)")
+            raise UserError("random_attention: this model has no NFM (nfm.enabled is false)")
         self.config = self.config.replace(nfm={"random_attention": bool(random_attention)})
         set_random_attention(self.body, bool(random_attention))
 

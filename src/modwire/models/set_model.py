@@ -46,6 +46,7 @@ from ..nn.tokenizers import (LinearTokenizer, PanelEncoder, PatchEmbedding, _che
 from .base import Intermediates, PretrainedModel
 from .config import COUNT, Bounds, ConfigBase, ModelConfig, check_choice
 from .inputs import Inputs, named_inputs
+from ..errors import UserError
 
 EMBEDDINGS = ("patches", "vectors", "panels")
 POSITIONS = ("absolute", "relative", "none")
@@ -89,10 +90,10 @@ class EmbedConfig(ConfigBase):
         check_choice(self._prefix + "kind", self.kind, EMBEDDINGS)
         check_choice(self._prefix + "positions", self.positions, POSITIONS)
         if self.kind == "patches" and self.image_size % self.patch_size:
-            raise ValueError(f"config field {self._prefix + 'patch_size'!r}: got {self.patch_size}, expected a "
+            raise UserError(f"config field {self._prefix + 'patch_size'!r}: got {self.patch_size}, expected a "
                              f"divisor of image_size={self.image_size}")
         if self.kind == "panels" and self.num_context >= self.in_channels:
-            raise ValueError(f"config field {self._prefix + 'num_context'!r}: got {self.num_context}, expected "
+            raise UserError(f"config field {self._prefix + 'num_context'!r}: got {self.num_context}, expected "
                              f"fewer than the {self.in_channels} panels (in_channels) so candidates remain")
 
     @property
@@ -137,16 +138,16 @@ class SetModelConfig(ModelConfig):
 
     def validate(self) -> None:
         if self.head_pretrained and not self.shared_head:
-            raise ValueError("config field 'head_pretrained': only a shared head (shared_head=true) is kept by "
+            raise UserError("config field 'head_pretrained': only a shared head (shared_head=true) is kept by "
                              "new_task, got shared_head=false")
         if self.task_input and self.num_cls_tokens < 2:
-            raise ValueError(f"config field 'task_input': choosing a head per sample needs num_cls_tokens >= 2, "
+            raise UserError(f"config field 'task_input': choosing a head per sample needs num_cls_tokens >= 2, "
                              f"got {self.num_cls_tokens}")
         if self.embed.kind == "panels" and self.num_classes != 1:
-            raise ValueError(f"config field 'num_classes': a PGM (panels) model scores each candidate with one "
+            raise UserError(f"config field 'num_classes': a PGM (panels) model scores each candidate with one "
                              f"number (num_classes=1), got {self.num_classes}")
         if self.embed.kind == "panels" and self.question_dim:
-            raise ValueError(f"config field 'question_dim': a PGM (panels) model reads no question, got "
+            raise UserError(f"config field 'question_dim': a PGM (panels) model reads no question, got "
                              f"{self.question_dim} (expected 0)")
 
     def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
@@ -156,7 +157,7 @@ class SetModelConfig(ModelConfig):
         token (``question_dim = Q``, AiT §5.8; without one, ``question_dim = 0``)."""
         named = named_inputs(inputs)
         if "x" not in named or set(named) - {"x", "task", "question"}:
-            raise ValueError(f"a {self.model_type!r} model reads an input 'x', optionally a 'task' index (which "
+            raise UserError(f"a {self.model_type!r} model reads an input 'x', optionally a 'task' index (which "
                              f"CLS token's head answers, NI §4.2) and a 'question' vector (AiT §5.8); the task "
                              f"gives {sorted(named)}")
         out: dict[str, Any] = {"embed": _embed_for(named["x"], self.embed), "num_classes": num_classes,
@@ -166,7 +167,7 @@ class SetModelConfig(ModelConfig):
         task = named.get("task")
         if task is not None:
             if task.kind != "index" or task.vocab_size != heads:
-                raise ValueError(f"the 'task' input must be an index over the task's {heads} heads, got {task!r}")
+                raise UserError(f"the 'task' input must be an index over the task's {heads} heads, got {task!r}")
             out["task_input"] = True
         if heads > 1 or task is not None:
             out["num_cls_tokens"] = heads
@@ -181,7 +182,7 @@ def _question_dim(spec) -> int:
     if spec is None:
         return 0
     if spec.kind != "vectors" or spec.length != 1 or spec.padded:
-        raise ValueError(f"the 'question' input must be one vector per sample, InputSpec.vectors(1, Q) "
+        raise UserError(f"the 'question' input must be one vector per sample, InputSpec.vectors(1, Q) "
                          f"(AiT §5.8), got {spec!r}")
     return spec.dim
 
@@ -189,15 +190,15 @@ def _question_dim(spec) -> int:
 def _embed_for(spec, current: EmbedConfig) -> dict[str, Any]:
     if spec.kind == "image":
         if spec.height != spec.width:
-            raise ValueError(f"the patch embedding reads square images; the task gives {spec.channels}x"
+            raise UserError(f"the patch embedding reads square images; the task gives {spec.channels}x"
                              f"{spec.height}x{spec.width} images")
         kind = "panels" if current.kind == "panels" else "patches"
         return {"kind": kind, "image_size": spec.height, "in_channels": spec.channels}
     if spec.kind == "vectors":
         if spec.ordered and spec.length is None:
-            raise ValueError("learned positions need the length of an ordered sequence; the task gives length=None")
+            raise UserError("learned positions need the length of an ordered sequence; the task gives length=None")
         return {"kind": "vectors", "input_dim": spec.dim, "max_len": spec.length if spec.ordered else 0}
-    raise ValueError(f"a set model reads images or vectors as 'x', got {spec!r}")
+    raise UserError(f"a set model reads images or vectors as 'x', got {spec!r}")
 
 
 class QuestionEmbedding(nn.Module):
@@ -217,7 +218,7 @@ class QuestionEmbedding(nn.Module):
         if question.dim() == 2:
             question = question[:, None]
         if tuple(question.shape) != (batch, 1, q):
-            raise ValueError(f"question: expected {layout}, got {list(question.shape)}")
+            raise UserError(f"question: expected {layout}, got {list(question.shape)}")
         _check_float(question, "question", layout, self.proj.weight)
         return self.norm_out(self.proj(self.norm_in(question)))
 
@@ -288,7 +289,7 @@ class SetModel(PretrainedModel):
         tokens = self.embed(x)                                              # [B', N, d]; x checked
         b = tokens.shape[0]
         if (self.question is None) != (question is None):
-            raise ValueError(f"this model {'takes no' if self.question is None else 'needs a'} 'question' input "
+            raise UserError(f"this model {'takes no' if self.question is None else 'needs a'} 'question' input "
                              f"(config question_dim={self.config.question_dim})")
         if self.question is not None:                                       # AiT §5.8: after the patches
             tokens = torch.cat([tokens, self.question(question, b).to(tokens.dtype)], dim=1)   # [B, N + 1, d]
@@ -305,7 +306,7 @@ class SetModel(PretrainedModel):
         if self.config.embed.kind == "panels":                             # one score per candidate set
             return out.reshape(batch, -1)                                   # [B, K]
         if self.config.task_input != (task is not None):
-            raise ValueError(f"this model {'needs' if self.config.task_input else 'takes no'} 'task' ids "
+            raise UserError(f"this model {'needs' if self.config.task_input else 'takes no'} 'task' ids "
                              f"(config task_input={self.config.task_input})")
         if task is not None:
             return out[torch.arange(batch, device=out.device), self._check_task(task, batch)]
@@ -317,12 +318,12 @@ class SetModel(PretrainedModel):
         t = self.config.num_cls_tokens
         _check_tensor(task, "task", f"ids [B] in [0, {t})")
         if task.shape != (batch,) or task.is_floating_point() or task.dtype == torch.bool:
-            raise ValueError(f"task: expected integer ids [B={batch}] in [0, {t}), got {task.dtype} "
+            raise UserError(f"task: expected integer ids [B={batch}] in [0, {t}), got {task.dtype} "
                              f"{list(task.shape)}")
         if _values_checkable(task):       # one reduction, one device-to-host copy per forward
             lo, hi = _min_max(task)
             if lo < 0 or hi >= t:
-                raise ValueError(f"task: ids must lie in [0, {t}) (one per CLS token), got {lo}..{hi}")
+                raise UserError(f"task: ids must lie in [0, {t}) (one per CLS token), got {lo}..{hi}")
         return task.long()
 
     # ------------------------------------------------------------------------- fine-tuning protocol

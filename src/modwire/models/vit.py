@@ -33,6 +33,7 @@ from .base import Intermediates
 from .config import COUNT, check_choice, heads_of
 from .registry import register_model_type, register_preset
 from .set_model import EmbedConfig, SetModel, SetModelConfig
+from ..errors import UserError
 
 
 CLASSIFIERS = ("mean", "flatten")
@@ -59,7 +60,7 @@ class ViTConfig(SetModelConfig):
         super().validate()
         check_choice("classifier", self.classifier, CLASSIFIERS)
         if self.classifier == "flatten" and (self.embed.kind != "patches" or self.num_cls_tokens or self.task_input):
-            raise ValueError(f"config field 'classifier': 'flatten' reads a fixed number of patch tokens and one "
+            raise UserError(f"config field 'classifier': 'flatten' reads a fixed number of patch tokens and one "
                              f"head (embed.kind 'patches', num_cls_tokens 0, task_input False); got embed.kind "
                              f"{self.embed.kind!r}, num_cls_tokens {self.num_cls_tokens}: use classifier='mean'")
 
@@ -112,10 +113,10 @@ class ViT(SetModel):
         if self.config.classifier == "mean":
             return super()._run(x, task, question, record=record, **kwargs)
         if task is not None:
-            raise ValueError("this model takes no 'task' ids (config task_input=False)")
+            raise UserError("this model takes no 'task' ids (config task_input=False)")
         tokens = self.embed(x)                                              # [B, N, d]; x checked
         if (self.question is None) != (question is None):
-            raise ValueError(f"this model {'takes no' if self.question is None else 'needs a'} 'question' input "
+            raise UserError(f"this model {'takes no' if self.question is None else 'needs a'} 'question' input "
                              f"(config question_dim={self.config.question_dim})")
         if self.question is not None:                                       # AiT §5.8: after the patches
             tokens = torch.cat([tokens, self.question(question, len(x)).to(tokens.dtype)], dim=1)
@@ -127,7 +128,7 @@ class ViT(SetModel):
             super().new_task(num_classes, heads)
             return
         if heads != 1:
-            raise ValueError(f"classifier='flatten' has one head; {heads} heads need classifier='mean'")
+            raise UserError(f"classifier='flatten' has one head; {heads} heads need classifier='mean'")
         like = self.heads.linear.weight
         self.config = self.config.replace(num_classes=num_classes)
         self._build_outputs()

@@ -75,6 +75,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .modulated import PLAIN, ModulationSpec
+from ..errors import UserError, UserTypeError
 
 
 def mask_value(dtype: torch.dtype) -> float:
@@ -93,12 +94,12 @@ class AttentionPattern(Protocol):
 def _check(q: Tensor, k: Tensor, v: Tensor, key_mask, topk) -> None:
     if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim() or q.shape[-1] != k.shape[-1] \
             or k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"attend expects q [..., Nq, dk], k [..., Nk, dk], v [..., Nk, dv]; got q "
+        raise UserError(f"attend expects q [..., Nq, dk], k [..., Nk, dk], v [..., Nk, dv]; got q "
                          f"{list(q.shape)}, k {list(k.shape)}, v {list(v.shape)}")
     if key_mask is not None and key_mask.dtype != torch.bool:
-        raise TypeError(f"attend: key_mask must be a bool tensor (True = allowed), got {key_mask.dtype}")
+        raise UserTypeError(f"attend: key_mask must be a bool tensor (True = allowed), got {key_mask.dtype}")
     if topk is not None and (isinstance(topk, bool) or not isinstance(topk, int) or topk < 1):
-        raise ValueError(f"attend: topk must be a positive int, got {topk!r}")
+        raise UserError(f"attend: topk must be a positive int, got {topk!r}")
 
 
 def _prepend_null(k: Tensor, v: Tensor, bias: Tensor | None, key_mask: Tensor | None):
@@ -136,7 +137,7 @@ def sparse_softmax(scores: Tensor, *, topk: int | None = None, topk_softmax: str
     For callers that compute their scores in a structured way (NFM's attention over rescaled
     layers, :mod:`modwire.nn.nfm`) and share this top-k rule."""
     if topk_softmax not in TOPK_SOFTMAX:
-        raise ValueError(f"sparse_softmax: topk_softmax must be one of {list(TOPK_SOFTMAX)}, got {topk_softmax!r}")
+        raise UserError(f"sparse_softmax: topk_softmax must be one of {list(TOPK_SOFTMAX)}, got {topk_softmax!r}")
     if topk_softmax == "subtract":
         return _subtract_kth(scores, topk)
     if topk is None or topk >= scores.shape[-1]:
@@ -177,20 +178,20 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern |
     """
     if bias is not None and not isinstance(bias, Tensor):  # a precomputed sparse pattern
         if not isinstance(bias, AttentionPattern):
-            raise TypeError(f"attend: bias must be a float tensor or an AttentionPattern (an object with an "
+            raise UserTypeError(f"attend: bias must be a float tensor or an AttentionPattern (an object with an "
                             f"attend(q, k, v, *, scale, return_weights) method), got {type(bias).__name__}")
         if key_mask is not None or row_scale is not None or topk is not None or null_kv or key_scale is not None:
-            raise ValueError("attend: a precomputed attention pattern takes no other options")
+            raise UserError("attend: a precomputed attention pattern takes no other options")
         return bias.attend(q, k, v, scale=scale, return_weights=return_weights)
     _check(q, k, v, key_mask, topk)
     if topk_softmax not in TOPK_SOFTMAX:
-        raise ValueError(f"attend: topk_softmax must be 'kept' (NFM §3.2.1), 'all' (AiT Eq. 3) or 'subtract' (the NFM "
+        raise UserError(f"attend: topk_softmax must be 'kept' (NFM §3.2.1), 'all' (AiT Eq. 3) or 'subtract' (the NFM "
                          f"authors' code), got {topk_softmax!r}")
     if key_scale is None and renorm_eps != 0:
-        raise ValueError(f"attend: renorm_eps ({renorm_eps!r}) renormalises key-scaled weights; pass key_scale too")
+        raise UserError(f"attend: renorm_eps ({renorm_eps!r}) renormalises key-scaled weights; pass key_scale too")
     if key_scale is not None:
         if topk_softmax != "kept":
-            raise ValueError(f"attend: topk_softmax={topk_softmax!r} does not combine with key_scale")
+            raise UserError(f"attend: topk_softmax={topk_softmax!r} does not combine with key_scale")
         return _renormalised(q, k, v, bias=bias, key_mask=key_mask, row_scale=row_scale, topk=topk,
                              null_kv=null_kv, scale=scale, key_scale=key_scale, eps=renorm_eps,
                              return_weights=return_weights)
@@ -230,9 +231,9 @@ def _renormalised(q: Tensor, k: Tensor, v: Tensor, *, bias, key_mask, row_scale,
                   key_scale: Tensor, eps: float, return_weights: bool) -> tuple[Tensor, Tensor | None]:
     """NI Eq. 7: ``W_ij = r_i c_j s_ij / (ε + Σ_j r_i c_j s_ij)`` (module docstring)."""
     if null_kv:
-        raise ValueError("attend: key_scale (NI Eq. 7) does not combine with null_kv")
+        raise UserError("attend: key_scale (NI Eq. 7) does not combine with null_kv")
     if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps >= 0:
-        raise ValueError(f"attend: renorm_eps must be a number >= 0, got {eps!r}")
+        raise UserError(f"attend: renorm_eps must be a number >= 0, got {eps!r}")
     c = key_scale.to(q.dtype)
     r = None if row_scale is None else (row_scale.to(q.dtype) if isinstance(row_scale, Tensor) else row_scale)
     if return_weights or topk is not None:        # explicit: s, then W, then W @ v
@@ -284,9 +285,9 @@ class ModulatedAttention(nn.Module):
                  kv_code: Literal["sender", "receiver"] = "sender") -> None:
         super().__init__()
         if dim % num_heads:
-            raise ValueError(f"dim ({dim}) must be divisible by num_heads ({num_heads})")
+            raise UserError(f"dim ({dim}) must be divisible by num_heads ({num_heads})")
         if kv_code not in ("sender", "receiver"):
-            raise ValueError(f"kv_code must be 'sender' or 'receiver', got {kv_code!r}")
+            raise UserError(f"kv_code must be 'sender' or 'receiver', got {kv_code!r}")
         kv_dim = dim if kv_dim is None else kv_dim
         self.num_heads, self.head_dim, self.kv_code = num_heads, dim // num_heads, kv_code
         self.q, self.v, self.o = mod.linear(dim, dim), mod.linear(kv_dim, dim), mod.linear(dim, dim)

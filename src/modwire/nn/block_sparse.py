@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import attend
+from ..errors import UserError
 
 # Gathered keys/values are processed in batch chunks of at most this many bytes: larger
 # temporaries are fresh mmaps with glibc malloc (threshold 32 MiB), page-faulted in on
@@ -81,12 +82,12 @@ class BlockSparseLayout:
     def from_mask(cls, mask: Tensor, block_size: int) -> "BlockSparseLayout":
         """Layout of a bool edge mask ``[U, U]`` (True = receiver ``i`` may attend to ``j``)."""
         if not isinstance(mask, Tensor) or mask.dim() != 2 or mask.shape[0] != mask.shape[1]:
-            raise ValueError(f"mask must be a square [U, U] tensor, got shape "
+            raise UserError(f"mask must be a square [U, U] tensor, got shape "
                              f"{tuple(mask.shape) if isinstance(mask, Tensor) else type(mask)}")
         if mask.dtype != torch.bool:
-            raise ValueError(f"mask must be bool (True = edge kept), got {mask.dtype}")
+            raise UserError(f"mask must be bool (True = edge kept), got {mask.dtype}")
         if int(block_size) != block_size or block_size < 1:
-            raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+            raise UserError(f"block_size must be a positive int, got {block_size!r}")
         u, bs = mask.shape[0], int(block_size)
         nb = math.ceil(u / bs)
         pad = nb * bs - u
@@ -122,7 +123,7 @@ class BlockSparseLayout:
         if bias is None:
             return [None] * len(self.groups)
         if bias.dim() != 4 or bias.shape[1] != 1 or bias.shape[-2:] != (self.size, self.size):
-            raise ValueError(f"bias must be [B|1, 1, {self.size}, {self.size}] (shared by all heads), "
+            raise UserError(f"bias must be [B|1, 1, {self.size}, {self.size}] (shared by all heads), "
                              f"got {tuple(bias.shape)}")
         nb, bs = self.num_blocks, self.block_size
         pad = nb * bs - self.size
@@ -169,7 +170,7 @@ class BlockSparseBias:
         ``[B, H, U, U]`` (zero outside kept edges): for analysis, it costs ``O(U²)`` memory."""
         u = self.layout.size
         if q.dim() != 4 or k.shape[:-1] != q.shape[:-1] or v.shape[:-1] != q.shape[:-1] or q.shape[-2] != u:
-            raise ValueError(f"q, k, v must be [B, H, U={u}, d] for this layout (v: [B, H, {u}, dv]), "
+            raise UserError(f"q, k, v must be [B, H, U={u}, d] for this layout (v: [B, H, {u}, dv]), "
                              f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
         scale = q.shape[-1] ** -0.5 if scale is None else scale
         if return_weights:
@@ -278,9 +279,9 @@ def block_order(mask: Tensor, method: str = "rcm") -> Tensor:
     and signatures). ``method="rcm"``: reverse Cuthill-McKee on the symmetrised mask
     (connected components become contiguous, bandwidth is reduced)."""
     if mask.dim() != 2 or mask.shape[0] != mask.shape[1] or mask.dtype != torch.bool:
-        raise ValueError(f"mask must be a square bool [U, U] tensor, got {tuple(mask.shape)} {mask.dtype}")
+        raise UserError(f"mask must be a square bool [U, U] tensor, got {tuple(mask.shape)} {mask.dtype}")
     if method != "rcm":
-        raise ValueError(f"method must be 'rcm', got {method!r} (for cluster labels use order_by_groups)")
+        raise UserError(f"method must be 'rcm', got {method!r} (for cluster labels use order_by_groups)")
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import reverse_cuthill_mckee
 
@@ -294,5 +295,5 @@ def order_by_groups(groups: Tensor) -> Tensor:
     ``[U]`` (e.g. the planted-partition cluster a module is matched to) next to each other,
     keeping their relative order (stable sort)."""
     if groups.dim() != 1 or groups.is_floating_point():
-        raise ValueError(f"groups must be a 1-D integer tensor [U], got {tuple(groups.shape)} {groups.dtype}")
+        raise UserError(f"groups must be a 1-D integer tensor [U], got {tuple(groups.shape)} {groups.dtype}")
     return torch.sort(groups, stable=True).indices

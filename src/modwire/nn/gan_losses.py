@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from ..errors import UserError
 
 GAN_LOSSES = ("hinge", "ns")
 
@@ -29,7 +30,7 @@ def discriminator_loss(kind: str, real: Tensor, fake: Tensor) -> Tensor:
         return F.relu(1.0 - real).mean() + F.relu(1.0 + fake).mean()
     if kind == "ns":
         return F.softplus(-real).mean() + F.softplus(fake).mean()
-    raise ValueError(f"GAN loss: got {kind!r}, expected one of {list(GAN_LOSSES)}")
+    raise UserError(f"GAN loss: got {kind!r}, expected one of {list(GAN_LOSSES)}")
 
 
 def generator_loss(kind: str, fake: Tensor) -> Tensor:
@@ -38,7 +39,7 @@ def generator_loss(kind: str, fake: Tensor) -> Tensor:
         return -fake.mean()
     if kind == "ns":
         return F.softplus(-fake).mean()
-    raise ValueError(f"GAN loss: got {kind!r}, expected one of {list(GAN_LOSSES)}")
+    raise UserError(f"GAN loss: got {kind!r}, expected one of {list(GAN_LOSSES)}")
 
 
 def infonce_loss(local: Tensor, glob: Tensor) -> Tensor:
@@ -47,11 +48,11 @@ def infonce_loss(local: Tensor, glob: Tensor) -> Tensor:
     Cost ``O(B²·L·R)`` (one batched product); the shared negatives' log-sum-exp is taken once per
     image instead of once per positive."""
     if local.dim() != 3 or glob.dim() != 2 or local.shape[:2] != glob.shape:
-        raise ValueError(f"infonce_loss: expected local [B, R, L] and global [B, R], got {list(local.shape)} "
+        raise UserError(f"infonce_loss: expected local [B, R, L] and global [B, R], got {list(local.shape)} "
                          f"and {list(glob.shape)}")
     b = local.shape[0]
     if b < 2:
-        raise ValueError(f"infonce_loss: needs at least 2 images (the negatives are the other images), got {b}")
+        raise UserError(f"infonce_loss: needs at least 2 images (the negatives are the other images), got {b}")
     scores = torch.einsum("ir,krl->ikl", glob.float(), local.float())          # [B(global), B(local), L]
     positive = scores.diagonal(dim1=0, dim2=1).transpose(0, 1)                 # [B, L]: g_i · l_ij
     own = torch.eye(b, dtype=torch.bool, device=scores.device)[:, :, None]     # [B, B, 1]: k = i

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 
 import torch
 from torch import Tensor
+from ..errors import UserError
 
 _MIN_REJECTION_ACCEPTANCE = 0.3
 
@@ -64,7 +65,7 @@ def trunc_normal_(tensor: Tensor, *, mean: float = 0.0, std: float = 1.0, a: flo
     Same distribution as torch's, different random stream. A tensor on the meta device
     is left as is (nothing to sample)."""
     if not (std > 0 and a < b and math.isfinite(std)):
-        raise ValueError(f"trunc_normal_: expected std > 0 and a < b, got std={std}, a={a}, b={b}")
+        raise UserError(f"trunc_normal_: expected std > 0 and a < b, got std={std}, a={a}, b={b}")
     if tensor.is_meta or tensor.numel() == 0:
         return tensor
     alpha, beta = (a - mean) / std, (b - mean) / std

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import mask_value
+from ..errors import UserError
 
 KernelMode = Literal["expected", "sample", "threshold"]
 KERNEL_MODES = ("expected", "sample", "threshold")
@@ -69,7 +70,7 @@ def normalize_log_kernel(log_k: Tensor, *, dim: int = -1, delta: float = 1e-6,
     NI Eq. 3 over functions with ``δ = ε``). Masked entries get a large finite negative value
     (their ``exp`` is 0), so a fully masked slice stays finite (and, with ``δ = 0``, all 0)."""
     if delta < 0:
-        raise ValueError(f"normalize_log_kernel: delta must be >= 0, got {delta!r}")
+        raise UserError(f"normalize_log_kernel: delta must be >= 0, got {delta!r}")
     fill = mask_value(log_k.dtype)
     if mask is not None:
         log_k = log_k.masked_fill(~mask, fill)
@@ -115,9 +116,9 @@ class SignatureKernel(nn.Module):
         super().__init__()
         for name, mode in (("train_mode", train_mode), ("eval_mode", eval_mode)):
             if mode not in KERNEL_MODES:
-                raise ValueError(f"{name} must be one of {KERNEL_MODES}, got {mode!r}")
+                raise UserError(f"{name} must be one of {KERNEL_MODES}, got {mode!r}")
         if not (epsilon > 0 and tau > 0 and delta > 0):
-            raise ValueError(f"epsilon, tau and delta must be > 0, got {epsilon}, {tau}, {delta}")
+            raise UserError(f"epsilon, tau and delta must be > 0, got {epsilon}, {tau}, {delta}")
         log_eps = torch.tensor(math.log(epsilon))
         if learn_epsilon:
             self.log_epsilon = nn.Parameter(log_eps)
@@ -182,7 +183,7 @@ class EdgeMaskedKernel(nn.Module):
     def __init__(self, kernel: SignatureKernel, edge_mask: Tensor) -> None:
         super().__init__()
         if edge_mask.dtype != torch.bool or edge_mask.dim() != 2 or edge_mask.shape[0] != edge_mask.shape[1]:
-            raise ValueError(f"edge_mask must be a square bool [U, U] tensor, got {edge_mask.dtype} "
+            raise UserError(f"edge_mask must be a square bool [U, U] tensor, got {edge_mask.dtype} "
                              f"{list(edge_mask.shape)}")
         # Not registered as a submodule: the wrapped kernel belongs to (and is saved with) the
         # model; this wrapper adds only the edge mask (state-dict key ``…edge_mask``).

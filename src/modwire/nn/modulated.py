@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .init import init_linear_
+from ..errors import UserError
 
 Modulation = Literal["nac", "ni", "none"]
 MODULATIONS = ("nac", "ni", "none")
@@ -57,9 +58,9 @@ class ModulatedLinear(nn.Module):
     ) -> None:
         super().__init__()
         if modulation not in MODULATIONS:
-            raise ValueError(f"modulation must be one of {MODULATIONS}, got {modulation!r}")
+            raise UserError(f"modulation must be one of {MODULATIONS}, got {modulation!r}")
         if modulation != "none" and code_dim <= 0:
-            raise ValueError(f"code_dim must be positive for modulation={modulation!r}, got {code_dim}")
+            raise UserError(f"code_dim must be positive for modulation={modulation!r}, got {code_dim}")
         self.in_features, self.out_features = in_features, out_features
         self.modulation, self.fold = modulation, fold
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
@@ -103,7 +104,7 @@ class ModulatedLinear(nn.Module):
         and page-faulting, a fresh ``[B, U, d_in]`` tensor per call."""
         if m is None and self.modulation != "none":
             if code is None:
-                raise ValueError("a modulated layer needs a code tensor [U, d_code] or [B, U, d_code]")
+                raise UserError("a modulated layer needs a code tensor [U, d_code] or [B, U, d_code]")
             m = self.modulation_factor(code)
         if m is not None and self.fold and _foldable(x, m):
             return self._folded(x, m[:, 0])
@@ -153,9 +154,9 @@ class ModulationSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in MODULATIONS:
-            raise ValueError(f"modulation must be one of {MODULATIONS}, got {self.kind!r}")
+            raise UserError(f"modulation must be one of {MODULATIONS}, got {self.kind!r}")
         if self.kind != "none" and self.code_dim <= 0:
-            raise ValueError(f"code_dim must be positive for modulation={self.kind!r}, got {self.code_dim}")
+            raise UserError(f"code_dim must be positive for modulation={self.kind!r}, got {self.code_dim}")
 
     def linear(self, in_features: int, out_features: int, *, bias: bool = True) -> ModulatedLinear:
         """A :class:`ModulatedLinear` with this conditioning."""
@@ -178,7 +179,7 @@ class ModulatedFFN(nn.Module):
                  activation: str = "geglu") -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+            raise UserError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
         self.activation = activation
         self.fc1 = mod.linear(dim, 2 * hidden_dim if activation == "geglu" else hidden_dim)
         self.fc2 = mod.linear(hidden_dim, dim)

@@ -83,6 +83,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import sparse_softmax
+from ..errors import UserError
 
 NORMS = ("batch", "none")
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
@@ -96,7 +97,7 @@ READER_OUTPUTS = ("linear", "conv3x3")              # §3.2.1 / the authors' out
 
 def _choice(name: str, value, choices) -> None:
     if value not in choices:
-        raise ValueError(f"NFM: {name} must be one of {list(choices)}, got {value!r}")
+        raise UserError(f"NFM: {name} must be one of {list(choices)}, got {value!r}")
 
 
 _CHOICES = {"norm": NORMS, "activation": tuple(ACTIVATIONS), "rescale": RESCALES, "score_scale": SCORE_SCALES,
@@ -121,7 +122,7 @@ def rescale(state: Tensor, size: Sequence[int], *, mode: str = "space_to_depth")
     b, c, src = state.shape[0], state.shape[1], tuple(state.shape[2:])
     dims = max(len(src), len(size))
     if len(src) not in (0, dims) or len(size) not in (0, dims):
-        raise ValueError(f"NFM rescale: a state with spatial shape {list(src)} cannot be read at spatial shape "
+        raise UserError(f"NFM rescale: a state with spatial shape {list(src)} cannot be read at spatial shape "
                          f"{list(size)} (expected the same number of spatial dims, or a vector)")
     src_full, dst = src or (1,) * dims, size or (1,) * dims
     x = state.reshape(b, c, *src_full)
@@ -263,7 +264,7 @@ class NFMLayer(nn.Module):
         for name, v in (("k", k), ("d_k", d_k), ("d_v", d_v), ("heads", heads), ("query_channels", query_channels),
                         ("out_channels", out_channels)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"NFM: {name} must be a positive int, got {v!r}")
+                raise UserError(f"NFM: {name} must be a positive int, got {v!r}")
         self.k, self.d_k, self.d_v, self.heads = k, d_k, d_v, heads
         self.rescale, self.scale = rescale, 1.0 / d_k if score_scale == "d_k" else d_k ** -0.5
         self.topk_softmax, self.reader_output, self.residual = topk_softmax, reader_output, residual
@@ -305,7 +306,7 @@ class NFMLayer(nn.Module):
         (``reader_output="conv3x3"``: ``W_o1``, ``W_o2`` are 3×3 convolutions over ``h``'s grid)."""
         if self.reader_output == "conv3x3":
             if h.dim() != 4:
-                raise ValueError(f"NFM: reader_output='conv3x3' reads 2-D states [B, C, H, W], got {list(h.shape)}")
+                raise UserError(f"NFM: reader_output='conv3x3' reads 2-D states [B, C, H, W], got {list(h.shape)}")
             z = a.transpose(1, 2).reshape(h.shape[0], a.shape[2], *h.shape[2:])      # [B, heads·d_v, H, W]
             return h + self.gamma * self.w_o2(self.act(self.norm(self.w_o1(z))))
         z = self.w_o1(a)                                                              # [B, P, hidden]
@@ -324,7 +325,7 @@ class NFMLayer(nn.Module):
         for n in [h.dim() - 2] + [kk.dim() - 3 for kk, _ in memory]:
             if n not in (0, dims):   # a 1-D state read at a 2-D one (or the reverse): no rescaling defined
                 shapes = [list(h.shape[2:])] + [list(kk.shape[1:-2]) for kk, _ in memory]
-                raise ValueError(f"NFM: states with spatial shapes {shapes} cannot be read together: expected the "
+                raise UserError(f"NFM: states with spatial shapes {shapes} cannot be read together: expected the "
                                  f"same number of spatial dims ({dims}) for every state, or vectors [B, C]")
         q = _grid(self.project_query(h), dims) * self.scale                          # [B, *S, H, dk], scaled once
         dst = tuple(q.shape[1:-2])
@@ -334,7 +335,7 @@ class NFMLayer(nn.Module):
         scores = torch.cat([null, *scores], dim=2).transpose(2, 3)                    # [B, P, H, 1 + S]
         if self.random_attention:
             if self.training:
-                raise ValueError("NFM: random_attention is an evaluation ablation (NFM §4.4); call model.eval() first")
+                raise UserError("NFM: random_attention is an evaluation ablation (NFM §4.4); call model.eval() first")
             scores = torch.randn_like(scores)
         w = sparse_softmax(scores, topk=self.k, topk_softmax=self.topk_softmax).transpose(2, 3)  # [B, P, 1 + S, H]
         spans = w[:, :, 1:].split([pl.keys for pl in plans], dim=2)
@@ -399,17 +400,17 @@ class NFM(nn.Module):
         super().__init__()
         blocks = list(blocks)
         if not blocks:
-            raise ValueError("NFM: expected at least one block, got none")
+            raise UserError("NFM: expected at least one block, got none")
         if (channels is None) == (example_input is None):
-            raise ValueError("NFM: give either channels=(c_0, …, c_N) or example_input= (a batch the blocks accept, "
+            raise UserError("NFM: give either channels=(c_0, …, c_N) or example_input= (a batch the blocks accept, "
                              "run once to read each state's channels), not both or neither")
         channels = [int(c) for c in channels] if channels is not None else \
             infer_channels(blocks, example_input, layout)
         if len(channels) != len(blocks) + 1:
-            raise ValueError(f"NFM: channels must list the input's and each block's output channel count "
+            raise UserError(f"NFM: channels must list the input's and each block's output channel count "
                              f"({len(blocks) + 1} numbers for {len(blocks)} blocks), got {len(channels)}: {channels}")
         if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
-            raise ValueError(f"NFM: passes must be a positive int, got {passes!r}")
+            raise UserError(f"NFM: passes must be a positive int, got {passes!r}")
         _check_options(layout=layout, read_at=read_at)
         self.passes, self.num_blocks, self.channels = passes, len(blocks), channels
         self.layout, self.share_blocks, self.read_at = layout, share_blocks, read_at
@@ -441,7 +442,7 @@ class NFM(nn.Module):
                           "reader_output": options["reader_output"]}
                 got = {name: getattr(readers[-1], name, None) for name in wanted}
                 if got != wanted:
-                    raise ValueError(f"NFM: layer_factory built a module {(p, i)} with {got}, expected {wanted}: "
+                    raise UserError(f"NFM: layer_factory built a module {(p, i)} with {got}, expected {wanted}: "
                                      f"it does not support these options")
         return readers
 
@@ -503,10 +504,10 @@ class NFM(nn.Module):
         if not isinstance(h, Tensor) or h.dim() < 2 or (tokens and h.dim() != 3):
             shape = list(h.shape) if isinstance(h, Tensor) else type(h).__name__
             layout = "[B, N, C]" if tokens else "[B, C, *spatial]"
-            raise ValueError(f"NFM: expected {what} as a tensor {layout}, got {shape}")
+            raise UserError(f"NFM: expected {what} as a tensor {layout}, got {shape}")
         c = h.shape[2] if tokens else h.shape[1]
         if c != self.channels[index]:
-            raise ValueError(f"NFM: expected {what} to have {self.channels[index]} channels (channels[{index}]), "
+            raise UserError(f"NFM: expected {what} to have {self.channels[index]} channels (channels[{index}]), "
                              f"got {c} (shape {list(h.shape)})")
         return h.transpose(1, 2) if tokens else h
 

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .modulated import ModulationSpec
+from ..errors import UserError
 
 
 def grid_offsets(rows: int, cols: int) -> tuple[Tensor, Tensor]:
@@ -49,10 +50,10 @@ class RelativePositionBias(nn.Module):
         super().__init__()
         rows, cols = grid
         if min(rows, cols, num_heads, pos_dim) < 1:
-            raise ValueError(f"RelativePositionBias: grid, num_heads and pos_dim must be positive, got "
+            raise UserError(f"RelativePositionBias: grid, num_heads and pos_dim must be positive, got "
                              f"grid={grid}, num_heads={num_heads}, pos_dim={pos_dim}")
         if mod is not None and mod.kind != "ni":
-            raise ValueError(f"RelativePositionBias: per-function biases are NI ModLins (Eq. 22-23), "
+            raise UserError(f"RelativePositionBias: per-function biases are NI ModLins (Eq. 22-23), "
                              f"need a ModulationSpec of kind 'ni', got {mod.kind!r}")
         self.grid = (rows, cols)
         self.e_row = nn.Parameter(0.02 * torch.randn(2 * rows - 1, pos_dim))
@@ -70,7 +71,7 @@ class RelativePositionBias(nn.Module):
         row, col = self.w_row(self.e_row), self.w_col(self.e_col)           # [2R-1, H], [2C-1, H]
         if codes is not None:
             if self.f_row is None:
-                raise ValueError("RelativePositionBias: per-function biases need mod=ModulationSpec('ni', ...)")
+                raise UserError("RelativePositionBias: per-function biases need mod=ModulationSpec('ni', ...)")
             c = codes.unsqueeze(-2)                                         # [U, 1, d_code]
             row = row + self.f_row(self.e_row, c)                           # Eq. 24's sums  [U, 2R-1, H]
             col = col + self.f_col(self.e_col, c)
@@ -83,5 +84,5 @@ def pad_bias(bias: Tensor, num_tokens: int) -> Tensor:
     involve any later token (the CLS tokens)."""
     pad = num_tokens - bias.shape[-1]
     if pad < 0:
-        raise ValueError(f"pad_bias: the bias covers {bias.shape[-1]} tokens, more than the {num_tokens} given")
+        raise UserError(f"pad_bias: the bias covers {bias.shape[-1]} tokens, more than the {num_tokens} given")
     return bias if pad == 0 else F.pad(bias, (0, pad, 0, pad))

@@ -37,40 +37,41 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from ..errors import UserError, UserTypeError
 
 
 def _check_tensor(x: object, name: str, expected: str) -> None:
     """``x`` is a torch.Tensor (its rank, sizes and dtype: the callers)."""
     if isinstance(x, dict):  # a batch of a multi-input task (e.g. {'x', 'condition'}) passed whole
-        raise TypeError(f"{name}: expected a torch.Tensor {expected}, got a dict with keys {sorted(map(str, x))}; "
+        raise UserTypeError(f"{name}: expected a torch.Tensor {expected}, got a dict with keys {sorted(map(str, x))}; "
                         f"pass a batch of named inputs as keywords: model(**batch)")
     if not isinstance(x, Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor {expected}, got {type(x).__module__}."
+        raise UserTypeError(f"{name}: expected a torch.Tensor {expected}, got {type(x).__module__}."
                         f"{type(x).__qualname__}; convert it with torch.as_tensor (choosing the dtype)")
 
 
 def _check_not_empty(x: Tensor, name: str, expected: str) -> None:
     if 0 in x.shape[:2]:
         what = "an empty batch (B=0)" if x.shape[0] == 0 else "an empty token set (N=0)"
-        raise ValueError(f"{name}: expected {expected} with B, N >= 1, got {what}: shape {list(x.shape)}")
+        raise UserError(f"{name}: expected {expected} with B, N >= 1, got {what}: shape {list(x.shape)}")
 
 
 def _check_float(x: Tensor, name: str, expected: str, weight: Tensor) -> None:
     """Floating point, the weights' dtype (unless autocast casts it), the weights' device, finite."""
     if x.dtype == torch.uint8:
-        raise TypeError(f"{name}: expected float {expected}, got torch.uint8; convert with x.float() / 255 "
+        raise UserTypeError(f"{name}: expected float {expected}, got torch.uint8; convert with x.float() / 255 "
                         f"(then the normalisation used in training)")
     if not x.is_floating_point():
-        raise TypeError(f"{name}: expected float {expected}, got {x.dtype}")
+        raise UserTypeError(f"{name}: expected float {expected}, got {x.dtype}")
     _check_device(x, name, weight)
     if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
-        raise TypeError(f"{name}: expected {weight.dtype} (the model's weights) {expected}, got {x.dtype}; "
+        raise UserTypeError(f"{name}: expected {weight.dtype} (the model's weights) {expected}, got {x.dtype}; "
                         f"convert with x.to({weight.dtype}) or run under torch.autocast")
     if _values_checkable(x):
         lo, hi = _min_max(x)             # NaN propagates into min and max
         if not (math.isfinite(lo) and math.isfinite(hi)):
             bad = "NaN" if math.isnan(lo) or math.isnan(hi) else "inf"
-            raise ValueError(f"{name}: expected finite values, got {bad} (min {lo}, max {hi}) in {list(x.shape)}")
+            raise UserError(f"{name}: expected finite values, got {bad} (min {lo}, max {hi}) in {list(x.shape)}")
 
 
 def _values_checkable(x: Tensor) -> bool:
@@ -85,7 +86,7 @@ def _min_max(x: Tensor) -> list:
 
 def _check_device(x: Tensor, name: str, weight: Tensor) -> None:
     if x.device != weight.device:
-        raise ValueError(f"{name}: expected a tensor on {weight.device} (the model's device), got {x.device}")
+        raise UserError(f"{name}: expected a tensor on {weight.device} (the model's device), got {x.device}")
 
 
 
@@ -95,7 +96,7 @@ def _check_images(x: Tensor, name: str, who: str, expected: tuple[int, ...], wei
     layout = f"{what} [B, {', '.join(map(str, expected))}]{note}"
     _check_tensor(x, name, layout)
     if x.dim() != 4 or tuple(x.shape[1:]) != expected:
-        raise ValueError(f"{name}: {who} expects {layout}, got {list(x.shape)}")
+        raise UserError(f"{name}: {who} expects {layout}, got {list(x.shape)}")
     _check_not_empty(x, name, layout)
     _check_float(x, name, layout, weight)
     return x
@@ -130,7 +131,7 @@ class ConvTokenizer(nn.Module):
                  pos_dim: int = 64) -> None:
         super().__init__()
         if image_size % 8:
-            raise ValueError(f"image_size must be a multiple of 8 (two downsamplings, 4 then 2), got {image_size}")
+            raise UserError(f"image_size must be a multiple of 8 (two downsamplings, 4 then 2), got {image_size}")
         self.image_size, self.in_channels = image_size, in_channels
         self.stem = nn.Sequential(nn.Conv2d(in_channels, channels, 4, stride=4), ChannelLayerNorm(channels))
         self.block = ConvNeXtBlock(channels)
@@ -164,7 +165,7 @@ class LinearTokenizer(nn.Module):
         layout = f"features [B, N, {self.in_dim}]"
         _check_tensor(x, name, layout)
         if x.dim() != 3 or x.shape[-1] != self.in_dim:
-            raise ValueError(f"{name}: LinearTokenizer expects {layout}, got {list(x.shape)}")
+            raise UserError(f"{name}: LinearTokenizer expects {layout}, got {list(x.shape)}")
         _check_not_empty(x, name, layout)
         _check_length(x, name, self.pos)
         _check_float(x, name, layout, self.proj.weight)
@@ -194,9 +195,9 @@ class EmbeddingTokenizer(nn.Module):
         layout = f"integer token ids [B, N] in [0, {self.vocab_size})"
         _check_tensor(x, name, layout)
         if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-            raise TypeError(f"{name}: EmbeddingTokenizer expects {layout}, got {x.dtype}")
+            raise UserTypeError(f"{name}: EmbeddingTokenizer expects {layout}, got {x.dtype}")
         if x.dim() != 2:
-            raise ValueError(f"{name}: EmbeddingTokenizer expects {layout}, got shape {list(x.shape)}")
+            raise UserError(f"{name}: EmbeddingTokenizer expects {layout}, got shape {list(x.shape)}")
         _check_not_empty(x, name, layout)
         _check_length(x, name, self.pos)
         _check_device(x, name, self.embed.weight)
@@ -210,11 +211,11 @@ class EmbeddingTokenizer(nn.Module):
                 stats = (*stats, pad_only.sum().to(x.dtype))
             lo, hi, *n_pad_only = torch.stack(stats).tolist()
             if lo < 0 or hi >= self.vocab_size:
-                raise ValueError(f"{name}: token id {lo if lo < 0 else hi} is outside the vocabulary "
+                raise UserError(f"{name}: token id {lo if lo < 0 else hi} is outside the vocabulary "
                                  f"[0, vocab_size={self.vocab_size})")
             if n_pad_only and n_pad_only[0]:  # a sample of padding only is an empty token set: nothing to read
                 empty = pad_only.nonzero().flatten().tolist()
-                raise ValueError(f"{name}: sample(s) {empty[:4]} hold only padding (pad_id={self.pad_id}); "
+                raise UserError(f"{name}: sample(s) {empty[:4]} hold only padding (pad_id={self.pad_id}); "
                                  f"expected at least one token per sample")
         return x
 
@@ -234,7 +235,7 @@ def padding_mask(tokenizer: nn.Module, x: Tensor) -> Tensor | None:
 def _check_length(x: Tensor, name: str, table: nn.Embedding | None) -> None:
     """At most ``max_len`` tokens when there are learned positions."""
     if table is not None and x.shape[1] > table.num_embeddings:
-        raise ValueError(f"{name}: sequence length {x.shape[1]} exceeds max_len {table.num_embeddings} "
+        raise UserError(f"{name}: sequence length {x.shape[1]} exceeds max_len {table.num_embeddings} "
                          f"(the learned positions); got shape {list(x.shape)}")
 
 
@@ -255,7 +256,7 @@ class PatchEmbedding(nn.Module):
                  absolute_positions: bool = True) -> None:
         super().__init__()
         if image_size % patch_size:
-            raise ValueError(f"image_size ({image_size}) must be a multiple of patch_size ({patch_size})")
+            raise UserError(f"image_size ({image_size}) must be a multiple of patch_size ({patch_size})")
         self.image_size, self.in_channels, self.out_dim = image_size, in_channels, dim
         self.proj = nn.Conv2d(in_channels, dim, patch_size, stride=patch_size)
         side = image_size // patch_size
@@ -288,7 +289,7 @@ class PanelEncoder(nn.Module):
                  channels: int = 32) -> None:
         super().__init__()
         if not 0 < num_context < num_panels:
-            raise ValueError(f"num_context must be in [1, num_panels={num_panels}), got {num_context}")
+            raise UserError(f"num_context must be in [1, num_panels={num_panels}), got {num_context}")
         self.panel_size, self.num_panels, self.num_context = panel_size, num_panels, num_context
         self.groups, self.out_dim, self.grid = num_panels - num_context, dim, None
         layers, c_in, side = [], 1, panel_size

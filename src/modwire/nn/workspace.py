@@ -74,6 +74,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import ModulatedAttention, attend, merge_heads, split_heads
+from ..errors import UserError
 
 POOLS = ("batch", "sample", "global")
 MEMORY_INITS = ("gaussian", "sinusoidal", "uniform", "identity")
@@ -119,7 +120,7 @@ def init_memory(kind: str, num_slots: int, slot_dim: int, generator: torch.Gener
         out[:, 0::2] = torch.sin(pos * freq)
         out[:, 1::2] = torch.cos(pos * freq[: d // 2])
         return out.float()
-    raise ValueError(f"memory_init must be one of {MEMORY_INITS}, got {kind!r}")
+    raise UserError(f"memory_init must be one of {MEMORY_INITS}, got {kind!r}")
 
 
 def balance_loss(weights: Tensor, eps: float = 1e-10) -> Tensor:
@@ -165,13 +166,13 @@ class GlobalWorkspace(nn.Module):
                  head_split: bool = False, write_residual: bool = True) -> None:
         super().__init__()
         if head_split and slot_dim % num_heads:
-            raise ValueError(f"slot_dim ({slot_dim}) must be divisible by the bottleneck heads ({num_heads}) "
+            raise UserError(f"slot_dim ({slot_dim}) must be divisible by the bottleneck heads ({num_heads}) "
                              f"with head_split")
         for name, value, choices in (("pool", pool, POOLS), ("memory_init", memory_init, MEMORY_INITS),
                                      ("retrieval", retrieval, RETRIEVALS),
                                      ("bottleneck_softmax", bottleneck_softmax, BOTTLENECK_SOFTMAX)):
             if value not in choices:
-                raise ValueError(f"GlobalWorkspace: {name} must be one of {choices}, got {value!r}")
+                raise UserError(f"GlobalWorkspace: {name} must be one of {choices}, got {value!r}")
         self.num_heads, self.bottleneck_size, self.alpha, self.beta, self.steps = \
             num_heads, bottleneck_size, alpha, beta, steps
         self.pool, self.memory_init, self.write_grad, self.eps = pool, memory_init, write_grad, eps
@@ -200,7 +201,7 @@ class GlobalWorkspace(nn.Module):
         dim = self.norm.normalized_shape[0]
         if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != dim or not x.is_floating_point():
             got = f"{x.dtype} {list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"GlobalWorkspace: expected float tokens [B, N, {dim}], got {got}")
+            raise UserError(f"GlobalWorkspace: expected float tokens [B, N, {dim}], got {got}")
         b, n, _ = x.shape
         xi = self.norm(x)                                                   # Ξ^t = LN(x)  [B, N, E]
         gamma = self.memory.clone()                                         # γ^t [M, D] (the buffer is updated below)

@@ -27,6 +27,7 @@ from torch import Tensor
 from torch.utils.data import Dataset, Subset
 
 from ..models.inputs import Inputs, InputSpec, check_inputs  # noqa: F401  (InputSpec re-exported)
+from ..errors import UnknownNameError, UserError, UserTypeError
 
 # token_cross_entropy: targets [B, T], logits [B, T, V]; bce: multi-label targets [C] of 0/1 (NFM §4.2)
 LOSSES = ("cross_entropy", "mse", "token_cross_entropy", "bce")
@@ -108,12 +109,12 @@ class TaskInfo:
 
     def __post_init__(self) -> None:
         if self.kind not in ("generator", "loader"):
-            raise ValueError(f"task {self.name!r}: kind must be 'generator' or 'loader', got {self.kind!r}")
+            raise UserError(f"task {self.name!r}: kind must be 'generator' or 'loader', got {self.kind!r}")
         if self.loss not in LOSSES:
-            raise ValueError(f"task {self.name!r}: loss must be one of {LOSSES}, got {self.loss!r}")
+            raise UserError(f"task {self.name!r}: loss must be one of {LOSSES}, got {self.loss!r}")
         if self.inputs is None:
             if self.describe is None:
-                raise ValueError(f"task {self.name!r}: give inputs= (an InputSpec) or describe=")
+                raise UserError(f"task {self.name!r}: give inputs= (an InputSpec) or describe=")
             inputs, num_classes, heads = self._described(self.params)
             object.__setattr__(self, "inputs", inputs)
             if self.num_classes is None:
@@ -121,12 +122,12 @@ class TaskInfo:
             if heads is not None:
                 object.__setattr__(self, "heads", heads)
         if isinstance(self.inputs, Mapping) and "tokenizer" in self.inputs:
-            raise TypeError(f"task {self.name!r}: inputs describe the data, not a model: got model fields "
+            raise UserTypeError(f"task {self.name!r}: inputs describe the data, not a model: got model fields "
                             f"{dict(self.inputs)}; give e.g. InputSpec.image(3, 32, 32), InputSpec.tokens(2000, 16, "
                             f"pad_id=0) or InputSpec.vectors(6, 8) (TaskInfo.model_overrides is gone)")
         object.__setattr__(self, "inputs", check_inputs(self.inputs, f"task {self.name!r}: inputs"))
         if self.num_classes is None and self.describe is None:
-            raise ValueError(f"task {self.name!r}: num_classes is required without describe=")
+            raise UserError(f"task {self.name!r}: num_classes is required without describe=")
         if self.num_classes is not None:
             _check_num_classes(self.name, self.num_classes)
         _check_heads(self.name, self.heads)
@@ -136,7 +137,7 @@ class TaskInfo:
         params = dict(params or {})
         unknown = sorted(set(params) - set(self.params))
         if unknown:
-            raise KeyError(f"unknown parameter(s) {unknown} for task {self.name!r}; valid: {sorted(self.params)}")
+            raise UnknownNameError(f"unknown parameter(s) {unknown} for task {self.name!r}; valid: {sorted(self.params)}")
         return {**self.params, **params}
 
     def resolve(self, params: Mapping[str, Any] | None = None) -> "TaskInfo":
@@ -147,7 +148,7 @@ class TaskInfo:
             return self
         inputs, num_classes, heads = self._described(merged)
         if num_classes is None:
-            raise ValueError(f"task {self.name!r}: its class count comes from the data, which the "
+            raise UserError(f"task {self.name!r}: its class count comes from the data, which the "
                              f"parameters {merged} do not locate")
         _check_num_classes(self.name, num_classes)
         heads = self.heads if heads is None else heads
@@ -164,19 +165,19 @@ class TaskInfo:
                 raise
             raise type(e)(f"task {self.name!r}: {e}") from e
         if not isinstance(out, tuple) or len(out) not in (2, 3):
-            raise TypeError(f"task {self.name!r}: describe(params) must return (inputs, num_classes) or "
+            raise UserTypeError(f"task {self.name!r}: describe(params) must return (inputs, num_classes) or "
                             f"(inputs, num_classes, heads), got {out!r}")
         return out if len(out) == 3 else (*out, None)
 
 
 def _check_num_classes(task: str, n: Any) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"task {task!r}: num_classes must be a positive int, got {n!r}")
+        raise UserError(f"task {task!r}: num_classes must be a positive int, got {n!r}")
 
 
 def _check_heads(task: str, n: Any) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"task {task!r}: heads must be a positive int (predictions per sample, one per "
+        raise UserError(f"task {task!r}: heads must be a positive int (predictions per sample, one per "
                          f"CLS token), got {n!r}")
 
 
@@ -185,7 +186,7 @@ _TASKS: dict[str, tuple[TaskInfo, Callable[..., Dataset]]] = {}
 
 def register_task(info: TaskInfo, build: Callable[..., Dataset]) -> None:
     if info.name in _TASKS:
-        raise ValueError(f"task {info.name!r} is already registered")
+        raise UserError(f"task {info.name!r} is already registered")
     _TASKS[info.name] = (info, build)
 
 
@@ -197,7 +198,7 @@ def get_task(name: str) -> TaskInfo:
     if name not in _TASKS:
         valid = list_tasks()
         close = difflib.get_close_matches(name, valid, n=3)
-        raise KeyError(f"unknown task {name!r}.{f' Did you mean {close}?' if close else ''} Valid: {valid}")
+        raise UnknownNameError(f"unknown task {name!r}.{f' Did you mean {close}?' if close else ''} Valid: {valid}")
     return _TASKS[name][0]
 
 
@@ -227,12 +228,12 @@ def build_dataset(name: str, split: str, *, max_samples: int | None = None, **pa
     split is smaller); ``None`` or 0 = all (``data.max_samples`` in a training config).
     """
     if max_samples is not None and (isinstance(max_samples, bool) or not isinstance(max_samples, int)):
-        raise TypeError(f"max_samples must be an int (0 = all), got {max_samples!r} ({type(max_samples).__name__})")
+        raise UserTypeError(f"max_samples must be an int (0 = all), got {max_samples!r} ({type(max_samples).__name__})")
     if max_samples is not None and max_samples < 0:
-        raise ValueError(f"max_samples must be >= 0 (0 = all), got {max_samples}")
+        raise UserError(f"max_samples must be >= 0 (0 = all), got {max_samples}")
     info = get_task(name)
     if split not in info.splits:
-        raise ValueError(f"task {name!r} has splits {list(info.splits)}, got {split!r}")
+        raise UserError(f"task {name!r} has splits {list(info.splits)}, got {split!r}")
     dataset = _TASKS[name][1](split, **info.merged_params(params))  # KeyError: an unknown parameter
     if max_samples and max_samples < len(dataset):
         return FirstN(dataset, max_samples)

@@ -24,6 +24,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from ..errors import UnknownNameError, UserError
 
 IGNORE_INDEX = -100
 LOWER_IS_BETTER = frozenset({"perplexity"})
@@ -67,7 +68,7 @@ def token_sums(logits: Tensor, targets: Tensor) -> Tensor:
     """float64 ``[3]``: (sum of token cross-entropies, scored tokens, correct arg-max tokens) of
     logits ``[..., V]`` against ids ``[...]`` (``IGNORE_INDEX`` not scored)."""
     if logits.dim() != targets.dim() + 1 or logits.shape[:-1] != targets.shape or targets.dtype.is_floating_point:
-        raise ValueError(f"token metrics expect logits [..., V] and integer targets [...] of the same leading "
+        raise UserError(f"token metrics expect logits [..., V] and integer targets [...] of the same leading "
                          f"shape, got logits {list(logits.shape)} and targets {list(targets.shape)} ({targets.dtype})")
     flat, y = logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1)
     scored = y != IGNORE_INDEX
@@ -86,16 +87,16 @@ def token_metrics(names: tuple[str, ...], sums: Tensor) -> dict[str, float]:
     """``{"loss": mean token CE, name: value}`` from :func:`token_sums` (summed over batches)."""
     unknown = [n for n in names if n not in TOKEN_METRICS]
     if unknown:
-        raise KeyError(f"unknown token metric(s) {unknown}; valid: {sorted(TOKEN_METRICS)}")
+        raise UnknownNameError(f"unknown token metric(s) {unknown}; valid: {sorted(TOKEN_METRICS)}")
     if sums[1].item() == 0:          # not perplexity 1: nothing was scored
-        raise ValueError(f"token metrics: no target token was scored (every target is IGNORE_INDEX={IGNORE_INDEX})")
+        raise UserError(f"token metrics: no target token was scored (every target is IGNORE_INDEX={IGNORE_INDEX})")
     return {"loss": sums[0].item() / max(sums[1].item(), 1.0), **{n: TOKEN_METRICS[n](sums) for n in names}}
 
 
 def _multilabel_correct(logits: Tensor, targets: Tensor) -> Tensor:
     """bool ``[N, C]``: whether each label's prediction (logit > 0) matches its 0/1 target."""
     if logits.shape != targets.shape or logits.dim() != 2:
-        raise ValueError(f"multi-label metrics need logits and targets of the same shape [N, C], got "
+        raise UserError(f"multi-label metrics need logits and targets of the same shape [N, C], got "
                          f"{tuple(logits.shape)} and {tuple(targets.shape)}")
     return (logits > 0) == (targets > 0.5)
 
@@ -124,7 +125,7 @@ METRICS = {
 def compute_metrics(names: tuple[str, ...], outputs: Tensor, targets: Tensor) -> dict[str, float]:
     unknown = [n for n in names if n not in METRICS]
     if unknown:
-        raise KeyError(f"unknown metric(s) {unknown}; valid: {sorted(METRICS)}")
+        raise UnknownNameError(f"unknown metric(s) {unknown}; valid: {sorted(METRICS)}")
     return {n: METRICS[n](outputs, targets) for n in names}
 
 

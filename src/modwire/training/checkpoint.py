@@ -26,6 +26,7 @@ import torch
 
 from ..manifest import MANIFEST_FILE, verify_manifest, write_manifest
 from ..models.base import CONFIG_FILE, WEIGHTS_FILE
+from ..errors import UserError
 
 STATE_FILE, EMA_FILE, SUMMARY_FILE = "state.pt", "ema.safetensors", "checkpoint.json"
 
@@ -158,7 +159,7 @@ def load_state(ckpt_dir: str | os.PathLike) -> dict[str, Any]:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated file, or a pickle with globals outside the allow-list
-        raise ValueError(f"{path} is not a readable modwire training state ({type(e).__name__}: {e})") from None
+        raise UserError(f"{path} is not a readable modwire training state ({type(e).__name__}: {e})") from None
 
 
 def load_weights(module: torch.nn.Module, path: str | os.PathLike) -> None:
@@ -169,7 +170,7 @@ def load_weights(module: torch.nn.Module, path: str | os.PathLike) -> None:
     try:
         state = load_file(str(path), device=str(next(module.parameters()).device))
     except (SafetensorError, OSError) as e:
-        raise ValueError(f"{path} is not a readable safetensors file ({e})") from None
+        raise UserError(f"{path} is not a readable safetensors file ({e})") from None
     own = module.state_dict()
     missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
     shapes = [f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in sorted(set(own) & set(state))
@@ -180,7 +181,7 @@ def load_weights(module: torch.nn.Module, path: str | os.PathLike) -> None:
         differ = _config_differences(Path(path).parent / CONFIG_FILE, getattr(module, "config", None))
         if differ:
             parts.insert(0, f"model config (saved vs model) {_few(differ)}")
-        raise ValueError(f"checkpoint {path} does not match the model: " + "; ".join(parts))
+        raise UserError(f"checkpoint {path} does not match the model: " + "; ".join(parts))
     module.load_state_dict(state)
 
 

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
+from ..errors import UserError, UserTypeError
 
 
 @dataclass
@@ -105,7 +106,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "radam", "sgd")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A config file or ``--set`` override that cannot be used; the message names the file / key."""
 
 
@@ -279,7 +280,7 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
     from omegaconf.errors import OmegaConfBaseException
 
     if isinstance(overrides, (str, bytes, dict)) or not all(isinstance(item, str) for item in overrides):
-        raise TypeError(f"overrides: expected a list of 'key=value' strings such as ['max_steps=3'], "
+        raise UserTypeError(f"overrides: expected a list of 'key=value' strings such as ['max_steps=3'], "
                         f"got {type(overrides).__name__} {overrides!r}")
     cfg = OmegaConf.structured(TrainConfig)
     for file, layer in (config_layers(path) if path is not None else []):
@@ -377,11 +378,11 @@ def check_rules(c: Any, choices: dict, numeric: dict) -> None:
     for key, allowed in choices.items():
         for path, value in config_values(c, key):
             if value not in allowed:
-                raise ValueError(f"config key {path!r}: got {value!r}, expected one of {list(allowed)}")
+                raise UserError(f"config key {path!r}: got {value!r}, expected one of {list(allowed)}")
     for key, bound in numeric.items():
         for path, value in config_values(c, key):
             if not bound.holds(value):
-                raise ValueError(f"config key {path!r}: got {value!r}, expected {bound.describe(value)}")
+                raise UserError(f"config key {path!r}: got {value!r}, expected {bound.describe(value)}")
 
 
 def validate(c: TrainConfig) -> None:
@@ -389,18 +390,18 @@ def validate(c: TrainConfig) -> None:
     between fields; raise a ``ValueError`` naming the key path, the value and what is expected."""
     check_rules(c, CHOICES, NUMERIC_RULES)
     if c.optim.schedule == "step" and not c.optim.milestones:
-        raise ValueError("config key 'optim.milestones': the step schedule needs at least one milestone (steps at "
+        raise UserError("config key 'optim.milestones': the step schedule needs at least one milestone (steps at "
                          "which lr is multiplied by optim.gamma), got []")
     if c.optim.schedule != "step" and c.optim.milestones:
-        raise ValueError(f"config key 'optim.milestones': got {list(c.optim.milestones)}, but they are used only by "
+        raise UserError(f"config key 'optim.milestones': got {list(c.optim.milestones)}, but they are used only by "
                          f"optim.schedule: step (the schedule is {c.optim.schedule!r})")
     if c.data.mixup_alpha != 1.0 and c.data.mixup != "input":
-        raise ValueError(f"config key 'data.mixup_alpha': got {c.data.mixup_alpha:g}, but it sets Input Mixup only "
+        raise UserError(f"config key 'data.mixup_alpha': got {c.data.mixup_alpha:g}, but it sets Input Mixup only "
                          f"(data.mixup: input); data.mixup is {c.data.mixup!r}")
     if len(c.optim.betas) != 2:
-        raise ValueError(f"config key 'optim.betas': got {list(c.optim.betas)}, expected two numbers [beta1, beta2]")
+        raise UserError(f"config key 'optim.betas': got {list(c.optim.betas)}, expected two numbers [beta1, beta2]")
     if c.optim.min_lr > c.optim.lr:
-        raise ValueError(f"config key 'optim.min_lr': got {c.optim.min_lr:g}, expected <= optim.lr ({c.optim.lr:g}): "
+        raise UserError(f"config key 'optim.min_lr': got {c.optim.min_lr:g}, expected <= optim.lr ({c.optim.lr:g}): "
                          f"the schedule decays from lr to min_lr")
     _validate_finetune(c)
 
@@ -409,22 +410,22 @@ def _validate_finetune(c: TrainConfig) -> None:
     """The relations between the fine-tuning fields (``finetune.*``, ``data.few_shot``)."""
     f, shot = c.finetune, c.data.few_shot
     if f.init is not None and not f.init.strip():
-        raise ValueError("config key 'finetune.init': got an empty path, expected a run or checkpoint directory "
+        raise UserError("config key 'finetune.init': got an empty path, expected a run or checkpoint directory "
                          "(or null to train from scratch)")
     if f.init is not None and c.model.overrides:
-        raise ValueError(f"config key 'model.overrides': got {sorted(c.model.overrides)}, but with finetune.init the "
+        raise UserError(f"config key 'model.overrides': got {sorted(c.model.overrides)}, but with finetune.init the "
                          f"architecture comes from the checkpoint's config.json ({f.init}): leave it empty")
     if f.new_task and f.init is None:
-        raise ValueError("config key 'finetune.new_task': new task outputs replace a trained model's, so it needs "
+        raise UserError("config key 'finetune.new_task': new task outputs replace a trained model's, so it needs "
                          "finetune.init (a run or checkpoint directory)")
     if f.add_functions and f.init is None:
-        raise ValueError("config key 'finetune.add_functions': functions are added to a trained model, so it needs "
+        raise UserError("config key 'finetune.add_functions': functions are added to a trained model, so it needs "
                          "finetune.init (a run or checkpoint directory)")
     if not f.train or not all(isinstance(n, str) and n.strip() for n in f.train):
-        raise ValueError(f"config key 'finetune.train': got {list(f.train)!r}, expected a non-empty list of "
+        raise UserError(f"config key 'finetune.train': got {list(f.train)!r}, expected a non-empty list of "
                          f"parameter-set names such as [all] or [cls, type_inference]")
     if shot.ways and c.data.mixup:
-        raise ValueError("config key 'data.mixup': mixup mixes the task's labels, but data.few_shot.ways "
+        raise UserError("config key 'data.mixup': mixup mixes the task's labels, but data.few_shot.ways "
                          "renumbers them: switch one off")
 
 

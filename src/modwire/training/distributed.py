@@ -9,6 +9,7 @@ import torch.distributed as dist
 from torch.utils.data import Sampler
 
 from ..seeding import torch_generator
+from ..errors import UserError
 
 
 @dataclass
@@ -26,7 +27,7 @@ def setup(device: str = "auto") -> DistInfo:
     """Join the process group when launched by torchrun (``WORLD_SIZE > 1``): NCCL on GPUs,
     gloo on CPUs. Single process otherwise."""
     if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"config key 'device': got 'cuda', but torch {torch.__version__} sees no CUDA device "
+        raise UserError(f"config key 'device': got 'cuda', but torch {torch.__version__} sees no CUDA device "
                          f"(built with CUDA: {torch.version.cuda or 'no'}); expected 'auto' or 'cpu' here")
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     world = int(os.environ.get("WORLD_SIZE", "1"))

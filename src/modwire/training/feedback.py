@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from ..errors import UserError
 
 
 def json_safe(value: Any) -> Any:
@@ -149,8 +150,8 @@ def _record(path: Path, n: int, line: str) -> dict[str, Any]:
     try:
         record = json.loads(line)
     except ValueError as e:
-        raise ValueError(f"{path}, line {n}: not a metrics record ({e}); remove or repair the line, "
+        raise UserError(f"{path}, line {n}: not a metrics record ({e}); remove or repair the line, "
                          f"then resume again") from None
     if not isinstance(record, dict):
-        raise ValueError(f"{path}, line {n}: not a metrics record (a JSON {type(record).__name__})")
+        raise UserError(f"{path}, line {n}: not a metrics record (a JSON {type(record).__name__})")
     return record

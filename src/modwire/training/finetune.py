@@ -47,6 +47,7 @@ from torch.utils.data import Dataset
 
 from .config import TrainConfig
 from .finetune_setup import draw_few_shot, same_classes
+from ..errors import UserError
 
 __all__ = ["default_out_dir", "few_shot_eval_set", "finetune_overrides", "finetune_seeds", "source_run", "summarize",
            "summary_table"]
@@ -97,7 +98,7 @@ def finetune_seeds(config_for: Callable[[int, Path], TrainConfig], seeds: Sequen
         if done.is_file() and (run_dir / CONFIG_NAME).is_file():
             differ = saved_config_changes(run_dir, cfg)
             if differ:
-                raise ValueError(f"{run_dir} holds a finished fine-tuning run with other settings (differing keys: "
+                raise UserError(f"{run_dir} holds a finished fine-tuning run with other settings (differing keys: "
                                  f"{', '.join(differ)}): choose another --out")
             results[seed] = _read_result(done)
             log(f"seed {seed}: finished earlier ({run_dir})")
@@ -134,7 +135,7 @@ def _read_result(path: Path) -> dict[str, Any]:
         data["val"], data["seed"]          # noqa: B018  (the keys a result must have)
         return data
     except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{path} is not a fine-tuning result ({type(e).__name__}: {e}); delete it to retrain "
+        raise UserError(f"{path} is not a fine-tuning result ({type(e).__name__}: {e}); delete it to retrain "
                          f"that seed") from None
 
 
@@ -227,6 +228,6 @@ def default_out_dir(run: str | os.PathLike, task: str, train: Sequence[str], sho
     """``RUN/finetune/<task>-<sets>[-<k>shot][-<n>way]`` for a run (or a checkpoint inside one)."""
     _, run_dir, _ = source_run(run)
     if run_dir is None:
-        raise ValueError(f"{run} is a checkpoint outside a run directory: give the output directory with --out")
+        raise UserError(f"{run} is a checkpoint outside a run directory: give the output directory with --out")
     name = "-".join([task, "+".join(train), *([f"{shots}shot"] if shots else []), *([f"{ways}way"] if ways else [])])
     return run_dir / "finetune" / name

@@ -19,6 +19,7 @@ from torch.utils.data import Dataset, Subset
 from ..models.capabilities import FineTunable, GrowsFunctions
 from ..seeding import numpy_rng
 from .config import TrainConfig
+from ..errors import UserError, UserTypeError
 
 __all__ = ["FEW_SHOT_STREAM", "FewShotSubset", "dataset_labels", "draw_few_shot", "few_shot_indices",
            "few_shot_splits", "pretrained_model", "same_classes", "select_trainable"]
@@ -46,15 +47,15 @@ def pretrained_model(cfg: TrainConfig, info) -> torch.nn.Module:
     classes = cfg.data.few_shot.ways or info.num_classes
     if cfg.finetune.new_task:
         if not isinstance(model, FineTunable):
-            raise TypeError(f"config key 'finetune.new_task': a {model.config.model_type!r} model has no new_task()")
+            raise UserTypeError(f"config key 'finetune.new_task': a {model.config.model_type!r} model has no new_task()")
         model.new_task(classes, heads=heads)
     if cfg.finetune.add_functions:         # NI §4.2, Fig. 5b: train them with finetune.train=[signatures_codes]
         if not isinstance(model, GrowsFunctions):
-            raise TypeError(f"config key 'finetune.add_functions': a {model.config.model_type!r} model has no "
+            raise UserTypeError(f"config key 'finetune.add_functions': a {model.config.model_type!r} model has no "
                             f"functions to add (a Neural Interpreter has)")
         model.add_functions(cfg.finetune.add_functions)
     if not cfg.finetune.new_task and model.num_classes != classes:
-        raise ValueError(f"the model of finetune.init ({ckpt}) has {model.num_classes} outputs per head, but task "
+        raise UserError(f"the model of finetune.init ({ckpt}) has {model.num_classes} outputs per head, but task "
                          f"{info.name!r} needs {classes}: set finetune.new_task=true for new outputs")
     return model
 
@@ -66,12 +67,12 @@ def select_trainable(model: torch.nn.Module, names: Sequence[str]) -> tuple[int,
     sets = model.parameter_sets() if isinstance(model, FineTunable) else {"all": ("",)}
     unknown = [n for n in names if n not in sets]
     if unknown:
-        raise ValueError(f"config key 'finetune.train': unknown parameter set(s) {unknown} for a "
+        raise UserError(f"config key 'finetune.train': unknown parameter set(s) {unknown} for a "
                          f"{getattr(model.config, 'model_type', type(model).__name__)!r} model; valid: {sorted(sets)}")
     prefixes = tuple(p for n in names for p in sets[n])
     for set_name in names:
         if not any(name.startswith(sets[set_name]) for name, _ in model.named_parameters()):
-            raise ValueError(f"config key 'finetune.train': the parameter set {set_name!r} holds no parameter of "
+            raise UserError(f"config key 'finetune.train': the parameter set {set_name!r} holds no parameter of "
                              f"this model (prefixes {list(sets[set_name])})")
     for name, p in model.named_parameters():
         p.requires_grad_(p.requires_grad and name.startswith(prefixes))
@@ -115,7 +116,7 @@ def dataset_labels(dataset: Dataset, what: str) -> Tensor:
     ys = [torch.as_tensor(dataset[i][1]) for i in range(len(dataset))]
     bad = next((y for y in ys if y.ndim != 0 or y.is_floating_point()), None)
     if bad is not None:
-        raise ValueError(f"data.few_shot: the {what} split's targets are {bad.dtype} of shape {tuple(bad.shape)}, "
+        raise UserError(f"data.few_shot: the {what} split's targets are {bad.dtype} of shape {tuple(bad.shape)}, "
                          f"expected one integer class label per sample")
     return torch.stack(ys).long() if ys else torch.zeros(0, dtype=torch.long)
 
@@ -136,14 +137,14 @@ def few_shot_indices(labels: Tensor, *, shots: int, ways: int, seed: int) -> tup
     rng = numpy_rng(seed, FEW_SHOT_STREAM)
     present = sorted(labels.unique().tolist())
     if ways > len(present):
-        raise ValueError(f"config key 'data.few_shot.ways': got {ways}, but the training split holds "
+        raise UserError(f"config key 'data.few_shot.ways': got {ways}, but the training split holds "
                          f"{len(present)} classes")
     classes = sorted(int(c) for c in rng.choice(present, size=ways, replace=False)) if ways else present
     chosen: list[int] = []
     for c in classes:
         idx = (labels == c).nonzero().flatten().tolist()
         if shots > len(idx):
-            raise ValueError(f"config key 'data.few_shot.shots': got {shots}, but class {c} has only {len(idx)} "
+            raise UserError(f"config key 'data.few_shot.shots': got {shots}, but class {c} has only {len(idx)} "
                              f"training samples")
         chosen += [int(i) for i in rng.choice(idx, size=shots, replace=False)] if shots else idx
     return sorted(chosen), classes
@@ -166,11 +167,11 @@ def draw_few_shot(cfg: TrainConfig, info, train_set: Dataset) -> tuple[list[int]
     """``(indices, classes)`` of ``data.few_shot`` in ``train_set``, drawn by the run's seed."""
     fs = cfg.data.few_shot
     if info.loss != "cross_entropy" or getattr(info, "heads", 1) != 1:
-        raise ValueError(f"config key 'data.few_shot': task {info.name!r} is not single-head classification "
+        raise UserError(f"config key 'data.few_shot': task {info.name!r} is not single-head classification "
                          f"(loss {info.loss!r}, heads {getattr(info, 'heads', 1)}): k-shot n-way subsets need "
                          f"one class label per sample")
     if fs.ways > info.num_classes:
-        raise ValueError(f"config key 'data.few_shot.ways': got {fs.ways}, but task {info.name!r} has "
+        raise UserError(f"config key 'data.few_shot.ways': got {fs.ways}, but task {info.name!r} has "
                          f"{info.num_classes} classes")
     return few_shot_indices(dataset_labels(train_set, cfg.data.train_split), shots=fs.shots, ways=fs.ways,
                             seed=cfg.seed)

@@ -44,6 +44,7 @@ from .gan_config import HARMLESS, GANTrainConfig, load_gan_config, to_yaml
 from .lock import RunLock
 from .signals import StopSignals
 from .state import rng_state, set_rng_state
+from ..errors import UserError
 
 # Purposes of the seeded streams (the second part of every derived seed).
 D_LATENTS, G_LATENTS, GRID_LATENTS, EVAL_LATENTS, REAL_ORDER, DATA_ORDER = 1, 2, 3, 4, 5, 6
@@ -90,10 +91,10 @@ class RealImages:
 
     def __init__(self, dataset, batch: int, seed: int, shape: tuple[int, int, int]) -> None:
         if len(dataset) < batch:
-            raise ValueError(f"data: the split holds {len(dataset)} images, fewer than data.batch_size={batch}")
+            raise UserError(f"data: the split holds {len(dataset)} images, fewer than data.batch_size={batch}")
         got = tuple(torch.as_tensor(dataset[0][0]).shape)
         if got != shape:
-            raise ValueError(f"data: the task's images are {list(got)}, but the model makes {list(shape)} "
+            raise UserError(f"data: the task's images are {list(got)}, but the model makes {list(shape)} "
                              f"(set model.overrides.image_channels / image_size, or the task's params)")
         self.dataset, self.batch, self.seed, self.shape = dataset, batch, seed, shape
         self.per_epoch = len(dataset) // batch                   # the last partial batch is dropped
@@ -198,7 +199,7 @@ def build_state(cfg: GANTrainConfig, device: torch.device) -> GANState:
     torch.manual_seed(cfg.seed)
     model = create_model(cfg.model.name, **overrides)
     if not isinstance(model, GAN):
-        raise ValueError(f"model.name: {cfg.model.name!r} is a {type(model).__name__}, expected a GAN preset "
+        raise UserError(f"model.name: {cfg.model.name!r} is a {type(model).__name__}, expected a GAN preset "
                          f"(modwire list models: gan_*)")
     model.to(device).train()
     betas = tuple(cfg.optim.betas)
@@ -214,7 +215,7 @@ def build_state(cfg: GANTrainConfig, device: torch.device) -> GANState:
 
 def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("config key 'device': got 'cuda', but no CUDA device is available")
+        raise UserError("config key 'device': got 'cuda', but no CUDA device is available")
     return torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
 
 
@@ -316,7 +317,7 @@ def check_run_dir(cfg: GANTrainConfig, run: Path, *, resume: bool, overwrite: bo
         changes = _differences(load_gan_config(saved), cfg)
         refused = [f"{k}: {a!r} → {b!r}" for k, (a, b) in changes.items() if k not in HARMLESS]
         if refused:
-            raise ValueError(f"--resume {run}: the config differs from the run's config.yaml: {'; '.join(refused)} "
+            raise UserError(f"--resume {run}: the config differs from the run's config.yaml: {'; '.join(refused)} "
                              f"(only {', '.join(HARMLESS)} may change); start a new run (another out_dir) instead")
     elif ((run / "checkpoints").exists() or saved.exists()) and not overwrite:
         raise FileExistsError(f"{run} already holds a run: continue it with --resume, or start afresh with "
@@ -403,7 +404,7 @@ def score_run(run_dir: str | Path, overrides: Sequence[str] = ()) -> dict[str, A
         raise FileNotFoundError(f"--score {run}: expected a GAN run directory with config.yaml and checkpoints/last")
     bad = [o for o in overrides if not o.split("=", 1)[0].removesuffix(":").strip().startswith(("eval.", "device"))]
     if bad:
-        raise ValueError(f"--score: only eval.* and device overrides apply to a trained run, got {bad[0]!r}")
+        raise UserError(f"--score: only eval.* and device overrides apply to a trained run, got {bad[0]!r}")
     cfg = load_gan_config(run / "config.yaml", [*overrides, f"out_dir={json.dumps(str(run))}"])
     device = resolve_device(cfg.device)
     state = build_state(cfg, device)
@@ -420,7 +421,7 @@ def score_run(run_dir: str | Path, overrides: Sequence[str] = ()) -> dict[str, A
 def run_command(args: argparse.Namespace) -> int:
     if args.score:
         if args.config or args.resume or args.overwrite:
-            raise ValueError("--score RUN_DIR takes the run's own config: give no CONFIG, --resume or --overwrite")
+            raise UserError("--score RUN_DIR takes the run's own config: give no CONFIG, --resume or --overwrite")
         print(json.dumps(score_run(args.score, args.overrides)))
         return 0
     cfg = load_gan_config(args.config, args.overrides)

@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence
 from ..nn.gan_losses import GAN_LOSSES
 from .config import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT, ConfigError, ModelSection, apply_override, \
     check_rules, config_layers
+from ..errors import UserError
 
 DECAYS = ("linear", "none")
 
@@ -92,12 +93,12 @@ HARMLESS = ("log_every", "checkpoint_every", "sample_every", "device", "eval.eve
 def validate(c: GANTrainConfig) -> None:
     check_rules(c, CHOICES, NUMERIC)
     if len(c.optim.betas) != 2:
-        raise ValueError(f"config key 'optim.betas': got {list(c.optim.betas)}, expected two numbers [beta1, beta2]")
+        raise UserError(f"config key 'optim.betas': got {list(c.optim.betas)}, expected two numbers [beta1, beta2]")
     if (c.loss.infomax_d > 0 or c.loss.infomax_g > 0) and c.data.batch_size < 2:
-        raise ValueError(f"config key 'data.batch_size': got {c.data.batch_size}, expected at least 2 with InfoMax-GAN's "
+        raise UserError(f"config key 'data.batch_size': got {c.data.batch_size}, expected at least 2 with InfoMax-GAN's "
                          f"InfoNCE on (loss.infomax_d / loss.infomax_g > 0: the other images are its negatives)")
     if c.eval.num_samples < 2 or c.eval.real_samples < 2:
-        raise ValueError("config keys 'eval.num_samples' / 'eval.real_samples': expected at least 2 images each "
+        raise UserError("config keys 'eval.num_samples' / 'eval.real_samples': expected at least 2 images each "
                          "(a covariance needs two)")
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from ..errors import UserError
 
 CLASSIFIER_DIR, REAL_STATS = "fid_classifier", "real_stats.safetensors"
 
@@ -28,9 +29,9 @@ def feature_stats(features: Tensor) -> tuple[np.ndarray, np.ndarray]:
     """``features [N, d]`` → ``(mean [d], covariance [d, d])`` in float64 (unbiased, as FID)."""
     x = features.detach().double().cpu().numpy()
     if x.ndim != 2 or len(x) < 2:
-        raise ValueError(f"feature_stats: expected features [N >= 2, d], got {list(features.shape)}")
+        raise UserError(f"feature_stats: expected features [N >= 2, d], got {list(features.shape)}")
     if not np.isfinite(x).all():     # e.g. a generator whose weights became NaN: say so, not LinAlgError
-        raise ValueError("feature_stats: the features are not finite (NaN / inf): the images they come from "
+        raise UserError("feature_stats: the features are not finite (NaN / inf): the images they come from "
                          "(a generator's output?) are not finite")
     return x.mean(axis=0), np.cov(x, rowvar=False)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .config import TrainConfig, load_config, to_yaml
+from ..errors import UserError
 
 CONFIG_NAME, RESUMES_NAME = "config.yaml", "resumes.jsonl"
 HARMLESS = ("epochs", "max_steps", "log_every", "progress", "checkpoint_every", "data.num_workers", "device",
@@ -59,7 +60,7 @@ def recorded_changes(run_dir: str | os.PathLike) -> list[str]:
         try:
             out += [f"{k}={json.dumps(new)}" for k, (_, new) in json.loads(line)["changes"].items()]
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ValueError(f"{path}, line {n}: not a resume record ({type(e).__name__}: {e})") from None
+            raise UserError(f"{path}, line {n}: not a resume record ({type(e).__name__}: {e})") from None
     return out
 
 
@@ -82,7 +83,7 @@ def check_resume(run_dir: str | os.PathLike, cfg: TrainConfig, allow: Iterable[s
     allow = set(allow)
     not_harmless = sorted(allow - set(HARMLESS))
     if not_harmless:
-        raise ValueError(f"--allow-change {','.join(not_harmless)}: only keys that change neither the model, "
+        raise UserError(f"--allow-change {','.join(not_harmless)}: only keys that change neither the model, "
                          f"the data nor the optimizer may change on resume: {', '.join(HARMLESS)}")
     changes = saved_config_changes(run_dir, cfg)
     refused = {k: v for k, v in changes.items() if k not in allow}
@@ -93,7 +94,7 @@ def check_resume(run_dir: str | os.PathLike, cfg: TrainConfig, allow: Iterable[s
         why = (f"{', '.join(hard)} would change the model, data or optimizer of a run already under way: "
                f"start a new run (another out_dir) instead" if hard else "")
         hint = f"allow {', '.join(soft)} with --allow-change {','.join(soft)}" if soft else ""
-        raise ValueError(f"--resume {run_dir}: the config differs from the run's {CONFIG_NAME}: {listed}. "
+        raise UserError(f"--resume {run_dir}: the config differs from the run's {CONFIG_NAME}: {listed}. "
                          + ". ".join(s for s in (why, hint) if s))
     return changes
 

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 from ..tasks import compute_metrics
 from ..tasks.metrics import IGNORE_INDEX, token_metrics, token_sums
+from ..errors import UserError
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 Batch = Tensor | dict[str, Tensor]
@@ -55,7 +56,7 @@ def compute_loss(info, out: Tensor, y: Tensor, label_smoothing: float = 0.0) -> 
     against next-token ids ``[B, T]`` (``IGNORE_INDEX`` not scored; language modelling)."""
     if info.loss == "token_cross_entropy":
         if out.dim() != y.dim() + 1 or out.shape[:-1] != y.shape:
-            raise ValueError(f"task {info.name!r} scores every token: expected logits [B, T, V] for targets "
+            raise UserError(f"task {info.name!r} scores every token: expected logits [B, T, V] for targets "
                              f"{list(y.shape)}, got logits {list(out.shape)}")
         return F.cross_entropy(out.flatten(0, -2).float(), y.flatten(), ignore_index=IGNORE_INDEX,
                                label_smoothing=label_smoothing)
@@ -63,7 +64,7 @@ def compute_loss(info, out: Tensor, y: Tensor, label_smoothing: float = 0.0) -> 
         return F.mse_loss(out.float(), y.float().view_as(out))
     if info.loss == "bce":
         if label_smoothing:
-            raise ValueError(f"optim.label_smoothing applies to cross-entropy; task {info.name!r} has a "
+            raise UserError(f"optim.label_smoothing applies to cross-entropy; task {info.name!r} has a "
                              f"multi-label 'bce' loss: set it to 0, got {label_smoothing}")
         return F.binary_cross_entropy_with_logits(out.float(), y.float())
     if y.dim() == 2:
@@ -82,19 +83,19 @@ def check_labels(y: Tensor, info, num_classes: int) -> None:
     if info.loss == "token_cross_entropy":
         y = y[y != IGNORE_INDEX]     # ids [B, T]; unscored positions carry IGNORE_INDEX
         if y.numel() == 0:           # the loss would be 0/0 = NaN, silently back-propagated
-            raise ValueError(f"task {info.name!r} gave a batch with no scored target token (every target is "
+            raise UserError(f"task {info.name!r} gave a batch with no scored target token (every target is "
                              f"IGNORE_INDEX={IGNORE_INDEX})")
     if info.loss not in ("cross_entropy", "token_cross_entropy") or y.numel() == 0:
         return
     if y.dtype.is_floating_point or y.dtype == torch.bool:
         if y.dim() == 1:
-            raise ValueError(f"task {info.name!r} gave {y.dtype} labels, but classification expects integer "
+            raise UserError(f"task {info.name!r} gave {y.dtype} labels, but classification expects integer "
                              f"class indices in [0, {num_classes}) (e.g. torch.long)")
         return
     lo, hi = int(y.min()), int(y.max())
     if lo < 0 or hi >= num_classes:
         bad = lo if lo < 0 else hi
-        raise ValueError(f"task {info.name!r} gave label {bad}, but the model has {num_classes} classes "
+        raise UserError(f"task {info.name!r} gave label {bad}, but the model has {num_classes} classes "
                          f"(labels must lie in [0, {num_classes})); check the task's data or "
                          f"model.overrides.num_classes")
 
@@ -102,10 +103,10 @@ def check_labels(y: Tensor, info, num_classes: int) -> None:
 def check_multilabel(y: Tensor, info, num_classes: int) -> None:
     """Multi-label targets (loss ``bce``) must be ``[B, num_classes]`` of 0 / 1."""
     if y.dim() != 2 or y.shape[1] != num_classes:
-        raise ValueError(f"task {info.name!r} has a multi-label 'bce' loss: targets must be [B, {num_classes}] "
+        raise UserError(f"task {info.name!r} has a multi-label 'bce' loss: targets must be [B, {num_classes}] "
                          f"(one 0/1 per class of the model), got {tuple(y.shape)}")
     if y.numel() and not bool(((y == 0) | (y == 1)).all()):
-        raise ValueError(f"task {info.name!r}: multi-label targets must be 0 or 1, got values in "
+        raise UserError(f"task {info.name!r}: multi-label targets must be 0 or 1, got values in "
                          f"[{y.min().item()}, {y.max().item()}]")
 
 

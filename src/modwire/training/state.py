@@ -18,6 +18,7 @@ import torch
 
 from .checkpoint import EMA_FILE, load_state, load_weights, save_checkpoint
 from ..models.base import WEIGHTS_FILE
+from ..errors import UserError
 
 COUNTERS = ("step", "epoch", "micro", "best", "val", "val_step", "val_pending")
 
@@ -66,7 +67,7 @@ class TrainState:
             self.scaler.load_state_dict(full["scaler"])
         if self.ema is not None:
             if not (ckpt / EMA_FILE).is_file():
-                raise ValueError(f"{ckpt} holds no {EMA_FILE}, but the config keeps an EMA (ema_decay > 0)")
+                raise UserError(f"{ckpt} holds no {EMA_FILE}, but the config keeps an EMA (ema_decay > 0)")
             load_weights(self.ema.module, ckpt / EMA_FILE)
             self.ema.n_averaged.copy_(full["ema_n_averaged"])
         for k in COUNTERS:

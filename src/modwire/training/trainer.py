@@ -65,6 +65,7 @@ from .runtime import (autocast, batch_len, call_model, check_labels, compute_los
                       to_device)
 from .signals import StopSignals
 from .state import TrainState
+from ..errors import UserError, UserTypeError
 
 __all__ = ["apply_augmentation", "build_datasets", "build_model_for_task", "evaluate", "make_loader", "train"]
 
@@ -84,7 +85,7 @@ def build_model_for_task(cfg: TrainConfig) -> PretrainedModel:
                            preset.normalize(user))
     given, taken = sorted(named_inputs(info.inputs)), sorted(get_config(cfg.model.name, **overrides).input_names())
     if given != taken:
-        raise ValueError(f"model {cfg.model.name!r} (with model.overrides) takes the inputs {taken}, but task "
+        raise UserError(f"model {cfg.model.name!r} (with model.overrides) takes the inputs {taken}, but task "
                          f"{info.name!r} gives {given}")
     return create_model(cfg.model.name, **overrides)
 
@@ -121,7 +122,7 @@ def apply_augmentation(cfg: TrainConfig, info, train_set, val_set):
     if spec is None or spec.kind != "image" or info.loss != "cross_entropy" or (
             not single and (augment == "deit" or cfg.data.mixup)):
         kinds = {name: s.kind for name, s in named.items()}
-        raise ValueError(f"data.augment / data.mixup need an image classification task; task {info.name!r} gives "
+        raise UserError(f"data.augment / data.mixup need an image classification task; task {info.name!r} gives "
                          f"{kinds!r} inputs and a {info.loss!r} loss (with several inputs, only data.augment: "
                          f"randaugment, without mixup, which augments the image 'x' and passes the others through)")
     mixer = make_mixer(cfg, info.num_classes)
@@ -190,11 +191,11 @@ def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path) 
     """Model, data, loaders, optimizer, schedule: a :class:`Run` and a fresh :class:`TrainState`."""
     world = dist_info.world
     if cfg.data.batch_size % (world * cfg.grad_accum):
-        raise ValueError(f"data.batch_size={cfg.data.batch_size} must be divisible by processes × grad_accum "
+        raise UserError(f"data.batch_size={cfg.data.batch_size} must be divisible by processes × grad_accum "
                          f"= {world} × {cfg.grad_accum}")
     if cfg.precision == "fp16" and dist_info.device.type != "cuda":
         # the fp16 loss scaler is a CUDA mechanism: elsewhere it skips steps while the counter advances
-        raise ValueError(f"config key 'precision': fp16 needs a CUDA device, the run is on "
+        raise UserError(f"config key 'precision': fp16 needs a CUDA device, the run is on "
                          f"{dist_info.device.type}: use bf16 (or fp32)")
     local_batch = cfg.data.batch_size // (world * cfg.grad_accum)
     info = get_task(cfg.data.task)
@@ -208,7 +209,7 @@ def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path) 
     train_loader = make_loader(train_set, local_batch, sampler, info, cfg.data.num_workers, drop_last=True)
     val_loader = make_loader(val_set, local_batch, None, info, cfg.data.num_workers, drop_last=False)
     if len(train_loader) < cfg.grad_accum:
-        raise ValueError(f"the {cfg.data.train_split} split ({len(train_set)} samples) is smaller than one "
+        raise UserError(f"the {cfg.data.train_split} split ({len(train_set)} samples) is smaller than one "
                          f"global batch ({cfg.data.batch_size})")
     steps_per_epoch = len(train_loader) // cfg.grad_accum
     total = cfg.epochs * steps_per_epoch if cfg.max_steps <= 0 else min(cfg.max_steps, cfg.epochs * steps_per_epoch)
@@ -235,7 +236,7 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
     Returns ``{"status": "finished" | "interrupted", "step", "val", "best", "model",
     "run_dir", "exit_code"}`` (exit code 0, or 130 / 143 after SIGINT / SIGTERM)."""
     if not isinstance(cfg, TrainConfig) and OmegaConf.get_type(cfg) is not TrainConfig:
-        raise TypeError(f"train: expected a TrainConfig from modwire.training.load_config(path, overrides), "
+        raise UserTypeError(f"train: expected a TrainConfig from modwire.training.load_config(path, overrides), "
                         f"got {type(cfg).__name__}")
     dist_info = distributed.setup(cfg.device)
     run_dir = Path(cfg.out_dir)
@@ -293,7 +294,7 @@ def prepare_directory(cfg: TrainConfig, run_dir: Path, *, resume: bool, allow: I
     run later, in :func:`discard_previous_run`, once the new run has been built)."""
     last = run_dir / "checkpoints" / "last"
     if resume and overwrite:  # one continues the run, the other discards it: neither may win silently
-        raise ValueError(f"--resume continues the run in {run_dir} and --overwrite discards it: give one of them")
+        raise UserError(f"--resume continues the run in {run_dir} and --overwrite discards it: give one of them")
     if resume:
         if not (last / "state.pt").is_file():
             found = {tag: sorted(p.name for p in last.parent.glob(f"{tag}-*") if (p / "state.pt").is_file())
@@ -306,13 +307,13 @@ def prepare_directory(cfg: TrainConfig, run_dir: Path, *, resume: bool, allow: I
     if overwrite:
         return {}
     if last.is_symlink():
-        raise ValueError(f"out_dir {run_dir} already holds a run (checkpoint {last.resolve().name}): continue it "
+        raise UserError(f"out_dir {run_dir} already holds a run (checkpoint {last.resolve().name}): continue it "
                          f"with `modwire train --resume {run_dir}`, choose another out_dir, or pass --overwrite "
                          f"to discard it")
     elif (run_dir / CONFIG_NAME).is_file():
         differ = saved_config_changes(run_dir, cfg)
         if differ:
-            raise ValueError(f"out_dir {run_dir} holds another run's {CONFIG_NAME} (differing keys: "
+            raise UserError(f"out_dir {run_dir} holds another run's {CONFIG_NAME} (differing keys: "
                              f"{', '.join(differ)}): choose another out_dir, or pass --overwrite to discard it")
     return {}
 
@@ -407,13 +408,13 @@ def auxiliary_losses(run: Run, model: torch.nn.Module) -> dict[str, Tensor]:
     weights = aux_loss_weights(run, model)
     missing = sorted(set(aux) - set(weights))
     if missing:
-        raise ValueError(f"model {run.cfg.model.name!r} reports the auxiliary loss(es) {missing} but the training "
+        raise UserError(f"model {run.cfg.model.name!r} reports the auxiliary loss(es) {missing} but the training "
                          f"config gives no weight: set aux_loss_weights.{missing[0]} (e.g. --set "
                          f"aux_loss_weights.{missing[0]}=0.01; 0 logs it without training on it)")
     if not run.aux_checked:
         unused = sorted(set(run.cfg.aux_loss_weights) - set(aux))
         if unused:
-            raise ValueError(f"config key 'aux_loss_weights.{unused[0]}': model {run.cfg.model.name!r} reports no "
+            raise UserError(f"config key 'aux_loss_weights.{unused[0]}': model {run.cfg.model.name!r} reports no "
                              f"auxiliary loss named {unused[0]!r} (it reports {sorted(aux) or 'none'})")
         run.aux_checked = True
     return aux

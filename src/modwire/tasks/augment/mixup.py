@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .transforms import _need, _randint
+from ...errors import UserError
 
 __all__ = ["MixParams", "MixupCutmix", "smooth_one_hot", "soft_target_cross_entropy"]
 
@@ -39,7 +40,7 @@ def soft_target_cross_entropy(logits: Tensor, soft_targets: Tensor, reduction: s
         return loss.sum()
     if reduction == "none":
         return loss
-    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    raise UserError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class MixupCutmix:
                  switch_prob: float = 0.5, label_smoothing: float = 0.1, *, num_classes: int,
                  pairing: str = "flip"):
         if pairing not in self.PAIRINGS:
-            raise ValueError(f"MixupCutmix pairing: got {pairing!r}, expected one of {list(self.PAIRINGS)}")
+            raise UserError(f"MixupCutmix pairing: got {pairing!r}, expected one of {list(self.PAIRINGS)}")
         self.mixup_alpha, self.cutmix_alpha, self.prob = mixup_alpha, cutmix_alpha, prob
         self.switch_prob, self.label_smoothing, self.num_classes = switch_prob, label_smoothing, num_classes
         self.pairing = pairing

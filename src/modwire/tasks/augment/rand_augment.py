@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .transforms import Fill, Transform, _check_image, _fill_tensor, _need, _randint
+from ...errors import UserError
 
 __all__ = ["RANDAUGMENT_OPS", "RandAugment", "adjust_brightness", "adjust_contrast", "adjust_saturation",
            "adjust_sharpness", "affine", "autocontrast", "equalize", "posterize", "rotate", "shear_x", "shear_y",
@@ -123,7 +124,7 @@ def posterize(img: Tensor, bits: int) -> Tensor:
     """Keep the ``bits`` most significant bits of each 8-bit value (``img`` is first
     quantised to 256 levels); outputs are multiples of ``2**(8 - bits) / 255``."""
     if not 0 <= bits <= 8:
-        raise ValueError(f"bits must be in [0, 8], got {bits}")
+        raise UserError(f"bits must be in [0, 8], got {bits}")
     mask = ~(2 ** (8 - bits) - 1) & 0xFF
     return (_to_uint8_levels(img) & mask).to(img.dtype) / 255
 
@@ -193,9 +194,9 @@ class RandAugment(Transform):
                  magnitude_std: float = 0.0, fill: Fill = 0.0, ops: Sequence[str] = RANDAUGMENT_OPS):
         unknown = sorted(set(ops) - set(RANDAUGMENT_OPS))
         if unknown:
-            raise ValueError(f"unknown RandAugment op(s) {unknown}; valid: {list(RANDAUGMENT_OPS)}")
+            raise UserError(f"unknown RandAugment op(s) {unknown}; valid: {list(RANDAUGMENT_OPS)}")
         if not 0 <= magnitude <= num_magnitude_bins - 1:
-            raise ValueError(f"magnitude must be in [0, {num_magnitude_bins - 1}], got {magnitude}")
+            raise UserError(f"magnitude must be in [0, {num_magnitude_bins - 1}], got {magnitude}")
         self.num_ops, self.magnitude, self.num_magnitude_bins = num_ops, magnitude, num_magnitude_bins
         self.magnitude_std, self.fill, self.ops = magnitude_std, fill, tuple(ops)
 
@@ -243,7 +244,7 @@ class RandAugment(Transform):
             return autocontrast(img)
         if op == "Equalize":
             return equalize(img)
-        raise ValueError(op)
+        raise UserError(op)
 
     def __call__(self, img: Tensor, generator: torch.Generator | None = None) -> Tensor:
         _check_image(img, "RandAugment")

@@ -5,6 +5,7 @@ import torch
 from torch import Tensor
 
 from .transforms import Fill, Transform, _fill_tensor, _need, _random_box
+from ...errors import UserError
 
 __all__ = ["RandomErasing"]
 
@@ -21,7 +22,7 @@ class RandomErasing(Transform):
     def __init__(self, p: float = 0.25, scale: tuple[float, float] = (0.02, 1 / 3),
                  ratio: tuple[float, float] = (0.3, 3.3), value: str | Fill = "random"):
         if isinstance(value, str) and value != "random":
-            raise ValueError(f"value must be 'random', a float or a per-channel sequence, got {value!r}")
+            raise UserError(f"value must be 'random', a float or a per-channel sequence, got {value!r}")
         self.p, self.scale, self.ratio, self.value = p, tuple(scale), tuple(ratio), value
 
     def get_params(self, height: int, width: int, generator: torch.Generator) -> tuple[int, int, int, int] | None:

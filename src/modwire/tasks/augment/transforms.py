@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from ...errors import UserError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -32,7 +33,7 @@ __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "CenterCrop", "Compose", "Normalize"
 
 def _need(generator: torch.Generator | None, who: str) -> torch.Generator:
     if generator is None:
-        raise ValueError(f"{who} is random and needs an explicit torch.Generator (the global RNG is never used)")
+        raise UserError(f"{who} is random and needs an explicit torch.Generator (the global RNG is never used)")
     return generator
 
 
@@ -98,7 +99,7 @@ def _pair(size: int | Sequence[int]) -> tuple[int, int]:
 
 def _check_image(img: Tensor, who: str) -> None:
     if img.dim() != 3 or not img.is_floating_point():
-        raise ValueError(f"{who} expects a float image [C, H, W], got dtype {img.dtype} and shape {tuple(img.shape)}")
+        raise UserError(f"{who} expects a float image [C, H, W], got dtype {img.dtype} and shape {tuple(img.shape)}")
 
 
 def _resize(img: Tensor, size: tuple[int, int]) -> Tensor:
@@ -146,7 +147,7 @@ class CenterCrop(Transform):
         th, tw = _pair(self.size)
         h, w = img.shape[-2:]
         if th > h or tw > w:
-            raise ValueError(f"CenterCrop{(th, tw)} is larger than the image {(h, w)}")
+            raise UserError(f"CenterCrop{(th, tw)} is larger than the image {(h, w)}")
         top, left = (h - th) // 2, (w - tw) // 2
         return img[..., top:top + th, left:left + tw]
 
@@ -177,7 +178,7 @@ class RandomResizedCrop(Transform):
     def __init__(self, size: int | Sequence[int], scale: tuple[float, float] = (0.08, 1.0),
                  ratio: tuple[float, float] = (3 / 4, 4 / 3)):
         if scale[0] > scale[1] or ratio[0] > ratio[1]:
-            raise ValueError(f"scale and ratio must be (min, max), got {scale} and {ratio}")
+            raise UserError(f"scale and ratio must be (min, max), got {scale} and {ratio}")
         self.size, self.scale, self.ratio = _pair(size), tuple(scale), tuple(ratio)
 
     def get_params(self, height: int, width: int, generator: torch.Generator) -> tuple[int, int, int, int]:
@@ -208,7 +209,7 @@ class RandomCrop(Transform):
 
     def __init__(self, size: int | Sequence[int], padding: int = 0, fill: float = 0.0):
         if padding < 0:
-            raise ValueError(f"RandomCrop: padding must be >= 0, got {padding}")
+            raise UserError(f"RandomCrop: padding must be >= 0, got {padding}")
         self.size, self.padding, self.fill = _pair(size), int(padding), float(fill)
 
     def get_params(self, height: int, width: int, generator: torch.Generator) -> tuple[int, int]:
@@ -216,7 +217,7 @@ class RandomCrop(Transform):
         th, tw = self.size
         h, w = height + 2 * self.padding, width + 2 * self.padding
         if th > h or tw > w:
-            raise ValueError(f"RandomCrop{self.size} is larger than the padded image {(h, w)}")
+            raise UserError(f"RandomCrop{self.size} is larger than the padded image {(h, w)}")
         return _randint(generator, 0, h - th + 1), _randint(generator, 0, w - tw + 1)
 
     def __call__(self, img: Tensor, generator: torch.Generator | None = None) -> Tensor:
@@ -242,6 +243,6 @@ class RandomHorizontalFlip(Transform):
 def _fill_tensor(fill: Fill, img: Tensor) -> Tensor:
     f = torch.as_tensor(fill, dtype=img.dtype, device=img.device).reshape(-1)
     if f.numel() not in (1, img.shape[0]):
-        raise ValueError(f"fill has {f.numel()} values for an image with {img.shape[0]} channels")
+        raise UserError(f"fill has {f.numel()} values for an image with {img.shape[0]} channels")
     return f.expand(img.shape[0])[:, None, None]
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 
 from torch import Tensor
 from torch.utils.data import Dataset
+from ...errors import UserError, UserTypeError
 
 
 SYSTEM_DATASETS_ENV = "MODWIRE_SYSTEM_DATASETS"
@@ -61,7 +62,7 @@ class LayoutError(FileNotFoundError):
     """A dataset directory or file is missing (message shows the expected layout)."""
 
 
-class FormatError(ValueError):
+class FormatError(UserError):
     """A dataset file exists but is malformed (message shows the expected format)."""
 
 
@@ -80,7 +81,7 @@ def malformed(task: str, path: Path | str, problem: str, layout: str) -> FormatE
 def require_root(task: str, root: Any, layout: str) -> Path:
     """``root`` as an existing directory, or an error that explains the expected layout."""
     if root is None:
-        raise ValueError(layout_message(
+        raise UserError(layout_message(
             task, "the parameter root=... is required: the directory that holds the dataset",
             layout, "root=None"))
     path = Path(os.path.expanduser(str(root)))
@@ -157,7 +158,7 @@ def read_text_file(task: str, path: Path, layout: str) -> str:
 
 def check_transform(transform: Any) -> Callable[[Tensor], Tensor] | None:
     if transform is not None and not callable(transform):
-        raise TypeError(f"transform must be a callable on the input tensor or None, got {type(transform).__name__}")
+        raise UserTypeError(f"transform must be a callable on the input tensor or None, got {type(transform).__name__}")
     return transform
 
 

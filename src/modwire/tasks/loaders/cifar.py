@@ -89,7 +89,7 @@ def _get(d: dict, key: str) -> Any:
     for k in (key.encode(), key):
         if k in d:
             return d[k]
-    raise KeyError(key)
+    raise KeyError(key)              # read_batch turns it into a FormatError naming the file
 
 
 def read_batch(path: Path, label_key: str, task: str, layout: str) -> tuple[np.ndarray, np.ndarray]:

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset
+from ...errors import UserError
 
 NUM_TEST = 360
 
@@ -46,9 +47,9 @@ class DigitsDataset(LoaderDataset):
 def build_digits(split: str, size: int = 32, transform: Callable | None = None) -> DigitsDataset:
     """The ``train`` (1,437) or ``test`` / ``val`` (360) split, upsampled to ``size``×``size``."""
     if split not in ("train", "val", "test"):
-        raise ValueError(f"digits: split must be 'train', 'val' or 'test', got {split!r}")
+        raise UserError(f"digits: split must be 'train', 'val' or 'test', got {split!r}")
     if isinstance(size, bool) or not isinstance(size, int) or size < 8 or size % 8:
-        raise ValueError(f"digits: size must be a positive multiple of 8 (the images are 8x8), got {size!r}")
+        raise UserError(f"digits: size must be a positive multiple of 8 (the images are 8x8), got {size!r}")
     data = sklearn_digits("digits")
     order = np.random.RandomState(0).permutation(len(data.target))
     index = order[:NUM_TEST] if split != "train" else order[NUM_TEST:]

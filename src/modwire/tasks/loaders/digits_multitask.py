@@ -33,6 +33,7 @@ from ..base import InputSpec, TaskInfo, register_task
 from .mnist import build_mnist
 from .mnistm import build_mnist_m
 from .svhn import build_svhn
+from ...errors import UserError
 
 SOURCES = ("svhn", "mnist_m", "mnist")          # the task id of a source is its position here
 INPUTS = {"x": InputSpec.image(3, 32, 32), "task": InputSpec.index(len(SOURCES))}
@@ -76,11 +77,11 @@ def build_digits_multitask(split: str, svhn_root: Any = None, mnist_m_root: Any 
                            sources: Sequence[str] = SOURCES, transform: Callable | None = None) -> MultiTaskDataset:
     """The ``split`` of every source in ``sources``, each from its root (official formats)."""
     if split not in ("train", "val", "test"):
-        raise ValueError(f"digits_multitask: split must be 'train', 'val' or 'test' (val = test), got {split!r}")
+        raise UserError(f"digits_multitask: split must be 'train', 'val' or 'test' (val = test), got {split!r}")
     chosen = list(sources) if not isinstance(sources, str) else [sources]
     unknown = [s for s in chosen if s not in SOURCES]
     if unknown or not chosen or len(set(chosen)) != len(chosen):
-        raise ValueError(f"digits_multitask: sources must be distinct names from {list(SOURCES)}, got {sources!r}")
+        raise UserError(f"digits_multitask: sources must be distinct names from {list(SOURCES)}, got {sources!r}")
     split = "test" if split == "val" else split
     build = {"svhn": lambda: build_svhn(split, svhn_root),
              "mnist_m": lambda: build_mnist_m(split, mnist_m_root),

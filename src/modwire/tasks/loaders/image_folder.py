@@ -25,6 +25,7 @@ from torch import Tensor
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import FormatError, LoaderDataset, found_listing, layout_message, malformed, missing, require_root
 from .images import _is_image, _pil, check_resize, class_dirs, load_rgb
+from ...errors import UserError
 
 TASK = "image_folder"
 SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
@@ -70,9 +71,9 @@ def class_names(path: Path) -> list[str]:
 
 def _check_params(image_size: Any, channels: Any, resize: Any) -> None:
     if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
-        raise ValueError(f"{TASK}: image_size must be a positive int, got {image_size!r}")
+        raise UserError(f"{TASK}: image_size must be a positive int, got {image_size!r}")
     if channels not in (1, 3) or isinstance(channels, bool):
-        raise ValueError(f"{TASK}: channels must be 1 (grayscale) or 3 (RGB), got {channels!r}")
+        raise UserError(f"{TASK}: channels must be 1 (grayscale) or 3 (RGB), got {channels!r}")
     check_resize(TASK, resize)
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from ..base import TaskInfo, register_task
 from ._common import check_binary, malformed, missing, require_root
 from .mnist import PARAMS, MnistDataset, _describe, idx_candidates, read_idx
+from ...errors import UserError
 
 LAYOUT = """\
 <root>/                              (e.g. kmnist/; also accepted: <root>/raw/)
@@ -74,7 +75,7 @@ def build_kmnist(split: str, root: Any = None, pad_to: int | None = 32, transfor
                  channels: int = 1, upsample_to: int | None = None) -> MnistDataset:
     """K-MNIST ``train`` (60,000) / ``test`` (10,000) from ``root`` (either official format)."""
     if split not in ("train", "test"):
-        raise ValueError(f"kmnist: split must be 'train' or 'test', got {split!r}")
+        raise UserError(f"kmnist: split must be 'train' or 'test', got {split!r}")
     fmt, files = _files(require_root("kmnist", root, LAYOUT), split)
     if fmt == "npz":
         images, labels = (read_npz_array(files["images"], "images [N, 28, 28]"),

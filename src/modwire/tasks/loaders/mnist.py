@@ -30,6 +30,7 @@ from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset, check_binary, first_existing, malformed, require_root, system_dataset
+from ...errors import UserError
 
 LAYOUT = """\
 <root>/                                (also accepted: <root>/raw/, <root>/{name}/raw/)
@@ -102,7 +103,7 @@ class MnistDataset(LoaderDataset):
         h, w = images.shape[1:]
         size = pad_to or max(h, w)
         if size < max(h, w) and upsample_to is None:
-            raise ValueError(f"pad_to={pad_to} is smaller than the images ({h}x{w})")
+            raise UserError(f"pad_to={pad_to} is smaller than the images ({h}x{w})")
         top, left = (size - h) // 2, (size - w) // 2
         self.pad = (0,) * 4 if upsample_to else (left, size - w - left, top, size - h - top)  # F.pad: W then H
 
@@ -127,13 +128,13 @@ def upsample(x: Tensor, size: int) -> Tensor:
 
 def check_channels(channels: Any) -> int:
     if channels not in (1, 3) or isinstance(channels, bool):
-        raise ValueError(f"channels must be 1 (grey) or 3 (the grey level repeated as RGB), got {channels!r}")
+        raise UserError(f"channels must be 1 (grey) or 3 (the grey level repeated as RGB), got {channels!r}")
     return int(channels)
 
 
 def check_upsample(size: Any) -> int | None:
     if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-        raise ValueError(f"upsample_to must be None (pad instead) or a positive int, got {size!r}")
+        raise UserError(f"upsample_to must be None (pad instead) or a positive int, got {size!r}")
     return size
 
 

@@ -24,6 +24,7 @@ from torch import Tensor
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset, first_existing, malformed, read_text_file, require_root
 from .mnist import upsample
+from ...errors import UserError
 
 LAYOUT = """\
 <root>/                          (the folder mnist_m/ of the authors' mnist_m.tar.gz, or its parent)
@@ -76,9 +77,9 @@ class MnistMDataset(LoaderDataset):
 def build_mnist_m(split: str, root: Any = None, size: int = 32, transform: Callable | None = None) -> MnistMDataset:
     """MNIST-M ``train`` (59,001 in the authors' archive) / ``test`` (9,001), resized to ``size``."""
     if split not in ("train", "test"):
-        raise ValueError(f"mnist_m: split must be 'train' or 'test', got {split!r}")
+        raise UserError(f"mnist_m: split must be 'train' or 'test', got {split!r}")
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"mnist_m: size must be a positive int, got {size!r}")
+        raise UserError(f"mnist_m: size must be a positive int, got {size!r}")
     path = require_root("mnist_m", root, LAYOUT)
     labels = first_existing("mnist_m", f"label list mnist_m_{split}_labels.txt",
                             [path / f"mnist_m_{split}_labels.txt", path / "mnist_m" / f"mnist_m_{split}_labels.txt"],

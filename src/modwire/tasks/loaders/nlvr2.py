@@ -56,6 +56,7 @@ from torch.utils.data import Dataset
 
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import FormatError, first_existing, malformed, require_root, text_problem
+from ...errors import UserError
 
 TASK = "nlvr2_features"
 CLIP_B32_IMAGE_DIM, CLIP_B32_TEXT_DIM = 768, 512  # CLIP ViT-B/32 token widths before the projections
@@ -304,7 +305,7 @@ def collate(batch: Sequence[tuple[dict[str, Tensor], Tensor]]) -> tuple[dict[str
 
 def _check_dim(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{TASK}: {name} must be a positive int, got {value!r}")
+        raise UserError(f"{TASK}: {name} must be a positive int, got {value!r}")
     return value
 
 
@@ -318,7 +319,7 @@ def check_widths(first: Example, images: FeatureFile, texts: FeatureFile, image_
     if txt.ndim != 2:
         checked_tokens(txt, texts, first.identifier, text_dim)
     if (img.shape[1], txt.shape[1]) != (image_dim, text_dim):
-        raise ValueError(
+        raise UserError(
             f"{TASK}: the features are {img.shape[1]} (image, {images.path}) and {txt.shape[1]} (text, "
             f"{texts.path}) wide, but image_dim={image_dim}, text_dim={text_dim}. Set "
             f"data.params.image_dim={img.shape[1]} data.params.text_dim={txt.shape[1]} (the model's input "

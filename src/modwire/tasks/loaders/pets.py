@@ -30,6 +30,7 @@ from typing import Any, Callable
 from ..base import TaskInfo, register_task
 from ._common import first_existing, malformed, missing, read_text_file, require_root
 from .images import ImageListDataset, _pil, _resized_rgb, check_resize
+from ...errors import UserError
 
 TASK = "oxford_pet"
 NUM_CLASSES = 37
@@ -98,7 +99,7 @@ def build_oxford_pet(split: str, root: Any = None, image_size: int = 224, resize
     by ``resize`` (module docstring). Every listed image must be in ``images/``."""
     check_resize(TASK, resize)
     if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
-        raise ValueError(f"{TASK}: image_size must be a positive int, got {image_size!r}")
+        raise UserError(f"{TASK}: image_size must be a positive int, got {image_size!r}")
     listing, images = _locate(root, split)
     entries = read_split_list(listing)
     present = set(os.listdir(images))

@@ -35,6 +35,7 @@ from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import FormatError, LoaderDataset, malformed, missing, require_root, text_problem
+from ...errors import UserError
 
 PANELS, SIZE = 16, 160          # the files: 16 panels of 160×160
 DEFAULT_PANEL_SIZE = 80         # NI §4.3: "a panel being an 80 × 80 image"
@@ -105,7 +106,7 @@ class PGMDataset(LoaderDataset):
 
 def check_panel_size(size: Any) -> int:
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= SIZE:
-        raise ValueError(f"pgm: panel_size must be an int in [1, {SIZE}] (the files' panels are {SIZE}x{SIZE}; "
+        raise UserError(f"pgm: panel_size must be an int in [1, {SIZE}] (the files' panels are {SIZE}x{SIZE}; "
                          f"NI uses 80), got {size!r}")
     return size
 

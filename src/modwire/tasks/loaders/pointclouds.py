@@ -26,6 +26,7 @@ from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset, malformed, missing, require_root, text_problem
+from ...errors import UserError
 
 MODELNET40_CLASSES = (
     "airplane", "bathtub", "bed", "bench", "bookshelf", "bottle", "bowl", "car", "chair", "cone",
@@ -122,7 +123,7 @@ def sample_surface(verts: np.ndarray, tris: np.ndarray, n: int, rng: np.random.G
     area = 0.5 * np.linalg.norm(np.cross(b - a, c - a), axis=1)
     total = area.sum()
     if not np.isfinite(total) or total <= 0:
-        raise ValueError("the mesh has zero surface area")
+        raise UserError("the mesh has zero surface area")
     pick = rng.choice(len(area), size=n, p=area / total)
     r1, r2 = np.sqrt(rng.random(n))[:, None], rng.random(n)[:, None]
     return (1 - r1) * a[pick] + r1 * (1 - r2) * b[pick] + r1 * r2 * c[pick]
@@ -246,11 +247,11 @@ def build_modelnet40(split: str, root: Any = None, format: str = "auto", num_poi
     """ModelNet40 ``train`` (9,843) / ``test`` (2,468) shapes as ``[num_points, 3]`` point clouds."""
     task = "modelnet40"
     if format not in FORMATS:
-        raise ValueError(f"{task}: format must be one of {list(FORMATS)}, got {format!r}")
+        raise UserError(f"{task}: format must be one of {list(FORMATS)}, got {format!r}")
     if pick not in PICKS:
-        raise ValueError(f"{task}: pick must be one of {list(PICKS)}, got {pick!r}")
+        raise UserError(f"{task}: pick must be one of {list(PICKS)}, got {pick!r}")
     if not isinstance(num_points, int) or num_points < 1:
-        raise ValueError(f"{task}: num_points must be a positive int, got {num_points!r}")
+        raise UserError(f"{task}: num_points must be a positive int, got {num_points!r}")
     path = require_root(task, root, LAYOUT)
     found = _detect(path, format)
     if found is None:

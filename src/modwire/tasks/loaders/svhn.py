@@ -19,6 +19,7 @@ from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset, first_existing, malformed, require_root, text_problem
+from ...errors import UserError
 
 LAYOUT = """\
 <root>/                     (e.g. svhn/; also accepted: <root>/svhn/)
@@ -78,7 +79,7 @@ class SvhnDataset(LoaderDataset):
 
 def svhn_file(root: Any, split: str, task: str = "svhn", layout: str = LAYOUT) -> Path:
     if split not in SPLITS:
-        raise ValueError(f"{task}: SVHN has the splits {list(SPLITS)}, got {split!r}")
+        raise UserError(f"{task}: SVHN has the splits {list(SPLITS)}, got {split!r}")
     path = require_root(task, root, layout)
     name = f"{split}_32x32.mat"
     return first_existing(task, f"SVHN file {name}", [path / name, path / "svhn" / name], layout, path)

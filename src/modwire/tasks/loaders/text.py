@@ -26,6 +26,7 @@ from torch import Tensor
 from ..base import InputSpec, TaskInfo, pad_collate, register_task
 from ._common import (LoaderDataset, first_dir, first_existing, malformed, missing, read_text_file, require_root,
                       text_problem)
+from ...errors import UserError
 
 IMDB_LAYOUT = """\
 <root>/                           (the folder aclImdb/, or its parent)
@@ -48,7 +49,7 @@ _NAME = re.compile(r"^(\d+)_(\d+)\.txt$")
 
 def _check_max_len(task: str, max_len: Any) -> int:
     if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
-        raise ValueError(f"{task}: max_len must be a positive int, got {max_len!r}")
+        raise UserError(f"{task}: max_len must be a positive int, got {max_len!r}")
     return max_len
 
 
@@ -101,7 +102,7 @@ def tokenize_listops(source: str) -> list[int]:
     try:
         return [LISTOPS_VOCAB[t] for t in source.split() if t not in ("(", ")")]
     except KeyError as exc:
-        raise ValueError(f"unknown ListOps token {exc.args[0]!r}; known: {sorted(LISTOPS_VOCAB)[1:]}") from None
+        raise UserError(f"unknown ListOps token {exc.args[0]!r}; known: {sorted(LISTOPS_VOCAB)[1:]}") from None
 
 
 class ListOpsDataset(LoaderDataset):
@@ -132,10 +133,10 @@ def listops_file(split: str, root: Any, files: Any, task: str = "lra_listops") -
         return first_existing(task, f"basic_{split}.tsv", [(path / d / f"basic_{split}.tsv") for d in LISTOPS_DIRS],
                               LISTOPS_LAYOUT, path)
     if not isinstance(files, Mapping):
-        raise ValueError(f"{task}: files must map split names to TSV files, e.g. {{train: a.tsv, val: b.tsv}}, "
+        raise UserError(f"{task}: files must map split names to TSV files, e.g. {{train: a.tsv, val: b.tsv}}, "
                          f"got {files!r}")
     if split not in files:
-        raise ValueError(f"{task}: files has no entry for split {split!r} (it has {sorted(files)})")
+        raise UserError(f"{task}: files has no entry for split {split!r} (it has {sorted(files)})")
     file = Path(os.path.expanduser(str(files[split])))
     if not file.is_absolute() and root is not None:
         file = require_root(task, root, LISTOPS_LAYOUT) / file

@@ -13,13 +13,14 @@ from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset
+from ...errors import UserError
 
 SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
 
 
 def split_id(split: str) -> int:
     if split not in SPLIT_IDS:
-        raise ValueError(f"unknown split {split!r}; valid: {list(SPLIT_IDS)}")
+        raise UserError(f"unknown split {split!r}; valid: {list(SPLIT_IDS)}")
     return SPLIT_IDS[split]
 
 
@@ -33,20 +34,20 @@ def split_size(size: int | Mapping[str, int], split: str) -> int:
     if isinstance(size, Mapping):
         bad = [k for k in size if not isinstance(k, str) or k not in SPLIT_IDS]
         if bad:    # e.g. `size={train:8}`: YAML needs a space after the colon, else a key "train:8"
-            raise ValueError(f"size has unknown split name(s) {bad}: expected a mapping of {list(SPLIT_IDS)} "
+            raise UserError(f"size has unknown split name(s) {bad}: expected a mapping of {list(SPLIT_IDS)} "
                              f"to counts (in YAML, a space after each colon: {{train: 8, val: 2}})")
     if isinstance(size, Mapping) and split not in size:  # e.g. `--set data.params.size:={train: 8}`
-        raise ValueError(f"size has no count for split {split!r}: expected a count for every split used, "
+        raise UserError(f"size has no count for split {split!r}: expected a count for every split used, "
                          f"got {dict(size)!r}")
     n = size[split] if isinstance(size, Mapping) else size
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"size of split {split!r} must be a non-negative int, got {n!r}")
+        raise UserError(f"size of split {split!r} must be a non-negative int, got {n!r}")
     return int(n)
 
 
 def check_seed(seed: Any) -> int:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        raise UserError(f"seed must be a non-negative int, got {seed!r}")
     return int(seed)
 
 

@@ -59,6 +59,7 @@ from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import GeneratedDataset, check_seed, sample_rng, split_size
+from ...errors import UserError
 
 NUM_VARS = 5
 NUM_CORNERS = 2 ** NUM_VARS
@@ -86,7 +87,7 @@ def truth_table(function_id: int, function_seed: int = 0) -> np.ndarray:
     """The Bernoulli(0.5) truth table ``[32]`` (bool) of function ``function_id``; entry ``m`` is
     the value at the corner with ``x_k = bit k of m``."""
     if not 0 <= int(function_id) < NUM_FUNCTIONS:
-        raise ValueError(f"function_id must be in [0, {NUM_FUNCTIONS}), got {function_id}")
+        raise UserError(f"function_id must be in [0, {NUM_FUNCTIONS}), got {function_id}")
     return np.array(_table(int(function_id), check_seed(function_seed)))
 
 
@@ -123,7 +124,7 @@ def function_id_of(inputs: Tensor) -> Tensor:
 
 def check_layout(layout: object) -> str:
     if layout not in LAYOUTS:
-        raise ValueError(f"fuzzy_boolean: layout must be one of {list(LAYOUTS)} ('sample': NI's set-up, one "
+        raise UserError(f"fuzzy_boolean: layout must be one of {list(LAYOUTS)} ('sample': NI's set-up, one "
                          f"item per point with all functions' targets, heads = number of functions; 'pair': one "
                          f"item per (point, function) for single-read-out models such as NAC), got {layout!r}")
     return str(layout)
@@ -135,7 +136,7 @@ def check_function_ids(function_ids: object) -> tuple[int, ...]:
     except (TypeError, ValueError):
         ids = ()
     if not ids or len(set(ids)) != len(ids) or not all(0 <= u < NUM_FUNCTIONS for u in ids):
-        raise ValueError(f"function_ids must be distinct ids in [0, {NUM_FUNCTIONS}), got {function_ids!r}")
+        raise UserError(f"function_ids must be distinct ids in [0, {NUM_FUNCTIONS}), got {function_ids!r}")
     return ids
 
 

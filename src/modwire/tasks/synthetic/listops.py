@@ -45,6 +45,7 @@ from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, pad_collate, register_task
 from ._common import GeneratedDataset, check_seed, sample_rng, split_size
+from ...errors import UserError
 
 PAD = 0
 DIGIT_OFFSET = 1  # id of digit v is v + 1
@@ -70,7 +71,7 @@ def apply_operator(op: int, args: list[int]) -> int:
         return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) // 2
     if op == SM:
         return sum(args) % 10
-    raise ValueError(f"not an operator id: {op}")
+    raise UserError(f"not an operator id: {op}")
 
 
 def evaluate(ids) -> int:
@@ -92,21 +93,21 @@ def evaluate(ids) -> int:
             value = t - DIGIT_OFFSET
         elif t == CLOSE:
             if not stack:
-                raise ValueError("unbalanced ']'")
+                raise UserError("unbalanced ']'")
             op, args = stack.pop()
             if not args:
-                raise ValueError("operator without arguments")
+                raise UserError("operator without arguments")
             value = apply_operator(op, args)
         else:
-            raise ValueError(f"unknown token id {t}")
+            raise UserError(f"unknown token id {t}")
         if stack:
             stack[-1][1].append(value)
         elif result is None:
             result = value
         else:
-            raise ValueError("more than one top-level expression")
+            raise UserError("more than one top-level expression")
     if stack or result is None:
-        raise ValueError("incomplete expression")
+        raise UserError("incomplete expression")
     return result
 
 
@@ -172,9 +173,9 @@ class ListOpsDataset(GeneratedDataset):
     def __init__(self, split: str, seed: int, size, min_len: int, max_len: int, max_depth: int) -> None:
         super().__init__(split, seed, split_size(size, split))
         if not (0 <= min_len and min_len + 1 < max_len):
-            raise ValueError(f"need 0 <= min_len < max_len - 1, got min_len={min_len}, max_len={max_len}")
+            raise UserError(f"need 0 <= min_len < max_len - 1, got min_len={min_len}, max_len={max_len}")
         if max_depth < 1:
-            raise ValueError(f"max_depth must be >= 1, got {max_depth}")
+            raise UserError(f"max_depth must be >= 1, got {max_depth}")
         self.min_len, self.max_len, self.max_depth = int(min_len), int(max_len), int(max_depth)
 
     def item(self, index: int) -> tuple[Tensor, Tensor]:

@@ -46,6 +46,7 @@ from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import SPLIT_IDS, GeneratedDataset, check_seed, sample_rng, split_size
+from ...errors import UserError
 
 NUM_CLASSES = 10
 IMAGE_SIZE = 64                 # NFM §4.2: "synthetic 64x64 images"
@@ -70,7 +71,7 @@ def crop_to_ink(image: np.ndarray) -> np.ndarray:
     """The smallest sub-array of ``image [H, W]`` holding every non-zero pixel."""
     rows, cols = np.flatnonzero(image.any(1)), np.flatnonzero(image.any(0))
     if rows.size == 0:
-        raise ValueError("a digit image without ink (all zeros) cannot be placed")
+        raise UserError("a digit image without ink (all zeros) cannot be placed")
     return image[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
 
 
@@ -99,7 +100,7 @@ class DigitPool:
         self.by_class = [np.flatnonzero(self.labels == c) for c in range(NUM_CLASSES)]
         missing = [c for c, idx in enumerate(self.by_class) if idx.size == 0]
         if missing:
-            raise ValueError(f"multi_digit: the {name} pool has no image of class(es) {missing}; every class "
+            raise UserError(f"multi_digit: the {name} pool has no image of class(es) {missing}; every class "
                              f"needs at least one digit")
 
     def glyph(self, k: int) -> np.ndarray:
@@ -144,23 +145,23 @@ def check_counts(counts, split: str, canvas: int, digit_size: int, distinct: boo
     if isinstance(counts, Mapping):
         bad = [k for k in counts if k not in SPLIT_IDS]
         if bad or split not in counts:
-            raise ValueError(f"multi_digit: counts must be a list of digit counts or a mapping of "
+            raise UserError(f"multi_digit: counts must be a list of digit counts or a mapping of "
                              f"{list(SPLIT_IDS)} to lists; got {dict(counts)!r} for split {split!r}")
         counts = counts[split]
     if isinstance(counts, (int, np.integer)) and not isinstance(counts, bool):
         counts = [counts]
     if not isinstance(counts, Sequence) or isinstance(counts, str) or not counts or any(
             isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1 for n in counts):
-        raise ValueError(f"multi_digit: counts of split {split!r} must be a non-empty list of positive ints, "
+        raise UserError(f"multi_digit: counts of split {split!r} must be a non-empty list of positive ints, "
                          f"got {counts!r}")
     most = max(counts)
     if distinct and most > NUM_CLASSES:
-        raise ValueError(f"multi_digit: {most} digits of distinct classes requested, but there are only "
+        raise UserError(f"multi_digit: {most} digits of distinct classes requested, but there are only "
                          f"{NUM_CLASSES} classes (set distinct=False to allow repeats)")
     # a grid holds (canvas // digit_size)² boxes, but random placement jams well before: allow 2/3 of it
     room = max(1, (canvas // digit_size) ** 2 * 2 // 3)
     if most > room:
-        raise ValueError(f"multi_digit: {most} digits of up to {digit_size}x{digit_size} px do not fit at random "
+        raise UserError(f"multi_digit: {most} digits of up to {digit_size}x{digit_size} px do not fit at random "
                          f"without overlap in a {canvas}x{canvas} image; at most {room}")
     return tuple(int(n) for n in counts)
 
@@ -173,9 +174,9 @@ class MultiDigitDataset(GeneratedDataset):
         super().__init__(split, seed, split_size(size, split))
         for name, value, lo in (("image_size", image_size, 8), ("digit_size", digit_size, 4)):
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= 1024:
-                raise ValueError(f"multi_digit: {name} must be an int in [{lo}, 1024], got {value!r}")
+                raise UserError(f"multi_digit: {name} must be an int in [{lo}, 1024], got {value!r}")
         if digit_size > image_size:
-            raise ValueError(f"multi_digit: digit_size {digit_size} exceeds image_size {image_size}")
+            raise UserError(f"multi_digit: digit_size {digit_size} exceeds image_size {image_size}")
         self.image_size, self.distinct = image_size, bool(distinct)
         self.counts = check_counts(counts, split, image_size, digit_size, self.distinct)
         self.pool = digit_pool(split, None if root is None else str(root), digit_size)
@@ -221,7 +222,7 @@ def build(split: str, seed: int = 0, size=None, counts=None, root=None, image_si
 def _describe(params: dict) -> tuple[InputSpec, int]:
     side = params["image_size"]
     if isinstance(side, bool) or not isinstance(side, int) or side < 8:
-        raise ValueError(f"multi_digit: image_size must be an int >= 8, got {side!r}")
+        raise UserError(f"multi_digit: image_size must be an int >= 8, got {side!r}")
     return InputSpec.image(1, side, side), NUM_CLASSES
 
 

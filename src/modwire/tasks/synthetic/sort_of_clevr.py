@@ -99,6 +99,7 @@ from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import GeneratedDataset, check_seed, sample_rng, split_size
+from ...errors import UserError
 
 IMAGE_SIZE = 75
 HALF_SIZE = 5
@@ -177,7 +178,7 @@ def held_out_pairs(holdout: int) -> tuple[tuple[str, str], ...]:
 
 def check_holdout(holdout) -> int:
     if isinstance(holdout, bool) or not isinstance(holdout, (int, np.integer)) or not 0 <= holdout <= len(COLORS):
-        raise ValueError(f"holdout (held-out colour-shape combinations, NFM Table 7) must be an int in "
+        raise UserError(f"holdout (held-out colour-shape combinations, NFM Table 7) must be an int in "
                          f"[0, {len(COLORS)}] (one shape per colour at most), got {holdout!r}")
     return int(holdout)
 
@@ -280,12 +281,12 @@ def question_ids(inputs: Tensor | Mapping[str, Tensor]) -> Tensor:
     if inputs.is_floating_point() and inputs.shape[-1] != CONDITION_LEN:  # tokens: decode the one-hot question
         return _vector_ids(question_of(inputs))
     if inputs.shape[-1:] != (CONDITION_LEN,):
-        raise ValueError(f"condition ids must be [..., {CONDITION_LEN}], got {list(inputs.shape)}")
+        raise UserError(f"condition ids must be [..., {CONDITION_LEN}], got {list(inputs.shape)}")
     color, typ, sub = inputs.long().unbind(-1)
     ok = ((color >= 0) & (color < len(COLORS)) & ((typ == TYPE_ID) | (typ == TYPE_ID + 1))
           & (sub >= SUBTYPE_ID + 3 * (typ - TYPE_ID)) & (sub < SUBTYPE_ID + 3 * (typ - TYPE_ID) + 3))
     if not bool(ok.all()):
-        raise ValueError(f"not a question of CONDITION_VOCAB (colour 0-5, type 6-7, subtype 8-10 for type 6 "
+        raise UserError(f"not a question of CONDITION_VOCAB (colour 0-5, type 6-7, subtype 8-10 for type 6 "
                          f"and 11-13 for type 7): {inputs[~ok][:4].tolist()}")
     return inputs.long()
 
@@ -293,7 +294,7 @@ def question_ids(inputs: Tensor | Mapping[str, Tensor]) -> Tensor:
 def _vector_ids(q: Tensor) -> Tensor:
     """One-hot question vectors ``[..., 11]`` (:func:`question_vector`) → condition ids ``[..., 3]``."""
     if q.shape[-1] != QUESTION_DIM:
-        raise ValueError(f"question vectors must be [..., {QUESTION_DIM}] (one-hot colour, type, subtype), "
+        raise UserError(f"question vectors must be [..., {QUESTION_DIM}] (one-hot colour, type, subtype), "
                          f"got {list(q.shape)}")
     rel = (q[..., TYPE_OFFSET + 1] > 0.5).long()
     sub = q[..., SUBTYPE_OFFSET:].argmax(-1)
@@ -318,7 +319,7 @@ def question_kind(x: Tensor | Mapping[str, Tensor]) -> str:
     """``"relational"`` or ``"non_relational"`` for one input (tokens ``[N, d]``, ids ``[3]`` or its dict)."""
     rel = is_relational(x)
     if rel.dim() != 0:
-        raise ValueError(f"question_kind takes one input; use is_relational for a batch, "
+        raise UserError(f"question_kind takes one input; use is_relational for a batch, "
                          f"got {list(rel.shape)} questions")
     return "relational" if bool(rel) else "non_relational"
 
@@ -437,7 +438,7 @@ def image_input_dim(patch_size: int = 5) -> int:
 def num_patches(patch_size: int) -> int:
     """Tokens per image, ``(75 / p)²``; a ``patch_size`` that does not divide 75 is a ValueError."""
     if not isinstance(patch_size, int) or isinstance(patch_size, bool) or patch_size < 1 or IMAGE_SIZE % patch_size:
-        raise ValueError(f"patch_size must divide {IMAGE_SIZE} (1, 3, 5, 15, 25, 75), got {patch_size!r}")
+        raise UserError(f"patch_size must divide {IMAGE_SIZE} (1, 3, 5, 15, 25, 75), got {patch_size!r}")
     return (IMAGE_SIZE // patch_size) ** 2
 
 

@@ -38,6 +38,7 @@ from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import GeneratedDataset, check_seed, sample_rng, split_size
+from ...errors import UserError
 
 IMAGE_SIZE = 64
 LO, HI = 1, 63  # vertex coordinate range (inclusive)
@@ -109,9 +110,9 @@ class TriangleDataset(GeneratedDataset):
     def __init__(self, split: str, seed: int, size, min_side: float, near_equilateral_ratio: float) -> None:
         super().__init__(split, seed, split_size(size, split))
         if not 0 <= min_side <= 30:
-            raise ValueError(f"min_side must be in [0, 30] px, got {min_side}")
+            raise UserError(f"min_side must be in [0, 30] px, got {min_side}")
         if near_equilateral_ratio < 1:
-            raise ValueError(f"near_equilateral_ratio must be >= 1, got {near_equilateral_ratio}")
+            raise UserError(f"near_equilateral_ratio must be >= 1, got {near_equilateral_ratio}")
         self.min_side, self.ratio = float(min_side), float(near_equilateral_ratio)
 
     def triangle(self, index: int) -> Triangle:
