@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+
 from .errors import UserError
 
 MANIFEST_FILE = "manifest.json"

@@ -137,3 +137,19 @@ def test_the_ema_model_takes_the_live_memory(tmp_path):
     assert keys and all(torch.equal(live[k], ema[k]) for k in keys)
     weight = next(k for k in live if k.endswith(".weight"))
     assert not torch.equal(live[weight], ema[weight])                   # the parameters are averaged
+
+
+def test_analyze_on_an_ait_run_says_what_applies_to_it(tmp_path, capsys):
+    """Issue 24: module dropping needs a model that describes its modules; an AiT run is told which
+    analyses it has instead of getting a traceback."""
+    import toy_task  # noqa: F401  (registers "toy_sets")
+    from modwire import cli
+    from modwire.training import load_config, train
+
+    cfg = load_config(None, [f"out_dir={tmp_path}", "model.name=ait_micro", "data.task=toy_sets",
+                             "data.batch_size=16", "max_steps=2", "progress=false"])
+    assert train(cfg)["status"] == "finished"
+    assert cli.main(["analyze", str(tmp_path), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "this run's 'ait' model does not. What applies to it: experiments/ait_analysis.py RUN" in err
+    assert "modwire eval RUN --set model.overrides.<option>=… for ['eval_memory_forward']" in err

@@ -95,3 +95,12 @@ def test_set_merges_with_equals_and_replaces_with_colon_equals(tmp_path):
     c = load_config(None, ["data.params={a: {b: 1, c: 2}}", "data.params.a:={c: 3}", "data.params.d=4"])
     assert c.data.params == {"a": {"c": 3}, "d": 4}
     assert load_config(None, ["out_dir:=runs/x=y"]).out_dir == "runs/x=y"   # '=' inside a value is kept
+
+
+def test_an_unknown_key_names_the_valid_ones_and_a_close_match():
+    from modwire.training import load_config
+    from modwire.training.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"key 'optim.lrr': Key 'lrr' not in 'OptimSection'. Did you mean: 'lr'\? "
+                                          r"Valid keys: \['name', 'lr', "):
+        load_config(None, ["optim.lrr=1"])

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
+
 from ..errors import UserError
 
 __all__ = ["analyze_circuits", "collect_link_probs", "is_conditional"]

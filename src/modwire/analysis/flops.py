@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
 from ..errors import UserError
 
 __all__ = ["CPU_SDPA_FLOPS", "count_flops", "time_interleaved", "time_once"]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
+
 from ..errors import UserError
 
 if TYPE_CHECKING:

@@ -6,6 +6,7 @@ import json
 import signal
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable
+
 from ..errors import UserError
 
 

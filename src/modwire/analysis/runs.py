@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ..models.capabilities import EvalOptions
+from ..models.capabilities import EvalOptions, ModuleSurgery
 from ..tasks.base import FirstN
 from .sparsify import module_axis
 from ..errors import UserError, UserTypeError
@@ -164,13 +164,32 @@ class Run:
         return f"{self.name} ({self.cfg.model.name})"
 
 
+def other_analyses(model: torch.nn.Module) -> str:
+    """What a model without module surgery can be analysed with (its declared capabilities)."""
+    from ..models.ait import AiT
+    from ..nn.nfm import NFM
+
+    found = []
+    if isinstance(model, AiT) and model.workspaces:  # AiT: its global workspace layers
+        found.append("experiments/ait_analysis.py RUN (AiT Figures 2, 7, 10, 11: slot maps, patch diversity, "
+                     "Hopfield energy, attention sparsity)")
+    if any(isinstance(m, NFM) for m in model.modules()):
+        found.append("modwire.analysis.nfm.read_map (which layers and passes each NFM module reads, NFM Fig. 1)")
+    if isinstance(model, EvalOptions) and model.eval_options:
+        found.append(f"modwire eval RUN --set model.overrides.<option>=… for {list(model.eval_options)}")
+    found.append("modwire eval RUN (--task, --split, --occlusion)")
+    return "; ".join(found)
+
+
 def open_run(path, overrides, split, max_samples, names: set[str]) -> Run:
     """:func:`load_run`, its split cut to ``max_samples``, named uniquely among ``names``."""
     cfg, model, info, dataset = load_run(path, overrides, split=split)
-    try:
-        axis = module_axis(model)
-    except TypeError as e:
-        raise UserTypeError(f"{path}: modwire analyze needs a model that describes its modules: {e}") from None
+    if not isinstance(model, ModuleSurgery):
+        raise UserTypeError(f"{path}: modwire analyze drops modules and edges (NAC App. F), which needs a model "
+                            f"that describes its modules (NAC, Perceiver IO, Neural Interpreter); this run's "
+                            f"{model.config.model_type!r} model does not. What applies to it: "
+                            f"{other_analyses(model)}")
+    axis = module_axis(model)
     if max_samples is not None and max_samples < len(dataset):
         dataset = FirstN(dataset, max_samples)
     if len(dataset) == 0:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import torch
 from torch import Tensor
+
 from ..errors import UnknownNameError, UserError, UserTypeError
 
 if TYPE_CHECKING:  # networkx is optional (the ``analysis`` extra): imported in sample_graph

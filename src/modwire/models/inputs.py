@@ -30,6 +30,7 @@ from typing import Any, Mapping, Union
 
 import torch
 from torch import Tensor
+
 from ..errors import UserError, UserTypeError
 
 INPUT_KINDS = ("image", "tokens", "vectors", "index")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
 from ..errors import UserError
 
 GAN_LOSSES = ("hinge", "ns")

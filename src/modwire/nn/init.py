@@ -28,6 +28,7 @@ from collections.abc import Iterator
 
 import torch
 from torch import Tensor
+
 from ..errors import UserError
 
 _MIN_REJECTION_ACCEPTANCE = 0.3

@@ -37,6 +37,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
 from ..errors import UserError, UserTypeError
 
 

@@ -24,6 +24,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
 from ..errors import UnknownNameError, UserError
 
 IGNORE_INDEX = -100

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
+
 from ..errors import UserError, UserTypeError
 
 
@@ -224,7 +225,10 @@ def config_layers(path: str | Path, *, _chain: tuple[Path, ...] = (), _seen: set
 
 def _omegaconf_message(exc: Exception) -> str:
     """An OmegaConf error as one line: ``key 'a.b': <what is wrong>``."""
-    msg = str(getattr(exc, "msg", None) or exc).splitlines()[0]
+    msg = str(getattr(exc, "msg", None) or exc).splitlines()[0]            # OmegaConf's own did-you-mean
+    section = getattr(exc, "object_type", None)
+    if isinstance(exc, KeyError) and is_dataclass(section):                 # an unknown key: list the valid ones
+        msg += f" Valid keys: {[f.name for f in fields(section)]}"
     key = getattr(exc, "full_key", None)
     return f"key {key!r}: {msg}" if key else msg
 

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
 from ..errors import UserError
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
 from ..errors import UserError
 
 CLASSIFIER_DIR, REAL_STATS = "fid_classifier", "real_stats.safetensors"

@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
 from ...errors import UserError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 
 from torch import Tensor
 from torch.utils.data import Dataset
+
 from ...errors import UserError, UserTypeError
 
 

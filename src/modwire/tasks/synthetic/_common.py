@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset
+
 from ...errors import UserError
 
 SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
