@@ -180,7 +180,7 @@ def cmd_finetune(args) -> int:
     train = [t.strip() for t in args.train.split(",") if t.strip()]
     if not train:
         raise UserError(f"--train: expected comma-separated parameter-set names such as all or cls,type_inference, "
-                         f"got {args.train!r}")
+                        f"got {args.train!r}")
     for flag, value, low in (("--shots", args.shots, 0), ("--ways", args.ways, 0), ("--epochs", args.epochs, 1),
                              ("--batch-size", args.batch_size, 1)):
         if value is not None and value < low:
@@ -215,7 +215,7 @@ def _int_list(text: str, flag: str) -> list[int]:
         values = []
     if not values or min(values) < 0 or len(set(values)) != len(values):
         raise UserError(f"{flag}: expected distinct non-negative integers separated by commas, e.g. 0,1,2; "
-                         f"got {text!r}")
+                        f"got {text!r}")
     return values
 
 

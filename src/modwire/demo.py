@@ -75,7 +75,7 @@ def fresh_out_dir(out_dir: str, parts: tuple[str, ...]) -> None:
     path = Path(out_dir)
     if path.is_dir() and any(path.iterdir()) and not (path / MARKER).is_file():
         raise UserError(f"--out-dir {out_dir} is not empty and was not made by the demo (no {MARKER} file): "
-                         f"choose another --out-dir")
+                        f"choose another --out-dir")
     if path.exists() and not path.is_dir():
         raise UserError(f"--out-dir {out_dir} is a file, expected a directory")
     for part in parts:

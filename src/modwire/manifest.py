@@ -62,5 +62,5 @@ def verify_manifest(directory: str | os.PathLike, *, required: bool = False) -> 
             raise UserError(f"checkpoint {d} is incomplete: {name} is listed in {MANIFEST_FILE} but missing")
         if sha256_file(f) != digest:
             raise UserError(f"checkpoint file {f} is corrupted: its sha256 differs from the one recorded in "
-                             f"{path} when it was saved (the file was modified or damaged on disk)")
+                            f"{path} when it was saved (the file was modified or damaged on disk)")
     return True

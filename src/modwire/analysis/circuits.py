@@ -40,7 +40,7 @@ def collect_link_probs(model, dataset, info, *, max_samples: int = 1000, batch: 
     for x, y in loader:
         if not isinstance(x, dict) or "condition" not in x:
             raise UserError(f"task {info.name!r} gives no 'condition' input: a conditional NAC needs "
-                             f"{{'x': ..., 'condition': ...}} items")
+                            f"{{'x': ..., 'condition': ...}} items")
         probs.append(model.link_probs(x["condition"]).float())
         labels.append(label_of(x, y))
     return torch.cat(probs), torch.cat(labels), names
@@ -64,7 +64,7 @@ def analyze_circuits(run_dir: str | os.PathLike, *, out: str | os.PathLike | Non
     cfg, model, info, dataset = load_run(run_dir, overrides, split=split)
     if not is_conditional(model) or model.kernel is None:
         raise UserError(f"{run_dir}: the circuit analysis (NAC Fig. 6) needs a conditional NAC with a kernel, "
-                         f"got model {cfg.model.name!r}")
+                        f"got model {cfg.model.name!r}")
     out_dir = output_dir(out if out else Path(run_dir) / "analysis")
     p, labels, names = collect_link_probs(model, dataset, info, max_samples=max_samples)
     log(f"link probabilities of {len(p)} samples ({p.shape[-1]} modules), {len(names)} categories")

@@ -61,7 +61,7 @@ def _as_link_probs(P: Tensor | np.ndarray) -> np.ndarray:
     P = torch.as_tensor(P).detach().to("cpu", torch.float64)
     if P.dim() != 3 or P.shape[1] != P.shape[2]:
         raise UserError("P must be per-sample link probabilities [S, U, U] (square matrices), "
-                         f"got shape {tuple(P.shape)}")
+                        f"got shape {tuple(P.shape)}")
     if P.shape[0] < 1 or P.shape[1] < 2:
         raise UserError(f"P needs at least one sample and two modules, got shape {tuple(P.shape)}")
     return P.numpy()
@@ -74,7 +74,7 @@ def _as_labels(labels: Sequence[Any] | Tensor | np.ndarray, num_samples: int) ->
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.shape[0] != num_samples:
         raise UserError(f"labels must be one per sample: expected shape ({num_samples},), "
-                         f"got {labels.shape}")
+                        f"got {labels.shape}")
     if np.unique(labels).size < 2:
         raise UserError(f"labels must contain at least 2 classes, got {np.unique(labels).tolist()}")
     return labels
@@ -178,7 +178,7 @@ def separation_score(emb: np.ndarray | Tensor, labels: Sequence[Any] | Tensor | 
     classes, counts = np.unique(labels, return_counts=True)
     if counts.min() < 2:
         raise UserError(f"every class needs at least 2 samples for held-out scoring; counts "
-                         f"{dict(zip(classes.tolist(), counts.tolist()))}")
+                        f"{dict(zip(classes.tolist(), counts.tolist()))}")
     if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
         raise UserError(f"folds must be an int >= 2, got {folds!r}")
     if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 0:

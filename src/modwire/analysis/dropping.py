@@ -26,7 +26,7 @@ def check_drop_fractions(runs: Sequence[Run], fractions: Sequence[float]) -> Non
             k = round(f * r.num_modules)
             if k >= r.num_modules:
                 raise UserError(f"--drop {f:g}: would drop all {r.num_modules} {r.noun} of {r.path} "
-                                 f"(round({f:g}·{r.num_modules}) = {k}); at least one must stay")
+                                f"(round({f:g}·{r.num_modules}) = {k}); at least one must stay")
 
 
 def module_dropping_curve(runs: Sequence[Run], fractions: Sequence[float], *, batch: int, iters: int,

@@ -69,7 +69,7 @@ def read_map_from_records(batches: Sequence[Sequence[Any]]) -> ReadMap:
     each sample weighted equally."""
     if not batches or not batches[0]:
         raise UserError("expected NFM records (Intermediates.nfm) from at least one forward; got none: "
-                         "is NFM enabled in this model (nfm.enabled)?")
+                        "is NFM enabled in this model (nfm.enabled)?")
     first = batches[0]
     readers = [(r.pass_index, r.layer_index) for r in first]
     passes, layers = max(p for p, _ in readers) + 1, max(i for _, i in readers) + 1

@@ -74,7 +74,7 @@ def parse_fractions(text: str, what: str, closed: bool) -> list[float]:
             values.append(float(t))
         except ValueError:
             raise UserError(f"{what}: expected comma-separated fractions in "
-                             f"{'[0, 1]' if closed else '[0, 1)'}, got {t!r}") from None
+                            f"{'[0, 1]' if closed else '[0, 1)'}, got {t!r}") from None
     return check_fractions(values, what, closed)
 
 
@@ -100,7 +100,7 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
     if edges is not None and not main.has_graph:
         what = "a NAC without a kernel (kernel.enabled=False)" if main.kind == "nac" else f"a {main.kind} model"
         raise UserError(f"--edges needs a NAC run with link probabilities P (NAC with kernel.enabled=True); "
-                         f"{run_dir} is {what} ({main.cfg.model.name}): leave --edges out for it")
+                        f"{run_dir} is {what} ({main.cfg.model.name}): leave --edges out for it")
     check_drop_fractions(runs, drop)
     device = torch.device("cuda" if torch.cuda.is_available() and main.cfg.device != "cpu" else "cpu")
     for r in runs:

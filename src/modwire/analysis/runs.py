@@ -80,7 +80,7 @@ def check_task_fits(model, info) -> None:
               for path, want, have in _leaves(expected, model.config) if have != want]
     if differ:
         raise UserError(f"task {info.name!r} does not fit this run's {model.config.model_type!r} model ("
-                         f"{'; '.join(differ)}): score it on a task with the same inputs, or train a model for it")
+                        f"{'; '.join(differ)}): score it on a task with the same inputs, or train a model for it")
 
 
 def _leaves(expected: dict, config, prefix: str = ""):
@@ -102,7 +102,7 @@ def output_dir(path: str | os.PathLike) -> Path:
         out.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):  # the path, or a parent of it, is a file
         raise UserError(f"output directory {out}: expected a directory (or a path to create), but it or a "
-                         f"parent is a file") from None
+                        f"parent is a file") from None
     except OSError as e:
         raise UserError(f"output directory {out} cannot be created: {e.strerror or e}") from None
     return out
@@ -120,8 +120,8 @@ def _check_eval_overrides(overrides: Sequence[str]) -> None:
         key = _key(item)
         if not any(key == k or (k.endswith(".") and key.startswith(k)) for k in _EVAL_KEYS):
             raise UserError(f"override {item!r}: scoring a trained run takes only data.*, device, precision and "
-                             f"model.overrides.<evaluation option> overrides, got {key!r} (the model and its "
-                             f"training settings come from the checkpoint)")
+                            f"model.overrides.<evaluation option> overrides, got {key!r} (the model and its "
+                            f"training settings come from the checkpoint)")
 
 
 def _key(item: str) -> str:
@@ -136,8 +136,8 @@ def apply_eval_options(model, cfg, overrides: Sequence[str]) -> None:
     bad = [f for f in fields if f not in allowed]
     if bad:
         raise UserError(f"override model.overrides.{bad[0]}: a trained {model.config.model_type!r} model takes only "
-                         f"its evaluation options as model overrides ({list(allowed) or 'none'}); the rest of "
-                         f"the model comes from the checkpoint")
+                        f"its evaluation options as model overrides ({list(allowed) or 'none'}); the rest of "
+                        f"the model comes from the checkpoint")
     if fields:
         model.set_eval_options(**{f: cfg.model.overrides[f] for f in fields})
 

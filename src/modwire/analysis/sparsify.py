@@ -71,7 +71,7 @@ def module_axis(model: nn.Module) -> ModuleAxis:
     :class:`~modwire.models.ModuleAxis`): NAC processor modules, Perceiver IO latents."""
     if not isinstance(model, ModuleSurgery):
         raise UserTypeError(f"{type(model).__name__} does not describe its modules: module surgery needs a model "
-                        f"with a module_axis() method (see modwire.models.ModuleAxis), e.g. a NAC or a PerceiverIO")
+                            f"with a module_axis() method (see modwire.models.ModuleAxis), e.g. a NAC or a PerceiverIO")
     return model.module_axis()
 
 
@@ -310,7 +310,7 @@ def block_sparse(model: nn.Module, block_size: int, groups: Tensor | None = None
         raise UserError("block_sparse needs an edge-eliminated NAC (see eliminate_edges)")
     if model.kernel.eval_mode == "sample":
         raise UserError("block_sparse needs a deterministic eval kernel (kernel.eval_mode 'expected' or "
-                         "'threshold'), got 'sample'")
+                        "'threshold'), got 'sample'")
     order = order_by_groups(groups) if groups is not None else block_order(get_edge_mask(model).cpu())
     new = keep_modules(model, order).eval()
     with torch.inference_mode(False), torch.no_grad():

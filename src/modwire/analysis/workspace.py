@@ -77,7 +77,7 @@ def _weights(record: Any) -> Tensor:
     """A record's bottleneck weights, or a ValueError when the write was skipped."""
     if record.weights is None:
         raise UserError("the workspace record has no bottleneck weights: the memory forward was off "
-                         "(evaluation with memory_forward = False, AiT Figure 8 (2)); turn it on to analyse them")
+                        "(evaluation with memory_forward = False, AiT Figure 8 (2)); turn it on to analyse them")
     return record.weights
 
 
@@ -86,7 +86,7 @@ def _records(model: torch.nn.Module, batch: Any) -> list:
     records = [r for r in getattr(_intermediates(model, batch), "workspace", None) or [] if r is not None]
     if not records:                                   # not an AiT, or the "without memory" ablation
         raise UserTypeError(f"{type(model).__name__} records no global workspace (Intermediates.workspace is empty): "
-                        f"expected an AiT with at least one workspace layer")
+                            f"expected an AiT with at least one workspace layer")
     return list(records)
 
 
@@ -109,7 +109,7 @@ def attention_sparsity(weights: Tensor, mass: float = 0.9, *, tol: float | None 
         raise UserError(f"mass must be in (0, 1], got {mass}")
     if not weights.is_floating_point() or weights.dim() < 1 or weights.shape[-1] == 0:
         raise UserError(f"expected floating-point attention weights [..., N] with N >= 1, got "
-                         f"{weights.dtype} of shape {tuple(weights.shape)}")
+                        f"{weights.dtype} of shape {tuple(weights.shape)}")
     n = weights.shape[-1]
     w = weights.detach().to(torch.float64)
     if torch.isnan(w).any() or (w < 0).any():
@@ -162,7 +162,7 @@ def pool_layout(record: Any) -> tuple[int, int]:
     p, length = w.shape[0], w.shape[-1]
     if n < 1 or (p == 1 and length % n) or (p > 1 and length != n):
         raise UserError(f"bottleneck weights {tuple(w.shape)} do not fit num_tokens={n}: expected L = B*N "
-                         f"with one pool (P = 1), or L = N with one pool per sample (P = B)")
+                        f"with one pool (P = 1), or L = N with one pool per sample (P = B)")
     return (length // n, n) if p == 1 else (p, n)
 
 
@@ -188,7 +188,7 @@ def slot_attention_maps(record: Any, grid: tuple[int, int], *, head: int | None 
     w = _per_sample(record)                                             # [B, A, M, N]
     if rows * cols > w.shape[-1]:
         raise UserError(f"a {rows}x{cols} patch grid needs {rows * cols} tokens, the pool has {w.shape[-1]} "
-                         f"per sample")
+                        f"per sample")
     if head is not None and not -w.shape[1] <= head < w.shape[1]:
         raise UserError(f"head {head} out of range: the workspace has {w.shape[1]} bottleneck heads")
     w = w[..., : rows * cols]
@@ -306,7 +306,7 @@ def collect_energies(model: torch.nn.Module, batches: Iterable, *,
         records = _records(model, batch)
         if any(r.energy_before is None or r.energy_after is None for r in records):
             raise UserError("the workspace records no Hopfield energies: its retrieval is not the Hopfield "
-                             "network of AiT Eq. 7-8 (retrieval='attention', the Table 2 'W/O Hopfield' ablation)")
+                            "network of AiT Eq. 7-8 (retrieval='attention', the Table 2 'W/O Hopfield' ablation)")
         parts.append([(r.energy_before.detach().double().cpu(), r.energy_after.detach().double().cpu())
                       for r in records])
     if not parts:
@@ -327,7 +327,7 @@ def energy_summary(energies: Sequence[Any]) -> list[dict[str, float]]:
         before, after = before.detach().double().flatten(), after.detach().double().flatten()
         if before.shape != after.shape or before.numel() == 0:
             raise UserError(f"energies before {tuple(before.shape)} and after {tuple(after.shape)} retrieval "
-                             f"must have the same, non-zero number of tokens")
+                            f"must have the same, non-zero number of tokens")
         out.append({"mean_before": before.mean().item(), "mean_after": after.mean().item(),
                     "mean_change": (after - before).mean().item(),
                     "fraction_decreased": (after < before).double().mean().item(), "tokens": before.numel()})

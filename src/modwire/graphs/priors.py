@@ -73,7 +73,7 @@ def _check_prob(name: str, value: float) -> float:
 def _check_count(name: str, value: int, num_modules: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= num_modules:
         raise UserError(f"prior parameter {name!r} must be an int in [1, num_modules={num_modules}], "
-                         f"got {value!r}")
+                        f"got {value!r}")
     return value
 
 

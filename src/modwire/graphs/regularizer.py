@@ -50,7 +50,7 @@ KL_EPS = 1e-6
 def _check_square(P: Tensor, name: str = "P") -> int:
     if P.dim() != 2 or P.shape[0] != P.shape[1]:
         raise UserError(f"{name} must be a square [U, U] link-probability matrix, "
-                         f"got shape {tuple(P.shape)}")
+                        f"got shape {tuple(P.shape)}")
     return P.shape[0]
 
 

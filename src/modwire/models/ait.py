@@ -123,7 +123,7 @@ class AiTConfig(ViTConfig):
         check_choice("bottleneck_softmax", self.bottleneck_softmax, BOTTLENECK_SOFTMAX)
         if self.bottleneck_head_split and self.slot_dim % self.workspace_heads:
             raise UserError(f"config field 'workspace_heads': got {self.workspace_heads}, expected a divisor of "
-                             f"slot_dim={self.slot_dim} (bottleneck_head_split splits D over the heads)")
+                            f"slot_dim={self.slot_dim} (bottleneck_head_split splits D over the heads)")
         if not (self.self_attention or self.ffn or self.workspace):
             raise UserError("config fields 'self_attention', 'ffn', 'workspace': a block needs at least one of them")
 

@@ -202,7 +202,7 @@ def _read_config(path: Path, config_class: typing.Callable[[str], type[ModelConf
         raise UserError(f"{path} is not UTF-8 text (byte {e.start}); expected {expected}") from None
     except json.JSONDecodeError as e:
         raise UserError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
-                         f"expected {expected}") from None
+                        f"expected {expected}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected {expected}, got {_JSON_KINDS.get(type(data), type(data).__name__)}")
     if not isinstance(data.get("model_type"), str):
@@ -237,7 +237,7 @@ def _fill(model: nn.Module, state: dict[str, torch.Tensor], where: Any, *, assig
     missing, unexpected = set(own) - set(state), set(state) - set(own)
     if missing or unexpected:
         raise UserError(f"weights in {where} do not match the config: missing {sorted(missing)[:5]}, "
-                         f"unexpected {sorted(unexpected)[:5]}")
+                        f"unexpected {sorted(unexpected)[:5]}")
     if assign:  # fresh, aligned storage: safetensors' tensors may sit at any offset of the file
         # buffer, and a misaligned weight changes the SIMD summation order (logits differ in ulps).
         # One thread: a memory-bound copy gains little from more, and stalls when cores are shared.

@@ -57,7 +57,7 @@ class Bounds:
               and (self.divides is None or (value > 0 and getattr(cfg, self.divides) % value == 0)))
         if not ok:
             raise UserError(f"config field {prefix + name!r}: got {value!r}, expected "
-                             f"{self.describe(cfg, isinstance(value, int))}")
+                            f"{self.describe(cfg, isinstance(value, int))}")
 
     def describe(self, cfg: "ConfigBase", integer: bool) -> str:
         """What the field accepts, in words: ``'an integer >= 1 that divides d_model=96'``."""
@@ -162,7 +162,7 @@ class ConfigBase:
                 setattr(self, f.name, float(value))
             elif not _type_ok(value, hint):
                 raise UserTypeError(f"config field {prefix + f.name!r}: got {value!r} ({type(value).__name__}), "
-                                f"expected {getattr(hint, '__name__', hint)}")
+                                    f"expected {getattr(hint, '__name__', hint)}")
             if isinstance(value, float) and not math.isfinite(value):
                 raise UserError(f"config field {prefix + f.name!r}: got {value!r}, expected a finite number")
             if isinstance(value, ConfigBase) and f.name not in self.unused_fields():
@@ -235,7 +235,7 @@ class ModelConfig(ConfigBase):
         ``TaskInfo.heads``). Each model type implements it for its own input layer; an input or
         head count it cannot serve is a ValueError that says so."""
         raise UserError(f"model type {self.model_type!r} does not say how it reads a task's inputs "
-                         f"(its config class implements no input_overrides)")
+                        f"(its config class implements no input_overrides)")
 
     def input_names(self) -> tuple[str, ...]:
         """The names of the inputs this configured model takes (``("x",)``: one input, ``model(x)``)."""

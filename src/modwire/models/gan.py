@@ -98,11 +98,11 @@ class GANConfig(ModelConfig):
         g = self.generator
         if g.bottom_width * 2 ** g.num_blocks != self.image_size:
             raise UserError(f"config field 'image_size': got {self.image_size}, expected generator.bottom_width · "
-                             f"2^generator.num_blocks = {g.bottom_width} · 2^{g.num_blocks} = "
-                             f"{g.bottom_width * 2 ** g.num_blocks} (each up-block doubles the size)")
+                            f"2^generator.num_blocks = {g.bottom_width} · 2^{g.num_blocks} = "
+                            f"{g.bottom_width * 2 ** g.num_blocks} (each up-block doubles the size)")
         if self.image_size % 4:
             raise UserError(f"config field 'image_size': got {self.image_size}, expected a multiple of 4 (the "
-                             f"discriminator halves it twice)")
+                            f"discriminator halves it twice)")
 
 
 def _xavier(module: nn.Module, gain: float) -> nn.Module:

@@ -92,7 +92,7 @@ class InputSpec:
     def _check_pad(self) -> None:
         if self.pad_id is not None and (not _is_int(self.pad_id) or not 0 <= self.pad_id < self.vocab_size):
             raise UserError(f"InputSpec.pad_id: got {self.pad_id!r}, expected None or an id in "
-                             f"[0, vocab_size={self.vocab_size})")
+                            f"[0, vocab_size={self.vocab_size})")
         if self.padded and self.pad_id is None:
             raise UserError("InputSpec: padded tokens need a pad_id (the id that fills the padding)")
 
@@ -140,7 +140,7 @@ def check_inputs(inputs: Any, where: str = "inputs") -> Inputs:
             isinstance(k, str) and isinstance(v, InputSpec) for k, v in inputs.items()):
         return dict(inputs)
     raise UserTypeError(f"{where}: expected an InputSpec or a mapping of input names to InputSpecs "
-                    f"(e.g. {{'x': ..., 'condition': ...}}), got {inputs!r}")
+                        f"(e.g. {{'x': ..., 'condition': ...}}), got {inputs!r}")
 
 
 def named_inputs(inputs: Inputs) -> dict[str, InputSpec]:
@@ -165,4 +165,4 @@ def _check_size(spec: InputSpec, name: str, *, optional: bool) -> None:
         return
     if not _is_int(value) or value < 1:
         raise UserError(f"InputSpec.{name} ({spec.kind}): got {value!r}, expected a positive int"
-                         + (" or None (unknown)" if optional else ""))
+                        + (" or None (unknown)" if optional else ""))

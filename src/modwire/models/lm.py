@@ -95,10 +95,10 @@ class TransformerLMConfig(ModelConfig):
         spec = named.get("x")
         if set(named) != {"x"} or spec.kind != "tokens" or heads != 1:
             raise UserError(f"a 'transformer_lm' model reads one sequence of token ids 'x' and predicts the next "
-                             f"token at every position; the task gives {sorted(named)} ({spec!r}, heads {heads})")
+                            f"token at every position; the task gives {sorted(named)} ({spec!r}, heads {heads})")
         if num_classes != spec.vocab_size:
             raise UserError(f"a 'transformer_lm' model predicts ids of its input vocabulary ({spec.vocab_size}), "
-                             f"but the task has {num_classes} classes")
+                            f"but the task has {num_classes} classes")
         return {"vocab_size": spec.vocab_size, "max_len": spec.length}
 
     def validate(self) -> None:
@@ -110,10 +110,10 @@ class TransformerLMConfig(ModelConfig):
         unused = [n for n in _READER_OPTIONS if getattr(self.nfm, n) != getattr(default, n)]
         if unused:
             raise UserError(f"config field 'nfm.{unused[0]}': got {getattr(self.nfm, unused[0])!r}, but the "
-                             f"transformer LM's NFM reader reuses each block's LN and attention projections "
-                             f"(heads = num_heads = {self.num_heads}, d_k = d_v = d_model / num_heads = "
-                             f"{self.d_model // self.num_heads}, output W_o): leave {list(_READER_OPTIONS)} at "
-                             f"their defaults")
+                            f"transformer LM's NFM reader reuses each block's LN and attention projections "
+                            f"(heads = num_heads = {self.num_heads}, d_k = d_v = d_model / num_heads = "
+                            f"{self.d_model // self.num_heads}, output W_o): leave {list(_READER_OPTIONS)} at "
+                            f"their defaults")
 
 
 _READER_OPTIONS = ("d_k", "d_v", "heads", "hidden", "norm", "activation")   # NFMLayer's own sizes: unused here
@@ -159,7 +159,7 @@ class SharedProjectionLayer(NFMLayer):
                  rescale: str = "space_to_depth", score_scale: str = "sqrt_d_k", topk_softmax: str = "kept") -> None:
         if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1 or dim % num_heads:
             raise UserError(f"SharedProjectionLayer: num_heads must be a positive int dividing dim={dim}, "
-                             f"got {num_heads!r}")
+                            f"got {num_heads!r}")
         # NFMLayer's own W_q / W_k / W_v are not built (reads=writes=False); its W_o1, W_o2 are
         # dropped: the output is the block's W_o. The checks, k, heads, d_k, d_v, the score scale,
         # rescale, γ and random_attention are NFMLayer's.
@@ -175,7 +175,7 @@ class SharedProjectionLayer(NFMLayer):
         attn = block.attn
         if (attn.num_heads, attn.head_dim) != (self.heads, self.d_k):
             raise UserError(f"SharedProjectionLayer: expected a block with {self.heads} heads of width {self.d_k}, "
-                             f"got {attn.num_heads} of width {attn.head_dim}")
+                            f"got {attn.num_heads} of width {attn.head_dim}")
         self._bound = (block,)
 
     @property

@@ -168,20 +168,20 @@ class NACConfig(ModelConfig):
         heads = self.generator.num_heads
         if self.generator.kind == "conditional" and self.d_model % heads:
             raise UserError(f"config field 'generator.num_heads': got {heads}, expected "
-                             f"{heads_of('d_model').describe(self, integer=True)}")
+                            f"{heads_of('d_model').describe(self, integer=True)}")
         if self.frozen_graph.name is not None and (not self.kernel.enabled or self.generator.kind != "unconditional"):
             raise UserError("config field 'frozen_graph.name' needs kernel.enabled=True and an unconditional "
-                             "generator (a frozen graph lives in free signatures)")
+                            "generator (a frozen graph lives in free signatures)")
         if self.graph_prior.name is not None and self.generator.kind == "conditional":
             raise UserError("config field 'graph_prior.name': a graph prior needs one learned graph, but this "
-                             "NAC designs a circuit per sample (conditional generator; the paper trains "
-                             "conditional NACs without a graph prior)")
+                            "NAC designs a circuit per sample (conditional generator; the paper trains "
+                            "conditional NACs without a graph prior)")
         if self.graph_prior.name is not None and not self.kernel.enabled:
             raise UserError("config field 'graph_prior.name': a graph prior needs link probabilities "
-                             "(kernel.enabled=True); this NAC has none")
+                            "(kernel.enabled=True); this NAC has none")
         if self.initial_state == "code" and self.d_code != self.d_model:
             raise UserError(f"config field 'initial_state': 'code' needs d_code == d_model, "
-                             f"got d_code={self.d_code}, d_model={self.d_model}")
+                            f"got d_code={self.d_code}, d_model={self.d_model}")
 
     def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
         """The executor's tokenizer reads ``x`` (§2.1); a ``condition`` input makes the circuit
@@ -191,7 +191,7 @@ class NACConfig(ModelConfig):
         named = named_inputs(inputs)
         if "x" not in named or set(named) - {"x", "condition"}:
             raise UserError(f"a NAC reads an input 'x' and optionally a 'condition' (NAC §2.2, App. G), "
-                             f"but the task gives the named inputs {sorted(named)}")
+                            f"but the task gives the named inputs {sorted(named)}")
         out: dict[str, Any] = {"tokenizer": TokenizerConfig.for_input(named["x"]), "num_classes": num_classes}
         if "condition" in named:
             out["generator"] = {"kind": "conditional", "tokenizer": TokenizerConfig.for_input(named["condition"])}
@@ -257,7 +257,7 @@ class UnconditionalGenerator(nn.Module):
     def forward(self, condition: Tensor | None = None, *, batch_size: int | None = None) -> Circuit:
         if condition is not None:
             raise UserError("this NAC has an unconditional circuit generator: it takes no condition "
-                             "(set generator.kind='conditional' to condition the design on an input)")
+                            "(set generator.kind='conditional' to condition the design on an input)")
         return Circuit(self.processors(), self.outputs())
 
 
@@ -288,7 +288,7 @@ class ConditionalGenerator(nn.Module):
         tokens = self.tokenizer(condition, name="condition")                # [B, M, token_dim] (checked)
         if batch_size is not None and len(condition) != batch_size:
             raise UserError(f"condition and x must hold the same samples: got {len(condition)} conditions "
-                             f"for {batch_size} inputs")
+                            f"for {batch_size} inputs")
         h, _ = self.cross(self.queries, tokens, key_mask=padding_mask(self.tokenizer, condition))
         h, _ = self.mix(h)                                                  # [B, U_p + U_o, d]
         s, c = self.to_signature(h), self.to_code(h)

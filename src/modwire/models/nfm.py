@@ -138,7 +138,7 @@ def load_base_weights(model: nn.Module, state: Mapping[str, Tensor]) -> list[str
     foreign = sorted(k for k in own if k not in loaded and ".readers." not in f".{k}")
     if unexpected or foreign:
         raise UserError(f"load_base_weights: the base weights do not fit this NFM model: unexpected or of another "
-                         f"shape {unexpected[:5]}, missing (not NFM readers) {foreign[:5]}")
+                        f"shape {unexpected[:5]}, missing (not NFM readers) {foreign[:5]}")
     return list(model.load_state_dict(dict(state), strict=False).missing_keys)
 
 

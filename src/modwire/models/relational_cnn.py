@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..nn.tokenizers import _check_float, _check_not_empty
+from ..nn.checks import check_float, check_not_empty
 from .base import Intermediates, PretrainedModel
 from .config import COUNT, Bounds, ModelConfig, check_choice, check_single_head
 from .inputs import Inputs, named_inputs
@@ -110,13 +110,13 @@ class CNNMLPConfig(ModelConfig):
         if isinstance(w, list) and (len(w) != self.num_layers or not all(
                 isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in w)) or isinstance(w, int) and w < 1:
             raise UserError(f"config field 'channels': got {w!r}, expected an integer >= 1 (every block) or a list "
-                             f"of num_layers={self.num_layers} integers >= 1 (one width per block)")
+                            f"of num_layers={self.num_layers} integers >= 1 (one width per block)")
         if self.head_pool > conv_size(self.image_size, self.num_layers):
             raise UserError(f"config field 'head_pool': got {self.head_pool}, expected at most the final grid side "
-                             f"{conv_size(self.image_size, self.num_layers)}")
+                            f"{conv_size(self.image_size, self.num_layers)}")
         if self.random_attention and not self.nfm.enabled:
             raise UserError("config field 'random_attention': NFM §4.4's random-attention evaluation needs "
-                             "nfm.enabled=true (a CNN_MLP without NFM has no attention)")
+                            "nfm.enabled=true (a CNN_MLP without NFM has no attention)")
 
     def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
         """An image ``x`` (square) and optionally a ``question`` vector ``[1, Q]`` (task
@@ -126,10 +126,10 @@ class CNNMLPConfig(ModelConfig):
         x, q = named.get("x"), named.get("question")
         if x is None or set(named) - {"x", "question"} or x.kind != "image" or x.height != x.width:
             raise UserError(f"a 'cnn_mlp' model reads a square image 'x' and optionally a 'question' vector "
-                             f"[1, Q] (task sort_of_clevr_image); the task gives {dict(named)}")
+                            f"[1, Q] (task sort_of_clevr_image); the task gives {dict(named)}")
         if q is not None and (q.kind != "vectors" or q.length != 1 or q.padded):
             raise UserError(f"the 'question' input must be one vector per sample, InputSpec.vectors(1, Q), "
-                             f"got {q!r}")
+                            f"got {q!r}")
         return {"image_size": x.height, "in_channels": x.channels, "num_classes": num_classes,
                 "question_dim": 0 if q is None else q.dim}
 
@@ -234,8 +234,8 @@ class CNNMLP(PretrainedModel):
             got = f"{x.dtype} {list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
             raise UserError(f"x: expected images {image}, got {got}")
         weight = self.mlp[0].weight
-        _check_not_empty(x, "x", image)
-        _check_float(x, "x", image, weight)              # the weights' dtype and device, finite
+        check_not_empty(x, "x", image)
+        check_float(x, "x", image, weight)              # the weights' dtype and device, finite
         if not c.question_dim:
             if question is not None:
                 raise UserError("this model takes no 'question' input (config question_dim=0)")

@@ -82,7 +82,7 @@ class PreActResNetConfig(ModelConfig):
         if not self.num_blocks or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
                                           for n in self.num_blocks):
             raise UserError(f"config field 'num_blocks': got {self.num_blocks!r}, expected a non-empty list of "
-                             f"integers >= 1 (blocks per stage, e.g. [2, 2, 2, 2] for PreActResNet-18)")
+                            f"integers >= 1 (blocks per stage, e.g. [2, 2, 2, 2] for PreActResNet-18)")
 
     def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
         check_single_head(heads, self.model_type)
@@ -91,7 +91,7 @@ class PreActResNetConfig(ModelConfig):
         if len(named) != 1 or spec is None or spec.kind != "image" or spec.height != spec.width:
             got = {k: (s.kind, s.channels, s.height, s.width) for k, s in named.items()}
             raise UserError(f"a {self.model_type!r} model reads one square image input 'x' [C, S, S]; the task "
-                             f"gives {got}")
+                            f"gives {got}")
         return {"in_channels": spec.channels, "image_size": spec.height, "num_classes": num_classes}
 
 

@@ -41,8 +41,8 @@ import torch
 from torch import Tensor, nn
 
 from ..nn.init import trunc_normal_
-from ..nn.tokenizers import (LinearTokenizer, PanelEncoder, PatchEmbedding, _check_float, _check_tensor, _min_max,
-                             _values_checkable)
+from ..nn.checks import check_float, check_tensor, min_max, values_checkable
+from ..nn.tokenizers import LinearTokenizer, PanelEncoder, PatchEmbedding
 from .base import Intermediates, PretrainedModel
 from .config import COUNT, Bounds, ConfigBase, ModelConfig, check_choice
 from .inputs import Inputs, named_inputs
@@ -91,10 +91,10 @@ class EmbedConfig(ConfigBase):
         check_choice(self._prefix + "positions", self.positions, POSITIONS)
         if self.kind == "patches" and self.image_size % self.patch_size:
             raise UserError(f"config field {self._prefix + 'patch_size'!r}: got {self.patch_size}, expected a "
-                             f"divisor of image_size={self.image_size}")
+                            f"divisor of image_size={self.image_size}")
         if self.kind == "panels" and self.num_context >= self.in_channels:
             raise UserError(f"config field {self._prefix + 'num_context'!r}: got {self.num_context}, expected "
-                             f"fewer than the {self.in_channels} panels (in_channels) so candidates remain")
+                            f"fewer than the {self.in_channels} panels (in_channels) so candidates remain")
 
     @property
     def grid(self) -> tuple[int, int] | None:
@@ -139,16 +139,16 @@ class SetModelConfig(ModelConfig):
     def validate(self) -> None:
         if self.head_pretrained and not self.shared_head:
             raise UserError("config field 'head_pretrained': only a shared head (shared_head=true) is kept by "
-                             "new_task, got shared_head=false")
+                            "new_task, got shared_head=false")
         if self.task_input and self.num_cls_tokens < 2:
             raise UserError(f"config field 'task_input': choosing a head per sample needs num_cls_tokens >= 2, "
-                             f"got {self.num_cls_tokens}")
+                            f"got {self.num_cls_tokens}")
         if self.embed.kind == "panels" and self.num_classes != 1:
             raise UserError(f"config field 'num_classes': a PGM (panels) model scores each candidate with one "
-                             f"number (num_classes=1), got {self.num_classes}")
+                            f"number (num_classes=1), got {self.num_classes}")
         if self.embed.kind == "panels" and self.question_dim:
             raise UserError(f"config field 'question_dim': a PGM (panels) model reads no question, got "
-                             f"{self.question_dim} (expected 0)")
+                            f"{self.question_dim} (expected 0)")
 
     def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
         """Images → patches (or the preset's PGM ``panels``), vectors → a linear map with learned
@@ -158,8 +158,8 @@ class SetModelConfig(ModelConfig):
         named = named_inputs(inputs)
         if "x" not in named or set(named) - {"x", "task", "question"}:
             raise UserError(f"a {self.model_type!r} model reads an input 'x', optionally a 'task' index (which "
-                             f"CLS token's head answers, NI §4.2) and a 'question' vector (AiT §5.8); the task "
-                             f"gives {sorted(named)}")
+                            f"CLS token's head answers, NI §4.2) and a 'question' vector (AiT §5.8); the task "
+                            f"gives {sorted(named)}")
         out: dict[str, Any] = {"embed": _embed_for(named["x"], self.embed), "num_classes": num_classes,
                                "question_dim": _question_dim(named.get("question"))}
         if self.embed.kind == "panels":      # one score per candidate set; the task counts candidates
@@ -183,7 +183,7 @@ def _question_dim(spec) -> int:
         return 0
     if spec.kind != "vectors" or spec.length != 1 or spec.padded:
         raise UserError(f"the 'question' input must be one vector per sample, InputSpec.vectors(1, Q) "
-                         f"(AiT §5.8), got {spec!r}")
+                        f"(AiT §5.8), got {spec!r}")
     return spec.dim
 
 
@@ -191,7 +191,7 @@ def _embed_for(spec, current: EmbedConfig) -> dict[str, Any]:
     if spec.kind == "image":
         if spec.height != spec.width:
             raise UserError(f"the patch embedding reads square images; the task gives {spec.channels}x"
-                             f"{spec.height}x{spec.width} images")
+                            f"{spec.height}x{spec.width} images")
         kind = "panels" if current.kind == "panels" else "patches"
         return {"kind": kind, "image_size": spec.height, "in_channels": spec.channels}
     if spec.kind == "vectors":
@@ -214,12 +214,12 @@ class QuestionEmbedding(nn.Module):
     def forward(self, question: Tensor, batch: int) -> Tensor:
         q = self.proj.in_features
         layout = f"[B={batch}, 1, {q}] (or [B, {q}]): one question vector per sample"
-        _check_tensor(question, "question", layout)
+        check_tensor(question, "question", layout)
         if question.dim() == 2:
             question = question[:, None]
         if tuple(question.shape) != (batch, 1, q):
             raise UserError(f"question: expected {layout}, got {list(question.shape)}")
-        _check_float(question, "question", layout, self.proj.weight)
+        check_float(question, "question", layout, self.proj.weight)
         return self.norm_out(self.proj(self.norm_in(question)))
 
 
@@ -290,7 +290,7 @@ class SetModel(PretrainedModel):
         b = tokens.shape[0]
         if (self.question is None) != (question is None):
             raise UserError(f"this model {'takes no' if self.question is None else 'needs a'} 'question' input "
-                             f"(config question_dim={self.config.question_dim})")
+                            f"(config question_dim={self.config.question_dim})")
         if self.question is not None:                                       # AiT §5.8: after the patches
             tokens = torch.cat([tokens, self.question(question, b).to(tokens.dtype)], dim=1)   # [B, N + 1, d]
         if self.cls_tokens is not None:                                     # appended after the elements
@@ -307,7 +307,7 @@ class SetModel(PretrainedModel):
             return out.reshape(batch, -1)                                   # [B, K]
         if self.config.task_input != (task is not None):
             raise UserError(f"this model {'needs' if self.config.task_input else 'takes no'} 'task' ids "
-                             f"(config task_input={self.config.task_input})")
+                            f"(config task_input={self.config.task_input})")
         if task is not None:
             return out[torch.arange(batch, device=out.device), self._check_task(task, batch)]
         if out.shape[1] == 1:
@@ -316,12 +316,12 @@ class SetModel(PretrainedModel):
 
     def _check_task(self, task: Tensor, batch: int) -> Tensor:
         t = self.config.num_cls_tokens
-        _check_tensor(task, "task", f"ids [B] in [0, {t})")
+        check_tensor(task, "task", f"ids [B] in [0, {t})")
         if task.shape != (batch,) or task.is_floating_point() or task.dtype == torch.bool:
             raise UserError(f"task: expected integer ids [B={batch}] in [0, {t}), got {task.dtype} "
                              f"{list(task.shape)}")
-        if _values_checkable(task):       # one reduction, one device-to-host copy per forward
-            lo, hi = _min_max(task)
+        if values_checkable(task):       # one reduction, one device-to-host copy per forward
+            lo, hi = min_max(task)
             if lo < 0 or hi >= t:
                 raise UserError(f"task: ids must lie in [0, {t}) (one per CLS token), got {lo}..{hi}")
         return task.long()

@@ -69,21 +69,21 @@ class TokenizerConfig(ConfigBase):
         sample, e.g. the dataset of NI's digits multi-task) is no sequence: refused."""
         if spec.kind == "index":
             raise UserError(f"a tokenizer reads images, token sequences or vectors, not an index input "
-                             f"({spec!r}: one integer per sample, e.g. which dataset a sample comes from, "
-                             f"read by a model with one CLS token per value such as a ViT or Neural "
-                             f"Interpreter); use such a model, or a task without it")
+                            f"({spec!r}: one integer per sample, e.g. which dataset a sample comes from, "
+                            f"read by a model with one CLS token per value such as a ViT or Neural "
+                            f"Interpreter); use such a model, or a task without it")
         if spec.kind == "image":
             if spec.height != spec.width or spec.height % 8:
                 raise UserError(f"the conv tokenizer reads square images whose side is a multiple of 8 "
-                                 f"(two downsamplings, 4 then 2); the task gives {spec.channels}x{spec.height}"
-                                 f"x{spec.width} images (resize or pad them, e.g. mnist's pad_to=32)")
+                                f"(two downsamplings, 4 then 2); the task gives {spec.channels}x{spec.height}"
+                                f"x{spec.width} images (resize or pad them, e.g. mnist's pad_to=32)")
             return {"kind": "conv", "image_size": spec.height, "in_channels": spec.channels}
         if spec.kind == "tokens":
             return {"kind": "embedding", "vocab_size": spec.vocab_size, "max_len": spec.length,
                     "pad_id": -1 if spec.pad_id is None else spec.pad_id}
         if spec.ordered and spec.length is None:
             raise UserError("the linear tokenizer needs the length of an ordered sequence of vectors "
-                             "(for its learned positions); the task gives length=None")
+                            "(for its learned positions); the task gives length=None")
         return {"kind": "linear", "input_dim": spec.dim, "max_len": spec.length if spec.ordered else 0}
 
 
@@ -94,8 +94,8 @@ def single_input(inputs: Inputs, model_type: str) -> InputSpec:
     if list(inputs) == ["x"]:
         return inputs["x"]
     raise UserError(f"a {model_type!r} model reads one input, but the task gives the named inputs "
-                     f"{sorted(inputs)} (a multimodal task: use a model that takes them, e.g. a "
-                     f"conditional NAC for {{'x', 'condition'}})")
+                    f"{sorted(inputs)} (a multimodal task: use a model that takes them, e.g. a "
+                    f"conditional NAC for {{'x', 'condition'}})")
 
 
 def build_tokenizer(cfg: TokenizerConfig) -> nn.Module:

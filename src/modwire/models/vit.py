@@ -61,8 +61,8 @@ class ViTConfig(SetModelConfig):
         check_choice("classifier", self.classifier, CLASSIFIERS)
         if self.classifier == "flatten" and (self.embed.kind != "patches" or self.num_cls_tokens or self.task_input):
             raise UserError(f"config field 'classifier': 'flatten' reads a fixed number of patch tokens and one "
-                             f"head (embed.kind 'patches', num_cls_tokens 0, task_input False); got embed.kind "
-                             f"{self.embed.kind!r}, num_cls_tokens {self.num_cls_tokens}: use classifier='mean'")
+                            f"head (embed.kind 'patches', num_cls_tokens 0, task_input False); got embed.kind "
+                            f"{self.embed.kind!r}, num_cls_tokens {self.num_cls_tokens}: use classifier='mean'")
 
     def unused_fields(self) -> tuple[str, ...]:
         return () if self.embed.positions == "relative" else ("pos_dim",)
@@ -117,7 +117,7 @@ class ViT(SetModel):
         tokens = self.embed(x)                                              # [B, N, d]; x checked
         if (self.question is None) != (question is None):
             raise UserError(f"this model {'takes no' if self.question is None else 'needs a'} 'question' input "
-                             f"(config question_dim={self.config.question_dim})")
+                            f"(config question_dim={self.config.question_dim})")
         if self.question is not None:                                       # AiT §5.8: after the patches
             tokens = torch.cat([tokens, self.question(question, len(x)).to(tokens.dtype)], dim=1)
         y, extra = self.encode(tokens, record=record)                       # [B, N, d]

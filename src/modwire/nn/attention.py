@@ -95,7 +95,7 @@ def _check(q: Tensor, k: Tensor, v: Tensor, key_mask, topk) -> None:
     if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim() or q.shape[-1] != k.shape[-1] \
             or k.shape[-2] != v.shape[-2]:
         raise UserError(f"attend expects q [..., Nq, dk], k [..., Nk, dk], v [..., Nk, dv]; got q "
-                         f"{list(q.shape)}, k {list(k.shape)}, v {list(v.shape)}")
+                        f"{list(q.shape)}, k {list(k.shape)}, v {list(v.shape)}")
     if key_mask is not None and key_mask.dtype != torch.bool:
         raise UserTypeError(f"attend: key_mask must be a bool tensor (True = allowed), got {key_mask.dtype}")
     if topk is not None and (isinstance(topk, bool) or not isinstance(topk, int) or topk < 1):
@@ -179,14 +179,14 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern |
     if bias is not None and not isinstance(bias, Tensor):  # a precomputed sparse pattern
         if not isinstance(bias, AttentionPattern):
             raise UserTypeError(f"attend: bias must be a float tensor or an AttentionPattern (an object with an "
-                            f"attend(q, k, v, *, scale, return_weights) method), got {type(bias).__name__}")
+                                f"attend(q, k, v, *, scale, return_weights) method), got {type(bias).__name__}")
         if key_mask is not None or row_scale is not None or topk is not None or null_kv or key_scale is not None:
             raise UserError("attend: a precomputed attention pattern takes no other options")
         return bias.attend(q, k, v, scale=scale, return_weights=return_weights)
     _check(q, k, v, key_mask, topk)
     if topk_softmax not in TOPK_SOFTMAX:
         raise UserError(f"attend: topk_softmax must be 'kept' (NFM §3.2.1), 'all' (AiT Eq. 3) or 'subtract' (the NFM "
-                         f"authors' code), got {topk_softmax!r}")
+                        f"authors' code), got {topk_softmax!r}")
     if key_scale is None and renorm_eps != 0:
         raise UserError(f"attend: renorm_eps ({renorm_eps!r}) renormalises key-scaled weights; pass key_scale too")
     if key_scale is not None:

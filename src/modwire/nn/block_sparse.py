@@ -83,7 +83,7 @@ class BlockSparseLayout:
         """Layout of a bool edge mask ``[U, U]`` (True = receiver ``i`` may attend to ``j``)."""
         if not isinstance(mask, Tensor) or mask.dim() != 2 or mask.shape[0] != mask.shape[1]:
             raise UserError(f"mask must be a square [U, U] tensor, got shape "
-                             f"{tuple(mask.shape) if isinstance(mask, Tensor) else type(mask)}")
+                            f"{tuple(mask.shape) if isinstance(mask, Tensor) else type(mask)}")
         if mask.dtype != torch.bool:
             raise UserError(f"mask must be bool (True = edge kept), got {mask.dtype}")
         if int(block_size) != block_size or block_size < 1:
@@ -124,7 +124,7 @@ class BlockSparseLayout:
             return [None] * len(self.groups)
         if bias.dim() != 4 or bias.shape[1] != 1 or bias.shape[-2:] != (self.size, self.size):
             raise UserError(f"bias must be [B|1, 1, {self.size}, {self.size}] (shared by all heads), "
-                             f"got {tuple(bias.shape)}")
+                            f"got {tuple(bias.shape)}")
         nb, bs = self.num_blocks, self.block_size
         pad = nb * bs - self.size
         blocks = F.pad(bias.to(dtype or bias.dtype), (0, pad, 0, pad)).view(-1, 1, nb, bs, nb, bs).transpose(3, 4)
@@ -171,7 +171,7 @@ class BlockSparseBias:
         u = self.layout.size
         if q.dim() != 4 or k.shape[:-1] != q.shape[:-1] or v.shape[:-1] != q.shape[:-1] or q.shape[-2] != u:
             raise UserError(f"q, k, v must be [B, H, U={u}, d] for this layout (v: [B, H, {u}, dv]), "
-                             f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+                            f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
         scale = q.shape[-1] ** -0.5 if scale is None else scale
         if return_weights:
             return self._explicit(q, k, v, scale)

@@ -50,7 +50,7 @@ def infonce_loss(local: Tensor, glob: Tensor) -> Tensor:
     image instead of once per positive."""
     if local.dim() != 3 or glob.dim() != 2 or local.shape[:2] != glob.shape:
         raise UserError(f"infonce_loss: expected local [B, R, L] and global [B, R], got {list(local.shape)} "
-                         f"and {list(glob.shape)}")
+                        f"and {list(glob.shape)}")
     b = local.shape[0]
     if b < 2:
         raise UserError(f"infonce_loss: needs at least 2 images (the negatives are the other images), got {b}")

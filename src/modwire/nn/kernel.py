@@ -184,7 +184,7 @@ class EdgeMaskedKernel(nn.Module):
         super().__init__()
         if edge_mask.dtype != torch.bool or edge_mask.dim() != 2 or edge_mask.shape[0] != edge_mask.shape[1]:
             raise UserError(f"edge_mask must be a square bool [U, U] tensor, got {edge_mask.dtype} "
-                             f"{list(edge_mask.shape)}")
+                            f"{list(edge_mask.shape)}")
         # Not registered as a submodule: the wrapped kernel belongs to (and is saved with) the
         # model; this wrapper adds only the edge mask (state-dict key ``…edge_mask``).
         object.__setattr__(self, "inner", kernel)

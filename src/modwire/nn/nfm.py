@@ -123,7 +123,7 @@ def rescale(state: Tensor, size: Sequence[int], *, mode: str = "space_to_depth")
     dims = max(len(src), len(size))
     if len(src) not in (0, dims) or len(size) not in (0, dims):
         raise UserError(f"NFM rescale: a state with spatial shape {list(src)} cannot be read at spatial shape "
-                         f"{list(size)} (expected the same number of spatial dims, or a vector)")
+                        f"{list(size)} (expected the same number of spatial dims, or a vector)")
     src_full, dst = src or (1,) * dims, size or (1,) * dims
     x = state.reshape(b, c, *src_full)
     if mode == "nearest":
@@ -326,7 +326,7 @@ class NFMLayer(nn.Module):
             if n not in (0, dims):   # a 1-D state read at a 2-D one (or the reverse): no rescaling defined
                 shapes = [list(h.shape[2:])] + [list(kk.shape[1:-2]) for kk, _ in memory]
                 raise UserError(f"NFM: states with spatial shapes {shapes} cannot be read together: expected the "
-                                 f"same number of spatial dims ({dims}) for every state, or vectors [B, C]")
+                                f"same number of spatial dims ({dims}) for every state, or vectors [B, C]")
         q = _grid(self.project_query(h), dims) * self.scale                          # [B, *S, H, dk], scaled once
         dst = tuple(q.shape[1:-2])
         plans = [_plan(tuple(_grid(kk, dims).shape[1:-2]), dst, self.rescale) for kk, _ in memory]
@@ -403,12 +403,12 @@ class NFM(nn.Module):
             raise UserError("NFM: expected at least one block, got none")
         if (channels is None) == (example_input is None):
             raise UserError("NFM: give either channels=(c_0, …, c_N) or example_input= (a batch the blocks accept, "
-                             "run once to read each state's channels), not both or neither")
+                            "run once to read each state's channels), not both or neither")
         channels = [int(c) for c in channels] if channels is not None else \
             infer_channels(blocks, example_input, layout)
         if len(channels) != len(blocks) + 1:
             raise UserError(f"NFM: channels must list the input's and each block's output channel count "
-                             f"({len(blocks) + 1} numbers for {len(blocks)} blocks), got {len(channels)}: {channels}")
+                            f"({len(blocks) + 1} numbers for {len(blocks)} blocks), got {len(channels)}: {channels}")
         if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
             raise UserError(f"NFM: passes must be a positive int, got {passes!r}")
         _check_options(layout=layout, read_at=read_at)
@@ -443,7 +443,7 @@ class NFM(nn.Module):
                 got = {name: getattr(readers[-1], name, None) for name in wanted}
                 if got != wanted:
                     raise UserError(f"NFM: layer_factory built a module {(p, i)} with {got}, expected {wanted}: "
-                                     f"it does not support these options")
+                                    f"it does not support these options")
         return readers
 
     def sources_of(self, pass_index: int, layer_index: int) -> list[tuple[int, int]]:
@@ -508,7 +508,7 @@ class NFM(nn.Module):
         c = h.shape[2] if tokens else h.shape[1]
         if c != self.channels[index]:
             raise UserError(f"NFM: expected {what} to have {self.channels[index]} channels (channels[{index}]), "
-                             f"got {c} (shape {list(h.shape)})")
+                            f"got {c} (shape {list(h.shape)})")
         return h.transpose(1, 2) if tokens else h
 
 

@@ -51,10 +51,10 @@ class RelativePositionBias(nn.Module):
         rows, cols = grid
         if min(rows, cols, num_heads, pos_dim) < 1:
             raise UserError(f"RelativePositionBias: grid, num_heads and pos_dim must be positive, got "
-                             f"grid={grid}, num_heads={num_heads}, pos_dim={pos_dim}")
+                            f"grid={grid}, num_heads={num_heads}, pos_dim={pos_dim}")
         if mod is not None and mod.kind != "ni":
             raise UserError(f"RelativePositionBias: per-function biases are NI ModLins (Eq. 22-23), "
-                             f"need a ModulationSpec of kind 'ni', got {mod.kind!r}")
+                            f"need a ModulationSpec of kind 'ni', got {mod.kind!r}")
         self.grid = (rows, cols)
         self.e_row = nn.Parameter(0.02 * torch.randn(2 * rows - 1, pos_dim))
         self.e_col = nn.Parameter(0.02 * torch.randn(2 * cols - 1, pos_dim))

@@ -27,80 +27,18 @@ the input, what was expected and what was given:
 * NaN or inf in float inputs (NaN in would be NaN out), and token ids outside
   ``[0, vocab_size)`` (float ids are refused; integer ids of any width are cast to int64).
 
-The value checks (finiteness, id range) cost one ``aminmax`` reduction and are skipped
-while ``torch.compile`` traces (they are data-dependent) and on the meta device.
+The checks are :mod:`modwire.nn.checks` (public: every model's forward uses them); the value checks
+(finiteness, id range) cost one ``aminmax`` reduction and are skipped while ``torch.compile`` traces
+(they are data-dependent) and on the meta device.
 """
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import UserError, UserTypeError
-
-
-def _check_tensor(x: object, name: str, expected: str) -> None:
-    """``x`` is a torch.Tensor (its rank, sizes and dtype: the callers)."""
-    if isinstance(x, dict):  # a batch of a multi-input task (e.g. {'x', 'condition'}) passed whole
-        raise UserTypeError(f"{name}: expected a torch.Tensor {expected}, got a dict with keys {sorted(map(str, x))}; "
-                        f"pass a batch of named inputs as keywords: model(**batch)")
-    if not isinstance(x, Tensor):
-        raise UserTypeError(f"{name}: expected a torch.Tensor {expected}, got {type(x).__module__}."
-                        f"{type(x).__qualname__}; convert it with torch.as_tensor (choosing the dtype)")
-
-
-def _check_not_empty(x: Tensor, name: str, expected: str) -> None:
-    if 0 in x.shape[:2]:
-        what = "an empty batch (B=0)" if x.shape[0] == 0 else "an empty token set (N=0)"
-        raise UserError(f"{name}: expected {expected} with B, N >= 1, got {what}: shape {list(x.shape)}")
-
-
-def _check_float(x: Tensor, name: str, expected: str, weight: Tensor) -> None:
-    """Floating point, the weights' dtype (unless autocast casts it), the weights' device, finite."""
-    if x.dtype == torch.uint8:
-        raise UserTypeError(f"{name}: expected float {expected}, got torch.uint8; convert with x.float() / 255 "
-                        f"(then the normalisation used in training)")
-    if not x.is_floating_point():
-        raise UserTypeError(f"{name}: expected float {expected}, got {x.dtype}")
-    _check_device(x, name, weight)
-    if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
-        raise UserTypeError(f"{name}: expected {weight.dtype} (the model's weights) {expected}, got {x.dtype}; "
-                        f"convert with x.to({weight.dtype}) or run under torch.autocast")
-    if _values_checkable(x):
-        lo, hi = _min_max(x)             # NaN propagates into min and max
-        if not (math.isfinite(lo) and math.isfinite(hi)):
-            bad = "NaN" if math.isnan(lo) or math.isnan(hi) else "inf"
-            raise UserError(f"{name}: expected finite values, got {bad} (min {lo}, max {hi}) in {list(x.shape)}")
-
-
-def _values_checkable(x: Tensor) -> bool:
-    """Value checks read the data: not while torch.compile traces, nor on the meta device."""
-    return not torch.compiler.is_compiling() and not x.is_meta
-
-
-def _min_max(x: Tensor) -> list:
-    """``[min, max]`` of ``x``: one reduction, one device-to-host copy."""
-    return torch.stack(torch.aminmax(x.detach())).tolist()
-
-
-def _check_device(x: Tensor, name: str, weight: Tensor) -> None:
-    if x.device != weight.device:
-        raise UserError(f"{name}: expected a tensor on {weight.device} (the model's device), got {x.device}")
-
-
-
-def _check_images(x: Tensor, name: str, who: str, expected: tuple[int, ...], weight: Tensor,
-                  what: str = "images", note: str = "") -> Tensor:
-    """``x`` is a float ``[B, *expected]`` batch on ``weight``'s device and dtype, finite, not empty."""
-    layout = f"{what} [B, {', '.join(map(str, expected))}]{note}"
-    _check_tensor(x, name, layout)
-    if x.dim() != 4 or tuple(x.shape[1:]) != expected:
-        raise UserError(f"{name}: {who} expects {layout}, got {list(x.shape)}")
-    _check_not_empty(x, name, layout)
-    _check_float(x, name, layout, weight)
-    return x
+from .checks import check_device, check_float, check_images, check_not_empty, check_tensor, values_checkable
 
 
 class ChannelLayerNorm(nn.LayerNorm):
@@ -144,7 +82,7 @@ class ConvTokenizer(nn.Module):
     def check_input(self, x: Tensor, *, name: str = "x") -> Tensor:
         """Refuse what this tokenizer cannot read (module docstring); return ``x``."""
         expected = (self.in_channels, self.image_size, self.image_size)
-        return _check_images(x, name, "ConvTokenizer", expected, self.stem[0].weight)
+        return check_images(x, name, "ConvTokenizer", expected, self.stem[0].weight)
 
     def forward(self, x: Tensor, *, name: str = "x") -> Tensor:
         x = self.check_input(x, name=name)
@@ -164,12 +102,12 @@ class LinearTokenizer(nn.Module):
     def check_input(self, x: Tensor, *, name: str = "x") -> Tensor:
         """Refuse what this tokenizer cannot read (module docstring); return ``x``."""
         layout = f"features [B, N, {self.in_dim}]"
-        _check_tensor(x, name, layout)
+        check_tensor(x, name, layout)
         if x.dim() != 3 or x.shape[-1] != self.in_dim:
             raise UserError(f"{name}: LinearTokenizer expects {layout}, got {list(x.shape)}")
-        _check_not_empty(x, name, layout)
+        check_not_empty(x, name, layout)
         _check_length(x, name, self.pos)
-        _check_float(x, name, layout, self.proj.weight)
+        check_float(x, name, layout, self.proj.weight)
         return x
 
     def forward(self, x: Tensor, *, name: str = "x") -> Tensor:
@@ -194,17 +132,17 @@ class EmbeddingTokenizer(nn.Module):
     def check_input(self, x: Tensor, *, name: str = "x") -> Tensor:
         """Refuse what this tokenizer cannot read (module docstring); return ``x`` as int32/int64."""
         layout = f"integer token ids [B, N] in [0, {self.vocab_size})"
-        _check_tensor(x, name, layout)
+        check_tensor(x, name, layout)
         if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
             raise UserTypeError(f"{name}: EmbeddingTokenizer expects {layout}, got {x.dtype}")
         if x.dim() != 2:
             raise UserError(f"{name}: EmbeddingTokenizer expects {layout}, got shape {list(x.shape)}")
-        _check_not_empty(x, name, layout)
+        check_not_empty(x, name, layout)
         _check_length(x, name, self.pos)
-        _check_device(x, name, self.embed.weight)
+        check_device(x, name, self.embed.weight)
         if x.dtype not in (torch.int32, torch.int64):
             x = x.long()                               # lossless: nn.Embedding reads int32/int64 only
-        if _values_checkable(x):
+        if values_checkable(x):
             # one device-to-host copy: min, max and (with pad_id) how many samples are padding only
             stats = torch.aminmax(x.detach())
             if self.pad_id is not None:
@@ -213,11 +151,11 @@ class EmbeddingTokenizer(nn.Module):
             lo, hi, *n_pad_only = torch.stack(stats).tolist()
             if lo < 0 or hi >= self.vocab_size:
                 raise UserError(f"{name}: token id {lo if lo < 0 else hi} is outside the vocabulary "
-                                 f"[0, vocab_size={self.vocab_size})")
+                                f"[0, vocab_size={self.vocab_size})")
             if n_pad_only and n_pad_only[0]:  # a sample of padding only is an empty token set: nothing to read
                 empty = pad_only.nonzero().flatten().tolist()
                 raise UserError(f"{name}: sample(s) {empty[:4]} hold only padding (pad_id={self.pad_id}); "
-                                 f"expected at least one token per sample")
+                                f"expected at least one token per sample")
         return x
 
     def forward(self, x: Tensor, *, name: str = "x") -> Tensor:
@@ -237,7 +175,7 @@ def _check_length(x: Tensor, name: str, table: nn.Embedding | None) -> None:
     """At most ``max_len`` tokens when there are learned positions."""
     if table is not None and x.shape[1] > table.num_embeddings:
         raise UserError(f"{name}: sequence length {x.shape[1]} exceeds max_len {table.num_embeddings} "
-                         f"(the learned positions); got shape {list(x.shape)}")
+                        f"(the learned positions); got shape {list(x.shape)}")
 
 
 def _positions(table: nn.Embedding, n: int) -> Tensor:
@@ -267,7 +205,7 @@ class PatchEmbedding(nn.Module):
     def check_input(self, x: Tensor, *, name: str = "x") -> Tensor:
         """Refuse what this embedding cannot read (module docstring of :mod:`modwire.nn.tokenizers`)."""
         expected = (self.in_channels, self.image_size, self.image_size)
-        return _check_images(x, name, "PatchEmbedding", expected, self.proj.weight)
+        return check_images(x, name, "PatchEmbedding", expected, self.proj.weight)
 
     def forward(self, x: Tensor, *, name: str = "x") -> Tensor:
         h = self.proj(self.check_input(x, name=name)).flatten(2).transpose(1, 2)   # [B, G, dim]
@@ -302,7 +240,7 @@ class PanelEncoder(nn.Module):
 
     def check_input(self, x: Tensor, *, name: str = "x") -> Tensor:
         expected = (self.num_panels, self.panel_size, self.panel_size)
-        return _check_images(x, name, "PanelEncoder", expected, self.cnn[0].weight, what="panels",
+        return check_images(x, name, "PanelEncoder", expected, self.cnn[0].weight, what="panels",
                              note=f" ({self.num_context} context, then candidates)")
 
     def forward(self, x: Tensor, *, name: str = "x") -> Tensor:

@@ -167,7 +167,7 @@ class GlobalWorkspace(nn.Module):
         super().__init__()
         if head_split and slot_dim % num_heads:
             raise UserError(f"slot_dim ({slot_dim}) must be divisible by the bottleneck heads ({num_heads}) "
-                             f"with head_split")
+                            f"with head_split")
         for name, value, choices in (("pool", pool, POOLS), ("memory_init", memory_init, MEMORY_INITS),
                                      ("retrieval", retrieval, RETRIEVALS),
                                      ("bottleneck_softmax", bottleneck_softmax, BOTTLENECK_SOFTMAX)):

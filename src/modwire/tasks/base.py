@@ -123,8 +123,9 @@ class TaskInfo:
                 object.__setattr__(self, "heads", heads)
         if isinstance(self.inputs, Mapping) and "tokenizer" in self.inputs:
             raise UserTypeError(f"task {self.name!r}: inputs describe the data, not a model: got model fields "
-                            f"{dict(self.inputs)}; give e.g. InputSpec.image(3, 32, 32), InputSpec.tokens(2000, 16, "
-                            f"pad_id=0) or InputSpec.vectors(6, 8) (TaskInfo.model_overrides is gone)")
+                                f"{dict(self.inputs)}; give e.g. InputSpec.image(3, 32, 32), "
+                                f"InputSpec.tokens(2000, 16, pad_id=0) or InputSpec.vectors(6, 8) "
+                                f"(TaskInfo.model_overrides is gone)")
         object.__setattr__(self, "inputs", check_inputs(self.inputs, f"task {self.name!r}: inputs"))
         if self.num_classes is None and self.describe is None:
             raise UserError(f"task {self.name!r}: num_classes is required without describe=")
@@ -149,7 +150,7 @@ class TaskInfo:
         inputs, num_classes, heads = self._described(merged)
         if num_classes is None:
             raise UserError(f"task {self.name!r}: its class count comes from the data, which the "
-                             f"parameters {merged} do not locate")
+                            f"parameters {merged} do not locate")
         _check_num_classes(self.name, num_classes)
         heads = self.heads if heads is None else heads
         _check_heads(self.name, heads)
@@ -166,7 +167,7 @@ class TaskInfo:
             raise type(e)(f"task {self.name!r}: {e}") from e
         if not isinstance(out, tuple) or len(out) not in (2, 3):
             raise UserTypeError(f"task {self.name!r}: describe(params) must return (inputs, num_classes) or "
-                            f"(inputs, num_classes, heads), got {out!r}")
+                                f"(inputs, num_classes, heads), got {out!r}")
         return out if len(out) == 3 else (*out, None)
 
 
@@ -178,7 +179,7 @@ def _check_num_classes(task: str, n: Any) -> None:
 def _check_heads(task: str, n: Any) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise UserError(f"task {task!r}: heads must be a positive int (predictions per sample, one per "
-                         f"CLS token), got {n!r}")
+                        f"CLS token), got {n!r}")
 
 
 _TASKS: dict[str, tuple[TaskInfo, Callable[..., Dataset]]] = {}

@@ -70,7 +70,7 @@ def token_sums(logits: Tensor, targets: Tensor) -> Tensor:
     logits ``[..., V]`` against ids ``[...]`` (``IGNORE_INDEX`` not scored)."""
     if logits.dim() != targets.dim() + 1 or logits.shape[:-1] != targets.shape or targets.dtype.is_floating_point:
         raise UserError(f"token metrics expect logits [..., V] and integer targets [...] of the same leading "
-                         f"shape, got logits {list(logits.shape)} and targets {list(targets.shape)} ({targets.dtype})")
+                        f"shape, got logits {list(logits.shape)} and targets {list(targets.shape)} ({targets.dtype})")
     flat, y = logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1)
     scored = y != IGNORE_INDEX
     ce = F.cross_entropy(flat, y, ignore_index=IGNORE_INDEX, reduction="sum")
@@ -98,7 +98,7 @@ def _multilabel_correct(logits: Tensor, targets: Tensor) -> Tensor:
     """bool ``[N, C]``: whether each label's prediction (logit > 0) matches its 0/1 target."""
     if logits.shape != targets.shape or logits.dim() != 2:
         raise UserError(f"multi-label metrics need logits and targets of the same shape [N, C], got "
-                         f"{tuple(logits.shape)} and {tuple(targets.shape)}")
+                        f"{tuple(logits.shape)} and {tuple(targets.shape)}")
     return (logits > 0) == (targets > 0.5)
 
 

@@ -285,7 +285,7 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
 
     if isinstance(overrides, (str, bytes, dict)) or not all(isinstance(item, str) for item in overrides):
         raise UserTypeError(f"overrides: expected a list of 'key=value' strings such as ['max_steps=3'], "
-                        f"got {type(overrides).__name__} {overrides!r}")
+                            f"got {type(overrides).__name__} {overrides!r}")
     cfg = OmegaConf.structured(TrainConfig)
     for file, layer in (config_layers(path) if path is not None else []):
         check_moved_keys(list(layer), f"config file {file}")
@@ -395,18 +395,18 @@ def validate(c: TrainConfig) -> None:
     check_rules(c, CHOICES, NUMERIC_RULES)
     if c.optim.schedule == "step" and not c.optim.milestones:
         raise UserError("config key 'optim.milestones': the step schedule needs at least one milestone (steps at "
-                         "which lr is multiplied by optim.gamma), got []")
+                        "which lr is multiplied by optim.gamma), got []")
     if c.optim.schedule != "step" and c.optim.milestones:
         raise UserError(f"config key 'optim.milestones': got {list(c.optim.milestones)}, but they are used only by "
-                         f"optim.schedule: step (the schedule is {c.optim.schedule!r})")
+                        f"optim.schedule: step (the schedule is {c.optim.schedule!r})")
     if c.data.mixup_alpha != 1.0 and c.data.mixup != "input":
         raise UserError(f"config key 'data.mixup_alpha': got {c.data.mixup_alpha:g}, but it sets Input Mixup only "
-                         f"(data.mixup: input); data.mixup is {c.data.mixup!r}")
+                        f"(data.mixup: input); data.mixup is {c.data.mixup!r}")
     if len(c.optim.betas) != 2:
         raise UserError(f"config key 'optim.betas': got {list(c.optim.betas)}, expected two numbers [beta1, beta2]")
     if c.optim.min_lr > c.optim.lr:
         raise UserError(f"config key 'optim.min_lr': got {c.optim.min_lr:g}, expected <= optim.lr ({c.optim.lr:g}): "
-                         f"the schedule decays from lr to min_lr")
+                        f"the schedule decays from lr to min_lr")
     _validate_finetune(c)
 
 
@@ -415,22 +415,22 @@ def _validate_finetune(c: TrainConfig) -> None:
     f, shot = c.finetune, c.data.few_shot
     if f.init is not None and not f.init.strip():
         raise UserError("config key 'finetune.init': got an empty path, expected a run or checkpoint directory "
-                         "(or null to train from scratch)")
+                        "(or null to train from scratch)")
     if f.init is not None and c.model.overrides:
         raise UserError(f"config key 'model.overrides': got {sorted(c.model.overrides)}, but with finetune.init the "
-                         f"architecture comes from the checkpoint's config.json ({f.init}): leave it empty")
+                        f"architecture comes from the checkpoint's config.json ({f.init}): leave it empty")
     if f.new_task and f.init is None:
         raise UserError("config key 'finetune.new_task': new task outputs replace a trained model's, so it needs "
-                         "finetune.init (a run or checkpoint directory)")
+                        "finetune.init (a run or checkpoint directory)")
     if f.add_functions and f.init is None:
         raise UserError("config key 'finetune.add_functions': functions are added to a trained model, so it needs "
-                         "finetune.init (a run or checkpoint directory)")
+                        "finetune.init (a run or checkpoint directory)")
     if not f.train or not all(isinstance(n, str) and n.strip() for n in f.train):
         raise UserError(f"config key 'finetune.train': got {list(f.train)!r}, expected a non-empty list of "
-                         f"parameter-set names such as [all] or [cls, type_inference]")
+                        f"parameter-set names such as [all] or [cls, type_inference]")
     if shot.ways and c.data.mixup:
         raise UserError("config key 'data.mixup': mixup mixes the task's labels, but data.few_shot.ways "
-                         "renumbers them: switch one off")
+                        "renumbers them: switch one off")
 
 
 def to_yaml(c: TrainConfig) -> str:

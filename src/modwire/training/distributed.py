@@ -28,7 +28,7 @@ def setup(device: str = "auto") -> DistInfo:
     gloo on CPUs. Single process otherwise."""
     if device == "cuda" and not torch.cuda.is_available():
         raise UserError(f"config key 'device': got 'cuda', but torch {torch.__version__} sees no CUDA device "
-                         f"(built with CUDA: {torch.version.cuda or 'no'}); expected 'auto' or 'cpu' here")
+                        f"(built with CUDA: {torch.version.cuda or 'no'}); expected 'auto' or 'cpu' here")
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:

@@ -152,7 +152,7 @@ def _record(path: Path, n: int, line: str) -> dict[str, Any]:
         record = json.loads(line)
     except ValueError as e:
         raise UserError(f"{path}, line {n}: not a metrics record ({e}); remove or repair the line, "
-                         f"then resume again") from None
+                        f"then resume again") from None
     if not isinstance(record, dict):
         raise UserError(f"{path}, line {n}: not a metrics record (a JSON {type(record).__name__})")
     return record

@@ -99,7 +99,7 @@ def finetune_seeds(config_for: Callable[[int, Path], TrainConfig], seeds: Sequen
             differ = saved_config_changes(run_dir, cfg)
             if differ:
                 raise UserError(f"{run_dir} holds a finished fine-tuning run with other settings (differing keys: "
-                                 f"{', '.join(differ)}): choose another --out")
+                                f"{', '.join(differ)}): choose another --out")
             results[seed] = _read_result(done)
             log(f"seed {seed}: finished earlier ({run_dir})")
             continue
@@ -136,7 +136,7 @@ def _read_result(path: Path) -> dict[str, Any]:
         return data
     except (ValueError, KeyError, TypeError) as e:
         raise UserError(f"{path} is not a fine-tuning result ({type(e).__name__}: {e}); delete it to retrain "
-                         f"that seed") from None
+                        f"that seed") from None
 
 
 def _write_summary(out: Path, cfg: TrainConfig, results: dict[int, dict[str, Any]],

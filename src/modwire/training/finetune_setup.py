@@ -52,11 +52,11 @@ def pretrained_model(cfg: TrainConfig, info) -> torch.nn.Module:
     if cfg.finetune.add_functions:         # NI §4.2, Fig. 5b: train them with finetune.train=[signatures_codes]
         if not isinstance(model, GrowsFunctions):
             raise UserTypeError(f"config key 'finetune.add_functions': a {model.config.model_type!r} model has no "
-                            f"functions to add (a Neural Interpreter has)")
+                                f"functions to add (a Neural Interpreter has)")
         model.add_functions(cfg.finetune.add_functions)
     if not cfg.finetune.new_task and model.num_classes != classes:
         raise UserError(f"the model of finetune.init ({ckpt}) has {model.num_classes} outputs per head, but task "
-                         f"{info.name!r} needs {classes}: set finetune.new_task=true for new outputs")
+                        f"{info.name!r} needs {classes}: set finetune.new_task=true for new outputs")
     return model
 
 
@@ -68,12 +68,12 @@ def select_trainable(model: torch.nn.Module, names: Sequence[str]) -> tuple[int,
     unknown = [n for n in names if n not in sets]
     if unknown:
         raise UserError(f"config key 'finetune.train': unknown parameter set(s) {unknown} for a "
-                         f"{getattr(model.config, 'model_type', type(model).__name__)!r} model; valid: {sorted(sets)}")
+                        f"{getattr(model.config, 'model_type', type(model).__name__)!r} model; valid: {sorted(sets)}")
     prefixes = tuple(p for n in names for p in sets[n])
     for set_name in names:
         if not any(name.startswith(sets[set_name]) for name, _ in model.named_parameters()):
             raise UserError(f"config key 'finetune.train': the parameter set {set_name!r} holds no parameter of "
-                             f"this model (prefixes {list(sets[set_name])})")
+                            f"this model (prefixes {list(sets[set_name])})")
     for name, p in model.named_parameters():
         p.requires_grad_(p.requires_grad and name.startswith(prefixes))
     return (sum(p.numel() for p in model.parameters() if p.requires_grad),
@@ -117,7 +117,7 @@ def dataset_labels(dataset: Dataset, what: str) -> Tensor:
     bad = next((y for y in ys if y.ndim != 0 or y.is_floating_point()), None)
     if bad is not None:
         raise UserError(f"data.few_shot: the {what} split's targets are {bad.dtype} of shape {tuple(bad.shape)}, "
-                         f"expected one integer class label per sample")
+                        f"expected one integer class label per sample")
     return torch.stack(ys).long() if ys else torch.zeros(0, dtype=torch.long)
 
 
@@ -138,14 +138,14 @@ def few_shot_indices(labels: Tensor, *, shots: int, ways: int, seed: int) -> tup
     present = sorted(labels.unique().tolist())
     if ways > len(present):
         raise UserError(f"config key 'data.few_shot.ways': got {ways}, but the training split holds "
-                         f"{len(present)} classes")
+                        f"{len(present)} classes")
     classes = sorted(int(c) for c in rng.choice(present, size=ways, replace=False)) if ways else present
     chosen: list[int] = []
     for c in classes:
         idx = (labels == c).nonzero().flatten().tolist()
         if shots > len(idx):
             raise UserError(f"config key 'data.few_shot.shots': got {shots}, but class {c} has only {len(idx)} "
-                             f"training samples")
+                            f"training samples")
         chosen += [int(i) for i in rng.choice(idx, size=shots, replace=False)] if shots else idx
     return sorted(chosen), classes
 
@@ -168,10 +168,10 @@ def draw_few_shot(cfg: TrainConfig, info, train_set: Dataset) -> tuple[list[int]
     fs = cfg.data.few_shot
     if info.loss != "cross_entropy" or getattr(info, "heads", 1) != 1:
         raise UserError(f"config key 'data.few_shot': task {info.name!r} is not single-head classification "
-                         f"(loss {info.loss!r}, heads {getattr(info, 'heads', 1)}): k-shot n-way subsets need "
-                         f"one class label per sample")
+                        f"(loss {info.loss!r}, heads {getattr(info, 'heads', 1)}): k-shot n-way subsets need "
+                        f"one class label per sample")
     if fs.ways > info.num_classes:
         raise UserError(f"config key 'data.few_shot.ways': got {fs.ways}, but task {info.name!r} has "
-                         f"{info.num_classes} classes")
+                        f"{info.num_classes} classes")
     return few_shot_indices(dataset_labels(train_set, cfg.data.train_split), shots=fs.shots, ways=fs.ways,
                             seed=cfg.seed)

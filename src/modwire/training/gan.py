@@ -95,7 +95,7 @@ class RealImages:
         got = tuple(torch.as_tensor(dataset[0][0]).shape)
         if got != shape:
             raise UserError(f"data: the task's images are {list(got)}, but the model makes {list(shape)} "
-                             f"(set model.overrides.image_channels / image_size, or the task's params)")
+                            f"(set model.overrides.image_channels / image_size, or the task's params)")
         self.dataset, self.batch, self.seed, self.shape = dataset, batch, seed, shape
         self.per_epoch = len(dataset) // batch                   # the last partial batch is dropped
         self._order: tuple[int, Tensor | None] = (-1, None)
@@ -200,7 +200,7 @@ def build_state(cfg: GANTrainConfig, device: torch.device) -> GANState:
     model = create_model(cfg.model.name, **overrides)
     if not isinstance(model, GAN):
         raise UserError(f"model.name: {cfg.model.name!r} is a {type(model).__name__}, expected a GAN preset "
-                         f"(modwire list models: gan_*)")
+                        f"(modwire list models: gan_*)")
     model.to(device).train()
     betas = tuple(cfg.optim.betas)
     opt_g = torch.optim.Adam(model.generator.parameters(), lr=cfg.optim.lr_g, betas=betas)
@@ -318,7 +318,7 @@ def check_run_dir(cfg: GANTrainConfig, run: Path, *, resume: bool, overwrite: bo
         refused = [f"{k}: {a!r} → {b!r}" for k, (a, b) in changes.items() if k not in HARMLESS]
         if refused:
             raise UserError(f"--resume {run}: the config differs from the run's config.yaml: {'; '.join(refused)} "
-                             f"(only {', '.join(HARMLESS)} may change); start a new run (another out_dir) instead")
+                            f"(only {', '.join(HARMLESS)} may change); start a new run (another out_dir) instead")
     elif ((run / "checkpoints").exists() or saved.exists()) and not overwrite:
         raise FileExistsError(f"{run} already holds a run: continue it with --resume, or start afresh with "
                               f"--overwrite (its checkpoints, samples and scores are deleted)")

@@ -96,10 +96,10 @@ def validate(c: GANTrainConfig) -> None:
         raise UserError(f"config key 'optim.betas': got {list(c.optim.betas)}, expected two numbers [beta1, beta2]")
     if (c.loss.infomax_d > 0 or c.loss.infomax_g > 0) and c.data.batch_size < 2:
         raise UserError(f"config key 'data.batch_size': got {c.data.batch_size}, expected at least 2 with InfoMax-GAN's "
-                         f"InfoNCE on (loss.infomax_d / loss.infomax_g > 0: the other images are its negatives)")
+                        f"InfoNCE on (loss.infomax_d / loss.infomax_g > 0: the other images are its negatives)")
     if c.eval.num_samples < 2 or c.eval.real_samples < 2:
         raise UserError("config keys 'eval.num_samples' / 'eval.real_samples': expected at least 2 images each "
-                         "(a covariance needs two)")
+                        "(a covariance needs two)")
 
 
 def load_gan_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> GANTrainConfig:

@@ -33,7 +33,7 @@ def feature_stats(features: Tensor) -> tuple[np.ndarray, np.ndarray]:
         raise UserError(f"feature_stats: expected features [N >= 2, d], got {list(features.shape)}")
     if not np.isfinite(x).all():     # e.g. a generator whose weights became NaN: say so, not LinAlgError
         raise UserError("feature_stats: the features are not finite (NaN / inf): the images they come from "
-                         "(a generator's output?) are not finite")
+                        "(a generator's output?) are not finite")
     return x.mean(axis=0), np.cov(x, rowvar=False)
 
 

@@ -84,7 +84,7 @@ def check_resume(run_dir: str | os.PathLike, cfg: TrainConfig, allow: Iterable[s
     not_harmless = sorted(allow - set(HARMLESS))
     if not_harmless:
         raise UserError(f"--allow-change {','.join(not_harmless)}: only keys that change neither the model, "
-                         f"the data nor the optimizer may change on resume: {', '.join(HARMLESS)}")
+                        f"the data nor the optimizer may change on resume: {', '.join(HARMLESS)}")
     changes = saved_config_changes(run_dir, cfg)
     refused = {k: v for k, v in changes.items() if k not in allow}
     if refused:
@@ -95,7 +95,7 @@ def check_resume(run_dir: str | os.PathLike, cfg: TrainConfig, allow: Iterable[s
                f"start a new run (another out_dir) instead" if hard else "")
         hint = f"allow {', '.join(soft)} with --allow-change {','.join(soft)}" if soft else ""
         raise UserError(f"--resume {run_dir}: the config differs from the run's {CONFIG_NAME}: {listed}. "
-                         + ". ".join(s for s in (why, hint) if s))
+                        + ". ".join(s for s in (why, hint) if s))
     return changes
 
 

@@ -57,7 +57,7 @@ def compute_loss(info, out: Tensor, y: Tensor, label_smoothing: float = 0.0) -> 
     if info.loss == "token_cross_entropy":
         if out.dim() != y.dim() + 1 or out.shape[:-1] != y.shape:
             raise UserError(f"task {info.name!r} scores every token: expected logits [B, T, V] for targets "
-                             f"{list(y.shape)}, got logits {list(out.shape)}")
+                            f"{list(y.shape)}, got logits {list(out.shape)}")
         return F.cross_entropy(out.flatten(0, -2).float(), y.flatten(), ignore_index=IGNORE_INDEX,
                                label_smoothing=label_smoothing)
     if info.loss == "mse":
@@ -65,7 +65,7 @@ def compute_loss(info, out: Tensor, y: Tensor, label_smoothing: float = 0.0) -> 
     if info.loss == "bce":
         if label_smoothing:
             raise UserError(f"optim.label_smoothing applies to cross-entropy; task {info.name!r} has a "
-                             f"multi-label 'bce' loss: set it to 0, got {label_smoothing}")
+                            f"multi-label 'bce' loss: set it to 0, got {label_smoothing}")
         return F.binary_cross_entropy_with_logits(out.float(), y.float())
     if y.dim() == 2:
         return torch.sum(-y * F.log_softmax(out.float(), dim=-1), dim=-1).mean()
@@ -84,19 +84,19 @@ def check_labels(y: Tensor, info, num_classes: int) -> None:
         y = y[y != IGNORE_INDEX]     # ids [B, T]; unscored positions carry IGNORE_INDEX
         if y.numel() == 0:           # the loss would be 0/0 = NaN, silently back-propagated
             raise UserError(f"task {info.name!r} gave a batch with no scored target token (every target is "
-                             f"IGNORE_INDEX={IGNORE_INDEX})")
+                            f"IGNORE_INDEX={IGNORE_INDEX})")
     if info.loss not in ("cross_entropy", "token_cross_entropy") or y.numel() == 0:
         return
     if y.dtype.is_floating_point or y.dtype == torch.bool:
         if y.dim() == 1:
             raise UserError(f"task {info.name!r} gave {y.dtype} labels, but classification expects integer "
-                             f"class indices in [0, {num_classes}) (e.g. torch.long)")
+                            f"class indices in [0, {num_classes}) (e.g. torch.long)")
         return
     lo, hi = int(y.min()), int(y.max())
     if lo < 0 or hi >= num_classes:
         bad = lo if lo < 0 else hi
         raise UserError(f"task {info.name!r} gave label {bad}, but the model has {num_classes} classes "
-                         f"(labels must lie in [0, {num_classes})); check the task's data or "
+                        f"(labels must lie in [0, {num_classes})); check the task's data or "
                          f"model.overrides.num_classes")
 
 
@@ -104,10 +104,10 @@ def check_multilabel(y: Tensor, info, num_classes: int) -> None:
     """Multi-label targets (loss ``bce``) must be ``[B, num_classes]`` of 0 / 1."""
     if y.dim() != 2 or y.shape[1] != num_classes:
         raise UserError(f"task {info.name!r} has a multi-label 'bce' loss: targets must be [B, {num_classes}] "
-                         f"(one 0/1 per class of the model), got {tuple(y.shape)}")
+                        f"(one 0/1 per class of the model), got {tuple(y.shape)}")
     if y.numel() and not bool(((y == 0) | (y == 1)).all()):
         raise UserError(f"task {info.name!r}: multi-label targets must be 0 or 1, got values in "
-                         f"[{y.min().item()}, {y.max().item()}]")
+                        f"[{y.min().item()}, {y.max().item()}]")
 
 
 def _outputs(model: torch.nn.Module, loader: DataLoader, device: torch.device, precision: str, stop, progress):

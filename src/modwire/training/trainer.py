@@ -86,7 +86,7 @@ def build_model_for_task(cfg: TrainConfig) -> PretrainedModel:
     given, taken = sorted(named_inputs(info.inputs)), sorted(get_config(cfg.model.name, **overrides).input_names())
     if given != taken:
         raise UserError(f"model {cfg.model.name!r} (with model.overrides) takes the inputs {taken}, but task "
-                         f"{info.name!r} gives {given}")
+                        f"{info.name!r} gives {given}")
     return create_model(cfg.model.name, **overrides)
 
 
@@ -123,8 +123,8 @@ def apply_augmentation(cfg: TrainConfig, info, train_set, val_set):
             not single and (augment == "deit" or cfg.data.mixup)):
         kinds = {name: s.kind for name, s in named.items()}
         raise UserError(f"data.augment / data.mixup need an image classification task; task {info.name!r} gives "
-                         f"{kinds!r} inputs and a {info.loss!r} loss (with several inputs, only data.augment: "
-                         f"randaugment, without mixup, which augments the image 'x' and passes the others through)")
+                        f"{kinds!r} inputs and a {info.loss!r} loss (with several inputs, only data.augment: "
+                        f"randaugment, without mixup, which augments the image 'x' and passes the others through)")
     mixer = make_mixer(cfg, info.num_classes)
     if augment == "randaugment":
         fill = 0.5 if spec.channels != 3 else (0.485, 0.456, 0.406)   # timm fills with the ImageNet mean
@@ -192,11 +192,11 @@ def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path) 
     world = dist_info.world
     if cfg.data.batch_size % (world * cfg.grad_accum):
         raise UserError(f"data.batch_size={cfg.data.batch_size} must be divisible by processes × grad_accum "
-                         f"= {world} × {cfg.grad_accum}")
+                        f"= {world} × {cfg.grad_accum}")
     if cfg.precision == "fp16" and dist_info.device.type != "cuda":
         # the fp16 loss scaler is a CUDA mechanism: elsewhere it skips steps while the counter advances
         raise UserError(f"config key 'precision': fp16 needs a CUDA device, the run is on "
-                         f"{dist_info.device.type}: use bf16 (or fp32)")
+                        f"{dist_info.device.type}: use bf16 (or fp32)")
     local_batch = cfg.data.batch_size // (world * cfg.grad_accum)
     info = get_task(cfg.data.task)
     torch.manual_seed(cfg.seed)
@@ -210,7 +210,7 @@ def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path) 
     val_loader = make_loader(val_set, local_batch, None, info, cfg.data.num_workers, drop_last=False)
     if len(train_loader) < cfg.grad_accum:
         raise UserError(f"the {cfg.data.train_split} split ({len(train_set)} samples) is smaller than one "
-                         f"global batch ({cfg.data.batch_size})")
+                        f"global batch ({cfg.data.batch_size})")
     steps_per_epoch = len(train_loader) // cfg.grad_accum
     total = cfg.epochs * steps_per_epoch if cfg.max_steps <= 0 else min(cfg.max_steps, cfg.epochs * steps_per_epoch)
     run = Run(cfg, dist_info, run_dir, info, train_set, sampler, train_loader, val_loader, mixer, local_batch,
@@ -237,7 +237,7 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
     "run_dir", "exit_code"}`` (exit code 0, or 130 / 143 after SIGINT / SIGTERM)."""
     if not isinstance(cfg, TrainConfig) and OmegaConf.get_type(cfg) is not TrainConfig:
         raise UserTypeError(f"train: expected a TrainConfig from modwire.training.load_config(path, overrides), "
-                        f"got {type(cfg).__name__}")
+                            f"got {type(cfg).__name__}")
     dist_info = distributed.setup(cfg.device)
     run_dir = Path(cfg.out_dir)
     with (RunLock(run_dir) if dist_info.main else contextlib.nullcontext()), StopSignals() as stop:
@@ -308,13 +308,13 @@ def prepare_directory(cfg: TrainConfig, run_dir: Path, *, resume: bool, allow: I
         return {}
     if last.is_symlink():
         raise UserError(f"out_dir {run_dir} already holds a run (checkpoint {last.resolve().name}): continue it "
-                         f"with `modwire train --resume {run_dir}`, choose another out_dir, or pass --overwrite "
-                         f"to discard it")
+                        f"with `modwire train --resume {run_dir}`, choose another out_dir, or pass --overwrite "
+                        f"to discard it")
     elif (run_dir / CONFIG_NAME).is_file():
         differ = saved_config_changes(run_dir, cfg)
         if differ:
             raise UserError(f"out_dir {run_dir} holds another run's {CONFIG_NAME} (differing keys: "
-                             f"{', '.join(differ)}): choose another out_dir, or pass --overwrite to discard it")
+                            f"{', '.join(differ)}): choose another out_dir, or pass --overwrite to discard it")
     return {}
 
 
@@ -409,13 +409,13 @@ def auxiliary_losses(run: Run, model: torch.nn.Module) -> dict[str, Tensor]:
     missing = sorted(set(aux) - set(weights))
     if missing:
         raise UserError(f"model {run.cfg.model.name!r} reports the auxiliary loss(es) {missing} but the training "
-                         f"config gives no weight: set aux_loss_weights.{missing[0]} (e.g. --set "
-                         f"aux_loss_weights.{missing[0]}=0.01; 0 logs it without training on it)")
+                        f"config gives no weight: set aux_loss_weights.{missing[0]} (e.g. --set "
+                        f"aux_loss_weights.{missing[0]}=0.01; 0 logs it without training on it)")
     if not run.aux_checked:
         unused = sorted(set(run.cfg.aux_loss_weights) - set(aux))
         if unused:
             raise UserError(f"config key 'aux_loss_weights.{unused[0]}': model {run.cfg.model.name!r} reports no "
-                             f"auxiliary loss named {unused[0]!r} (it reports {sorted(aux) or 'none'})")
+                            f"auxiliary loss named {unused[0]!r} (it reports {sorted(aux) or 'none'})")
         run.aux_checked = True
     return aux
 

@@ -107,7 +107,7 @@ class PGMDataset(LoaderDataset):
 def check_panel_size(size: Any) -> int:
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= SIZE:
         raise UserError(f"pgm: panel_size must be an int in [1, {SIZE}] (the files' panels are {SIZE}x{SIZE}; "
-                         f"NI uses 80), got {size!r}")
+                        f"NI uses 80), got {size!r}")
     return size
 
 

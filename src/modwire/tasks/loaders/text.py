@@ -134,7 +134,7 @@ def listops_file(split: str, root: Any, files: Any, task: str = "lra_listops") -
                               LISTOPS_LAYOUT, path)
     if not isinstance(files, Mapping):
         raise UserError(f"{task}: files must map split names to TSV files, e.g. {{train: a.tsv, val: b.tsv}}, "
-                         f"got {files!r}")
+                        f"got {files!r}")
     if split not in files:
         raise UserError(f"{task}: files has no entry for split {split!r} (it has {sorted(files)})")
     file = Path(os.path.expanduser(str(files[split])))

@@ -36,10 +36,10 @@ def split_size(size: int | Mapping[str, int], split: str) -> int:
         bad = [k for k in size if not isinstance(k, str) or k not in SPLIT_IDS]
         if bad:    # e.g. `size={train:8}`: YAML needs a space after the colon, else a key "train:8"
             raise UserError(f"size has unknown split name(s) {bad}: expected a mapping of {list(SPLIT_IDS)} "
-                             f"to counts (in YAML, a space after each colon: {{train: 8, val: 2}})")
+                            f"to counts (in YAML, a space after each colon: {{train: 8, val: 2}})")
     if isinstance(size, Mapping) and split not in size:  # e.g. `--set data.params.size:={train: 8}`
         raise UserError(f"size has no count for split {split!r}: expected a count for every split used, "
-                         f"got {dict(size)!r}")
+                        f"got {dict(size)!r}")
     n = size[split] if isinstance(size, Mapping) else size
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise UserError(f"size of split {split!r} must be a non-negative int, got {n!r}")

@@ -125,8 +125,8 @@ def function_id_of(inputs: Tensor) -> Tensor:
 def check_layout(layout: object) -> str:
     if layout not in LAYOUTS:
         raise UserError(f"fuzzy_boolean: layout must be one of {list(LAYOUTS)} ('sample': NI's set-up, one "
-                         f"item per point with all functions' targets, heads = number of functions; 'pair': one "
-                         f"item per (point, function) for single-read-out models such as NAC), got {layout!r}")
+                        f"item per point with all functions' targets, heads = number of functions; 'pair': one "
+                        f"item per (point, function) for single-read-out models such as NAC), got {layout!r}")
     return str(layout)
 
 

@@ -101,7 +101,7 @@ class DigitPool:
         missing = [c for c, idx in enumerate(self.by_class) if idx.size == 0]
         if missing:
             raise UserError(f"multi_digit: the {name} pool has no image of class(es) {missing}; every class "
-                             f"needs at least one digit")
+                            f"needs at least one digit")
 
     def glyph(self, k: int) -> np.ndarray:
         return resize(crop_to_ink(self.images[k]).astype(np.float32) / self.white, self.scale, self.digit_size)
@@ -146,23 +146,23 @@ def check_counts(counts, split: str, canvas: int, digit_size: int, distinct: boo
         bad = [k for k in counts if k not in SPLIT_IDS]
         if bad or split not in counts:
             raise UserError(f"multi_digit: counts must be a list of digit counts or a mapping of "
-                             f"{list(SPLIT_IDS)} to lists; got {dict(counts)!r} for split {split!r}")
+                            f"{list(SPLIT_IDS)} to lists; got {dict(counts)!r} for split {split!r}")
         counts = counts[split]
     if isinstance(counts, (int, np.integer)) and not isinstance(counts, bool):
         counts = [counts]
     if not isinstance(counts, Sequence) or isinstance(counts, str) or not counts or any(
             isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1 for n in counts):
         raise UserError(f"multi_digit: counts of split {split!r} must be a non-empty list of positive ints, "
-                         f"got {counts!r}")
+                        f"got {counts!r}")
     most = max(counts)
     if distinct and most > NUM_CLASSES:
         raise UserError(f"multi_digit: {most} digits of distinct classes requested, but there are only "
-                         f"{NUM_CLASSES} classes (set distinct=False to allow repeats)")
+                        f"{NUM_CLASSES} classes (set distinct=False to allow repeats)")
     # a grid holds (canvas // digit_size)² boxes, but random placement jams well before: allow 2/3 of it
     room = max(1, (canvas // digit_size) ** 2 * 2 // 3)
     if most > room:
         raise UserError(f"multi_digit: {most} digits of up to {digit_size}x{digit_size} px do not fit at random "
-                         f"without overlap in a {canvas}x{canvas} image; at most {room}")
+                        f"without overlap in a {canvas}x{canvas} image; at most {room}")
     return tuple(int(n) for n in counts)
 
 

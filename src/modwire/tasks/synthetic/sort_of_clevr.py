@@ -179,7 +179,7 @@ def held_out_pairs(holdout: int) -> tuple[tuple[str, str], ...]:
 def check_holdout(holdout) -> int:
     if isinstance(holdout, bool) or not isinstance(holdout, (int, np.integer)) or not 0 <= holdout <= len(COLORS):
         raise UserError(f"holdout (held-out colour-shape combinations, NFM Table 7) must be an int in "
-                         f"[0, {len(COLORS)}] (one shape per colour at most), got {holdout!r}")
+                        f"[0, {len(COLORS)}] (one shape per colour at most), got {holdout!r}")
     return int(holdout)
 
 
@@ -287,7 +287,7 @@ def question_ids(inputs: Tensor | Mapping[str, Tensor]) -> Tensor:
           & (sub >= SUBTYPE_ID + 3 * (typ - TYPE_ID)) & (sub < SUBTYPE_ID + 3 * (typ - TYPE_ID) + 3))
     if not bool(ok.all()):
         raise UserError(f"not a question of CONDITION_VOCAB (colour 0-5, type 6-7, subtype 8-10 for type 6 "
-                         f"and 11-13 for type 7): {inputs[~ok][:4].tolist()}")
+                        f"and 11-13 for type 7): {inputs[~ok][:4].tolist()}")
     return inputs.long()
 
 
@@ -295,7 +295,7 @@ def _vector_ids(q: Tensor) -> Tensor:
     """One-hot question vectors ``[..., 11]`` (:func:`question_vector`) → condition ids ``[..., 3]``."""
     if q.shape[-1] != QUESTION_DIM:
         raise UserError(f"question vectors must be [..., {QUESTION_DIM}] (one-hot colour, type, subtype), "
-                         f"got {list(q.shape)}")
+                        f"got {list(q.shape)}")
     rel = (q[..., TYPE_OFFSET + 1] > 0.5).long()
     sub = q[..., SUBTYPE_OFFSET:].argmax(-1)
     return torch.stack([q[..., :len(COLORS)].argmax(-1), TYPE_ID + rel, SUBTYPE_ID + 3 * rel + sub], -1)
@@ -320,7 +320,7 @@ def question_kind(x: Tensor | Mapping[str, Tensor]) -> str:
     rel = is_relational(x)
     if rel.dim() != 0:
         raise UserError(f"question_kind takes one input; use is_relational for a batch, "
-                         f"got {list(rel.shape)} questions")
+                        f"got {list(rel.shape)} questions")
     return "relational" if bool(rel) else "non_relational"
 
 
