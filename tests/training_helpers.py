@@ -1,4 +1,4 @@
-"""Helpers shared by the training tests and the training probe."""
+"""Helpers shared by the training and robustness tests."""
 import os
 import signal
 

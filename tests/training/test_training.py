@@ -156,7 +156,7 @@ def test_resume_rejects_a_tampered_state_file(tmp_path):
     with pytest.raises(ValueError, match="state.pt is corrupted"):          # caught by the sha256 manifest
         train(cfg(tmp_path, "epochs=2"), resume=True, allow_change=["epochs"])
     for name in ("manifest.json", "checkpoint.json"):   # an older checkpoint: neither file (one without the other
-        (tmp_path / "run" / "checkpoints" / "last" / name).unlink()              # is refused: tests/probe)
+        (tmp_path / "run" / "checkpoints" / "last" / name).unlink()              # is refused: tests/robustness)
     with pytest.raises(ValueError, match="not a readable modwire training state"):
         train(cfg(tmp_path, "epochs=2"), resume=True, allow_change=["epochs"])
 

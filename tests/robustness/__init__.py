@@ -1,6 +1,6 @@
-"""The probe of issue 9: every class of fault and bad input a user can hit, replayed.
+"""Robustness: every class of fault and bad input a user can hit, replayed (issue 9's probe).
 
-``pytest tests/probe`` runs them; each case asserts a clear error (what was expected, what
+``pytest tests/robustness`` runs them; each case asserts a clear error (what was expected, what
 was given, the key path / file / line where there is one), never a raw traceback, a silent
 wrong result or lost data.
 
