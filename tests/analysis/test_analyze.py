@@ -12,7 +12,7 @@ import modwire
 from modwire import cli
 from modwire.analysis import count_flops, graph_from_link_probs, load_run
 from modwire.analysis.edges import graph_frame
-from modwire.analysis.runs import Run
+from modwire.analysis.runs import AnalyzedRun
 from modwire.models.nac import FrozenGraphConfig
 from modwire.training import load_config, train
 from modwire.training.trainer import evaluate, make_loader
@@ -238,7 +238,7 @@ def test_link_probs_frame_follows_the_prior_matching(monkeypatch):
     gp = types.SimpleNamespace(name="ring_of_cliques", params={"num_cliques": 2}, align="none")
     model = types.SimpleNamespace(config=types.SimpleNamespace(graph_prior=gp,
                                                                frozen_graph=FrozenGraphConfig()))  # name=None
-    run = Run(None, "r", None, model, None, None, "nac", u, True)
+    run = AnalyzedRun(None, "r", None, model, None, None, "nac", u, True)
     p = torch.rand(u, u)
     order, shown_prior, name, _ = graph_frame(run, p)
     assert calls["prior"] == ("ring_of_cliques", u, {"num_cliques": 2}) and calls["match"] is shown_prior

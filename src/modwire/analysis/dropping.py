@@ -13,13 +13,13 @@ from typing import Any
 
 import torch
 
-from .runs import Run, evaluate_run, forward, timing_batch
+from .runs import AnalyzedRun, evaluate_run, forward, timing_batch
 from ..errors import UserError
 
 __all__ = ["check_drop_fractions", "module_dropping_curve"]
 
 
-def check_drop_fractions(runs: Sequence[Run], fractions: Sequence[float]) -> None:
+def check_drop_fractions(runs: Sequence[AnalyzedRun], fractions: Sequence[float]) -> None:
     """Every fraction leaves each run at least one module."""
     for r in runs:
         for f in fractions:
@@ -29,7 +29,7 @@ def check_drop_fractions(runs: Sequence[Run], fractions: Sequence[float]) -> Non
                                 f"(round({f:g}·{r.num_modules}) = {k}); at least one must stay")
 
 
-def module_dropping_curve(runs: Sequence[Run], fractions: Sequence[float], *, batch: int, iters: int,
+def module_dropping_curve(runs: Sequence[AnalyzedRun], fractions: Sequence[float], *, batch: int, iters: int,
                           device: torch.device) -> list[dict[str, Any]]:
     """One row per (run, fraction): ``run, model, fraction_dropped, modules_kept``, the
     task's metrics, ``samples_per_s`` and ``gflops_per_sample``."""
@@ -38,7 +38,7 @@ def module_dropping_curve(runs: Sequence[Run], fractions: Sequence[float], *, ba
     return rows
 
 
-def _evaluate_dropped(runs: Sequence[Run], fractions: Sequence[float]):
+def _evaluate_dropped(runs: Sequence[AnalyzedRun], fractions: Sequence[float]):
     """Rows with the metrics of every dropped copy, and the copies ``{(run, f): model}``."""
     from .sparsify import drop_modules
 
@@ -54,7 +54,7 @@ def _evaluate_dropped(runs: Sequence[Run], fractions: Sequence[float]):
     return rows, copies
 
 
-def _time_dropped(runs: Sequence[Run], rows: list[dict[str, Any]], copies: dict, *, batch: int, iters: int,
+def _time_dropped(runs: Sequence[AnalyzedRun], rows: list[dict[str, Any]], copies: dict, *, batch: int, iters: int,
                   device: torch.device) -> None:
     """Add throughput (interleaved over every copy) and FLOPs per sample to ``rows``."""
     from ..training import call_model

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .runs import Run, evaluate_run, forward, timing_batch
+from .runs import AnalyzedRun, evaluate_run, forward, timing_batch
 
 __all__ = ["GRAPH_THRESHOLD", "edge_curve", "graph_frame", "graph_summary", "link_probs", "prior_of"]
 
@@ -27,7 +27,7 @@ GRAPH_THRESHOLD = 0.5  # NAC Fig. 8
 
 # ----------------------------------------------------------------------------- eliminating edges
 
-def edge_curve(runs: Sequence[Run], fractions: Sequence[float], *, batch: int, iters: int,
+def edge_curve(runs: Sequence[AnalyzedRun], fractions: Sequence[float], *, batch: int, iters: int,
                block_size: int | None, device: torch.device) -> list[dict[str, Any]]:
     """One row per (run with a graph, fraction): ``run, fraction_removed, edges_kept``, the
     task's metrics, dense-masked and block-sparse throughput, ``block_size``,
@@ -39,7 +39,7 @@ def edge_curve(runs: Sequence[Run], fractions: Sequence[float], *, batch: int, i
     return rows
 
 
-def _edge_rows(run: Run, fractions: Sequence[float], *, batch: int, iters: int, block_size: int | None,
+def _edge_rows(run: AnalyzedRun, fractions: Sequence[float], *, batch: int, iters: int, block_size: int | None,
                device: torch.device) -> list[dict[str, Any]]:
     """The edge curve of one run; its propagators dense-masked vs block-sparse (the modules
     reordered so that kept edges form blocks), timed interleaved on the same batch."""
@@ -72,7 +72,7 @@ def _edge_rows(run: Run, fractions: Sequence[float], *, batch: int, iters: int, 
     return rows
 
 
-def _block_plan(run: Run, block_size: int | None) -> tuple[torch.Tensor | None, int]:
+def _block_plan(run: AnalyzedRun, block_size: int | None) -> tuple[torch.Tensor | None, int]:
     """How :func:`block_sparse` orders a run's modules: by the matched blocks of a
     planted-partition / ring-of-cliques prior (block size = U / number of blocks), else
     by reverse Cuthill-McKee (block size ``block_size`` or U / 8)."""
@@ -88,13 +88,13 @@ def _block_plan(run: Run, block_size: int | None) -> tuple[torch.Tensor | None, 
 
 # ----------------------------------------------------------------------------- the learned graph
 
-def link_probs(run: Run) -> torch.Tensor:
+def link_probs(run: AnalyzedRun) -> torch.Tensor:
     """``P`` ``[U, U]`` of the run's model (NAC Eq. 2), float32 on the CPU."""
     with torch.no_grad():
         return run.model.link_probs().detach().float().cpu()
 
 
-def prior_of(run: Run) -> tuple[str | None, dict[str, Any]]:
+def prior_of(run: AnalyzedRun) -> tuple[str | None, dict[str, Any]]:
     """The run's graph prior: the model's ``graph_prior`` (NAC App. A), else its ``frozen_graph``
     (NAC Table 1 "sparse graph, not learnable"); (None, {}) if none."""
     gp = getattr(run.model.config, "graph_prior", None)
@@ -107,7 +107,7 @@ def prior_of(run: Run) -> tuple[str | None, dict[str, Any]]:
     return None, {}
 
 
-def graph_frame(run: Run, p: torch.Tensor):
+def graph_frame(run: AnalyzedRun, p: torch.Tensor):
     """``(order, prior P0 or None, prior name, note)``: modules in the prior's frame
     (``argsort(σ)``, σ from ``modwire.graphs.match``) when the run has a prior, else by
     descending ``q_i``."""
@@ -125,7 +125,7 @@ def graph_frame(run: Run, p: torch.Tensor):
     return torch.argsort(sigma), p0, name, f"modules in the frame of prior {name!r} (matched)"
 
 
-def graph_summary(run: Run) -> dict[str, Any]:
+def graph_summary(run: AnalyzedRun) -> dict[str, Any]:
     """Edges of ``P_ij > 0.5`` (either direction), mean degree, and the range of ``q_i``."""
     p = link_probs(run)
     u = p.shape[0]

@@ -40,7 +40,7 @@ import torch
 
 from .dropping import check_drop_fractions, module_dropping_curve
 from .edges import GRAPH_THRESHOLD, edge_curve, graph_frame, graph_summary, link_probs
-from .runs import Run, load_run, open_run, output_dir
+from .runs import AnalyzedRun, load_run, open_run, output_dir
 from ..errors import UserError
 
 __all__ = ["DEFAULT_DROP_FRACTIONS", "DEFAULT_EDGE_FRACTIONS", "analyze", "check_fractions", "load_run",
@@ -144,7 +144,7 @@ def _check_options(drop, edges, *, batch: int, max_samples: int | None, iters: i
 
 # ----------------------------------------------------------------------------- writing
 
-def write_outputs(out: Path, runs: list[Run], drop_rows: list[dict[str, Any]], edge_rows: list[dict[str, Any]],
+def write_outputs(out: Path, runs: list[AnalyzedRun], drop_rows: list[dict[str, Any]], edge_rows: list[dict[str, Any]],
                   *, split: str, batch: int, iters: int, device: torch.device, plots: bool) -> dict[str, Any]:
     """Write ``modules_dropped.csv``, ``edges_removed.csv`` (if any rows), the PNGs and
     ``summary.json`` into ``out``; return the summary (its ``files`` lists them all)."""
@@ -216,7 +216,7 @@ def _table(drop_rows, edge_rows, metric: str) -> str:
     return "\n".join(lines)
 
 
-def _plots(out: Path, runs: list[Run], drop_rows, edge_rows, metric: str, split: str, main: Run) -> list[Path]:
+def _plots(out: Path, runs: list[AnalyzedRun], drop_rows, edge_rows, metric: str, split: str, main: AnalyzedRun) -> list[Path]:
     from .plots import plot_curves, plot_graph, plot_link_probs
 
     def series(rows, x, y, group=lambda r: r["run"]):

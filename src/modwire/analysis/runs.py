@@ -15,7 +15,7 @@ from ..tasks.base import FirstN
 from .sparsify import module_axis
 from ..errors import UserError, UserTypeError
 
-__all__ = ["Run", "evaluate_run", "forward", "load_run", "open_run", "timing_batch"]
+__all__ = ["AnalyzedRun", "evaluate_run", "forward", "load_run", "open_run", "timing_batch"]
 
 
 def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str | None = None,
@@ -143,7 +143,7 @@ def apply_eval_options(model, cfg, overrides: Sequence[str]) -> None:
 
 
 @dataclass
-class Run:
+class AnalyzedRun:
     """One loaded run. ``kind``: the model's ``model_type``; ``num_modules``: ``U`` of its
     per-module axis (NAC processor modules, Perceiver IO latents; ``noun`` says which);
     ``has_graph``: link probabilities ``P`` over that axis exist (a NAC with a kernel)."""
@@ -181,7 +181,7 @@ def other_analyses(model: torch.nn.Module) -> str:
     return "; ".join(found)
 
 
-def open_run(path, overrides, split, max_samples, names: set[str]) -> Run:
+def open_run(path, overrides, split, max_samples, names: set[str]) -> AnalyzedRun:
     """:func:`load_run`, its split cut to ``max_samples``, named uniquely among ``names``."""
     cfg, model, info, dataset = load_run(path, overrides, split=split)
     if not isinstance(model, ModuleSurgery):
@@ -199,11 +199,11 @@ def open_run(path, overrides, split, max_samples, names: set[str]) -> Run:
     while name in names:
         name, i = f"{base}_{i}", i + 1
     names.add(name)
-    return Run(Path(path), name, cfg, model, info, dataset, model.config.model_type, axis.size, axis.link_probs,
+    return AnalyzedRun(Path(path), name, cfg, model, info, dataset, model.config.model_type, axis.size, axis.link_probs,
                axis.noun)
 
 
-def evaluate_run(run: Run, model, batch_size: int | None = None) -> dict[str, float]:
+def evaluate_run(run: AnalyzedRun, model, batch_size: int | None = None) -> dict[str, float]:
     """Every metric of the run's task for ``model`` (the run's model or a copy) on its split."""
     from ..training import evaluate, make_loader
 
@@ -214,7 +214,7 @@ def evaluate_run(run: Run, model, batch_size: int | None = None) -> dict[str, fl
     return evaluate(model, loader, run.info, device, cfg.precision)
 
 
-def timing_batch(run: Run, batch: int, device) -> torch.Tensor:
+def timing_batch(run: AnalyzedRun, batch: int, device) -> torch.Tensor:
     """The first ``batch`` samples of the split (cycled if it is smaller), collated like the loader."""
     from ..training import make_loader, to_device
 

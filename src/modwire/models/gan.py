@@ -50,7 +50,7 @@ from ..errors import UserError
 
 
 @dataclass
-class GeneratorConfig(ConfigBase):
+class GANGeneratorConfig(ConfigBase):
     """``latent_dim`` (nz), ``channels`` (ngf), ``bottom_width`` (the first spatial layer's size),
     ``num_blocks`` residual up-blocks (each doubles the size: image size = bottom_width·2^num_blocks)."""
 
@@ -80,7 +80,7 @@ class GANConfig(ModelConfig):
 
     image_size: int = 32
     image_channels: int = 3
-    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    generator: GANGeneratorConfig = field(default_factory=GANGeneratorConfig)
     discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
     nfm: NFMConfig = field(default_factory=NFMConfig)
     bounds = {"image_size": COUNT, "image_channels": COUNT}

@@ -35,7 +35,7 @@ from ..nn import (EdgeMaskedKernel, ModulationSpec, PreNorm, ProcessorLayer, Rea
                   SelfAttention, SignatureKernel, mlp)
 from ..nn.attention import ReadInMethod
 from ..nn.kernel import KERNEL_MODES
-from ..nn.modulated import ACTIVATIONS, MODULATIONS
+from ..nn.modulated import FFN_ACTIVATIONS, MODULATIONS
 from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
 from .base import Intermediates, PretrainedModel
@@ -109,7 +109,7 @@ class GraphPriorConfig(ConfigBase):
 
 
 @dataclass
-class GeneratorConfig(ConfigBase):
+class CircuitGeneratorConfig(ConfigBase):
     """The circuit generator (NAC §2.2). ``kind="conditional"`` (App. G) reads the
     ``condition`` input through ``tokenizer`` with ``num_heads`` attention heads."""
 
@@ -150,7 +150,7 @@ class NACConfig(ModelConfig):
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     kernel: KernelConfig = field(default_factory=KernelConfig)
     frozen_graph: FrozenGraphConfig = field(default_factory=FrozenGraphConfig)
-    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    generator: CircuitGeneratorConfig = field(default_factory=CircuitGeneratorConfig)
     graph_prior: GraphPriorConfig = field(default_factory=GraphPriorConfig)
 
     bounds = {**{n: COUNT for n in ("num_classes", "d_model", "num_layers", "num_processor_modules",
@@ -162,7 +162,7 @@ class NACConfig(ModelConfig):
         return () if self.modulation == "nac" else ("alpha_init",)
 
     def validate(self) -> None:
-        check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("activation", self.activation, FFN_ACTIVATIONS)
         check_choice("initial_state", self.initial_state, ("mlp", "code"))
         check_choice("modulation", self.modulation, MODULATIONS)
         heads = self.generator.num_heads
@@ -464,14 +464,14 @@ register_preset("nac_micro", NAC, _micro, "test-sized NAC on generic sets")
 # the Table 4 executor; the CPU preset reads Sort-of-CLEVR questions as 3 token ids.
 register_preset("nac_conditional_nlvr2", NAC, lambda: NACConfig(
     num_classes=2, tokenizer=TokenizerConfig(kind="linear", input_dim=512, token_dim=384),
-    generator=GeneratorConfig(kind="conditional", num_heads=6,
+    generator=CircuitGeneratorConfig(kind="conditional", num_heads=6,
                               tokenizer=TokenizerConfig(kind="linear", input_dim=512, token_dim=384))),
     "NAC §4.4 / App. G (conditional, CLIP-base features)")
 register_preset("nac_conditional_small", NAC, lambda: NACConfig(
     num_classes=10, tokenizer=TokenizerConfig(kind="linear", input_dim=77, token_dim=64), d_model=64,
     num_layers=3, num_processor_modules=32, num_output_modules=4, num_heads=4, read_out_heads=4,
     ffn_hidden=128, d_sig=16, d_code=64,
-    generator=GeneratorConfig(kind="conditional", num_heads=4,
+    generator=CircuitGeneratorConfig(kind="conditional", num_heads=4,
                               tokenizer=TokenizerConfig(kind="embedding", vocab_size=16, max_len=3, token_dim=64))),
     "CPU-sized conditional NAC (Sort-of-CLEVR: question → circuit, image → executor)")
 register_preset("nac_conditional_micro", NAC, lambda: _micro().replace(generator={

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from torch import Tensor, nn
 
-from ..nn.nfm import (ACTIVATIONS, LAYOUTS, NFM, NORMS, READ_AT, READER_OUTPUTS, RESCALES, SCORE_SCALES, TOPK_SOFTMAX,
+from ..nn.nfm import (READER_ACTIVATIONS, LAYOUTS, NFM, NORMS, READ_AT, READER_OUTPUTS, RESCALES, SCORE_SCALES, TOPK_SOFTMAX,
                       LayerFactory)
 from .config import COUNT, Bounds, ConfigBase, check_choice
 from ..errors import UserError
@@ -72,7 +72,7 @@ class NFMConfig(ConfigBase):
     def validate(self) -> None:
         p = self._prefix
         check_choice(p + "norm", self.norm, NORMS)
-        check_choice(p + "activation", self.activation, tuple(ACTIVATIONS))
+        check_choice(p + "activation", self.activation, tuple(READER_ACTIVATIONS))
         check_choice(p + "rescale", self.rescale, RESCALES)
         check_choice(p + "score_scale", self.score_scale, SCORE_SCALES)
         check_choice(p + "topk_softmax", self.topk_softmax, TOPK_SOFTMAX)

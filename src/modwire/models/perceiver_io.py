@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from ..nn import ProcessorLayer, ReadIn, ReadOut
-from ..nn.modulated import ACTIVATIONS
+from ..nn.modulated import FFN_ACTIVATIONS
 from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
 from .base import Intermediates, PretrainedModel
@@ -57,7 +57,7 @@ class PerceiverIOConfig(ModelConfig):
                 "num_classes": num_classes}
 
     def validate(self) -> None:
-        check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("activation", self.activation, FFN_ACTIVATIONS)
 
 
 class PerceiverIO(ReadOutHeadFineTuning, PretrainedModel):

@@ -27,7 +27,7 @@ from ..errors import UserError
 
 Modulation = Literal["nac", "ni", "none"]
 MODULATIONS = ("nac", "ni", "none")
-ACTIVATIONS = ("geglu", "gelu")
+FFN_ACTIVATIONS = ("geglu", "gelu")
 
 
 class ModulatedLinear(nn.Module):
@@ -178,8 +178,8 @@ class ModulatedFFN(nn.Module):
     def __init__(self, dim: int, hidden_dim: int, *, mod: ModulationSpec = PLAIN,
                  activation: str = "geglu") -> None:
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise UserError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+        if activation not in FFN_ACTIVATIONS:
+            raise UserError(f"activation must be one of {FFN_ACTIVATIONS}, got {activation!r}")
         self.activation = activation
         self.fc1 = mod.linear(dim, 2 * hidden_dim if activation == "geglu" else hidden_dim)
         self.fc2 = mod.linear(hidden_dim, dim)

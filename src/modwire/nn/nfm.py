@@ -86,7 +86,7 @@ from .attention import sparse_softmax
 from ..errors import UserError
 
 NORMS = ("batch", "none")
-ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+READER_ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
 RESCALES = ("space_to_depth", "nearest")
 SCORE_SCALES = ("d_k", "sqrt_d_k")
 LAYOUTS = ("channels_first", "tokens")
@@ -100,7 +100,7 @@ def _choice(name: str, value, choices) -> None:
         raise UserError(f"NFM: {name} must be one of {list(choices)}, got {value!r}")
 
 
-_CHOICES = {"norm": NORMS, "activation": tuple(ACTIVATIONS), "rescale": RESCALES, "score_scale": SCORE_SCALES,
+_CHOICES = {"norm": NORMS, "activation": tuple(READER_ACTIVATIONS), "rescale": RESCALES, "score_scale": SCORE_SCALES,
             "topk_softmax": TOPK_SOFTMAX, "reader_output": READER_OUTPUTS, "read_at": READ_AT, "layout": LAYOUTS}
 
 
@@ -278,7 +278,7 @@ class NFMLayer(nn.Module):
             self.w_o1 = nn.Conv2d(heads * d_v, hidden, 3, padding=1) if conv else nn.Linear(heads * d_v, hidden)
             self.norm = (nn.BatchNorm2d(hidden) if conv else nn.BatchNorm1d(hidden)) if norm == "batch" \
                 else nn.Identity()
-            self.act = ACTIVATIONS[activation]()
+            self.act = READER_ACTIVATIONS[activation]()
             self.w_o2 = nn.Conv2d(hidden, query_channels, 3, padding=1) if conv else nn.Linear(hidden, query_channels)
             self.gamma = nn.Parameter(torch.zeros(()))   # γ = 0 at initialisation (§3.2.1)
         self.random_attention = False

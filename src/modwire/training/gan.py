@@ -7,7 +7,7 @@ generator step on fresh latents; both learning rates decay linearly to 0 at ``st
 the latter reported by the model as ``auxiliary_losses()["infomax"]``).
 
 A run directory holds ``config.yaml`` (written once; a resume must agree with it except for the
-:data:`~modwire.training.gan_config.HARMLESS` keys), ``metrics.jsonl``, ``samples/step-<n>.png``
+:data:`~modwire.training.gan_config.GAN_HARMLESS_KEYS` keys), ``metrics.jsonl``, ``samples/step-<n>.png``
 (grids from fixed latents, the generator in eval mode: once per data epoch or every
 ``sample_every`` steps, and at the end), ``checkpoints/last`` (atomic and checksummed,
 :mod:`modwire.training.checkpoint`: generator + discriminator as one ``model.safetensors``, both
@@ -40,7 +40,7 @@ from ..seeding import torch_generator
 from ..tasks import build_dataset
 from .checkpoint import load_state, load_weights
 from .feedback import MetricsLog
-from .gan_config import HARMLESS, GANTrainConfig, load_gan_config, to_yaml
+from .gan_config import GAN_HARMLESS_KEYS, GANTrainConfig, load_gan_config, to_yaml
 from .lock import RunLock
 from .signals import StopSignals
 from .state import rng_state, set_rng_state
@@ -308,17 +308,17 @@ def score(state: GANState, cfg: GANTrainConfig, real: RealImages, run: Path, dev
 # ----------------------------------------------------------------------------- the run
 
 def check_run_dir(cfg: GANTrainConfig, run: Path, *, resume: bool, overwrite: bool) -> None:
-    """On resume the config must agree with the run's ``config.yaml`` (except :data:`HARMLESS`); a fresh
+    """On resume the config must agree with the run's ``config.yaml`` (except :data:`GAN_HARMLESS_KEYS`); a fresh
     run refuses a directory that holds one unless ``overwrite``."""
     saved = run / "config.yaml"
     if resume:
         if not saved.is_file():
             raise FileNotFoundError(f"--resume: {run} holds no config.yaml (not a GAN run directory)")
         changes = _differences(load_gan_config(saved), cfg)
-        refused = [f"{k}: {a!r} → {b!r}" for k, (a, b) in changes.items() if k not in HARMLESS]
+        refused = [f"{k}: {a!r} → {b!r}" for k, (a, b) in changes.items() if k not in GAN_HARMLESS_KEYS]
         if refused:
             raise UserError(f"--resume {run}: the config differs from the run's config.yaml: {'; '.join(refused)} "
-                            f"(only {', '.join(HARMLESS)} may change); start a new run (another out_dir) instead")
+                            f"(only {', '.join(GAN_HARMLESS_KEYS)} may change); start a new run (another out_dir) instead")
     elif ((run / "checkpoints").exists() or saved.exists()) and not overwrite:
         raise FileExistsError(f"{run} already holds a run: continue it with --resume, or start afresh with "
                               f"--overwrite (its checkpoints, samples and scores are deleted)")

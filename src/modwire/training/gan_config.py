@@ -86,7 +86,7 @@ NUMERIC: dict[str, Any] = {
 }
 CHOICES = {"optim.decay": DECAYS, "loss.kind": GAN_LOSSES, "device": ("auto", "cpu", "cuda")}
 #: Keys a resumed run may change (they change neither the model, the data nor the optimisation).
-HARMLESS = ("log_every", "checkpoint_every", "sample_every", "device", "eval.every", "eval.num_samples",
+GAN_HARMLESS_KEYS = ("log_every", "checkpoint_every", "sample_every", "device", "eval.every", "eval.num_samples",
             "eval.batch_size", "eval.inception_weights", "eval.random_attention")
 
 

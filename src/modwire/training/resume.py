@@ -4,7 +4,7 @@ A run directory's ``config.yaml`` is written once, when the run starts, and neve
 rewritten. ``modwire train --resume RUN_DIR`` continues with that config; the config form
 (``modwire train CFG --resume``) must agree with it. Any difference is listed key by key
 (``old → new``) and refused, unless every differing key is harmless (it changes neither the
-model, the data nor the optimizer: :data:`HARMLESS`) and named in ``--allow-change``. Allowed
+model, the data nor the optimizer: :data:`HARMLESS_KEYS`) and named in ``--allow-change``. Allowed
 changes are appended to ``RUN_DIR/resumes.jsonl`` (one record per resume: step, time,
 changes), and the run's effective config is ``config.yaml`` with those changes applied in
 order.
@@ -21,7 +21,7 @@ from .config import TrainConfig, load_config, to_yaml
 from ..errors import UserError
 
 CONFIG_NAME, RESUMES_NAME = "config.yaml", "resumes.jsonl"
-HARMLESS = ("epochs", "max_steps", "log_every", "progress", "checkpoint_every", "data.num_workers", "device",
+HARMLESS_KEYS = ("epochs", "max_steps", "log_every", "progress", "checkpoint_every", "data.num_workers", "device",
             "compile")
 IGNORED = ("out_dir",)     # the run directory is the run's identity; it may have been moved
 
@@ -81,16 +81,16 @@ def saved_config_changes(run_dir: str | os.PathLike, cfg: TrainConfig) -> dict[s
 def check_resume(run_dir: str | os.PathLike, cfg: TrainConfig, allow: Iterable[str] = ()) -> dict[str, tuple]:
     """The allowed differences between the run's config and ``cfg``; anything else is refused."""
     allow = set(allow)
-    not_harmless = sorted(allow - set(HARMLESS))
+    not_harmless = sorted(allow - set(HARMLESS_KEYS))
     if not_harmless:
         raise UserError(f"--allow-change {','.join(not_harmless)}: only keys that change neither the model, "
-                        f"the data nor the optimizer may change on resume: {', '.join(HARMLESS)}")
+                        f"the data nor the optimizer may change on resume: {', '.join(HARMLESS_KEYS)}")
     changes = saved_config_changes(run_dir, cfg)
     refused = {k: v for k, v in changes.items() if k not in allow}
     if refused:
         listed = "; ".join(f"{k}: {old!r} → {new!r}" for k, (old, new) in refused.items())
-        hard = [k for k in refused if k not in HARMLESS]
-        soft = [k for k in refused if k in HARMLESS]
+        hard = [k for k in refused if k not in HARMLESS_KEYS]
+        soft = [k for k in refused if k in HARMLESS_KEYS]
         why = (f"{', '.join(hard)} would change the model, data or optimizer of a run already under way: "
                f"start a new run (another out_dir) instead" if hard else "")
         hint = f"allow {', '.join(soft)} with --allow-change {','.join(soft)}" if soft else ""

@@ -154,7 +154,7 @@ def make_mixer(cfg: TrainConfig, num_classes: int):
 
 
 @dataclass
-class Run:
+class TrainingRun:
     """What the loop needs besides the :class:`TrainState`, built once per process."""
 
     cfg: TrainConfig
@@ -187,8 +187,8 @@ class Run:
         return self.steps_per_epoch * self.cfg.grad_accum
 
 
-def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path) -> tuple[Run, TrainState]:
-    """Model, data, loaders, optimizer, schedule: a :class:`Run` and a fresh :class:`TrainState`."""
+def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path) -> tuple[TrainingRun, TrainState]:
+    """Model, data, loaders, optimizer, schedule: a :class:`TrainingRun` and a fresh :class:`TrainState`."""
     world = dist_info.world
     if cfg.data.batch_size % (world * cfg.grad_accum):
         raise UserError(f"data.batch_size={cfg.data.batch_size} must be divisible by processes × grad_accum "
@@ -213,7 +213,7 @@ def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path) 
                         f"global batch ({cfg.data.batch_size})")
     steps_per_epoch = len(train_loader) // cfg.grad_accum
     total = cfg.epochs * steps_per_epoch if cfg.max_steps <= 0 else min(cfg.max_steps, cfg.epochs * steps_per_epoch)
-    run = Run(cfg, dist_info, run_dir, info, train_set, sampler, train_loader, val_loader, mixer, local_batch,
+    run = TrainingRun(cfg, dist_info, run_dir, info, train_set, sampler, train_loader, val_loader, mixer, local_batch,
               steps_per_epoch, total)
     optimizer = build_optimizer(model, cfg.optim)
     ema = None
@@ -318,7 +318,7 @@ def prepare_directory(cfg: TrainConfig, run_dir: Path, *, resume: bool, allow: I
     return {}
 
 
-def start(run: Run, state: TrainState, *, resumed: bool) -> None:
+def start(run: TrainingRun, state: TrainState, *, resumed: bool) -> None:
     """Wrap the model (DDP, compile), open the logs and print the run's summary."""
     cfg, main = run.cfg, run.dist.main
     run.net = state.model
@@ -344,7 +344,7 @@ def start(run: Run, state: TrainState, *, resumed: bool) -> None:
     run.tick = time.perf_counter()
 
 
-def finish(run: Run) -> None:
+def finish(run: TrainingRun) -> None:
     if run.feedback is not None:
         run.feedback.close()
     if run.log is not None:
@@ -352,7 +352,7 @@ def finish(run: Run) -> None:
     distributed.teardown()
 
 
-def next_batch(run: Run, state: TrainState) -> tuple[Any, Tensor]:
+def next_batch(run: TrainingRun, state: TrainState) -> tuple[Any, Tensor]:
     """The next micro-batch on the device: labels checked, mixup applied. An epoch's iterator
     starts at ``state.micro`` (exact resume part-way through an epoch)."""
     if run.batches is None:
@@ -369,7 +369,7 @@ def next_batch(run: Run, state: TrainState) -> tuple[Any, Tensor]:
     return to_device(x, run.device), y.to(run.device)
 
 
-def accumulate(run: Run, state: TrainState) -> dict[str, Tensor]:
+def accumulate(run: TrainingRun, state: TrainState) -> dict[str, Tensor]:
     """``grad_accum`` micro-steps of forward and backward. Returns the step's losses (the task's
     as ``loss``, each auxiliary one unweighted as ``aux/<name>``), averaged over micro-batches."""
     cfg, n = run.cfg, run.cfg.grad_accum
@@ -394,14 +394,14 @@ def accumulate(run: Run, state: TrainState) -> dict[str, Tensor]:
     return shown
 
 
-def aux_loss_weights(run: Run, model: torch.nn.Module) -> dict[str, float]:
+def aux_loss_weights(run: TrainingRun, model: torch.nn.Module) -> dict[str, float]:
     """The weight of each auxiliary loss: the config's ``aux_loss_weights`` over the model's paper
     defaults (``aux_loss_defaults``, e.g. AiT's σ = 1e-2 for ``balance``, AiT Eq. 6)."""
     defaults = model.aux_loss_defaults if isinstance(model, PretrainedModel) else {}
     return {**defaults, **run.cfg.aux_loss_weights}
 
 
-def auxiliary_losses(run: Run, model: torch.nn.Module) -> dict[str, Tensor]:
+def auxiliary_losses(run: TrainingRun, model: torch.nn.Module) -> dict[str, Tensor]:
     """The auxiliary losses the model reported for this forward pass, each with a configured
     weight (``aux_loss_weights``, else the model's default): none is added or dropped silently."""
     aux = model.auxiliary_losses() if isinstance(model, PretrainedModel) else {}
@@ -420,7 +420,7 @@ def auxiliary_losses(run: Run, model: torch.nn.Module) -> dict[str, Tensor]:
     return aux
 
 
-def optimizer_step(run: Run, state: TrainState) -> None:
+def optimizer_step(run: TrainingRun, state: TrainState) -> None:
     """Clip, step (through the fp16 scaler), schedule, EMA; then advance the counters."""
     if run.cfg.optim.grad_clip > 0:
         state.scaler.unscale_(state.optimizer)
@@ -447,7 +447,7 @@ def copy_buffers(model: torch.nn.Module, ema: torch.nn.Module) -> None:
         dst.copy_(src)
 
 
-def log_step(run: Run, state: TrainState, losses: dict[str, Tensor]) -> None:
+def log_step(run: TrainingRun, state: TrainState, losses: dict[str, Tensor]) -> None:
     """A ``metrics.jsonl`` record every ``log_every`` steps (the global batch's losses), progress."""
     rate = run.seen / max(time.perf_counter() - run.tick, 1e-9)
     record = None
@@ -463,7 +463,7 @@ def log_step(run: Run, state: TrainState, losses: dict[str, Tensor]) -> None:
     run.feedback.step(record, state.val)
 
 
-def validate_and_save(run: Run, state: TrainState, stop: StopSignals) -> None:
+def validate_and_save(run: TrainingRun, state: TrainState, stop: StopSignals) -> None:
     """Validate (rank 0), log, write ``last`` and, when the metric improved, ``best``. An
     interrupt between validation batches leaves the validation pending (redone on resume)."""
     metrics = evaluate(state.eval_model, run.val_loader, run.info, run.device, run.cfg.precision,
@@ -493,7 +493,7 @@ def _improves_best(state: TrainState, info) -> bool:
     return False
 
 
-def keep_weights(run: Run, state: TrainState) -> None:
+def keep_weights(run: TrainingRun, state: TrainState) -> None:
     """``keep_weights_every``: the model's weights and config at this step, kept in
     ``checkpoints/weights-<step>/`` (a ``from_pretrained`` directory; e.g. AiT Fig. 10's patch
     diversity over training, ``modwire.analysis.workspace.diversity_over_training``)."""
@@ -502,6 +502,6 @@ def keep_weights(run: Run, state: TrainState) -> None:
         state.model.save_pretrained(run.dir / "checkpoints" / f"weights-{state.step:08d}")
 
 
-def save(run: Run, state: TrainState, tag: str) -> None:
+def save(run: TrainingRun, state: TrainState, tag: str) -> None:
     if run.dist.main:
         state.save(run.dir, tag)

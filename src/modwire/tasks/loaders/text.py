@@ -105,7 +105,7 @@ def tokenize_listops(source: str) -> list[int]:
         raise UserError(f"unknown ListOps token {exc.args[0]!r}; known: {sorted(LISTOPS_VOCAB)[1:]}") from None
 
 
-class ListOpsDataset(LoaderDataset):
+class ListOpsFiles(LoaderDataset):
     """Token ids held in one flat tensor with offsets → ``(LongTensor [len], long target)``."""
 
     def __init__(self, flat: Tensor, offsets: Tensor, targets: Tensor, transform: Callable | None = None) -> None:
@@ -185,7 +185,7 @@ def read_listops_tsv(file: Path, max_len: int, task: str = "lra_listops") -> tup
 
 
 def build_lra_listops(split: str, root: Any = None, max_len: int = 2000, files: Any = None,
-                      transform: Callable | None = None) -> ListOpsDataset:
+                      transform: Callable | None = None) -> ListOpsFiles:
     """LRA ListOps from ``basic_{train,val,test}.tsv`` (96,000 / 2,000 / 2,000 rows), or from the
     files named by ``files={split: path}`` (see :func:`listops_file`); columns by the header."""
     task = "lra_listops"
@@ -193,7 +193,7 @@ def build_lra_listops(split: str, root: Any = None, max_len: int = 2000, files: 
     seqs, targets = read_listops_tsv(listops_file(split, root, files, task), max_len, task)
     offsets = torch.tensor([0] + [len(s) for s in seqs]).cumsum(0)
     flat = torch.tensor([i for s in seqs for i in s], dtype=torch.uint8)
-    return ListOpsDataset(flat, offsets, torch.tensor(targets, dtype=torch.long), transform)
+    return ListOpsFiles(flat, offsets, torch.tensor(targets, dtype=torch.long), transform)
 
 
 def _token_ids(vocab_size: int, num_classes: int):

@@ -169,7 +169,7 @@ def sample_expression(rng: np.random.Generator, min_len: int = 500, max_len: int
                        f"(max_depth={max_depth}); widen the length range")
 
 
-class ListOpsDataset(GeneratedDataset):
+class GeneratedListOps(GeneratedDataset):
     def __init__(self, split: str, seed: int, size, min_len: int, max_len: int, max_depth: int) -> None:
         super().__init__(split, seed, split_size(size, split))
         if not (0 <= min_len and min_len + 1 < max_len):
@@ -191,10 +191,10 @@ DEFAULT_SIZE = {"train": 96_000, "val": 2_000, "test": 2_000}  # LRA ListOps spl
 
 
 def build(split: str, seed: int = 0, size=None, min_len: int = 500, max_len: int = 2000,
-          max_depth: int = 10) -> ListOpsDataset:
+          max_depth: int = 10) -> GeneratedListOps:
     """ListOps split. ``size``: items per split (an int, or ``{split: n}``; default 96k/2k/2k as
     LRA). Lengths satisfy ``min_len < len < max_len``; ``max_depth`` bounds the tree depth."""
-    return ListOpsDataset(split, check_seed(seed), DEFAULT_SIZE if size is None else size,
+    return GeneratedListOps(split, check_seed(seed), DEFAULT_SIZE if size is None else size,
                           min_len, max_len, max_depth)
 
 
