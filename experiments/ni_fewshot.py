@@ -31,20 +31,10 @@ to see whether App. C.2.2's constant rates still work at this scale. The table (
 seeds per k, next to the paper's claim) is printed and written to ``OUT/table.md``, the plot to
 ``OUT/fewshot.png``.
 
-Run: ``python experiments/ni_fewshot.py`` (measured on 2 cores shared with another experiment:
-pre-training 9.5 min (NI) and 4.0 min (ViT) side by side, then 7 min of fine-tuning; 16.5 minutes
-in all); ``--lr-check`` fine-tunes seed 0 at a few learning rates; ``--quick`` is a smoke test;
-``--report`` reprints the table. ``experiments/results/ni_fewshot/`` holds the run reported in the
-README (``--report --out experiments/results/ni_fewshot``).
-
-What it found (3 seeds, top-1 % on Fashion-MNIST; 1500 pre-training steps: validation top-1 NI
-43.6, ViT 51.9): the ViT is ahead at every k, by 2.8-5.8 points (k = 1: 38.8 ± 3.5 vs NI 34.7 ±
-2.0; k = 20: 51.7 ± 1.7 vs 48.8 ± 4.1), mostly within a seed's spread, and after a pre-training in
-which the ViT is 8.3 points better; the paper compares models of equal validation accuracy. So
-NI's low-data advantage (Fig. 5a) is NOT reproduced at this scale. An earlier run with 700
-pre-training steps (NI 25.0, ViT 29.3) and batch 128 (one optimizer step per epoch) put the ViT
-6-16 points ahead; the lr check of that run (seed 0, k = 5) kept App. C.2.2's rates: NI 0.05 /
-0.003 / 0.001 → 30.9 / 17.9 / 11.1; ViT 0.03 / 0.003 / 0.001 → 45.4 / 22.7 / 19.4.
+Run: ``python experiments/ni_fewshot.py``; ``--lr-check`` fine-tunes seed 0 at a few learning
+rates; ``--quick`` is a smoke test; ``--report`` reprints the table. ``experiments/results/ni_fewshot/``
+holds the run reported in the README (``--report --out experiments/results/ni_fewshot``; its table
+records the minutes each part took); what it found is stated in the README next to its numbers.
 """
 from __future__ import annotations
 
