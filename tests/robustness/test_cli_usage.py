@@ -53,9 +53,9 @@ def test_a_bug_in_modwire_shows_its_traceback_and_says_so(monkeypatch, capsys, b
     assert "Traceback (most recent call last)" in err and "internal error" in err and "a bug in modwire" in err
 
 
-def test_a_user_error_is_one_line_with_exit_2(capsys):
+def test_a_user_error_is_one_line_with_exit_2(tmp_path, capsys):
     from modwire import cli
 
-    assert cli.main(["train", "--set", "model.name=nac_micr", "data.task=triangle"]) == 2
+    assert cli.main(["train", "--set", "model.name=nac_micr", "data.task=triangle", f"out_dir={tmp_path}"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and "nac_micro" in err
