@@ -56,6 +56,8 @@ def test_a_bug_in_modwire_shows_its_traceback_and_says_so(monkeypatch, capsys, b
 def test_a_user_error_is_one_line_with_exit_2(tmp_path, capsys):
     from modwire import cli
 
-    assert cli.main(["train", "--set", "model.name=nac_micr", "data.task=triangle", f"out_dir={tmp_path}"]) == 2
+    run = tmp_path / "run"
+    assert cli.main(["train", "--set", "model.name=nac_micr", "data.task=triangle", f"out_dir={run}"]) == 2
+    assert not run.exists()                     # nothing touched the disk (not even the run lock)
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and "nac_micro" in err

@@ -73,10 +73,15 @@ __all__ = ["apply_augmentation", "build_datasets", "build_model_for_task", "eval
 # ----------------------------------------------------------------------------- building a run
 
 def build_model_for_task(cfg: TrainConfig) -> PretrainedModel:
-    """The preset ``cfg.model.name``, its input layers fitted to the task's description at
-    ``cfg.data.params`` (``ModelConfig.input_overrides``), then the user's overrides, which win
-    (nested settings such as ``tokenizer`` merge: a user's ``tokenizer.max_len`` keeps the
-    tokenizer kind the task's inputs call for)."""
+    """The preset ``cfg.model.name`` with :func:`model_overrides_for_task`."""
+    return create_model(cfg.model.name, **model_overrides_for_task(cfg))
+
+
+def model_overrides_for_task(cfg: TrainConfig) -> dict[str, Any]:
+    """The preset's input layers fitted to the task's description at ``cfg.data.params``
+    (``ModelConfig.input_overrides``), then the user's overrides, which win (nested settings such
+    as ``tokenizer`` merge: a user's ``tokenizer.max_len`` keeps the tokenizer kind the task's inputs
+    call for). Validates the task, its params and the whole model config; builds no weights."""
     info = describe_task(cfg.data.task, cfg.data.params)
     preset = get_config(cfg.model.name)
     user = OmegaConf.to_container(cfg.model.overrides) if OmegaConf.is_config(cfg.model.overrides) \
@@ -87,7 +92,7 @@ def build_model_for_task(cfg: TrainConfig) -> PretrainedModel:
     if given != taken:
         raise UserError(f"model {cfg.model.name!r} (with model.overrides) takes the inputs {taken}, but task "
                         f"{info.name!r} gives {given}")
-    return create_model(cfg.model.name, **overrides)
+    return overrides
 
 
 def build_datasets(cfg: TrainConfig) -> tuple[Any, Any]:
@@ -238,6 +243,8 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
     if not isinstance(cfg, TrainConfig) and OmegaConf.get_type(cfg) is not TrainConfig:
         raise UserTypeError(f"train: expected a TrainConfig from modwire.training.load_config(path, overrides), "
                             f"got {type(cfg).__name__}")
+    if not cfg.finetune.init:
+        model_overrides_for_task(cfg)      # a bad model or task fails before the run directory is touched
     dist_info = distributed.setup(cfg.device)
     run_dir = Path(cfg.out_dir)
     with (RunLock(run_dir) if dist_info.main else contextlib.nullcontext()), StopSignals() as stop:
