@@ -8,7 +8,7 @@ import toy_task  # noqa: F401  (registers "toy_sets")
 from modwire import cli
 from modwire.analysis.runs import check_task_fits
 from modwire.tasks import InputSpec, TaskInfo, describe_task, get_task, register_task
-from modwire.training import load_config, train
+from training_helpers import train_toy_run
 
 try:
     get_task("toy_sets_twin")
@@ -19,10 +19,7 @@ except KeyError:  # the same inputs as toy_sets, another name: a task the model 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("fit") / "run"
-    train(load_config(None, [f"out_dir={out}", "model.name=nac_micro", "data.task=toy_sets", "data.batch_size=16",
-                             "max_steps=1", "progress=false"]))
-    return out
+    return train_toy_run(tmp_path_factory.mktemp("fit") / "run", "max_steps=1")
 
 
 def test_eval_on_a_task_with_other_inputs_names_what_differs(run, capsys):

@@ -4,15 +4,12 @@ import pytest
 import toy_fewshot  # noqa: F401  (registers "toy_classes")
 import toy_task  # noqa: F401  (registers "toy_sets")
 from modwire import cli
-from modwire.training import load_config, train
+from training_helpers import train_toy_run
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("pre") / "nac"
-    train(load_config(None, [f"out_dir={out}", "model.name=nac_micro", "data.task=toy_sets", "data.batch_size=16",
-                             "epochs=1", "progress=false"]))
-    return out
+    return train_toy_run(tmp_path_factory.mktemp("pre") / "nac", "epochs=1")
 
 
 def error_of(capsys, argv) -> str:

@@ -192,7 +192,8 @@ class TrainingRun:
         return self.steps_per_epoch * self.cfg.grad_accum
 
 
-def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path) -> tuple[TrainingRun, TrainState]:
+def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path,
+              overrides: dict[str, Any] | None = None) -> tuple[TrainingRun, TrainState]:
     """Model, data, loaders, optimizer, schedule: a :class:`TrainingRun` and a fresh :class:`TrainState`."""
     world = dist_info.world
     if cfg.data.batch_size % (world * cfg.grad_accum):
@@ -206,7 +207,7 @@ def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path) 
     info = get_task(cfg.data.task)
     torch.manual_seed(cfg.seed)
     model = pretrained_model(cfg, describe_task(cfg.data.task, cfg.data.params)) if cfg.finetune.init \
-        else build_model_for_task(cfg)
+        else create_model(cfg.model.name, **(overrides if overrides is not None else model_overrides_for_task(cfg)))
     select_trainable(model, cfg.finetune.train)     # the rest frozen, left out of the optimizer (finetune_setup.py)
     model = model.to(dist_info.device)
     train_set, val_set, mixer = apply_augmentation(cfg, info, *build_datasets(cfg))
@@ -243,14 +244,14 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
     if not isinstance(cfg, TrainConfig) and OmegaConf.get_type(cfg) is not TrainConfig:
         raise UserTypeError(f"train: expected a TrainConfig from modwire.training.load_config(path, overrides), "
                             f"got {type(cfg).__name__}")
-    if not cfg.finetune.init:
-        model_overrides_for_task(cfg)      # a bad model or task fails before the run directory is touched
+    # a bad model or task fails here, before the run directory is touched (computed once, used by build_run)
+    overrides = None if cfg.finetune.init else model_overrides_for_task(cfg)
     dist_info = distributed.setup(cfg.device)
     run_dir = Path(cfg.out_dir)
     with (RunLock(run_dir) if dist_info.main else contextlib.nullcontext()), StopSignals() as stop:
         changes = prepare_directory(cfg, run_dir, resume=resume, allow=allow_change, overwrite=overwrite) \
             if dist_info.main else {}
-        run, state = build_run(cfg, dist_info, run_dir)    # writes nothing; raises on a bad model or task
+        run, state = build_run(cfg, dist_info, run_dir, overrides)    # writes nothing; raises on bad data
         if overwrite and dist_info.main:
             discard_previous_run(run_dir)                  # only once the new run is known to build
         if resume:
