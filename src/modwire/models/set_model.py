@@ -297,9 +297,14 @@ class SetModel(PretrainedModel):
             tokens = torch.cat([tokens, self.cls_tokens.expand(b, -1, -1)], dim=1)
         y, extra = self.encode(tokens, record=record, **kwargs)
         y = self.norm(y)
-        t = self.config.num_cls_tokens
-        read = y[:, -t:] if t else y.mean(dim=1, keepdim=True)              # [B', T, d]
+        read = self._read(y)                                                # [B', T, d]
         return Intermediates(self._select(self.heads(read), task, len(x)), y, **extra)
+
+    def _read(self, y: Tensor) -> Tensor:
+        """What the heads read from the final states ``y [B', N, d]``: the CLS tokens ``[B', T, d]``,
+        or the mean of the outputs ``[B', 1, d]``."""
+        t = self.config.num_cls_tokens
+        return y[:, -t:] if t else y.mean(dim=1, keepdim=True)
 
     def _select(self, out: Tensor, task: Tensor | None, batch: int) -> Tensor:
         """``out [B', T, C]`` → the logits the module docstring describes."""

@@ -24,12 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from ..nn import ProcessorLayer
 from ..nn.positions import RelativePositionBias, pad_bias
-from .base import Intermediates
 from .config import COUNT, check_choice, heads_of
 from .registry import register_model_type, register_preset
 from .set_model import EmbedConfig, SetModel, SetModelConfig
@@ -70,7 +68,7 @@ class ViTConfig(SetModelConfig):
 
 class FlatClassifier(nn.Module):
     """The AiT authors' classifier (``classifier="flatten"``): LayerNorm over the flattened ``N·E``
-    features of the final tokens, then one Linear. ``[B, N, E] → [B, C]``."""
+    features of the final tokens, then one Linear. ``[..., N, E] → [..., C]``."""
 
     def __init__(self, num_tokens: int, dim: int, num_classes: int) -> None:
         super().__init__()
@@ -78,7 +76,7 @@ class FlatClassifier(nn.Module):
         self.linear = nn.Linear(num_tokens * dim, num_classes)
 
     def forward(self, y: Tensor) -> Tensor:
-        return self.linear(self.norm(y.flatten(1)))                          # [B, N·E] → [B, C]
+        return self.linear(self.norm(y.flatten(-2)))                         # [..., N·E] → [..., C]
 
 
 class ViT(SetModel):
@@ -108,20 +106,9 @@ class ViT(SetModel):
         self.cls_tokens = None
         self.heads = FlatClassifier(rows * cols + bool(c.question_dim), c.d_model, c.num_classes)
 
-    def _run(self, x: Tensor, task: Tensor | None, question: Tensor | None = None, *, record: bool,
-             **kwargs: Any) -> Intermediates:
-        if self.config.classifier == "mean":
-            return super()._run(x, task, question, record=record, **kwargs)
-        if task is not None:
-            raise UserError("this model takes no 'task' ids (config task_input=False)")
-        tokens = self.embed(x)                                              # [B, N, d]; x checked
-        if (self.question is None) != (question is None):
-            raise UserError(f"this model {'takes no' if self.question is None else 'needs a'} 'question' input "
-                            f"(config question_dim={self.config.question_dim})")
-        if self.question is not None:                                       # AiT §5.8: after the patches
-            tokens = torch.cat([tokens, self.question(question, len(x)).to(tokens.dtype)], dim=1)
-        y, extra = self.encode(tokens, record=record)                       # [B, N, d]
-        return Intermediates(self.heads(y), y, **extra)                     # [B, C]
+    def _read(self, y: Tensor) -> Tensor:
+        """``classifier="flatten"``: every final token, ``[B, 1, N, d]`` (one head reads them all)."""
+        return super()._read(y) if self.config.classifier == "mean" else y.unsqueeze(1)
 
     def new_task(self, num_classes: int, heads: int = 1) -> None:
         if self.config.classifier == "mean":
