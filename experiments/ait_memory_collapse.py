@@ -25,19 +25,22 @@ bundled 8×8 digits upsampled to 32×32, the same model; 1.2k training images) o
 Per variant it records, every ``--every`` steps, the mean cosine similarity between the slots of
 each layer's memory, the balance loss and the task loss, and at the end the test accuracy on the
 first 2000 test images and the number of distinct patches the slots select. Results go to
-``OUT/results.json``, the table to ``OUT/table.md``, the curves to ``OUT/slot_similarity.png``.
+``OUT/results.json``, the table to ``OUT/table.md``, the curves to ``OUT/slot_similarity.png``, the
+study run's record to ``OUT/study.json`` (``experiments/common.py``).
 
 Run: ``python experiments/ait_memory_collapse.py`` (300 steps, about 1.5 minutes a variant on one
 core); ``--task triangle --steps 150``; ``--quick``.
 """
 from __future__ import annotations
 
-import argparse
-import json
+import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+import common  # noqa: E402
+
+ROOT = common.ROOT
 DEFAULT_OUT = ROOT / "experiments" / "results" / "ait_memory_collapse"
 PAPER = {"write_residual": False}           # Eq. 3-4 as printed (no biases, width-D heads: the defaults)
 VARIANTS = {"paper": PAPER, "residual": {"write_residual": True},
@@ -103,47 +106,43 @@ def train_variant(name: str, steps: int, every: int, tensors, seed: int = 0, tas
 
 
 def format_table(results: list[dict]) -> str:
-    lines = ["| variant | slot cosine, layer 1 / 2 (start → end) | balance loss (end) | distinct / selected patches "
-             "(layer 1 / 2) | test top-1 % |", "| --- | --- | --- | --- | --- |"]
+    """One line per variant: slot cosine at the start and end (AiT Fig. 2: slots that specialise stay
+    apart), the balance loss, the patch diversity and the test accuracy."""
+    rows = []
     for r in results:
         a, b = r["curve"][0]["slot_cos"], r["curve"][-1]["slot_cos"]
-        lines.append(f"| {r['variant']} | {a[0]:.2f} / {a[1]:.2f} → {b[0]:.2f} / {b[1]:.2f} | "
-                     f"{r['curve'][-1]['balance']:.0f} | {r['patch_diversity'][0]:.3f} / {r['patch_diversity'][1]:.3f} | "
-                     f"{100 * r['test_top1']:.1f} |")
-    return "\n".join(lines)
+        rows.append([r["variant"], f"{a[0]:.2f} / {a[1]:.2f} → {b[0]:.2f} / {b[1]:.2f}",
+                     f"{r['curve'][-1]['balance']:.0f}",
+                     f"{r['patch_diversity'][0]:.3f} / {r['patch_diversity'][1]:.3f}", f"{100 * r['test_top1']:.1f}"])
+    return common.markdown_table(["variant", "slot cosine, layer 1 / 2 (start → end)", "balance loss (end)",
+                                  "distinct / selected patches (layer 1 / 2)", "test top-1 %"], rows)
 
 
-def plot(results: list[dict], path: Path) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for r in results:
-        steps = [c["step"] for c in r["curve"]]
-        for layer, style in ((0, "-"), (1, "--")):
-            ax.plot(steps, [c["slot_cos"][layer] for c in r["curve"]], style, label=f"{r['variant']} (layer {layer + 1})")
-    ax.set(xlabel="training step", ylabel="mean cosine between memory slots", ylim=(-0.05, 1.05),
-           title=f"AiT memory collapse ({results[0]['task']})")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+def plot(results: list[dict], path: Path) -> Path | None:
+    """Slot cosine over training, per variant and layer."""
+    def draw(fig, ax):
+        for r in results:
+            steps = [c["step"] for c in r["curve"]]
+            for layer, style in ((0, "-"), (1, "--")):
+                ax.plot(steps, [c["slot_cos"][layer] for c in r["curve"]], style,
+                        label=f"{r['variant']} (layer {layer + 1})")
+        ax.set(xlabel="training step", ylabel="mean cosine between memory slots", ylim=(-0.05, 1.05),
+               title=f"AiT memory collapse ({results[0]['task']})")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return common.save_figure(path, draw)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = common.parser(__doc__, DEFAULT_OUT, "6 steps, 256 images")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--every", type=int, default=10)
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--quick", action="store_true", help="smoke test: 6 steps, 256 images")
     ap.add_argument("--task", choices=sorted(TASKS), default="fashion_mnist")
     ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     ap.add_argument("--data-root", default=None, help="the directory of Fashion-MNIST's four idx files (default: "
                                                        "where Debian's dataset-fashion-mnist installs them)")
     args = ap.parse_args(argv)
+    started = time.perf_counter()
     steps, every = (6, 2) if args.quick else (args.steps, args.every)
     try:
         tensors = data(512 if args.quick else 20000, 256 if args.quick else 2000, args.data_root, args.task)
@@ -155,11 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         results.append(train_variant(name, steps, every, tensors, task=args.task))
         print(f"{name}: slot cosine {results[-1]['curve'][-1]['slot_cos']}, test top-1 {results[-1]['test_top1']:.3f} "
               f"({results[-1]['seconds']:.0f} s)", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    common.write_json_atomic(args.out / "results.json", results)
     table = format_table(results)
     (args.out / "table.md").write_text(table + "\n")
     plot(results, args.out / "slot_similarity.png")
+    common.write_study(args.out, "ait_memory_collapse", results, config=args, seeds=[0], started=started)
     print(table)
     return 0
 

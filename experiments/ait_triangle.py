@@ -22,7 +22,8 @@ This runs the same comparison in a CPU budget (:data:`BASE`):
 Each row is one resumable training run (``modwire.training.train``) in a pool of
 single-threaded worker processes; finished rows go to ``OUT/results.jsonl`` and are skipped by
 a rerun. The best checkpoint (validation on 2000 images) is scored on the 10k test images. The
-table (next to the paper's) goes to ``OUT/table.md``, the validation curves to ``OUT/curves.png``.
+table (next to the paper's) goes to ``OUT/table.md``, the validation curves to ``OUT/curves.png``,
+the study run's record to ``OUT/study.json`` (``experiments/common.py``).
 
 Run: ``python experiments/ait_triangle.py`` (rows ``ait,vit,without_bottleneck``);
 ``--rows all`` for all of Table 2; ``--quick`` is a smoke test; ``--report`` reprints the table.
@@ -31,10 +32,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+import common  # noqa: E402
+
+ROOT = common.ROOT
 DEFAULT_OUT = ROOT / "experiments" / "results" / "ait_triangle"
 DEFAULT_ROWS = ("ait", "vit", "without_bottleneck")
 
@@ -89,78 +94,53 @@ def row_overrides(row: str, steps: int, out: Path, *, quick: bool = False, seed:
     return [f"{k}={v}" for k, v in sets.items()]
 
 
+@common.worker(lambda job: run_name(job[0], job[4]))
 def run_row(job: tuple[str, int, str, bool, int]) -> dict:
     """Train one row (resuming an interrupted run), then score its best checkpoint on the test split."""
     row, steps, out, quick, seed = job
-    key = run_name(row, seed)
-    try:
-        import torch
+    from modwire.training import load_config
 
-        torch.set_num_threads(1)          # two single-threaded workers beat one two-threaded on 2 cores
-        from modwire.training import load_config, train
-
-        start = time.perf_counter()
-        cfg = load_config(None, row_overrides(row, steps, Path(out), quick=quick, seed=seed))
-        run_dir = Path(out) / key
-        resume = (run_dir / "checkpoints" / "last").exists()
-        result = train(cfg, resume=resume, overwrite=not resume)
-        if result["status"] != "finished":
-            raise RuntimeError(f"interrupted at step {result['step']} of {steps}; rerun to resume")
-        test = score_test(run_dir)
-        return {"key": key, "row": row, "seed": seed, "steps": steps, "quick": quick, "val": result["best"], "test": test,
-                "parameters": sum(p.numel() for p in result["model"].parameters()),
-                "seconds": round(time.perf_counter() - start, 1)}
-    except Exception as e:                # reported by the parent with the row; the others go on
-        return {"key": key, "error": f"{type(e).__name__}: {e}"}
+    result = common.train_or_resume(load_config(None, row_overrides(row, steps, Path(out), quick=quick, seed=seed)))
+    return {"key": run_name(row, seed), "row": row, "seed": seed, "steps": steps, "quick": quick,
+            "val": result["best"], "test": common.eval_run(Path(out) / run_name(row, seed)),
+            "parameters": sum(p.numel() for p in result["model"].parameters())}
 
 
-def score_test(run_dir: Path) -> dict:
-    """``modwire eval``'s metrics of the best checkpoint on the test split."""
-    from modwire.cli import main
+def budget(steps: int, quick: bool):
+    """Which records of the results log were trained with this budget (a rerun with another trains again)."""
+    return lambda r: r.get("quick", False) == quick and r.get("steps") == steps
 
-    import contextlib
-    import io
 
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
-        code = main(["eval", str(run_dir), "--split", "test"])
-    if code != 0:
-        raise RuntimeError(f"modwire eval {run_dir} --split test exited {code}")
-    return json.loads(buf.getvalue().strip().splitlines()[-1])
+def load(out: Path, steps: int, quick: bool = False) -> dict[str, dict]:
+    """The finished runs in ``out/results.jsonl`` of this budget."""
+    from modwire.analysis.results_log import load_results
+
+    return load_results(out / "results.jsonl", keep=budget(steps, quick))
 
 
 def run_rows(rows: list[str], steps: int, out: Path, workers: int, quick: bool, seeds: int = 1) -> list[str]:
     """Train the (row, seed) runs not yet in ``out/results.jsonl``; returns the failures."""
-    from modwire.analysis.results_log import load_results, run_jobs
-
-    path = out / "results.jsonl"
-    done = load_results(path, keep=lambda r: r.get("quick", False) == quick and r.get("steps") == steps)
     jobs = [(r, steps, str(out), quick, s) for s in range(seeds) for r in rows]
-    todo = [j for j in jobs if run_name(j[0], j[4]) not in done]
-    print(f"{len(jobs)} runs, {len(jobs) - len(todo)} already in {path}, {len(todo)} to train")
-    if not todo:
-        return []
-    return run_jobs(run_row, todo, path, workers=workers, describe=lambda r: f"test top-1 {r['test']['top1']:.4f}")
+    return common.run_grid(run_row, jobs, out / "results.jsonl", key=lambda j: run_name(j[0], j[4]), workers=workers,
+                           keep=budget(steps, quick),
+                           describe=lambda r: f"test top-1 {r['test']['top1']:.4f}")
 
 
 def format_table(results: dict[str, dict], rows: list[str]) -> str:
-    """One line per row: test top-1 of each seed and their mean ± std (sample std over seeds)."""
-    lines = ["| row | paper (Triangle, %) | here: test top-1 % (mean ± std) | per seed | best val top-1 % | "
-             "params | minutes per run |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    """One line per row: test top-1 of each seed and their mean ± std (sample std over seeds), next
+    to AiT Table 1 / Table 2's Triangle column."""
+    lines = []
     for row in rows:
         runs = sorted((r for r in results.values() if r.get("row", r["key"]) == row), key=lambda r: r.get("seed", 0))
         if not runs:
-            lines.append(f"| {LABELS[row]} | {PAPER[row]:.2f} | not run | | | | |")
+            lines.append([LABELS[row], f"{PAPER[row]:.2f}", "not run", "", "", "", ""])
             continue
         tests = [100 * r["test"]["top1"] for r in runs]
-        mean = sum(tests) / len(tests)
-        std = (sum((t - mean) ** 2 for t in tests) / (len(tests) - 1)) ** 0.5 if len(tests) > 1 else 0.0
-        vals = " / ".join(f"{100 * r['val']['top1']:.2f}" for r in runs)
-        minutes = sum(r["seconds"] for r in runs) / len(runs) / 60
-        lines.append(f"| {LABELS[row]} | {PAPER[row]:.2f} | {mean:.2f} ± {std:.2f} (n = {len(tests)}) | "
-                     f"{' / '.join(f'{t:.2f}' for t in tests)} | {vals} | {runs[0]['parameters'] / 1e3:.0f} k | "
-                     f"{minutes:.1f} |")
-    return "\n".join(lines)
+        lines.append([LABELS[row], f"{PAPER[row]:.2f}", common.format_mean_std(tests, n=True),
+                      " / ".join(f"{t:.2f}" for t in tests), " / ".join(f"{100 * r['val']['top1']:.2f}" for r in runs),
+                      f"{runs[0]['parameters'] / 1e3:.0f} k", f"{sum(r['seconds'] for r in runs) / len(runs) / 60:.1f}"])
+    return common.markdown_table(["row", "paper (Triangle, %)", "here: test top-1 % (mean ± std)", "per seed",
+                                  "best val top-1 %", "params", "minutes per run"], lines)
 
 
 def curves(out: Path, rows: list[str]) -> dict[str, list[tuple[int, float]]]:
@@ -175,46 +155,31 @@ def curves(out: Path, rows: list[str]) -> dict[str, list[tuple[int, float]]]:
 
 
 def plot(out: Path, rows: list[str]) -> Path | None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for row, pts in curves(out, rows).items():
-        if pts:
-            ax.plot(*zip(*pts), marker="o", ms=3, label=LABELS[row])
-    ax.set(xlabel="optimizer step", ylabel="validation top-1", title="Triangle, CPU-sized AiT-Small (AiT Table 2)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    path = out / "curves.png"
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    """Validation curves of each row's seed-0 run (AiT Table 2's rows)."""
+    def draw(fig, ax):
+        for row, pts in curves(out, rows).items():
+            if pts:
+                ax.plot(*zip(*pts), marker="o", ms=3, label=LABELS[row])
+        ax.set(xlabel="optimizer step", ylabel="validation top-1", title="Triangle, CPU-sized AiT-Small (AiT Table 2)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    return common.save_figure(out / "curves.png", draw)
 
 
 def report(out: Path, rows: list[str], steps: int, quick: bool = False) -> str:
-    from modwire.analysis.results_log import load_results
-
-    results = load_results(out / "results.jsonl", keep=lambda r: r.get("quick", False) == quick
-                           and r.get("steps") == steps)
-    table = format_table(results, rows)
+    table = format_table(load(out, steps, quick), rows)
     (out / "table.md").write_text(table + "\n")
     plot(out, rows)
     return table
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = common.parser(__doc__, DEFAULT_OUT, "tiny data, few steps", workers=2,
+                       report="only print the table of finished rows")
     ap.add_argument("--rows", default=",".join(DEFAULT_ROWS),
                     help=f"comma-separated rows, or 'all' ({', '.join(LABELS)})")
     ap.add_argument("--steps", type=int, default=3000, help="optimizer steps per row (batch 128)")
     ap.add_argument("--seeds", type=int, default=1, help="seeds per row (0, 1, ...)")
-    ap.add_argument("--workers", type=int, default=2, help="worker processes (0: in this process)")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--quick", action="store_true", help="smoke test: tiny data, few steps")
-    ap.add_argument("--report", action="store_true", help="only print the table of finished rows")
     args = ap.parse_args(argv)
     args.rows = list(LABELS) if args.rows == "all" else [r for r in args.rows.split(",") if r]
     unknown = [r for r in args.rows if r not in LABELS]
@@ -227,8 +192,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    started = time.perf_counter()
     failed = [] if args.report else run_rows(args.rows, args.steps, args.out, args.workers, args.quick, args.seeds)
     print(report(args.out, args.rows, args.steps, args.quick))
+    results = [r for r in load(args.out, args.steps, args.quick).values() if r.get("row") in args.rows]
+    common.write_study(args.out, "ait_triangle", results, config=args, seeds=range(args.seeds), started=started)
     return 1 if failed else 0
 
 

@@ -22,18 +22,22 @@ to the paper's numbers:
 
 Run: ``python experiments/conditional_nac.py`` (about 6 minutes on 2 cores; ``--quick`` for a
 smoke test). Single-threaded torch is used: on a shared 2-core machine it was 15× faster per
-step than two threads competing with other work.
+step than two threads competing with other work. The numbers go to ``OUT/experiment.json`` and
+the study run's record to ``OUT/study.json`` (``experiments/common.py``).
 """
 from __future__ import annotations
 
-import argparse
 import collections
-import json
+import sys
+import time
 from pathlib import Path
 
 import torch
 
-CONFIG = Path(__file__).resolve().parents[1] / "configs" / "cpu" / "nac_conditional_sort_of_clevr.yaml"
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+import common  # noqa: E402
+
+CONFIG = common.ROOT / "configs" / "cpu" / "nac_conditional_sort_of_clevr.yaml"
 PAPER = {"NLVR2 val accuracy, conditional NAC": "~64%", "CLIP zero-shot": "53%",
          "Fig. 6": "different sentence types -> different graph structures (qualitative)"}
 
@@ -67,20 +71,19 @@ def separation(model, dataset, info, max_samples: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = common.parser(__doc__, "runs/experiments/conditional_nac", "a few steps on a tiny split")
     ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--out", default="runs/experiments/conditional_nac")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true", help="a few steps on a tiny split (smoke test)")
     ap.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out (else refused)")
     args = ap.parse_args(argv)
+    started = time.perf_counter()
     torch.set_num_threads(1)
     from modwire.analysis.circuits import analyze_circuits
     from modwire.tasks import build_dataset, get_task
     from modwire.training import build_model_for_task, evaluate, load_config, train
     from modwire.training.trainer import make_loader
 
-    sets = ["out_dir=" + args.out, f"epochs={args.epochs}", f"seed={args.seed}", "progress=false"]
+    sets = [f"out_dir={args.out}", f"epochs={args.epochs}", f"seed={args.seed}", "progress=false"]
     if args.quick:
         sets += ["max_steps=4", "data.params.size={train: 20, val: 10, test: 10}", "data.batch_size=16"]
     cfg = load_config(str(CONFIG), sets)
@@ -108,10 +111,11 @@ def main(argv: list[str] | None = None) -> int:
           f"at initialisation {sep_init['accuracy']:.3f}, chance {sep_trained['chance']:.3f}, "
           f"shuffled labels {sep_trained['permutation']['mean']:.3f}")
     print("paper (NAC §4.4, NLVR2 with CLIP features): " + "; ".join(f"{k}: {v}" for k, v in PAPER.items()))
-    print(f"plots: {Path(args.out) / 'analysis'}")
+    print(f"plots: {args.out / 'analysis'}")
     summary = {"test": metrics, "baselines": base, "separation_trained": sep_trained,
                "separation_init": sep_init, "paper": PAPER, "fig6": report["files"]}
-    (Path(args.out) / "experiment.json").write_text(json.dumps(summary, indent=2, default=float))
+    common.write_json_atomic(args.out / "experiment.json", summary)
+    common.write_study(args.out, "conditional_nac", [summary], config=args, seeds=[args.seed], started=started)
     return 0
 
 

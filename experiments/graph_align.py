@@ -15,17 +15,24 @@ an untrained model) per prior and per ``U``, this prints
 Two kernels: ``d_sig = 64, ε = 1`` (NAC Table 4 at initialisation: ``P`` is nearly
 constant around ``e⁻¹``) and ``d_sig = 8, ε = 0.25`` (more spread-out ``P``).
 Run: ``PYTHONPATH=src python experiments/graph_align.py`` (a few minutes on 2 cores;
-``--quick`` for a smoke test). Computed in float64 on the CPU.
+``--quick`` for a smoke test). Computed in float64 on the CPU. The rows go to ``OUT/study.json``
+(``experiments/common.py``; ``--quick`` writes it only where ``--out`` is given).
 """
 from __future__ import annotations
 
-import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 from modwire.graphs import GraphRegularizer, list_priors
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+import common  # noqa: E402
+
+DEFAULT_OUT = Path("runs/experiments/graph_align")
 
 KERNELS = ((64, 1.0), (8, 0.25))      # (d_sig, ε)
 INVARIANT_RTOL = 1e-9
@@ -75,26 +82,31 @@ def row(name: str, U: int, d_sig: int, eps: float, r: dict[str, object]) -> str:
     return f"| {name} | {U} | {d_sig}, {eps:g} | {lo:.3f} / {med:.3f} / {hi:.3f} | {' | '.join(cells)} |"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = common.parser(__doc__, None, "5 trials, U = 16")
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--sizes", type=int, nargs="+", default=[64, 320])
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true", help="5 trials, U = 16 (smoke test)")
-    args = ap.parse_args()
-    trials, sizes = (5, [16]) if args.quick else (args.trials, args.sizes)
+    args = ap.parse_args(argv)
+    out = args.out if args.out is not None or args.quick else DEFAULT_OUT
+    if args.quick:
+        args.trials, args.sizes = 5, [16]
+    trials, sizes = args.trials, args.sizes
     torch.set_num_threads(min(2, torch.get_num_threads()))
     print(f"{trials} random P per row; ratio = L_graph(degree) / L_graph(none), min / median / max; "
           f"invariant = share of trials with relative change < {INVARIANT_RTOL:g} under relabelling "
           f"(median / max relative change)\n")
-    print("| prior | U | d_sig, ε | degree/none | invariant, none | invariant, degree |")
-    print("|---|---|---|---|---|---|")
-    start = time.perf_counter()
+    print(common.markdown_table(["prior", "U", "d_sig, ε", "degree/none", "invariant, none", "invariant, degree"], []))
+    start, results = time.perf_counter(), []
     for d_sig, eps in KERNELS:
         for U in sizes:
             for name in list_priors():
-                print(row(name, U, d_sig, eps, measure(name, U, d_sig, eps, trials, args.seed)), flush=True)
+                r = measure(name, U, d_sig, eps, trials, args.seed)
+                results.append({"prior": name, "U": U, "d_sig": d_sig, "eps": eps, **r})
+                print(row(name, U, d_sig, eps, r), flush=True)
     print(f"\n({time.perf_counter() - start:.0f} s)")
+    if out is not None:
+        common.write_study(out, "graph_align", results, config=args, seeds=[args.seed], started=start)
 
 
 if __name__ == "__main__":

@@ -18,17 +18,21 @@ readers read on 4 validation batches (:mod:`modwire.analysis.nfm`: mean attentio
 slot, top-down share for the second pass; heatmap ``OUT/read_map_<variant>.png``).
 
 Run: ``OMP_NUM_THREADS=1 python experiments/nfm_lm_synthetic.py`` (about 3 minutes on one core);
-``--quick`` for a smoke test. Writes ``OUT/results.json`` and ``OUT/table.md``.
+``--quick`` for a smoke test. Writes ``OUT/results.json``, ``OUT/table.md`` and the study run's
+record ``OUT/study.json`` (``experiments/common.py``).
 """
 from __future__ import annotations
 
-import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+import common  # noqa: E402
+
+ROOT = common.ROOT
 DEFAULT_OUT = ROOT / "experiments" / "results" / "nfm_lm_synthetic"
 MODEL = {"d_model": 64, "num_layers": 4, "num_heads": 4, "ffn_hidden": 128, "dropout": 0.0}
 VARIANTS = {"base": ("transformer_lm_micro", {"nfm": {"enabled": False}}),
@@ -129,29 +133,37 @@ def _reads(model, data: Path, name: str, plots: Path | None) -> dict:
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in rm.summary().items()}
 
 
+def format_table(rows: list[dict]) -> str:
+    """Per variant: parameters, validation perplexity and token top-1, the learned γ and what the
+    readers read (NFM §4.6's reader; not Table 8's data)."""
+    return common.markdown_table(
+        ["variant", "parameters", "val perplexity", "val token top-1", "γ after training", "null mass",
+         "top-down share", "seconds"],
+        [[r["variant"], f"{r['parameters']:,}", f"{r['val']['perplexity']:.3f}", f"{r['val']['token_top1']:.3f}",
+          ", ".join(map(str, r["gammas"])) or "-", r["reads"].get("null_mass", "-"),
+          r["reads"].get("top_down_share", "-"), r["seconds"]] for r in rows])
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = common.parser(__doc__, DEFAULT_OUT, "4 steps, 60 paragraphs")
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--paragraphs", type=int, default=2000)
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--quick", action="store_true", help="smoke test: 4 steps, 60 paragraphs")
     args = ap.parse_args(argv)
-    steps, paragraphs = (4, 60) if args.quick else (args.steps, args.paragraphs)
+    started = time.perf_counter()
+    if args.quick:
+        args.steps, args.paragraphs = 4, 60
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        data = write_corpus(Path(tmp) / "data", paragraphs)
+        data = write_corpus(Path(tmp) / "data", args.paragraphs)
         for name in VARIANTS:
-            rows.append(run_variant(name, data, Path(tmp) / "runs", steps, args.out))
+            rows.append(run_variant(name, data, Path(tmp) / "runs", args.steps, args.out))
             print(json.dumps(rows[-1]), flush=True)
-    (args.out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
-    table = ["| variant | parameters | val perplexity | val token top-1 | γ after training | null mass | "
-             "top-down share | seconds |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    table += [f"| {r['variant']} | {r['parameters']:,} | {r['val']['perplexity']:.3f} | {r['val']['token_top1']:.3f} "
-              f"| {', '.join(map(str, r['gammas'])) or '-'} | {r['reads'].get('null_mass', '-')} | "
-              f"{r['reads'].get('top_down_share', '-')} | {r['seconds']} |" for r in rows]
-    (args.out / "table.md").write_text("\n".join(table) + "\n")
-    print("\n".join(table))
+    common.write_json_atomic(args.out / "results.json", rows)
+    table = format_table(rows)
+    (args.out / "table.md").write_text(table + "\n")
+    common.write_study(args.out, "nfm_lm_synthetic", rows, config=args, seeds=[0], started=started)
+    print(table)
     return 0
 
 

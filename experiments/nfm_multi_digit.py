@@ -22,7 +22,7 @@ This runs the same comparison in a CPU budget (``configs/cpu/nfm_multi_digit.yam
 
 Each (regime, model, seed) is one resumable training run (``modwire.training.train``); finished
 runs go to ``OUT/results.jsonl`` and are skipped by a rerun; the table next to Table 5 goes to
-``OUT/table.md``.
+``OUT/table.md``, the study run's record to ``OUT/study.json`` (``experiments/common.py``).
 
 Run: ``python experiments/nfm_multi_digit.py`` (both regimes, both models, one seed);
 ``--quick`` is a smoke test; ``--report`` reprints the table.
@@ -31,10 +31,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+import common  # noqa: E402
+
+ROOT = common.ROOT
 CONFIG = ROOT / "configs" / "cpu" / "nfm_multi_digit.yaml"
 DEFAULT_OUT = ROOT / "experiments" / "results" / "nfm_multi_digit"
 MODELS = {"baseline": "preact_resnet18_multi_digit", "nfm": "nfm_preact_resnet18_multi_digit"}
@@ -84,70 +88,51 @@ def score_counts(run_dir: Path, test_size: int) -> dict[str, dict]:
     return out
 
 
+@common.worker(lambda job: run_name(*job[:3]))
 def run_one(job: tuple) -> dict:
     """Train one (regime, model, seed) run (resuming an interrupted one), then score every count."""
     regime, model, seed, steps, out, quick, root, test_size = job
-    key = run_name(regime, model, seed)
-    try:
-        import torch
+    from modwire.training import load_config
 
-        torch.set_num_threads(1)
-        from modwire.training import load_config, train
+    start = time.perf_counter()
+    result = common.train_or_resume(load_config(str(CONFIG), overrides(regime, model, seed, steps, Path(out),
+                                                                       quick=quick, root=root)))
+    train_seconds = time.perf_counter() - start
+    return {"key": run_name(regime, model, seed), "regime": regime, "model": model, "seed": seed, "steps": steps,
+            "quick": quick, "val": result["best"], "test": score_counts(Path(out) / run_name(regime, model, seed),
+                                                                         test_size),
+            "parameters": sum(p.numel() for p in result["model"].parameters()),
+            "train_seconds": round(train_seconds, 1)}
 
-        start = time.perf_counter()
-        cfg = load_config(str(CONFIG), overrides(regime, model, seed, steps, Path(out), quick=quick, root=root))
-        run_dir = Path(out) / key
-        resume = (run_dir / "checkpoints" / "last").exists()
-        result = train(cfg, resume=resume, overwrite=not resume)
-        if result["status"] != "finished":
-            raise RuntimeError(f"interrupted at step {result['step']} of {steps}; rerun to resume")
-        train_seconds = time.perf_counter() - start
-        return {"key": key, "regime": regime, "model": model, "seed": seed, "steps": steps, "quick": quick,
-                "val": result["best"], "test": score_counts(run_dir, test_size),
-                "parameters": sum(p.numel() for p in result["model"].parameters()),
-                "train_seconds": round(train_seconds, 1), "seconds": round(time.perf_counter() - start, 1)}
-    except Exception as e:                # reported by the parent with the run; the others go on
-        return {"key": key, "error": f"{type(e).__name__}: {e}"}
+
+def budget(steps: int, quick: bool):
+    """Which records of the results log were trained with this budget (a rerun with another trains again)."""
+    return lambda r: r.get("quick", False) == quick and r.get("steps") == steps
 
 
 def run_all(jobs: list[tuple], out: Path, workers: int, quick: bool, steps: int) -> list[str]:
     """Train the runs not yet in ``out/results.jsonl``; returns the failures."""
-    from modwire.analysis.results_log import load_results, run_jobs
-
-    path = out / "results.jsonl"
-    done = load_results(path, keep=lambda r: r.get("quick", False) == quick and r.get("steps") == steps)
-    todo = [j for j in jobs if run_name(*j[:3]) not in done]
-    print(f"{len(jobs)} runs, {len(jobs) - len(todo)} already in {path}, {len(todo)} to train")
-    if not todo:
-        return []
-    return run_jobs(run_one, todo, path, workers=workers, describe=lambda r: "exact match " + ", ".join(
-        f"{n}: {100 * r['test'][str(n)]['exact_match']:.1f}" for n in COUNTS))
-
-
-def _mean_std(values: list[float]) -> str:
-    if not values:
-        return "not run"
-    mean = sum(values) / len(values)
-    std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
-    return f"{mean:.2f} ± {std:.2f}" if len(values) > 1 else f"{mean:.2f}"
+    return common.run_grid(run_one, jobs, out / "results.jsonl", key=lambda j: run_name(*j[:3]), workers=workers,
+                           keep=budget(steps, quick), describe=lambda r: "exact match " + ", ".join(
+                               f"{n}: {100 * r['test'][str(n)]['exact_match']:.1f}" for n in COUNTS))
 
 
 def format_table(results: dict[str, dict], regimes: list[str]) -> str:
     """Table 5's layout: per regime and test count, the paper's and our exact match % (mean ± std
     over seeds), baseline vs NFM, and the per-label accuracy."""
-    lines = ["| trained on | test digits | paper baseline | paper NFM | here baseline | here NFM | "
-             "here label acc. baseline / NFM | seeds |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = []
     for regime in regimes:
         runs = {m: [r for r in results.values() if r["regime"] == regime and r["model"] == m] for m in MODELS}
         for n in COUNTS:
             paper = PAPER[regime].get(n)
             cells = [f"{m:.2f} ± {s:.2f}" for m, s in paper] if paper else ["-", "-"]
-            here = [_mean_std([100 * r["test"][str(n)]["exact_match"] for r in runs[m]]) for m in MODELS]
-            label = " / ".join(_mean_std([100 * r["test"][str(n)]["label_accuracy"] for r in runs[m]]) for m in MODELS)
-            seeds = "/".join(str(len(runs[m])) for m in MODELS)
-            lines.append(f"| ({regime.replace('_', ',')}) | {n}{' (trained)' if n in REGIMES[regime] else ''} | "
-                         f"{cells[0]} | {cells[1]} | {here[0]} | {here[1]} | {label} | {seeds} |")
-    return "\n".join(lines)
+            here = [common.format_mean_std(100 * r["test"][str(n)]["exact_match"] for r in runs[m]) for m in MODELS]
+            label = " / ".join(common.format_mean_std(100 * r["test"][str(n)]["label_accuracy"] for r in runs[m])
+                               for m in MODELS)
+            lines.append([f"({regime.replace('_', ',')})", f"{n}{' (trained)' if n in REGIMES[regime] else ''}",
+                          *cells, *here, label, "/".join(str(len(runs[m])) for m in MODELS)])
+    return common.markdown_table(["trained on", "test digits", "paper baseline", "paper NFM", "here baseline",
+                                  "here NFM", "here label acc. baseline / NFM", "seeds"], lines)
 
 
 def footer(results: dict[str, dict]) -> str:
@@ -161,11 +146,15 @@ def footer(results: dict[str, dict]) -> str:
     return "; ".join(parts)
 
 
-def report(out: Path, regimes: list[str], steps: int, quick: bool = False) -> str:
+def load(out: Path, steps: int, quick: bool = False) -> dict[str, dict]:
+    """The finished runs in ``out/results.jsonl`` of this budget."""
     from modwire.analysis.results_log import load_results
 
-    results = load_results(out / "results.jsonl", keep=lambda r: r.get("quick", False) == quick
-                           and r.get("steps") == steps)
+    return load_results(out / "results.jsonl", keep=budget(steps, quick))
+
+
+def report(out: Path, regimes: list[str], steps: int, quick: bool = False) -> str:
+    results = load(out, steps, quick)
     text = format_table(results, regimes) + "\n\n" + footer(results)
     if out.is_dir():
         (out / "table.md").write_text(text + "\n")
@@ -173,17 +162,14 @@ def report(out: Path, regimes: list[str], steps: int, quick: bool = False) -> st
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = common.parser(__doc__, DEFAULT_OUT, "tiny data and model, few steps", workers=1,
+                       report="only print the table of finished runs")
     ap.add_argument("--regimes", default="1_3,1_5", help=f"comma-separated training regimes ({', '.join(REGIMES)})")
     ap.add_argument("--models", default="baseline,nfm", help=f"comma-separated ({', '.join(MODELS)})")
     ap.add_argument("--steps", type=int, default=400, help="optimizer steps per run (batch 64)")
     ap.add_argument("--seeds", type=int, default=1, help="seeds per run (0, 1, ...)")
     ap.add_argument("--test-size", type=int, default=500, help="test images per digit count")
     ap.add_argument("--root", help="MNIST idx files (default: scikit-learn's 8x8 digits, offline)")
-    ap.add_argument("--workers", type=int, default=1, help="worker processes (0: in this process)")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--quick", action="store_true", help="smoke test: tiny data and model, few steps")
-    ap.add_argument("--report", action="store_true", help="only print the table of finished runs")
     args = ap.parse_args(argv)
     args.regimes = [r for r in args.regimes.split(",") if r]
     args.models = [m for m in args.models.split(",") if m]
@@ -198,12 +184,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    started = time.perf_counter()
     jobs = [(g, m, s, args.steps, str(args.out), args.quick, args.root, args.test_size)
             for s in range(args.seeds) for g in args.regimes for m in args.models]
     failed = [] if args.report else run_all(jobs, args.out, args.workers, args.quick, args.steps)
     print(report(args.out, args.regimes, args.steps, args.quick))
     for f in failed:
         print("FAILED", f)
+    if args.out.is_dir():
+        results = [r for r in load(args.out, args.steps, args.quick).values()
+                   if r["regime"] in args.regimes and r["model"] in args.models]
+        common.write_study(args.out, "nfm_multi_digit", results, config=args, seeds=range(args.seeds), started=started)
     return 1 if failed else 0
 
 

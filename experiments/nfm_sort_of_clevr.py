@@ -26,7 +26,8 @@ images ``--train-images`` (20 questions each), the best validation checkpoint (2
 Each (row, seed) is one resumable training run (``modwire.training.train``) in a pool of
 single-threaded workers; finished runs go to ``OUT/results.jsonl`` (``modwire.analysis.results_log``)
 and a rerun skips them. ``OUT/table.md`` holds the table next to Table 6, ``OUT/accuracy.png`` the
-bar plot. Run directories (checkpoints) stay under ``OUT/runs/`` (not meant to be committed).
+bar plot, ``OUT/study.json`` the study run's record (``experiments/common.py``). Run directories
+(checkpoints) stay under ``OUT/runs/`` (not meant to be committed).
 
 Run: ``python experiments/nfm_sort_of_clevr.py`` (3 seeds of both rows); ``--quick`` is a smoke
 test; ``--report`` reprints the table (with the same size arguments). The committed results
@@ -46,13 +47,15 @@ the mechanism, not of the paper's numbers (``notes.md`` there says which NFM cor
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
+import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+import common  # noqa: E402
+
+ROOT = common.ROOT
 DEFAULT_OUT = ROOT / "experiments" / "results" / "nfm_sort_of_clevr"
 PRESETS = {"cnn": "cnn_mlp_sort_of_clevr", "nfm": "nfm_cnn_mlp_sort_of_clevr",
            "nfm_one_pass": "nfm_cnn_mlp_sort_of_clevr"}
@@ -95,32 +98,19 @@ def row_overrides(row: str, a: argparse.Namespace, seed: int, out: Path) -> list
     return [f"{k}={v}" for k, v in sets.items()]
 
 
+@common.worker(lambda job: run_name(job[0], job[1], job[2]["holdout"]))
 def run_job(job: tuple[str, int, dict]) -> dict:
     """Train one (row, seed) run (resuming an interrupted one), then score its best checkpoint on test."""
     row, seed, args = job
     a = argparse.Namespace(**args)
-    out = Path(a.out)
+    from modwire.training import load_config
+
     key = run_name(row, seed, a.holdout)
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-        from modwire.training import load_config, train
-
-        start = time.perf_counter()
-        run_dir = out / "runs" / key
-        cfg = load_config(None, row_overrides(row, a, seed, out))
-        resume = (run_dir / "checkpoints" / "last").exists()
-        result = train(cfg, resume=resume, overwrite=not resume)
-        if result["status"] != "finished":
-            raise RuntimeError(f"interrupted at step {result['step']} of {a.steps}; rerun to resume")
-        test = score_test(run_dir)
-        test["checkpoint"] = Path(test["checkpoint"]).relative_to(out).as_posix()    # no absolute paths
-        return {"key": key, "row": row, "seed": seed, "holdout": a.holdout, "sizes": sizes(a), "val": result["best"],
-                "test": test, "parameters": sum(p.numel() for p in result["model"].parameters()),
-                "seconds": round(time.perf_counter() - start, 1)}
-    except Exception as e:                # reported by the parent with the row; the others go on
-        return {"key": key, "error": f"{type(e).__name__}: {e}"}
+    result = common.train_or_resume(load_config(None, row_overrides(row, a, seed, Path(a.out))))
+    test = common.eval_run(Path(a.out) / "runs" / key)
+    test["checkpoint"] = Path(test["checkpoint"]).relative_to(a.out).as_posix()    # no absolute paths
+    return {"key": key, "row": row, "seed": seed, "holdout": a.holdout, "sizes": sizes(a), "val": result["best"],
+            "test": test, "parameters": sum(p.numel() for p in result["model"].parameters())}
 
 
 def sizes(a: argparse.Namespace) -> dict:
@@ -129,51 +119,32 @@ def sizes(a: argparse.Namespace) -> dict:
             "lr": a.lr, "stem": a.stem, "quick": a.quick, "block_order": a.block_order}
 
 
-def score_test(run_dir: Path) -> dict:
-    """``modwire eval``'s metrics (top-1 overall, relational, non-relational) of the best checkpoint on test."""
-    from modwire.cli import main
-
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
-        code = main(["eval", str(run_dir), "--split", "test"])
-    if code != 0:
-        raise RuntimeError(f"modwire eval {run_dir} --split test exited {code}")
-    return json.loads(buf.getvalue().strip().splitlines()[-1])
+def comparable(a: argparse.Namespace):
+    """Which records of the results log were trained with ``a``'s sizes and holdout."""
+    return lambda r: r.get("sizes") == sizes(a) and r.get("holdout", 0) == a.holdout
 
 
 def load(a: argparse.Namespace) -> dict[str, dict]:
     from modwire.analysis.results_log import load_results
 
-    return load_results(a.out / "results.jsonl",
-                        keep=lambda r: r.get("sizes") == sizes(a) and r.get("holdout", 0) == a.holdout)
+    return load_results(a.out / "results.jsonl", keep=comparable(a))
 
 
 def run_all(a: argparse.Namespace) -> list[str]:
     """Train the (row, seed) runs not yet in ``OUT/results.jsonl``; returns the failures."""
-    from modwire.analysis.results_log import run_jobs
-
-    done = load(a)
     args = {**vars(a), "out": str(a.out)}
     jobs = [(row, s, args) for row in a.rows for s in range(a.seeds)]   # the slow rows first: --rows nfm,cnn
-    todo = [j for j in jobs if run_name(j[0], j[1], a.holdout) not in done]
-    print(f"{len(jobs)} runs, {len(jobs) - len(todo)} already in {a.out / 'results.jsonl'}, {len(todo)} to train")
-    if not todo:
-        return []
-    return run_jobs(run_job, todo, a.out / "results.jsonl", workers=a.workers, describe=lambda r: (
-        f"test relational {r['test'].get('top1_relational', float('nan')):.4f}, "
-        f"non-relational {r['test'].get('top1_non_relational', float('nan')):.4f}"))
+    return common.run_grid(run_job, jobs, a.out / "results.jsonl", key=lambda j: run_name(j[0], j[1], a.holdout),
+                           workers=a.workers, keep=comparable(a),
+                           describe=lambda r: (
+                               f"test relational {r['test'].get('top1_relational', float('nan')):.4f}, "
+                               f"non-relational {r['test'].get('top1_non_relational', float('nan')):.4f}"))
 
 
 def summary(results: dict[str, dict], row: str) -> dict[str, list[float]]:
     """Test accuracy % per question kind, one value per seed (in seed order)."""
     runs = sorted((r for r in results.values() if r["row"] == row), key=lambda r: r["seed"])
     return {kind: [100 * r["test"][f"top1_{kind}"] for r in runs] for kind in KINDS}
-
-
-def mean_std(values: list[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for one value)."""
-    m = sum(values) / len(values)
-    return m, ((sum((v - m) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0)
 
 
 def paper_cell(row: str, kind: str, holdout: int) -> str:
@@ -185,52 +156,44 @@ def paper_cell(row: str, kind: str, holdout: int) -> str:
 
 
 def format_table(results: dict[str, dict], a: argparse.Namespace) -> str:
+    """Per row and question kind: the paper's Table 6 (or Table 7 with ``--holdout``) cell, our
+    mean ± std over seeds, each seed, parameters and minutes per run."""
     which = f"Table 7, N = {a.holdout}" if a.holdout else "Table 6"
-    lines = [f"| model | question kind | paper ({which}), % | here: test % (mean ± std) | per seed | params | "
-             f"minutes per run |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = []
     for row in a.rows:
         got = summary(results, row)
         runs = [r for r in results.values() if r["row"] == row]
-        for kind in KINDS:
-            vals = got[kind]
-            here = "not run" if not vals else "{:.2f} ± {:.2f} (n = {})".format(*mean_std(vals), len(vals))
-            extra = (f"{runs[0]['parameters'] / 1e3:.0f} k | {sum(r['seconds'] for r in runs) / len(runs) / 60:.1f}"
-                     if runs else " | ")
-            lines.append(f"| {LABELS[row]} | {kind.replace('_', '-')} | {paper_cell(row, kind, a.holdout)} | {here} | "
-                         f"{' / '.join(f'{v:.2f}' for v in vals)} | {extra} |")
-    return "\n".join(lines)
+        extra = ([f"{runs[0]['parameters'] / 1e3:.0f} k", f"{sum(r['seconds'] for r in runs) / len(runs) / 60:.1f}"]
+                 if runs else ["", ""])
+        lines += [[LABELS[row], kind.replace("_", "-"), paper_cell(row, kind, a.holdout),
+                   common.format_mean_std(got[kind], n=True), " / ".join(f"{v:.2f}" for v in got[kind]), *extra]
+                  for kind in KINDS]
+    return common.markdown_table(["model", "question kind", f"paper ({which}), %", "here: test % (mean ± std)",
+                                  "per seed", "params", "minutes per run"], lines)
 
 
 def plot(results: dict[str, dict], a: argparse.Namespace, path: Path) -> Path | None:
     """Bars: mean test accuracy per model and question kind (error bars: std over seeds), the
-    paper's values as black markers."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    fig, ax = plt.subplots(figsize=(6, 4))
-    width = 0.8 / max(1, len(a.rows))
-    for j, row in enumerate(a.rows):
-        got = summary(results, row)
-        for i, kind in enumerate(KINDS):
-            x = i + (j - (len(a.rows) - 1) / 2) * width
-            if got[kind]:
-                m, s = mean_std(got[kind])
-                ax.bar(x, m, width, yerr=s, color=f"C{j}", label=LABELS[row] if i == 0 else None, capsize=3)
-            cell = paper_cell(row, kind, a.holdout)
-            if cell != "n/a":
-                ax.plot(x, float(cell.split(" ")[0]), "k_", ms=18, mew=2,
-                        label="paper" if (i, j) == (0, 0) else None)
-    ax.set_xticks(range(len(KINDS)), ["relational", "non-relational"])
-    ax.set(ylabel="test accuracy %", ylim=(0, 100),
-           title=f"Sort-of-CLEVR, CPU-sized (NFM {'Table 7, N = %d' % a.holdout if a.holdout else 'Table 6'})")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    paper's values (NFM Table 6 / 7) as black markers."""
+    def draw(fig, ax):
+        width = 0.8 / max(1, len(a.rows))
+        for j, row in enumerate(a.rows):
+            got = summary(results, row)
+            for i, kind in enumerate(KINDS):
+                x = i + (j - (len(a.rows) - 1) / 2) * width
+                if got[kind]:
+                    m, s = common.mean_std(got[kind])
+                    ax.bar(x, m, width, yerr=s, color=f"C{j}", label=LABELS[row] if i == 0 else None, capsize=3)
+                cell = paper_cell(row, kind, a.holdout)
+                if cell != "n/a":
+                    ax.plot(x, float(cell.split(" ")[0]), "k_", ms=18, mew=2,
+                            label="paper" if (i, j) == (0, 0) else None)
+        ax.set_xticks(range(len(KINDS)), ["relational", "non-relational"])
+        ax.set(ylabel="test accuracy %", ylim=(0, 100),
+               title=f"Sort-of-CLEVR, CPU-sized (NFM {'Table 7, N = %d' % a.holdout if a.holdout else 'Table 6'})")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    return common.save_figure(path, draw)
 
 
 def report(a: argparse.Namespace) -> str:
@@ -244,7 +207,8 @@ def report(a: argparse.Namespace) -> str:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = common.parser(__doc__, DEFAULT_OUT, "tiny data, few steps", workers=2,
+                       report="only print the table of finished runs")
     ap.add_argument("--rows", default="cnn,nfm", help=f"comma-separated rows ({', '.join(LABELS)})")
     ap.add_argument("--seeds", type=int, default=3, help="seeds per row (0, 1, ...)")
     ap.add_argument("--steps", type=int, default=1500, help="optimizer steps per run")
@@ -257,10 +221,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--block-order", default="conv_relu_bn", choices=["conv_relu_bn", "conv_bn_relu"],
                     help="conv block order (CNNMLPConfig.block_order; default: the authors' Conv → ReLU → BN)")
     ap.add_argument("--holdout", type=int, default=0, help="Table 7: colour-shape pairs held out of training")
-    ap.add_argument("--workers", type=int, default=2, help="worker processes (0: in this process)")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--quick", action="store_true", help="smoke test: tiny data, few steps")
-    ap.add_argument("--report", action="store_true", help="only print the table of finished runs")
     a = ap.parse_args(argv)
     a.rows = [r for r in a.rows.split(",") if r]
     unknown = [r for r in a.rows if r not in LABELS]
@@ -274,8 +234,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
+    started = time.perf_counter()
     failed = [] if a.report else run_all(a)
     print(report(a))
+    results = [r for r in load(a).values() if r["row"] in a.rows]
+    common.write_study(a.out, "nfm_sort_of_clevr", results, config=a, seeds=range(a.seeds), started=started)
     return 1 if failed else 0
 
 

@@ -29,7 +29,7 @@ appended to ``OUT/results.jsonl`` and skipped by a rerun, and an interrupted fin
 seed by seed. ``--lr-check`` fine-tunes one seed at a few learning rates (the paper's included),
 to see whether App. C.2.2's constant rates still work at this scale. The table (mean ± std over
 seeds per k, next to the paper's claim) is printed and written to ``OUT/table.md``, the plot to
-``OUT/fewshot.png``.
+``OUT/fewshot.png``, the study run's record to ``OUT/study.json`` (``experiments/common.py``).
 
 Run: ``python experiments/ni_fewshot.py``; ``--lr-check`` fine-tunes seed 0 at a few learning
 rates; ``--quick`` is a smoke test; ``--report`` reprints the table. ``experiments/results/ni_fewshot/``
@@ -42,11 +42,14 @@ import argparse
 import json
 import os
 import shutil
-import signal
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+import common  # noqa: E402
 
 # ----------------------------------------------------------------------------- the models
 
@@ -156,18 +159,12 @@ class Job:
         return config_for, out / self.key
 
 
+@common.worker(lambda job_and_out: job_and_out[0].key)
 def run_job(job_and_out: tuple[Job, str]) -> dict:
     """Run one job in this (worker) process; its record, or ``{"key", "error"}``."""
-    try:
-        import torch
-
-        torch.set_num_threads(1)         # two single-threaded workers beat one two-threaded on 2 cores
-        job, out = job_and_out
-        start = time.perf_counter()
-        record = _pretrain(job, Path(out)) if job.pretrain else _finetune(job, Path(out))
-        return {**asdict(job), "key": job.key, **record, "seconds": round(time.perf_counter() - start, 1)}
-    except Exception as e:            # reported by the parent with the job's key; the others go on
-        return {"key": job_and_out[0].key, "error": f"{type(e).__name__}: {e}"}
+    job, out = job_and_out
+    record = _pretrain(job, Path(out)) if job.pretrain else _finetune(job, Path(out))
+    return {**asdict(job), "key": job.key, **record}
 
 
 def _pretrain(job: Job, out: Path) -> dict:
@@ -201,10 +198,6 @@ def load_results(path: Path) -> dict[str, dict]:
     return read(path)
 
 
-def _interrupt(*_) -> None:
-    raise KeyboardInterrupt
-
-
 def _done(job: Job, done: dict[str, dict]) -> bool:
     r = done.get(job.key)
     return r is not None and (job.pretrain or r.get("n", 0) >= job.seeds) and r.get("quick", False) == job.quick
@@ -213,35 +206,9 @@ def _done(job: Job, done: dict[str, dict]) -> bool:
 def run_jobs(jobs: list[Job], out: Path, workers: int, log: Callable[[str], None] = print) -> list[str]:
     """Run the jobs not yet in ``out/results.jsonl`` on ``workers`` processes (0: in this one),
     appending each record as it finishes. Returns the failures."""
-    import multiprocessing as mp
-
-    path = out / "results.jsonl"
-    done = load_results(path)
-    todo = [j for j in jobs if not _done(j, done)]
-    log(f"{len(jobs)} jobs, {len(jobs) - len(todo)} already in {path}, {len(todo)} to run on {workers or 1} "
-        f"worker(s)")
-    failed: list[str] = []
-    if not todo:
-        return failed
-    out.mkdir(parents=True, exist_ok=True)
-    signal.signal(signal.SIGTERM, _interrupt)     # SIGTERM unwinds like Ctrl-C: the pool's workers end too
-    args = [(j, str(out)) for j in todo]
-    with path.open("a") as f:
-        if workers == 0:
-            results = map(run_job, args)
-            pool = None
-        else:
-            pool = mp.get_context("spawn").Pool(workers, maxtasksperchild=1)
-            results = pool.imap_unordered(run_job, args)
-        try:
-            from modwire.analysis.results_log import append_results
-
-            failed = append_results(results, f, total=len(todo), describe=_brief, log=log)
-        finally:
-            if pool is not None:
-                pool.terminate()
-                pool.join()
-    return failed
+    return common.run_grid(run_job, [(j, str(out)) for j in jobs], out / "results.jsonl", key=lambda a: a[0].key,
+                           finished=lambda a, done: _done(a[0], done), workers=workers, describe=_brief,
+                           noun="jobs", verb="run", log=log)
 
 
 def _brief(r: dict) -> str:
@@ -297,72 +264,57 @@ def _cell(r: dict | None) -> str:
 
 
 def format_table(results: dict[str, dict], models: list[str], lrs: dict[str, float]) -> str:
-    """Markdown: the pre-trained models, then top-1 per k for NI and ViT side by side."""
-    lines = ["\n### Pre-training on digits_multitask_offline (validation top-1 %)\n",
-             "| model | parameters | steps | top-1 | SVHN-like | MNIST-M-like | MNIST-like | minutes |",
-             "|---|---|---|---|---|---|---|---|"]
-    for m in models:
-        r = results.get(Job(m).key)
-        if r:
-            v = r["val"]
-            lines.append(f"| {MODELS[m].label} | {r['parameters']:,} | {r['steps_done']} | {100 * v['top1']:.1f} | "
-                         + " | ".join(f"{100 * v.get(f'top1_{s}', float('nan')):.1f}"
-                                      for s in ("svhn_like", "mnist_m_like", "mnist_like"))
-                         + f" | {r['seconds'] / 60:.1f} |")
+    """Markdown: the pre-trained models, then top-1 per k for NI and ViT side by side (NI Fig. 5a),
+    then the lr check."""
+    pre = [[MODELS[m].label, f"{r['parameters']:,}", r["steps_done"], f"{100 * r['val']['top1']:.1f}",
+            *(f"{100 * r['val'].get(f'top1_{s}', float('nan')):.1f}" for s in ("svhn_like", "mnist_m_like", "mnist_like")),
+            f"{r['seconds'] / 60:.1f}"] for m in models if (r := results.get(Job(m).key))]
+    lines = ["\n### Pre-training on digits_multitask_offline (validation top-1 %)\n", common.markdown_table(
+        ["model", "parameters", "steps", "top-1", "SVHN-like", "MNIST-M-like", "MNIST-like", "minutes"], pre)]
     cur = curves(results.values())
     main = {m: cur.get((m, lrs[m]), {}) for m in models}
     shots = sorted({k for c in main.values() for k in c})
     if shots:
+        rows = []
+        for k in shots:
+            rs = [main[m].get(k) for m in models]
+            gap = f"{100 * (rs[0]['mean'] - rs[1]['mean']):+.1f}" if len(rs) == 2 and all(rs) else ""
+            rows.append([k, *(_cell(r) for r in rs), gap, min((r["n"] for r in rs if r), default=0)])
         lines += [f"\n### Few-shot fine-tuning on {TARGET} 32×32 RGB, 10 ways, all parameters, {EPOCHS} epochs, "
                   f"RAdam at a constant lr ({', '.join(f'{MODELS[m].label} {lrs[m]:g}' for m in models)}); "
                   f"top-1 % on the first {POOL} test images, mean ± std over seeds\n",
-                  "| samples per class | " + " | ".join(MODELS[m].label for m in models) + " | NI − ViT | seeds |",
-                  "|---|" + "---|" * (len(models) + 2)]
-        for k in shots:
-            rs = [main[m].get(k) for m in models]
-            gap = (f"{100 * (rs[0]['mean'] - rs[1]['mean']):+.1f}" if len(rs) == 2 and all(rs) else "")
-            lines.append(f"| {k} | " + " | ".join(_cell(r) for r in rs) + f" | {gap} | "
-                         f"{min((r['n'] for r in rs if r), default=0)} |")
-        lines.append(f"\npaper: {PAPER}.")
+                  common.markdown_table(["samples per class", *(MODELS[m].label for m in models), "NI − ViT", "seeds"],
+                                        rows), f"\npaper: {PAPER}."]
     check_rows = sorted(((key, k, r) for key, c in curves(results.values(), check=True).items()
                          for k, r in c.items()), key=lambda t: (t[0][0], t[1], -t[0][1]))
     if check_rows:
-        lines += ["\n### Learning-rate check (seed 0; top-1 %)\n", "| model | samples per class | lr | top-1 |",
-                  "|---|---|---|---|"]
-        lines += [f"| {MODELS[m].label} | {k} | {lr:g} | {100 * r['mean']:.1f} |" for (m, lr), k, r in check_rows]
+        lines += ["\n### Learning-rate check (seed 0; top-1 %)\n", common.markdown_table(
+            ["model", "samples per class", "lr", "top-1"],
+            [[MODELS[m].label, k, f"{lr:g}", f"{100 * r['mean']:.1f}"] for (m, lr), k, r in check_rows])]
     return "\n".join(lines)
 
 
 def plot(results: dict[str, dict], models: list[str], lrs: dict[str, float], path: Path) -> Path | None:
-    """Top-1 vs samples per class (log x), both models, error bars = std over seeds."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
+    """Top-1 vs samples per class (log x), both models, error bars = std over seeds (NI Fig. 5a)."""
     cur = curves(results.values())
     lines = {m: sorted(cur.get((m, lrs[m]), {}).items()) for m in models}
     if not any(lines.values()):
         return None
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    for m, pts in lines.items():
-        if pts:
-            ks = [k for k, _ in pts]
-            ax.errorbar(ks, [100 * r["mean"] for _, r in pts], yerr=[100 * (r["std"] or 0) for _, r in pts],
-                        marker="o", capsize=3, label=f"{MODELS[m].label} (lr {lrs[m]:g})")
-    ax.set_xscale("log")
-    ks = sorted({k for pts in lines.values() for k, _ in pts})
-    ax.set_xticks(ks, [str(k) for k in ks])
-    ax.set_xlabel("training samples per class (10 classes)")
-    ax.set_ylabel(f"{TARGET} test top-1 (%)")
-    ax.set_title("Few-shot adaptation after digits pre-training (NI Fig. 5a, CPU)", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+
+    def draw(fig, ax):
+        for m, pts in lines.items():
+            if pts:
+                ax.errorbar([k for k, _ in pts], [100 * r["mean"] for _, r in pts],
+                            yerr=[100 * (r["std"] or 0) for _, r in pts], marker="o", capsize=3,
+                            label=f"{MODELS[m].label} (lr {lrs[m]:g})")
+        ax.set_xscale("log")
+        ks = sorted({k for pts in lines.values() for k, _ in pts})
+        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.set(xlabel="training samples per class (10 classes)", ylabel=f"{TARGET} test top-1 (%)")
+        ax.set_title("Few-shot adaptation after digits pre-training (NI Fig. 5a, CPU)", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return common.save_figure(path, draw, figsize=(5.5, 4))
 
 
 def report(out: Path, models: list[str], lrs: dict[str, float]) -> str:
@@ -375,13 +327,6 @@ def report(out: Path, models: list[str], lrs: dict[str, float]) -> str:
 
 
 # ----------------------------------------------------------------------------- the command
-
-def positive(text: str) -> int:
-    """argparse type: an int >= 1."""
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return int(text)
-
 
 def target_params(data_root: str | None) -> dict:
     """The fine-tuning set's ``data.params``: :data:`TARGET_PARAMS`, and ``root`` when one is given."""
@@ -399,12 +344,13 @@ def check_target(data_root: str | None) -> None:
                          f"apt-get install dataset-fashion-mnist, or pass --data-root DIR") from None
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="runs/experiments/ni_fewshot")
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = common.parser(__doc__, "runs/experiments/ni_fewshot", "micro models, 3 pre-training steps",
+                       workers=max(1, min(2, os.cpu_count() or 1)),
+                       report="print the table of what OUT/results.jsonl holds")
     ap.add_argument("--models", default="ni,vit")
     ap.add_argument("--shots", default=",".join(map(str, SHOTS)), help="samples per class, comma-separated")
-    ap.add_argument("--seeds", type=positive, default=3)
+    ap.add_argument("--seeds", type=common.positive, default=3)
     ap.add_argument("--ni-lr", type=float, default=None,
                     help=f"NI's fine-tuning lr (default {MODELS['ni'].finetune_lr})")
     ap.add_argument("--vit-lr", type=float, default=None,
@@ -412,9 +358,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr-check", action="store_true", help=f"also fine-tune seed 0 at lrs {LR_CHECK}, k = "
                                                               f"{LR_CHECK_SHOTS}")
     ap.add_argument("--lr-check-only", action="store_true", help="the lr check without the curve")
-    ap.add_argument("--workers", type=int, default=max(1, min(2, os.cpu_count() or 1)), help="0: in this process")
-    ap.add_argument("--report", action="store_true", help="print the table of what OUT/results.jsonl holds")
-    ap.add_argument("--quick", action="store_true", help="micro models, 3 pre-training steps (smoke test)")
     ap.add_argument("--data-root", default=None, help="the directory of Fashion-MNIST's four idx files (default: "
                                                        "where Debian's dataset-fashion-mnist installs them)")
     args = ap.parse_args(argv)
@@ -423,18 +366,25 @@ def main(argv: list[str] | None = None) -> int:
     args.lr_check |= args.lr_check_only
     if args.workers < 0:
         ap.error(f"--workers: expected 0 (in this process) or more, got {args.workers}")
-    out, models = Path(args.out), args.models.split(",")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    started = time.perf_counter()
+    out, models = args.out, args.models.split(",")
     lrs = {m: lr_of(m, args) for m in MODELS}
     failed: list[str] = []
     if not args.report:
         check_target(args.data_root)
         pre, ft = plan(args)
-        start = time.perf_counter()
         failed = run_jobs(pre, out, args.workers)
         if not failed:                   # fine-tuning needs both pre-trained models
             failed = run_jobs(ft, out, args.workers)
-        print(f"ran in {(time.perf_counter() - start) / 60:.1f} minutes")
+        print(f"ran in {(time.perf_counter() - started) / 60:.1f} minutes")
     print(report(out, models, lrs))
+    common.write_study(out, "ni_fewshot", [r for r in load_results(out / "results.jsonl").values()
+                                           if r["model"] in models], config=args, seeds=range(args.seeds), started=started)
     if failed:
         print(f"{len(failed)} jobs failed (not in the table):\n  " + "\n  ".join(failed))
     return 1 if failed else 0

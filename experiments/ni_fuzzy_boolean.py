@@ -19,7 +19,8 @@ of each new function for 3 epochs, over ``--seeds``. Each stage is an ordinary t
 The three fine-tuning settings run in parallel worker processes (one thread each).
 
 Output (``--out``, default ``experiments/results/ni_fuzzy_boolean``): ``pretrain/`` (the run),
-``finetune-<setting>/`` (one run per seed, ``summary.json``), ``table.md`` and ``table1.png``.
+``finetune-<setting>/`` (one run per seed, ``summary.json``), ``table.md``, ``table1.png`` and the
+study run's record ``study.json`` (``experiments/common.py``; not written by ``--residual-growth``).
 ``--report`` reprints the table from those files; ``--quick`` is a smoke test (seconds).
 
 Table 1's parameter sets are the paper's: the 10 new CLS tokens feed the pre-trained shared
@@ -38,10 +39,14 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+import common  # noqa: E402
+
+ROOT = common.ROOT
 CONFIG = ROOT / "configs" / "cpu" / "ni_fuzzy_boolean.yaml"
 PAPER = {"pretrain": (0.9983, 0.0005), "cls": (0.9202, 0.0198), "cls,type_inference": (0.9857, 0.0034),
          "all": (0.9953, 0.0013)}
@@ -69,7 +74,7 @@ def pretrain(args: argparse.Namespace) -> dict:
     result = train(cfg, resume=(run / "checkpoints" / "last" / "state.pt").is_file())
     if result["status"] != "finished":
         raise SystemExit(result["exit_code"])
-    done.write_text(json.dumps({"val": result["val"], "step": result["step"]}, indent=1))
+    common.write_json_atomic(done, {"val": result["val"], "step": result["step"]})
     return {"val": result["val"], "step": result["step"]}
 
 
@@ -128,7 +133,7 @@ def dynamic_inference(out: Path) -> dict:
         m = copy.deepcopy(model)
         m.drop_functions([f])
         result["dropped"][str(f)] = r2(m)
-    path.write_text(json.dumps(result, indent=1))
+    common.write_json_atomic(path, result)
     return result
 
 
@@ -183,14 +188,11 @@ def residual_growth_of(preset: str, residual: str) -> dict:
 def residual_growth_table(out: Path) -> str:
     """Every preset × reading into ``out/residual_growth.json``; returns a Markdown summary."""
     result = {p: {r: residual_growth_of(p, r) for r in READINGS} for p in ("ni_digits", "ni_fuzzy_boolean")}
-    (out / "residual_growth.json").write_text(json.dumps(result, indent=1) + "\n")
-    lines = ["| preset | interpreter_residual | |x^(k)|/|x^(0)| after each function iteration | iterations=50 |",
-             "| --- | --- | --- | --- |"]
-    for preset, readings in result.items():
-        for residual, r in readings.items():
-            growth = ", ".join(f"{g:.3g}" for g in r["growth"])
-            lines.append(f"| {preset} | {residual} | {growth} | {r['iterations_50'].split(';')[0]} |")
-    return "\n".join(lines)
+    common.write_json_atomic(out / "residual_growth.json", result)
+    return common.markdown_table(
+        ["preset", "interpreter_residual", "|x^(k)|/|x^(0)| after each function iteration", "iterations=50"],
+        [[preset, residual, ", ".join(f"{g:.3g}" for g in r["growth"]), r["iterations_50"].split(";")[0]]
+         for preset, readings in result.items() for residual, r in readings.items()])
 
 
 # ----------------------------------------------------------------------------- the table
@@ -204,10 +206,6 @@ def setting_results(out: Path, setting: str) -> list[dict]:
     runs = json.loads(summary.read_text())["seed_runs"]
     return [json.loads((Path(p) / "result.json").read_text())["val"] for p in runs.values()
             if (Path(p) / "result.json").is_file()]
-
-
-def _mean_std(xs: list[float]) -> tuple[float, float]:
-    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
 def rows(out: Path) -> list[tuple[str, str, tuple | None, tuple]]:
@@ -224,19 +222,19 @@ def rows(out: Path) -> list[tuple[str, str, tuple | None, tuple]]:
         res = setting_results(out, key)
         ours = None
         if res:
-            mean, seed_std = _mean_std([r["r2"] for r in res])
+            mean, seed_std = common.mean_std(r["r2"] for r in res)
             ours = (mean, statistics.fmean(r["r2_std"] for r in res), seed_std, len(res))
         table.append((key, label, ours, PAPER[key]))
     return table
 
 
 def format_table(table: list) -> str:
-    lines = ["| parameter set | R² ours (± std over functions; ± std over seeds) | R² NI Table 1 |",
-             "| --- | --- | --- |"]
-    for _, label, ours, paper in table:
-        cell = "not run" if ours is None else \
-            f"{ours[0]:.4f} ± {ours[1]:.4f}" + (f"; ± {ours[2]:.4f} ({ours[3]} seeds)" if ours[3] > 1 else "")
-        lines.append(f"| {label} | {cell} | {paper[0]:.4f} ± {paper[1]:.4f} |")
+    """NI Table 1's rows, ours next to the paper's, then whether its ordering holds."""
+    lines = [common.markdown_table(
+        ["parameter set", "R² ours (± std over functions; ± std over seeds)", "R² NI Table 1"],
+        [[label, "not run" if ours is None else f"{ours[0]:.4f} ± {ours[1]:.4f}"
+          + (f"; ± {ours[2]:.4f} ({ours[3]} seeds)" if ours[3] > 1 else ""), f"{paper[0]:.4f} ± {paper[1]:.4f}"]
+         for _, label, ours, paper in table])]
     got = {key: ours[0] for key, _, ours, _ in table if ours is not None}
     if {"cls", "cls,type_inference", "all"} <= set(got):
         order = got["cls"] < got["cls,type_inference"] <= got["all"]
@@ -247,31 +245,28 @@ def format_table(table: list) -> str:
 
 
 def plot(table: list, path: Path) -> Path | None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
+    """Ours next to NI Table 1, per parameter set (error bars: std over the new functions)."""
     done = [(label, ours, paper) for _, label, ours, paper in table if ours is not None]
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    x = range(len(done))
-    ax.bar([i - 0.2 for i in x], [o[0] for _, o, _ in done], 0.4, yerr=[o[1] for _, o, _ in done],
-           label="modwire, CPU-sized", capsize=3)
-    ax.bar([i + 0.2 for i in x], [p[0] for _, _, p in done], 0.4, yerr=[p[1] for _, _, p in done],
-           label="NI Table 1", capsize=3)
-    ax.set_xticks(list(x), [label.replace(" Parameters", "\nParameters") for label, _, _ in done], fontsize=7)
-    ax.set_ylabel("R² (new functions)")
-    ax.set_ylim(min(0.5, min(o[0] for _, o, _ in done) - 0.05), 1.0)
-    ax.legend(loc="lower right", fontsize=8)
-    ax.set_title("Fuzzy Boolean: adapting to 10 new functions (NI §4.1)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    if not done:
+        return None
+
+    def draw(fig, ax):
+        x = range(len(done))
+        ax.bar([i - 0.2 for i in x], [o[0] for _, o, _ in done], 0.4, yerr=[o[1] for _, o, _ in done],
+               label="modwire, CPU-sized", capsize=3)
+        ax.bar([i + 0.2 for i in x], [p[0] for _, _, p in done], 0.4, yerr=[p[1] for _, _, p in done],
+               label="NI Table 1", capsize=3)
+        ax.set_xticks(list(x), [label.replace(" Parameters", "\nParameters") for label, _, _ in done], fontsize=7)
+        ax.set_ylabel("R² (new functions)")
+        ax.set_ylim(min(0.5, min(o[0] for _, o, _ in done) - 0.05), 1.0)
+        ax.legend(loc="lower right", fontsize=8)
+        ax.set_title("Fuzzy Boolean: adapting to 10 new functions (NI §4.1)", fontsize=9)
+    return common.save_figure(path, draw, figsize=(7, 3.5))
 
 
-def report(out: Path) -> str:
+def report(out: Path) -> tuple[str, list[dict]]:
+    """The table (``out/table.md``) and figure (``out/table1.png``) from the run files; returns the
+    text and the study's results (one record per row, then the dynamic-inference measurements)."""
     dynamic = dynamic_inference(out) if (out / "pretrain" / "result.json").is_file() else None
     table = rows(out)
     text = format_table(table)
@@ -279,14 +274,17 @@ def report(out: Path) -> str:
         text += "\n" + format_dynamic(dynamic)
     (out / "table.md").write_text(text + "\n")
     plot(table, out / "table1.png")
-    return text
+    results = [{"setting": key, "label": label, "paper": paper,
+                **({} if ours is None else dict(zip(("r2", "r2_std_functions", "r2_std_seeds", "seeds"), ours)))}
+               for key, label, ours, paper in table]
+    return text, results + ([{"setting": "dynamic_inference", **dynamic}] if dynamic is not None else [])
 
 
 # ----------------------------------------------------------------------------- the command
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "ni_fuzzy_boolean"))
+    ap = common.parser(__doc__, ROOT / "experiments" / "results" / "ni_fuzzy_boolean", "tiny sizes, one seed",
+                       report="reprint the table from --out")
     ap.add_argument("--width", type=int, default=64, help="d_model = d_code = MLP widths (NI Table 3: 128)")
     ap.add_argument("--points", type=int, default=32768, help="training points per function (NI: 131072)")
     ap.add_argument("--val-points", type=int, default=4096, help="validation points per function (NI: 32768)")
@@ -297,8 +295,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--adapt-lr", type=float, default=0.05, help="fine-tuning lr, constant (NI Table 3: 0.05)")
     ap.add_argument("--seeds", default="0,1,2", help="fine-tuning seeds")
     ap.add_argument("--workers", type=int, default=2, help="parallel fine-tuning processes")
-    ap.add_argument("--report", action="store_true", help="reprint the table from --out")
-    ap.add_argument("--quick", action="store_true", help="a smoke test: tiny sizes, one seed")
     ap.add_argument("--residual-growth", action="store_true",
                     help="only measure NI Eq. 11's residual growth at initialisation (residual_growth.json)")
     args = ap.parse_args(argv)
@@ -313,7 +309,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    out = Path(args.out)
+    started = time.perf_counter()
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
     if args.residual_growth:
         print(residual_growth_table(out))
@@ -327,7 +324,10 @@ def main(argv: list[str] | None = None) -> int:
         if any(codes):
             print(f"fine-tuning stopped (exit codes {codes}); run the same command again to resume", file=sys.stderr)
             return max(codes)
-    print(report(out))
+    text, results = report(out)
+    print(text)
+    common.write_study(out, "ni_fuzzy_boolean", results, config=args,
+                       seeds=[int(s) for s in args.seeds.split(",") if s], started=started)
     return 0
 
 

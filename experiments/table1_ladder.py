@@ -21,7 +21,8 @@ NAC 3e-4, Perceiver IO 5e-4 at batch 512).
 Each training run is one job (row, task, seed, lr, warm-up), run in a pool of single-threaded
 worker processes; finished jobs are appended to ``OUT/results.jsonl`` at once, and a rerun skips
 them, so an interrupted study resumes where it stopped. The table (mean ± std over seeds, next
-to the paper's Table 1) is printed and written to ``OUT/table.md``, the plot to ``OUT/ladder.png``.
+to the paper's Table 1) is printed and written to ``OUT/table.md``, the plot to ``OUT/ladder.png``,
+the study run's record to ``OUT/study.json`` (``experiments/common.py``).
 
 Run: ``python experiments/table1_ladder.py`` (the default set: Table 1's four rungs, Perceiver IO,
 + ModFC, + frozen sparse graph, NAC with the scale-free prior, on both tasks with 3 seeds; about
@@ -39,12 +40,14 @@ import itertools
 import math
 import os
 import shutil
-import signal
-import statistics
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+import common  # noqa: E402
 
 # ----------------------------------------------------------------------------- the ladder
 
@@ -106,7 +109,7 @@ PAPER = {"Perceiver IO": (58.89, 17.57), "+ ModFC": (58.91, 18.01), "+ Sparse gr
 
 # ----------------------------------------------------------------------------- the tasks
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "cpu"
+CONFIGS = common.ROOT / "configs" / "cpu"
 
 
 @dataclass(frozen=True)
@@ -220,24 +223,17 @@ def config_setting(row: str, task: str) -> tuple[float, int]:
     return float(optim.lr), int(optim.warmup_steps)
 
 
+@common.worker(lambda job_and_out: job_and_out[0].key)
 def run_job(job_and_out: tuple[Job, str]) -> dict:
-    """Train one job in this (worker) process; its IID and OOD metrics, or ``{"error": ...}``."""
-    try:
-        return _train_and_score(*job_and_out)
-    except Exception as e:            # reported by the parent with the job's key; the others go on
-        return {"key": job_and_out[0].key, "error": f"{type(e).__name__}: {e}"}
-
-
-def _train_and_score(job: Job, out: str) -> dict:
+    """Train one job in this (worker) process; its IID and OOD metrics, or ``{"key", "error"}``."""
     import torch
 
-    torch.set_num_threads(1)         # two single-threaded workers beat one two-threaded on 2 cores
     from modwire.tasks import get_task
     from modwire.training import evaluate, train
     from modwire.training.runtime import make_loader
 
+    job, out = job_and_out
     cfg = job.config(Path(out))
-    start = time.perf_counter()
     result = train(cfg, overwrite=True)
     if result["step"] < job.steps:      # stopped by a signal: not a result (a rerun trains it again)
         raise RuntimeError(f"interrupted at step {result['step']} of {job.steps}")
@@ -248,8 +244,7 @@ def _train_and_score(job: Job, out: str) -> dict:
                    info, torch.device("cpu"))
     shutil.rmtree(Path(cfg.out_dir) / "checkpoints", ignore_errors=True)   # 12 MB a run; metrics stay
     return {**asdict(job), "key": job.key, "iid": result["val"]["top1"], "ood": ood["top1"],
-            "ood_split": OOD_SPLITS[job.task], "iid_loss": result["val"]["loss"], "steps_done": result["step"],
-            "seconds": round(time.perf_counter() - start, 1)}
+            "ood_split": OOD_SPLITS[job.task], "iid_loss": result["val"]["loss"], "steps_done": result["step"]}
 
 
 def load_results(path: Path) -> dict[str, dict]:
@@ -257,33 +252,20 @@ def load_results(path: Path) -> dict[str, dict]:
     a result of an earlier split definition is trained again, not mixed in."""
     from modwire.analysis.results_log import load_results as read
 
-    return read(path, keep=lambda r: r.get("ood_split") == OOD_SPLITS.get(r["task"]))
+    return read(path, keep=current_split)
 
 
-def _interrupt(*_) -> None:
-    raise KeyboardInterrupt
+def current_split(record: dict) -> bool:
+    """Whether a result was scored on its task's current OOD split."""
+    return record.get("ood_split") == OOD_SPLITS.get(record["task"])
 
 
 def run_jobs(jobs: list[Job], out: Path, workers: int, log: Callable[[str], None] = print) -> list[str]:
     """Run the jobs not yet in ``out/results.jsonl`` on ``workers`` processes, appending each
     result as it finishes (an interrupted study resumes from there). Returns the failures."""
-    import multiprocessing as mp
-
-    path = out / "results.jsonl"
-    done = load_results(path)
-    todo = [j for j in jobs if j.key not in done]
-    log(f"{len(jobs)} runs, {len(jobs) - len(todo)} already in {path}, {len(todo)} to train on {workers} workers")
-    failed: list[str] = []
-    if not todo:
-        return failed
-    out.mkdir(parents=True, exist_ok=True)
-    # SIGTERM (kill, Slurm) unwinds like Ctrl-C, so that the pool's workers are terminated too
-    signal.signal(signal.SIGTERM, _interrupt)
-    from modwire.analysis.results_log import append_results
-
-    with mp.get_context("spawn").Pool(workers, maxtasksperchild=1) as pool, path.open("a") as f:
-        return append_results(pool.imap_unordered(run_job, [(j, str(out)) for j in todo]), f, total=len(todo),
-                              describe=lambda r: f"IID {r['iid']:.3f}, OOD {r['ood']:.3f}", log=log)
+    return common.run_grid(run_job, [(j, str(out)) for j in jobs], out / "results.jsonl", key=lambda a: a[0].key,
+                           keep=current_split, workers=workers,
+                           describe=lambda r: f"IID {r['iid']:.3f}, OOD {r['ood']:.3f}", log=log)
 
 
 # ----------------------------------------------------------------------------- the report
@@ -293,10 +275,6 @@ SWEEP_WARMUPS = (50, 200)
 SWEEP_ROWS = ("pio", "nac_scale_free")
 
 
-def mean_std(values: list[float]) -> tuple[float, float]:
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
-
-
 def aggregate(results: Iterable[dict]) -> dict[tuple, dict]:
     """Results grouped by (task, row, lr, warm-up, steps): IID / OOD mean, std and seeds."""
     groups: dict[tuple, list[dict]] = {}
@@ -304,7 +282,7 @@ def aggregate(results: Iterable[dict]) -> dict[tuple, dict]:
         groups.setdefault((r["task"], r["row"], r["lr"], r["warmup"], r["steps"]), []).append(r)
     out = {}
     for k, rs in groups.items():
-        (im, isd), (om, osd) = mean_std([r["iid"] for r in rs]), mean_std([r["ood"] for r in rs])
+        (im, isd), (om, osd) = common.mean_std(r["iid"] for r in rs), common.mean_std(r["ood"] for r in rs)
         out[k] = {"iid": im, "iid_std": isd, "ood": om, "ood_std": osd, "seeds": len(rs),
                   "image_task": rs[0]["image_task"]}
     return out
@@ -324,63 +302,56 @@ def ladder_groups(groups: dict[tuple, dict], task: str) -> list[tuple[tuple, dic
     return out
 
 
-def _line(label: str, key: tuple, g: dict, paper: tuple = ("", "")) -> str:
+def _line(label: str, key: tuple, g: dict, paper: tuple = ("", "")) -> list:
     _, _, lr, warm, steps = key
-    return (f"| {label} | {lr:g} | {warm} | {steps} | {g['seeds']} | {_cell(g['iid'], g['iid_std'], g['seeds'])} | "
-            f"{_cell(g['ood'], g['ood_std'], g['seeds'])} | {' | '.join(f'{v:.2f}' if v != '' else '' for v in paper)} |")
+    return [label, f"{lr:g}", warm, steps, g["seeds"], _cell(g["iid"], g["iid_std"], g["seeds"]),
+            _cell(g["ood"], g["ood_std"], g["seeds"]), *(f"{v:.2f}" if v != "" else "" for v in paper)]
 
 
 def format_table(groups: dict[tuple, dict], tasks: Iterable[str]) -> str:
     """Markdown: per task, the ladder (each model at its config's lr) next to the paper's Table 1,
     then the lr / warm-up sweep (``*``: each model's best IID setting)."""
     lines = []
-    head = ["| row | lr | warm-up | steps | seeds | IID | OOD | paper IID (Tiny-ImageNet) | paper OOD (-R) |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    head = ["row", "lr", "warm-up", "steps", "seeds", "IID", "OOD", "paper IID (Tiny-ImageNet)", "paper OOD (-R)"]
     for task in tasks:
         mine = {k: v for k, v in groups.items() if k[0] == task}
         if not mine:
             continue
         name = next(iter(mine.values()))["image_task"] if task == "fashion_mnist" else task
-        lines += [f"\n### {name} (IID) and OOD: {TASKS[task].ood}; top-1 %, mean ± std over seeds\n", *head]
-        lines += [_line(ROW[k[1]].label, k, g, PAPER.get(ROW[k[1]].paper or "", ("", "")))
-                  for k, g in ladder_groups(groups, task)]
+        lines += [f"\n### {name} (IID) and OOD: {TASKS[task].ood}; top-1 %, mean ± std over seeds\n",
+                  common.markdown_table(head, [_line(ROW[k[1]].label, k, g, PAPER.get(ROW[k[1]].paper or "", ("", "")))
+                                               for k, g in ladder_groups(groups, task)])]
         sweep = sorted(((k, g) for k, g in mine.items() if k[1] in SWEEP_ROWS), key=lambda kg: (kg[0][1], kg[0][2:]))
         if any(len({k[2:4] for k, _ in sweep if k[1] == row}) > 1 for row in SWEEP_ROWS):
             best = {row: max((g["iid"], k) for k, g in sweep if k[1] == row)[1] for row in {k[1] for k, _ in sweep}}
-            lines += [f"\nlearning-rate / warm-up sweep ({name}; * = the model's best IID):\n", *head[:2]]
-            lines += [_line(ROW[k[1]].label + (" *" if best[k[1]] == k else ""), k, g) for k, g in sweep]
+            lines += [f"\nlearning-rate / warm-up sweep ({name}; * = the model's best IID):\n",
+                      common.markdown_table(head, [_line(ROW[k[1]].label + (" *" if best[k[1]] == k else ""), k, g)
+                                                   for k, g in sweep])]
     return "\n".join(lines)
 
 
 def plot(groups: dict[tuple, dict], tasks: list[str], path: Path) -> Path | None:
-    """Bar chart of the ladder per task and split, error bars = std over seeds."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
+    """Bar chart of the ladder per task and split (NAC Table 1's rows), error bars = std over seeds."""
     ladders = {t: [k for k, _ in ladder_groups(groups, t)] for t in tasks}
     tasks = [t for t in tasks if ladders[t]]
     if not tasks:
         return None
-    fig, axes = plt.subplots(len(tasks), 2, figsize=(12, 3.2 * len(tasks) + 1), squeeze=False)
-    for ax_row, task in zip(axes, tasks):
-        keys = ladders[task]
-        labels = [ROW[k[1]].label for k in keys]
-        for ax, split in zip(ax_row, ("iid", "ood")):
-            vals = [100 * groups[k][split] for k in keys]
-            errs = [100 * groups[k][split + "_std"] for k in keys]
-            ax.barh(range(len(keys)), vals, xerr=errs, color=["C1" if k[1] == "pio" else "C0" for k in keys])
-            ax.set_yticks(range(len(keys)), labels, fontsize=8)
-            ax.invert_yaxis()
-            lo = min(v - e for v, e in zip(vals, errs))
-            ax.set_xlim(max(0.0, lo - 5), max(v + e for v, e in zip(vals, errs)) + 2)
-            ax.set_title(f"{task} {split.upper()} top-1 (%)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+
+    def draw(fig, axes):
+        for ax_row, task in zip(axes, tasks):
+            keys = ladders[task]
+            for ax, split in zip(ax_row, ("iid", "ood")):
+                vals = [100 * groups[k][split] for k in keys]
+                errs = [100 * groups[k][split + "_std"] for k in keys]
+                ax.barh(range(len(keys)), vals, xerr=errs, color=["C1" if k[1] == "pio" else "C0" for k in keys])
+                ax.set_yticks(range(len(keys)), [ROW[k[1]].label for k in keys], fontsize=8)
+                ax.invert_yaxis()
+                ax.set_xlim(max(0.0, min(v - e for v, e in zip(vals, errs)) - 5),
+                            max(v + e for v, e in zip(vals, errs)) + 2)
+                ax.set_title(f"{task} {split.upper()} top-1 (%)", fontsize=9)
+        fig.tight_layout()
+    return common.save_figure(path, draw, figsize=(12, 3.2 * len(tasks) + 1), nrows=len(tasks), ncols=2,
+                              squeeze=False)
 
 
 # ----------------------------------------------------------------------------- the command
@@ -412,13 +383,6 @@ def report(out: Path, tasks: list[str]) -> str:
     return table + f"\n\ntable: {out / 'table.md'}" + (f", plot: {figure}" if figure else " (no matplotlib: no plot)")
 
 
-def positive(text: str) -> int:
-    """argparse type: an int >= 1."""
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return int(text)
-
-
 def scale(text: str) -> float:
     """argparse type: a number > 0."""
     try:
@@ -430,36 +394,41 @@ def scale(text: str) -> float:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="runs/experiments/table1_ladder")
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = common.parser(__doc__, "runs/experiments/table1_ladder", "3 steps on 160 samples per split",
+                       report="print the table of what OUT/results.jsonl holds")
     ap.add_argument("--rows", default=",".join(DEFAULT_ROWS), help=f"comma-separated, of {list(ROW)}")
     ap.add_argument("--tasks", default="listops,fashion_mnist")
-    ap.add_argument("--seeds", type=positive, default=3)
+    ap.add_argument("--seeds", type=common.positive, default=3)
     ap.add_argument("--steps-scale", type=scale, default=1.0,
                     help=f"training steps x this (default {STEPS})")
     ap.add_argument("--full", action="store_true", help="every row, 5 seeds (about 4 hours on 2 cores)")
     ap.add_argument("--sweep", action="store_true",
                     help=f"also lr {SWEEP_LRS} x warm-up {SWEEP_WARMUPS} for {SWEEP_ROWS} (30 minutes a task)")
     ap.add_argument("--sweep-only", action="store_true", help="the sweep without the ladder")
-    ap.add_argument("--sweep-seeds", type=positive, default=1)
+    ap.add_argument("--sweep-seeds", type=common.positive, default=1)
     ap.add_argument("--sweep-tasks", default="listops", help="the tasks the sweep trains on")
-    ap.add_argument("--workers", type=positive, default=max(1, min(2, os.cpu_count() or 1)))
-    ap.add_argument("--report", action="store_true", help="print the table of what OUT/results.jsonl holds")
-    ap.add_argument("--quick", action="store_true", help="3 steps on 160 samples per split (smoke test)")
+    ap.add_argument("--workers", type=common.positive, default=max(1, min(2, os.cpu_count() or 1)))
     args = ap.parse_args(argv)
     if args.full:
         args.rows, args.seeds = ",".join(ROW), max(args.seeds, 5)
-    out, tasks, failed = Path(args.out), args.tasks.split(","), []
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    started = time.perf_counter()
+    out, tasks, failed = args.out, args.tasks.split(","), []
     if not args.report:
         image = image_task() if "fashion_mnist" in tasks else "fashion_mnist"
         if image != "fashion_mnist":
             print("Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist): "
                   "the image task runs on scikit-learn's digits")
-        start = time.perf_counter()
         failed = run_jobs(plan(args, image), out, args.workers)
-        print(f"trained in {(time.perf_counter() - start) / 60:.1f} minutes")
+        print(f"trained in {(time.perf_counter() - started) / 60:.1f} minutes")
     print(report(out, tasks))
+    common.write_study(out, "table1_ladder", [r for r in load_results(out / "results.jsonl").values()
+                                              if r["task"] in tasks], config=args, seeds=range(args.seeds), started=started)
     if failed:
         print(f"{len(failed)} runs failed (not in the table):\n  " + "\n  ".join(failed))
     return 1 if failed else 0

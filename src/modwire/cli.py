@@ -7,8 +7,6 @@
     modwire finetune RUN --task T [--train SETS] [--shots K --ways N] [--seeds 0,1,2] [--epochs E] [--lr LR]
                      [--batch-size B] [--out DIR] [--set key=value ...]
     modwire list models|tasks
-    modwire gan [CONFIG.yaml] [--set key=value ...] [--resume] [--overwrite]
-    modwire gan --score RUN_DIR [--set eval.key=value ...]
     modwire analyze RUN_DIR [--baseline RUN_DIR ...] [--out DIR] [--drop FRACTIONS] [--edges FRACTIONS] [--block-size N]
                     [--split SPLIT] [--batch N] [--max-samples N] [--set key=value ...] [--no-plots]
 
@@ -33,7 +31,7 @@ from .errors import UserError
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="modwire",
                                  description="Modular attention networks: train, evaluate, fine-tune, list, analyze.")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{train,eval,finetune,list,analyze,gan}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{train,eval,finetune,list,analyze}")
     t = sub.add_parser("train", help="train a model on a task from a YAML config")
     t.add_argument("config", nargs="?", help="YAML file (see configs/); omitted: defaults + --set")
     t.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
@@ -59,28 +57,23 @@ def _parser() -> argparse.ArgumentParser:
                    help="one SIZE×SIZE Cutout box per image, set to 0 (NFM §4.4: 16; modwire.analysis.occlusion)")
     e.add_argument("--occlusion-seed", type=int, default=0, metavar="S", help="seed of the boxes (default 0)")
     _finetune_parser(sub)
-    g = sub.add_parser("gan", help="train a GAN (NFM §4.1: an NFM generator; modwire.training.gan) from a YAML config")
-    g.add_argument("config", nargs="?", help="YAML file (see configs/gan/); omitted: defaults + --set")
-    g.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
-                   help="override config keys, e.g. --set steps=2000 model.name=nfm_gan_resnet_cifar10")
-    g.add_argument("--resume", action="store_true", help="continue the run in out_dir from its checkpoints/last")
-    g.add_argument("--overwrite", action="store_true", help="start afresh in an out_dir that holds a run")
-    g.add_argument("--score", metavar="RUN_DIR", help="score a GAN run's last checkpoint again (classifier-FID, "
-                   "Inception FID/IS); --set eval.* only, e.g. eval.random_attention=true (NFM §4.4)")
     l = sub.add_parser("list", help="list model presets or tasks")
     l.add_argument("what", choices=["models", "tasks"])
-    a = sub.add_parser("analyze", help="drop modules / eliminate edges of a trained run (NAC Fig. 5, 8, 10, 15); for a "
-                       "conditional NAC, the embedding of its per-sample circuits (NAC Fig. 6)",
-                       description="Inference-time sparsification of a trained run: accuracy, throughput and "
-                                   "GFLOPs as modules (NAC) or latents (Perceiver IO) are dropped, accuracy as "
-                                   "edges are eliminated (NAC), and pictures of the learned graph.")
+    a = sub.add_parser("analyze", help="what applies to a trained run's model: drop modules / eliminate edges (NAC, "
+                       "Perceiver IO, NI: NAC Fig. 5, 8, 10, 15), circuits of a conditional NAC (Fig. 6), an AiT's "
+                       "workspace (AiT Fig. 2, 7, 10, 11), an NFM model's read map (NFM Fig. 1); always the metrics",
+                       description="Analyses of a trained run, chosen by what its model declares: inference-time "
+                                   "sparsification (accuracy, throughput and GFLOPs as modules (NAC) or latents "
+                                   "(Perceiver IO) are dropped, accuracy as edges are eliminated (NAC), pictures of "
+                                   "the learned graph); for other models the checkpoint's metrics on the split, an "
+                                   "AiT's workspace analyses and an NFM model's read map.")
     a.add_argument("path", help="run directory (uses its best, else last checkpoint) or checkpoint directory")
     a.add_argument("--baseline", nargs="+", action="extend", default=[], metavar="RUN_DIR",
-                   help="runs to compare with (e.g. the Perceiver IO of NAC Fig. 5/15)")
+                   help="runs to compare with (e.g. the Perceiver IO of NAC Fig. 5/15); module-dropping runs only")
     a.add_argument("--out", help="output directory (default: RUN_DIR/analysis)")
     a.add_argument("--drop", metavar="FRACTIONS",
                    help="comma-separated fractions of modules to drop, each in [0, 1) "
-                        "(default 0,.25,.5,.625,.75,.8125,.875,.9375)")
+                        "(default 0,.25,.5,.625,.75,.8125,.875,.9375); module-dropping runs only")
     a.add_argument("--edges", metavar="FRACTIONS",
                    help="comma-separated fractions of edges to remove, each in [0, 1]; NAC runs only "
                         "(default for a NAC: 0,.5,.8,.9,.92,.94,.96,.98,1)")
@@ -176,6 +169,10 @@ def cmd_finetune(args) -> int:
     from .training.finetune import default_out_dir, finetune_overrides, finetune_seeds, summary_table
     from .training.lock import RunLockedError
 
+    if _is_gan_run(args.path):
+        raise UserError(f"{args.path} is a GAN run: it has no task outputs to fine-tune. What applies to it: "
+                        f"modwire eval {args.path} (its scores), modwire train --resume {args.path} (more steps, "
+                        f"with --set max_steps=N --allow-change max_steps), modwire analyze {args.path}")
     seeds = _int_list(args.seeds, "--seeds")
     train = [t.strip() for t in args.train.split(",") if t.strip()]
     if not train:
@@ -227,9 +224,9 @@ def cmd_eval(args) -> int:
     from .training.checkpoint import checkpoint_step, choose_checkpoint
     from .training.feedback import dumps
 
+    if _is_gan_run(args.path):   # a GAN's evaluation is its scores (FID) of its last checkpoint
+        return _score_gan_run(args)
     ckpt, why = choose_checkpoint(args.path)
-    if json.loads((ckpt / "config.json").read_text()).get("model_type") == "gan":
-        raise UserError(f"{args.path} is a GAN run (modwire gan): score it with `modwire gan --score {args.path}`")
     tag, step = ckpt.name.split("-", 1)[0], checkpoint_step(ckpt)
     print(f"modwire eval: scoring checkpoint {tag!r} (step {step}) at {ckpt}: {why}", file=sys.stderr)
     overrides = [*args.overrides, *([f"data.max_samples={args.max_samples}"] if args.max_samples is not None else [])]
@@ -248,10 +245,36 @@ def cmd_eval(args) -> int:
     return 0
 
 
-def cmd_analyze(args) -> int:
-    from .analysis.report import DEFAULT_DROP_FRACTIONS, analyze, parse_fractions
+def _is_gan_run(path: str) -> bool:
+    """Does the run's (best, else last) checkpoint hold a model with the Adversarial capability?"""
+    from .models.base import MODEL_TYPES
+    from .models.capabilities import Adversarial
+    from .training.checkpoint import resolve_checkpoint
 
-    drop = parse_fractions(args.drop, "--drop", closed=False) if args.drop is not None else DEFAULT_DROP_FRACTIONS
+    try:
+        kind = json.loads((resolve_checkpoint(Path(path)) / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return False                      # the command that reads it reports what is wrong with it
+    return kind in MODEL_TYPES and issubclass(MODEL_TYPES[kind], Adversarial)
+
+
+def _score_gan_run(args) -> int:
+    from .training.feedback import dumps
+    from .training.gan import score_run
+
+    given = [flag for flag, value in (("--task", args.task), ("--split", args.split), ("--occlusion", args.occlusion),
+                                      ("--max-samples", args.max_samples)) if value is not None]
+    if given:
+        raise UserError(f"{args.path} is a GAN run: eval scores its samples (classifier-FID; --set gan.eval.* for "
+                        f"more samples or NFM §4.4's random attention), {', '.join(given)} do not apply to it")
+    print(dumps(score_run(args.path, args.overrides)))
+    return 0
+
+
+def cmd_analyze(args) -> int:
+    from .analysis.report import analyze, parse_fractions
+
+    drop = parse_fractions(args.drop, "--drop", closed=False) if args.drop is not None else None
     edges = parse_fractions(args.edges, "--edges", closed=True) if args.edges is not None else None
     try:
         if _is_conditional_run(args.path):  # NAC Fig. 6: the designs a conditional generator produces
@@ -282,18 +305,6 @@ def _is_conditional_run(path: str) -> bool:
     except (OSError, ValueError):
         return False  # analyze() reports what is wrong with the directory
     return isinstance(data, dict) and (data.get("generator") or {}).get("kind") == "conditional"
-
-
-def cmd_gan(args) -> int:
-    from .training.checkpoint import CheckpointWriteError
-    from .training.gan import run_command
-    from .training.lock import RunLockedError
-
-    try:
-        return run_command(args)
-    except (RunLockedError, CheckpointWriteError, PermissionError, FileExistsError) as e:
-        print(f"modwire gan: error: {e}", file=sys.stderr)
-        return 1
 
 
 def cmd_list(args) -> int:
@@ -330,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(args) -> int:
     try:
         return {"train": cmd_train, "eval": cmd_eval, "finetune": cmd_finetune, "list": cmd_list,
-                "analyze": cmd_analyze, "gan": cmd_gan}[args.command](args)
+                "analyze": cmd_analyze}[args.command](args)
     except (UserError, FileNotFoundError) as e:      # what the user gave: one line, exit 2
         print(f"modwire {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -52,15 +52,15 @@ class DemoData:
 
 
 # configs/cpu/nac_fashion_mnist_prior.yaml and perceiver_io_fashion_mnist.yaml, cut from one
-# epoch (469 steps) to 240 steps of 128 images so that both runs and the analysis take about
-# 4 minutes on 2 quiet cores (7 with one thread).
+# epoch (469 steps) to 240 steps of 128 images so that both runs and the analysis take minutes
+# on 2 cores (the demo prints its total time; a measured run: README, "make demo").
 FASHION_TRAIN = ("data.task=fashion_mnist", "data.val_split=test", "data.batch_size=128", "max_steps=240",
                  "optim.lr=1e-3", "optim.warmup_steps=50", "optim.weight_decay=0.05", "log_every=40")
 # NAC's planted-partition graph prior (App. A): the model reports L_graph as its auxiliary loss "graph"
 PRIOR = ("model.overrides.graph_prior={name: planted_partition, params: {num_clusters: 8, p_in: 0.9, p_out: 0.05}}",
          "aux_loss_weights.graph=5e-3")
-# scikit-learn's digits: 1,437 training images; 15 epochs of 64 (330 steps). At lr 2e-3 the
-# NAC reached only 69% in 12 epochs (the Perceiver IO 93%); at 1e-3, 88% after 11.
+# scikit-learn's digits: 1,437 training images; 15 epochs of 64 (330 steps), at lr 1e-3
+# (at 2e-3 the NAC learned far more slowly than the Perceiver IO).
 DIGITS_TRAIN = ("data.task=digits", "data.val_split=test", "data.batch_size=64", "epochs=15", "max_steps=0",
                 "optim.lr=1e-3", "optim.warmup_steps=30", "optim.weight_decay=0.05", "log_every=44")
 
@@ -176,7 +176,7 @@ def dropping_demo(args: argparse.Namespace) -> dict:
 # ----------------------------------------------------------------------------- --race, --forward
 
 # The race (``--race``): ListOps (NAC Table 3) with short expressions (depth ≤ 3, at most
-# 64 tokens), ~3 minutes per model on 2 CPU cores; chance is 10%. configs/cpu/nac_listops.yaml
+# 64 tokens; the race prints each model's train steps/s); chance is 10%. configs/cpu/nac_listops.yaml
 # and perceiver_io_listops.yaml hold the same settings. Each model trains at its best peak
 # learning rate and warm-up from experiments/table1_ladder.py's sweep (the paper, too, tunes them
 # separately, NAC Table 4): at Perceiver IO's setting the NAC stays on the label-prior plateau,

@@ -15,10 +15,12 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "modwire"
 
 def test_each_model_type_declares_what_it_can_do():
     got = {name: capabilities(cls) for name, cls in MODEL_TYPES.items()}
-    assert got["ait"] == ["finetune", "eval_options", "epoch_hook", "intermediates"]
+    assert got["ait"] == ["finetune", "eval_options", "epoch_hook", "intermediates", "workspace"]
     assert got["neural_interpreter"] == ["finetune", "add_functions", "intermediates", "module_dropping"]
     assert got["nac"] == ["finetune", "intermediates", "module_dropping"]
-    assert got["gan"] == ["eval_options"]                      # a GAN has no classifier head to replace
+    assert got["gan"] == ["adversarial", "eval_options", "nfm"]     # a GAN has no classifier head to replace
+    for kind in ("preact_resnet", "transformer_lm", "cnn_mlp"):     # NFM as a config option (NFM §3)
+        assert "nfm" in got[kind]
     assert set(CAPABILITIES) == {c for caps in got.values() for c in caps}
 
 

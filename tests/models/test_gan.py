@@ -182,14 +182,15 @@ def test_random_attention_eval_option_changes_generated_images():
 
 def test_gan_review_errors():
     import numpy as np
-    from modwire.training.gan_config import load_gan_config
+    from modwire.training import load_config
     from modwire.training.gan_metrics import feature_stats
 
     with pytest.raises(ValueError, match=r"random_attention: this GAN's generator has no NFM"):
         modwire.create_model("gan_resnet_micro").set_eval_options(random_attention=True)
     with pytest.raises(ValueError, match=r"'data.batch_size': got 1, expected at least 2 with InfoMax-GAN"):
-        load_gan_config(None, ["data.batch_size=1"])
-    load_gan_config(None, ["data.batch_size=1", "loss.infomax_d=0", "loss.infomax_g=0"])   # fine without InfoNCE
+        load_config(None, ["model.name=gan_resnet_micro", "max_steps=1", "data.batch_size=1"])
+    load_config(None, ["model.name=gan_resnet_micro", "max_steps=1", "data.batch_size=1", "gan.loss.infomax_d=0",
+                       "gan.loss.infomax_g=0"])   # fine without InfoNCE
     with pytest.raises(ValueError, match="features are not finite"):
         feature_stats(torch.tensor([[0.0, 1.0], [float("nan"), 2.0], [1.0, 1.0]]))
     assert np.allclose(feature_stats(torch.tensor([[0.0, 1.0], [2.0, 3.0]]))[0], [1.0, 2.0])

@@ -7,7 +7,10 @@ import re
 import pytest
 
 from modwire import cli
-from modwire.training.config import NUMERIC_RULES, ConfigError, load_config
+from modwire.fields import declared_rules
+from modwire.training.config import ConfigError, TrainConfig, load_config
+
+NUMERIC_RULES = declared_rules(TrainConfig)   # every bound the training config's sections declare
 
 # key -> values it must refuse (NaN, inf, zero, negative where they make no sense)
 BAD_VALUES = {
@@ -35,6 +38,10 @@ BAD_VALUES = {
     "keep_weights_every": ["-1"],
     "seed": ["-1"],
     "ema_decay": ["nan", "1.0", "-0.5", "inf"],
+    "gan.n_dis": ["0"], "gan.lr_d": ["0", "-1", "nan"], "gan.loss.infomax_d": ["-1"], "gan.loss.infomax_g": ["-1"],
+    "gan.eval.every": ["-1"], "gan.eval.num_samples": ["0"], "gan.eval.real_samples": ["0"],
+    "gan.eval.batch_size": ["0"], "gan.eval.classifier_epochs": ["0"], "gan.sample_every": ["-1"],
+    "gan.grid_size": ["0"],
 }
 CASES = [(k, v) for k, vs in BAD_VALUES.items() for v in vs]
 

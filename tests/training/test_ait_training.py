@@ -140,8 +140,8 @@ def test_the_ema_model_takes_the_live_memory(tmp_path):
 
 
 def test_analyze_on_an_ait_run_says_what_applies_to_it(tmp_path, capsys):
-    """Issue 24: module dropping needs a model that describes its modules; an AiT run is told which
-    analyses it has instead of getting a traceback."""
+    """Issue 24: ``modwire analyze`` on an AiT run runs its workspace analyses; module dropping needs a
+    model that describes its modules, so ``--drop`` is refused with what applies instead."""
     import toy_task  # noqa: F401  (registers "toy_sets")
     from modwire import cli
     from modwire.training import load_config, train
@@ -149,7 +149,11 @@ def test_analyze_on_an_ait_run_says_what_applies_to_it(tmp_path, capsys):
     cfg = load_config(None, [f"out_dir={tmp_path}", "model.name=ait_micro", "data.task=toy_sets",
                              "data.batch_size=16", "max_steps=2", "progress=false"])
     assert train(cfg)["status"] == "finished"
-    assert cli.main(["analyze", str(tmp_path), "--no-plots"]) == 2
+    assert cli.main(["analyze", str(tmp_path), "--no-plots"]) == 0
+    summary = json.loads((tmp_path / "analysis" / "summary.json").read_text())
+    assert summary["analyses"] == ["workspace"]
+    assert "slot_maps" in json.loads((tmp_path / "analysis" / "workspace.json").read_text())["skipped"]  # no grid
+    capsys.readouterr()
+    assert cli.main(["analyze", str(tmp_path), "--no-plots", "--drop", "0"]) == 2
     err = capsys.readouterr().err
-    assert "this run's 'ait' model does not. What applies to it: experiments/ait_analysis.py RUN" in err
-    assert "modwire eval RUN --set model.overrides.<option>=… for ['eval_memory_forward']" in err
+    assert "What applies to it: modwire analyze RUN" in err and "['eval_memory_forward']" in err

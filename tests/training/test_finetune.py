@@ -169,7 +169,7 @@ def test_cli_runs_seeds_and_an_interrupted_sweep_resumes_skipping_finished_seeds
 
 
 # Every classifier-like micro preset; a GAN (NFM §4.1) has no labels to fine-tune on: its generator is trained
-# by `modwire gan`, not `modwire finetune`, and its presets have no num_classes.
+# by `modwire train` as GANs, not by `modwire finetune`, and its presets have no num_classes.
 MICRO = [n for n in modwire.list_models() if n.endswith("_micro") and "gan_" not in n]
 
 

@@ -20,7 +20,8 @@ def test_step_schedule_after_warmup():
 
 
 @pytest.mark.parametrize("override, match", [
-    ("optim.schedule=linear", r"'optim.schedule': got 'linear', expected one of \['cosine', 'step'\]"),
+    ("optim.schedule=exponential", r"'optim.schedule': got 'exponential', expected one of \['cosine', 'linear', "
+                                   r"'constant', 'step'\]"),
     ("optim.milestones=[10,-5]", r"'optim.milestones\[1\]': got -5"),
     ("optim.gamma=0", r"'optim.gamma': got 0"),
 ])

@@ -18,14 +18,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..errors import UserError
+from .catalog import is_conditional
 
 __all__ = ["analyze_circuits", "collect_link_probs", "is_conditional"]
-
-
-def is_conditional(model: torch.nn.Module) -> bool:
-    """A NAC whose circuit design depends on a conditioning input."""
-    cfg = getattr(model, "config", None)
-    return getattr(getattr(cfg, "generator", None), "kind", None) == "conditional"
 
 
 @torch.no_grad()

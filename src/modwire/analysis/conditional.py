@@ -47,10 +47,10 @@ def _sklearn():
 
 def _one_openmp_thread():
     """Context: OpenMP limited to one thread for scikit-learn's loops (Barnes-Hut t-SNE,
-    NearestCentroid's distance reductions). On a busy 2-core machine their OpenMP threads
-    spent 30-60 ms per call waiting on each other (a 16-sample t-SNE: 23 s); with one
-    thread 0.15 s, and a 1000-sample t-SNE 12 s. At the sizes of NAC Fig. 6 (hundreds of
-    samples) one thread costs little. threadpoolctl is a dependency of scikit-learn."""
+    NearestCentroid's distance reductions). On a busy machine their OpenMP threads spend
+    most of each call waiting on each other at barriers, whereas these loops are small at
+    the sizes of NAC Fig. 6 (hundreds of samples), so one thread costs little.
+    threadpoolctl is a dependency of scikit-learn."""
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=1, user_api="openmp")

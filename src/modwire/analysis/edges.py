@@ -97,12 +97,12 @@ def link_probs(run: AnalyzedRun) -> torch.Tensor:
 def prior_of(run: AnalyzedRun) -> tuple[str | None, dict[str, Any]]:
     """The run's graph prior: the model's ``graph_prior`` (NAC App. A), else its ``frozen_graph``
     (NAC Table 1 "sparse graph, not learnable"); (None, {}) if none."""
-    gp = getattr(run.model.config, "graph_prior", None)
-    name = getattr(gp, "name", None)
-    if name:
-        return name, dict(getattr(gp, "params", None) or {})
-    frozen = getattr(run.model.config, "frozen_graph", None)
-    if getattr(frozen, "name", None):
+    if not run.has_graph:          # only a NAC with a kernel has P, and a NAC config these fields
+        return None, {}
+    gp, frozen = run.model.config.graph_prior, run.model.config.frozen_graph
+    if gp.name:
+        return gp.name, dict(gp.params or {})
+    if frozen.name:
         return frozen.name, dict(frozen.params)
     return None, {}
 
@@ -118,8 +118,8 @@ def graph_frame(run: AnalyzedRun, p: torch.Tensor):
     from ..graphs import match, prior
 
     p0 = prior(name, p.shape[0], **params).float().cpu()
-    gp = getattr(run.model.config, "graph_prior", None)
-    align = getattr(gp, "align", None) if getattr(gp, "name", None) == name else None
+    gp = run.model.config.graph_prior
+    align = gp.align if gp.name == name else None
     sigma = match(p, p0) if align is None else match(p, p0, align=align)   # as the regularizer matched
     sigma = torch.as_tensor(sigma, dtype=torch.long).cpu()
     return torch.argsort(sigma), p0, name, f"modules in the frame of prior {name!r} (matched)"

@@ -27,7 +27,7 @@ from torch import Tensor
 from .workspace import _batches, _intermediates
 from ..errors import UserError
 
-__all__ = ["ReadMap", "read_map", "read_map_from_records", "is_top_down", "plot_read_map"]
+__all__ = ["ReadMap", "generator_read_map", "read_map", "read_map_from_records", "is_top_down", "plot_read_map"]
 
 
 def is_top_down(reader: tuple[int, int], source: tuple[int, int]) -> bool:
@@ -53,6 +53,17 @@ class ReadMap:
         total = m.sum(-1)
         share = (m * mask).sum(-1) / total.clamp_min(1e-12)
         return torch.where(mask.any(-1) & (total > 0), share, torch.full_like(share, float("nan")))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: readers and sources as ``[pass, layer]`` (0-based), ``mass`` rows (None where
+        a reader cannot read a source), ``null``, each reader's ``top_down_share``, the summary."""
+        def num(v: float) -> float | None:
+            return None if v != v else v
+
+        return {"readers": [list(r) for r in self.readers], "sources": [list(s) for s in self.sources],
+                "mass": [[num(v) for v in row] for row in self.mass.tolist()], "null": self.null.tolist(),
+                "top_down_share": [num(v) for v in self.top_down_share().tolist()],
+                "summary": {k: num(v) for k, v in self.summary().items()}}
 
     def summary(self) -> dict[str, float]:
         """Over all readers that can read top-down (pass ≥ 2): mean top-down share and mean null mass;
@@ -102,6 +113,31 @@ def read_map(model: torch.nn.Module, batches: Iterable, *, max_batches: int | No
         recs = [list(_intermediates(model, batch).nfm) for batch in _batches(batches, max_batches)]
     finally:
         model.train(was)
+    return read_map_from_records(recs)
+
+
+def generator_read_map(gan: torch.nn.Module, *, samples: int = 256, batch: int = 64, seed: int = 0) -> ReadMap:
+    """The read map of an NFM GAN generator (NFM §4.1, Fig. 1) over ``samples`` latents
+    ``z ~ N(0, I)`` drawn from ``seed`` (eval mode, no gradients)."""
+    from ..models.capabilities import nfm_modules
+    from ..models.gan import GAN
+
+    bodies = nfm_modules(gan.generator) if isinstance(gan, GAN) else []
+    if not bodies:
+        raise UserError(f"expected a GAN whose generator runs in NFM (nfm.enabled), got {type(gan).__name__}")
+    if samples < 1 or batch < 1:
+        raise UserError(f"samples and batch must be >= 1, got {samples} and {batch}")
+    g = torch.Generator().manual_seed(seed)
+    was = gan.training
+    gan.eval()
+    recs = []
+    try:
+        with torch.no_grad():
+            for start in range(0, samples, batch):
+                gan.generator(gan.sample_latents(min(batch, samples - start), generator=g), record=True)
+                recs.append(list(bodies[0].records))
+    finally:
+        gan.train(was)
     return read_map_from_records(recs)
 
 

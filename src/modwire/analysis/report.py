@@ -1,6 +1,8 @@
 """``modwire analyze``: inference-time sparsification of trained runs (NAC §3 "Effect of
 Dropping Modules", Fig. 5, App. F Fig. 10 and 15) and pictures of the learned graph
-(NAC App. A.2, Fig. 8).
+(NAC App. A.2, Fig. 8). A run whose model does not describe its modules (an AiT, a ResNet,
+a transformer LM, ...) gets what its declared capabilities give it instead:
+:mod:`modwire.analysis.kinds` (the table of analyses: :mod:`modwire.analysis.catalog`).
 
 For a trained run (and optional baseline runs, e.g. the Perceiver IO of Fig. 5/15), in
 three parts, one file each:
@@ -40,7 +42,8 @@ import torch
 
 from .dropping import check_drop_fractions, module_dropping_curve
 from .edges import GRAPH_THRESHOLD, edge_curve, graph_frame, graph_summary, link_probs
-from .runs import AnalyzedRun, load_run, open_run, output_dir
+from .runs import AnalyzedRun, load_run, open_run, output_dir, run_model_class
+from ..models.capabilities import ModuleSurgery
 from ..errors import UserError
 
 __all__ = ["DEFAULT_DROP_FRACTIONS", "DEFAULT_EDGE_FRACTIONS", "analyze", "check_fractions", "load_run",
@@ -81,17 +84,31 @@ def parse_fractions(text: str, what: str, closed: bool) -> list[float]:
 # ----------------------------------------------------------------------------- the analysis
 
 def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] = (),
-            out_dir: str | os.PathLike | None = None, drop: Sequence[float] = DEFAULT_DROP_FRACTIONS,
+            out_dir: str | os.PathLike | None = None, drop: Sequence[float] | None = None,
             edges: Sequence[float] | None = None, split: str | None = None, batch: int = 64,
             max_samples: int | None = None, overrides: Sequence[str] = (), plots: bool = True,
             iters: int = 3, block_size: int | None = None,
             log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Run the analysis (see the module docstring) and write its files to ``out_dir``
-    (default ``run_dir/analysis``). ``edges=None``: the default fractions for a NAC run,
-    none for a Perceiver IO; explicit fractions need a NAC with link probabilities.
-    Returns the summary (also written to ``summary.json``)."""
-    drop, edges = _check_options(drop, edges, batch=batch, max_samples=max_samples, iters=iters,
-                                 block_size=block_size, plots=plots)
+    (default ``run_dir/analysis``). ``drop=None``: :data:`DEFAULT_DROP_FRACTIONS`;
+    ``edges=None``: the default fractions for a NAC run, none for a Perceiver IO; explicit
+    fractions need a NAC with link probabilities. Returns the summary (also written to
+    ``summary.json``).
+
+    A run whose model does not describe its modules (no
+    :class:`~modwire.models.capabilities.ModuleSurgery`) gets what applies to it instead
+    (:func:`modwire.analysis.kinds.analyze_model`: its metrics, an AiT's workspace analyses,
+    an NFM model's read map); ``baselines``, ``drop`` and ``edges`` are refused for it."""
+    cls = run_model_class(run_dir)
+    if cls is not None and not issubclass(cls, ModuleSurgery):
+        from .kinds import analyze_model
+
+        refuse = [flag for flag, given in (("--baseline", bool(list(baselines))), ("--drop", drop is not None),
+                                           ("--edges", edges is not None)) if given]
+        return analyze_model(run_dir, out_dir=out_dir, split=split, max_samples=max_samples, overrides=overrides,
+                             plots=plots, refuse=refuse, log=log)
+    drop, edges = _check_options(DEFAULT_DROP_FRACTIONS if drop is None else drop, edges, batch=batch,
+                                 max_samples=max_samples, iters=iters, block_size=block_size, plots=plots)
     say = log or (lambda s: None)
     # load every run first: bad paths and kinds fail before any long computation
     names: set[str] = set()

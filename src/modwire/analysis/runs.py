@@ -15,7 +15,8 @@ from ..tasks.base import FirstN
 from .sparsify import module_axis
 from ..errors import UserError, UserTypeError
 
-__all__ = ["AnalyzedRun", "evaluate_run", "forward", "load_run", "open_run", "timing_batch"]
+__all__ = ["AnalyzedRun", "evaluate_run", "forward", "load_run", "open_run", "other_analyses", "run_model_class",
+           "timing_batch"]
 
 
 def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str | None = None,
@@ -165,20 +166,32 @@ class AnalyzedRun:
 
 
 def other_analyses(model: torch.nn.Module) -> str:
-    """What a model without module surgery can be analysed with (its declared capabilities)."""
-    from ..models.ait import AiT
-    from ..nn.nfm import NFM
+    """What a model without module surgery can be analysed with: the analyses of
+    :data:`~modwire.analysis.catalog.ANALYSES` its declared capabilities give it, its evaluation
+    options, ``modwire eval``."""
+    from .catalog import applicable
 
-    found = []
-    if isinstance(model, AiT) and model.workspaces:  # AiT: its global workspace layers
-        found.append("experiments/ait_analysis.py RUN (AiT Figures 2, 7, 10, 11: slot maps, patch diversity, "
-                     "Hopfield energy, attention sparsity)")
-    if any(isinstance(m, NFM) for m in model.modules()):
-        found.append("modwire.analysis.nfm.read_map (which layers and passes each NFM module reads, NFM Fig. 1)")
+    found = [f"modwire analyze RUN (without --baseline, --drop, --edges): the task's metrics"
+             + "".join(f"; {a.name}: {a.shows}" for a in applicable(model))]
     if isinstance(model, EvalOptions) and model.eval_options:
         found.append(f"modwire eval RUN --set model.overrides.<option>=… for {list(model.eval_options)}")
     found.append("modwire eval RUN (--task, --split, --occlusion)")
     return "; ".join(found)
+
+
+def run_model_class(path: str | os.PathLike) -> type | None:
+    """The model class of the checkpoint :func:`load_run` would load (the ``model_type`` of its
+    ``config.json``), or None when there is none to read (:func:`load_run` then says what is wrong)."""
+    import json
+
+    from ..models.base import CONFIG_FILE, MODEL_TYPES
+    from ..training.checkpoint import resolve_checkpoint
+
+    try:
+        data = json.loads((resolve_checkpoint(Path(path)) / CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return MODEL_TYPES.get(data.get("model_type")) if isinstance(data, dict) else None
 
 
 def open_run(path, overrides, split, max_samples, names: set[str]) -> AnalyzedRun:

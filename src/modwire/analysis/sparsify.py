@@ -76,8 +76,14 @@ def module_axis(model: nn.Module) -> ModuleAxis:
 
 
 def get_edge_mask(model: nn.Module) -> Tensor | None:
-    """The bool ``[U_p, U_p]`` edge mask installed on a NAC's propagators, or None."""
-    return getattr(getattr(model, "propagator_kernel", None), "edge_mask", None)
+    """The bool ``[U_p, U_p]`` edge mask installed on a NAC's propagators, or None (no mask, or not
+    a NAC). The installed kernel is an :class:`~modwire.nn.EdgeMaskedKernel` or the block-sparse
+    kernel made from one; both keep the mask as their ``edge_mask`` buffer."""
+    from ..models.nac import NAC
+
+    if not isinstance(model, NAC) or model.propagator_kernel is None:
+        return None
+    return model.propagator_kernel.edge_mask
 
 
 def set_edge_mask(model: nn.Module, mask: Tensor | None) -> None:

@@ -9,9 +9,10 @@ from .nac import NAC, NACConfig
 from .perceiver_io import PerceiverIO, PerceiverIOConfig
 from .resnet import PreActResNet, PreActResNetConfig
 from .registry import create_model, from_pretrained, get_config, list_models, model_source
-from .set_model import EmbedConfig, SetModel, SetModelConfig
+from .set_model import SetModel, SetModelConfig
+from .tokenizer_config import TokenizerConfig
 from .vit import ViT, ViTConfig
 
 __all__ = ["AiT", "AiTConfig", "NAC", "NACConfig", "InputSpec", "ModelConfig", "ModuleAxis", "PerceiverIO", "PerceiverIOConfig",
-           "PreActResNet", "PreActResNetConfig", "PretrainedModel", "EmbedConfig", "SetModel", "SetModelConfig", "ViT", "ViTConfig",
+           "PreActResNet", "PreActResNetConfig", "PretrainedModel", "TokenizerConfig", "SetModel", "SetModelConfig", "ViT", "ViTConfig",
            "create_model", "from_pretrained", "get_config", "list_models", "model_source"]

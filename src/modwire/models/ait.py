@@ -46,9 +46,9 @@ from ..nn.blocks import SelfAttention
 from ..nn.modulated import ModulatedFFN, PreNorm
 from ..nn.workspace import BOTTLENECK_SOFTMAX, MEMORY_INITS, POOLS, RETRIEVALS, GlobalWorkspace
 from .base import Intermediates
-from .config import COUNT, POSITIVE, Bounds, check_choice
+from .config import COUNT, POSITIVE, Bounds
 from .registry import register_model_type, register_preset
-from .set_model import EmbedConfig
+from .tokenizer_config import TokenizerConfig
 from .vit import ViT, ViTConfig
 from ..errors import UserError
 
@@ -107,20 +107,18 @@ class AiTConfig(ViTConfig):
     bottleneck_bias: bool = False
     bottleneck_head_split: bool = False
     write_residual: bool = True
-    embed: EmbedConfig = field(default_factory=lambda: EmbedConfig(image_size=32, in_channels=3, patch_size=4))
+    embed: TokenizerConfig = field(default_factory=lambda: TokenizerConfig(kind="patches", image_size=32, in_channels=3,
+                                                                           patch_size=4))
 
     bounds = {**ViTConfig.bounds, "num_slots": COUNT, "slot_dim": COUNT, "workspace_heads": COUNT,
               "bottleneck_size": Bounds(lo=0, note="0: dense attention"),
               "memory_alpha": Bounds(lo=0, hi=1, hi_open=True), "hopfield_beta": POSITIVE,
               "hopfield_steps": COUNT, "balance_eps": Bounds(lo=0)}
+    choices = {**ViTConfig.choices, "pool": POOLS, "memory_init": MEMORY_INITS, "retrieval": RETRIEVALS,
+               "memory_reset": MEMORY_RESETS, "bottleneck_softmax": BOTTLENECK_SOFTMAX}
 
     def validate(self) -> None:
         super().validate()
-        check_choice("pool", self.pool, POOLS)
-        check_choice("memory_init", self.memory_init, MEMORY_INITS)
-        check_choice("retrieval", self.retrieval, RETRIEVALS)
-        check_choice("memory_reset", self.memory_reset, MEMORY_RESETS)
-        check_choice("bottleneck_softmax", self.bottleneck_softmax, BOTTLENECK_SOFTMAX)
         if self.bottleneck_head_split and self.slot_dim % self.workspace_heads:
             raise UserError(f"config field 'workspace_heads': got {self.workspace_heads}, expected a divisor of "
                             f"slot_dim={self.slot_dim} (bottleneck_head_split splits D over the heads)")
@@ -204,7 +202,9 @@ class AiT(ViT):
     eval_options = ("eval_memory_forward",)   # `modwire eval RUN --set model.overrides.eval_memory_forward=false`
 
     def set_eval_options(self, *, eval_memory_forward: bool) -> None:
-        self.set_memory_forward(bool(eval_memory_forward))
+        """Type-checked as the config field it is (``eval_memory_forward``; a non-bool is refused)."""
+        self.config = self.config.replace(eval_memory_forward=eval_memory_forward)
+        self.set_memory_forward(self.config.eval_memory_forward)
 
     def set_memory_forward(self, enabled: bool) -> None:
         """Evaluation with (True, Figure 8 (1)) or without (False, (2)) the memory forward."""
@@ -253,7 +253,7 @@ _TASKS = {"cifar10": (10, 32, 3, 4, 32, 512), "cifar100": (100, 32, 3, 4, 32, 51
 
 def _ait(layers: int, classes: int, size: int, channels: int, patch: int, slots: int, k: int) -> AiTConfig:
     return AiTConfig(num_classes=classes, num_layers=layers, num_slots=slots, bottleneck_size=k, classifier="flatten",
-                     embed=EmbedConfig(kind="patches", image_size=size, in_channels=channels, patch_size=patch))
+                     embed=TokenizerConfig(kind="patches", image_size=size, in_channels=channels, patch_size=patch))
 
 
 for _size, _layers in _SIZES.items():
@@ -265,7 +265,8 @@ for _size, _layers in _SIZES.items():
 
 register_preset("ait_micro", AiT, lambda: AiTConfig(
     num_classes=5, d_model=32, num_layers=2, num_heads=2, ffn_hidden=48, num_slots=8, slot_dim=8,
-    workspace_heads=2, bottleneck_size=6, embed=EmbedConfig(image_size=8, in_channels=1, patch_size=2)),
+    workspace_heads=2, bottleneck_size=6,
+    embed=TokenizerConfig(kind="patches", image_size=8, in_channels=1, patch_size=2)),
     "test-sized AiT (8×8 images)")
 
 # AiT §5.8 / Table 6 "Relational reasoning": Sort-of-CLEVR's 75×75×3 images in 5×5 patches, 32 slots, bottleneck

@@ -15,7 +15,6 @@ in :mod:`modwire.models.tokenizer_config`; their names are re-exported here, so
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import os
 import tempfile
@@ -31,6 +30,7 @@ from ..nn.init import single_thread
 from .config import COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_choice, deep_merge, heads_of
 from .tokenizer_config import TOKENIZERS, TokenizerConfig, build_tokenizer, single_input
 from ..errors import UnknownNameError, UserError
+from ..fields import did_you_mean
 
 __all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "MODEL_TYPES", "Intermediates", "PretrainedModel", "config_class",
            "read_pretrained", "unknown_name",
@@ -154,8 +154,7 @@ MODEL_TYPES: dict[str, type[PretrainedModel]] = {}
 
 def unknown_name(kind: str, name: Any, valid: list[str]) -> UnknownNameError:
     """The error for a name not in ``valid``, with close matches: ``unknown model 'nac_smal'. Did you mean ...``."""
-    close = difflib.get_close_matches(name, valid, n=3) if isinstance(name, str) else []
-    hint = f" Did you mean {close}?" if close else ""
+    hint = did_you_mean(name, valid) if isinstance(name, str) else ""
     return UnknownNameError(f"unknown {kind} {name!r}.{hint} Valid: {valid}")
 
 

@@ -1,18 +1,19 @@
 """The typed config machinery every modwire model config is built from.
 
-:class:`ConfigBase`: a dataclass validated at construction (types, then the numeric
-:class:`Bounds` each class declares, then its own ``validate``), whose sub-configs accept
+:class:`ConfigBase`: a dataclass validated at construction (types, then the ``choices`` and
+numeric :class:`~modwire.fields.Bounds` tables each class declares, checked by the shared
+:func:`modwire.fields.check_fields`, then its own ``validate``), whose sub-configs accept
 partial dicts; a wrong key, type or value raises an error naming the full key path
 (``'kernel.tau'``), what it got and what is allowed. :class:`ModelConfig`: the root of a
-model's config, fitting to a task's inputs, and the JSON round trip (``to_json`` / ``from_json``). Small helpers: ``COUNT``, ``POSITIVE``,
-``heads_of``, ``check_choice``, ``deep_merge``.
+model's config, fitting to a task's inputs, and the JSON round trip (``to_json`` / ``from_json``).
+Small helpers: ``COUNT``, ``POSITIVE`` and ``Bounds`` (from :mod:`modwire.fields`), ``heads_of``,
+``check_choice``, ``deep_merge``.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
 import json
-import math
 import types
 import typing
 from dataclasses import dataclass
@@ -20,72 +21,20 @@ from typing import Any, ClassVar
 
 from .inputs import Inputs, check_inputs
 from ..errors import UnknownNameError, UserError, UserTypeError
+from ..fields import COUNT, POSITIVE, Bounds, check_fields, did_you_mean
+
+__all__ = ["COUNT", "POSITIVE", "Bounds", "ConfigBase", "ModelConfig", "check_choice", "check_single_head",
+           "deep_merge", "heads_of"]
+
+FIELD = "config field"   # how a model config's errors name a key: "config field 'kernel.tau': ..."
 
 
 def check_choice(name: str, value: Any, choices: tuple) -> None:
-    """A ValueError naming the field ``name``, the ``value`` given and the ``choices`` allowed."""
+    """A UserError naming the field ``name``, the ``value`` given and the ``choices`` allowed, for
+    the choices a class's ``choices`` table cannot state (a registry that grows at run time, a
+    module's argument)."""
     if value not in choices:
-        raise UserError(f"config field {name!r}: got {value!r}, expected one of {list(choices)}")
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """The values a numeric config field accepts. Each config class declares its fields'
-    bounds once, in its ``bounds`` table; :class:`ConfigBase` checks them and names the full
-    key path, the value given and what is expected. ``lo`` / ``hi`` are numbers or the name of
-    a sibling field (``pad_id < vocab_size``); ``multiple_of``: the value is a multiple of it
-    (an image size vs. the tokenizer's total stride); ``divides``: the value divides that
-    sibling field (attention heads split ``d_model``). NaN and inf are refused for every field."""
-
-    lo: float | str | None = None
-    hi: float | str | None = None
-    lo_open: bool = False
-    hi_open: bool = False
-    multiple_of: int | None = None
-    divides: str | None = None
-    note: str = ""
-
-    def check(self, cfg: "ConfigBase", name: str, prefix: str) -> None:
-        value = getattr(cfg, name)
-        if value is None:           # an Optional field left unset (``truncation=None``)
-            return
-        lo, hi = self._bound(cfg, self.lo), self._bound(cfg, self.hi)
-        ok = (math.isfinite(value)
-              and (lo is None or (value > lo if self.lo_open else value >= lo))
-              and (hi is None or (value < hi if self.hi_open else value <= hi))
-              and (self.multiple_of is None or value % self.multiple_of == 0)
-              and (self.divides is None or (value > 0 and getattr(cfg, self.divides) % value == 0)))
-        if not ok:
-            raise UserError(f"config field {prefix + name!r}: got {value!r}, expected "
-                            f"{self.describe(cfg, isinstance(value, int))}")
-
-    def describe(self, cfg: "ConfigBase", integer: bool) -> str:
-        """What the field accepts, in words: ``'an integer >= 1 that divides d_model=96'``."""
-        def show(bound: float | str) -> str:
-            return f"{bound}={getattr(cfg, bound)}" if isinstance(bound, str) else f"{bound:g}"
-
-        parts = ["an integer" if integer else "a finite number"]
-        if self.lo is not None and self.hi is not None:
-            parts.append(f"in {'(' if self.lo_open else '['}{show(self.lo)}, {show(self.hi)}"
-                         f"{')' if self.hi_open else ']'}")
-        elif self.lo is not None:
-            parts.append(f"{'>' if self.lo_open else '>='} {show(self.lo)}")
-        elif self.hi is not None:
-            parts.append(f"{'<' if self.hi_open else '<='} {show(self.hi)}")
-        if self.multiple_of is not None:
-            parts.append(f"and a multiple of {self.multiple_of}")
-        if self.divides is not None:
-            parts.append(f"that divides {show(self.divides)}")
-        return " ".join(parts) + (f" ({self.note})" if self.note else "")
-
-    @staticmethod
-    def _bound(cfg: "ConfigBase", bound: float | str | None) -> float | None:
-        return getattr(cfg, bound) if isinstance(bound, str) else bound
-
-
-COUNT = Bounds(lo=1)                                 # sizes, dims, heads, layers, module counts
-POSITIVE = Bounds(lo=0, lo_open=True)                # temperatures, bandwidths, δ
-# (a dropout-like rate would be Bounds(lo=0, hi=1, hi_open=True))
+        raise UserError(f"{FIELD} {name!r}: got {value!r}, expected one of {list(choices)}")
 
 
 def check_single_head(heads: int, model_type: str) -> None:
@@ -125,7 +74,9 @@ def _check_keys(cls: type, keys: dict[str, Any], path: str = "") -> None:
     unknown = sorted(set(keys) - set(cls.field_names()))
     if unknown:
         where = f" in {path!r}" if path else ""
-        raise UnknownNameError(f"unknown {cls.__name__} field(s) {unknown}{where}; valid fields: {cls.field_names()}")
+        hint = did_you_mean(unknown, cls.field_names())
+        raise UnknownNameError(f"unknown {cls.__name__} field(s) {unknown}{where}; valid fields: "
+                               f"{cls.field_names()}{'.' + hint if hint else ''}")
 
 
 def _is_config(hint: Any) -> bool:
@@ -137,11 +88,13 @@ class ConfigBase:
     """Typed, validated dataclass config. Fields that are themselves configs (sub-configs,
     e.g. ``kernel``) accept a dict, which is merged into the default sub-config; the whole
     tree is type-checked and validated from the root, so errors name the full path
-    (``'kernel.tau'``). Numeric fields declare what they accept in ``bounds`` (checked here,
-    NaN and inf refused everywhere); ``validate`` holds the checks a table cannot say."""
+    (``'kernel.tau'``). Fields declare what they accept in the ``choices`` and ``bounds`` tables
+    (:mod:`modwire.fields`; a key may name a sub-config's field, ``"tokenizer.kind"``; NaN and
+    inf refused everywhere); ``validate`` holds the checks a table cannot say."""
 
     _prefix: ClassVar[str] = ""   # the field path of a sub-config, set while it is checked
     bounds: ClassVar[dict[str, Bounds]] = {}
+    choices: ClassVar[dict[str, tuple]] = {}
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -154,6 +107,8 @@ class ConfigBase:
             self._check("")
 
     def _check(self, prefix: str) -> None:
+        """Types, then the ``choices`` / ``bounds`` tables (:func:`~modwire.fields.check_fields`),
+        then the sub-configs this config uses, then :meth:`validate`; errors name ``prefix + key``."""
         object.__setattr__(self, "_prefix", prefix)
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
@@ -161,16 +116,14 @@ class ConfigBase:
             if isinstance(value, int) and not isinstance(value, bool) and hint is float:
                 setattr(self, f.name, float(value))
             elif not _type_ok(value, hint):
-                raise UserTypeError(f"config field {prefix + f.name!r}: got {value!r} ({type(value).__name__}), "
+                raise UserTypeError(f"{FIELD} {prefix + f.name!r}: got {value!r} ({type(value).__name__}), "
                                     f"expected {getattr(hint, '__name__', hint)}")
-            if isinstance(value, float) and not math.isfinite(value):
-                raise UserError(f"config field {prefix + f.name!r}: got {value!r}, expected a finite number")
-            if isinstance(value, ConfigBase) and f.name not in self.unused_fields():
-                value._check(f"{prefix}{f.name}.")
         unused = self.unused_fields()
-        for name, bounds in self.bounds.items():
-            if name not in unused:
-                bounds.check(self, name, prefix)
+        check_fields(self, prefix, label=FIELD, skip=unused)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, ConfigBase) and f.name not in unused:
+                value._check(f"{prefix}{f.name}.")
         self.validate()
 
     def unused_fields(self) -> tuple[str, ...]:

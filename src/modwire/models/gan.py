@@ -23,9 +23,8 @@ block": the generator's blocks are ``[res1, res2, res3, final]`` with channels
 ``(256, 256, 256, 256, C)`` and :func:`modwire.models.nfm.build_body` wraps them, so a reader runs
 before each of them, two passes (8 readers; pass 2 runs its own copy of the blocks), ``d_k = d_v =
 32``, 4 heads; §4.1 gives no top-k, so the NFM default ``k = 5`` (§4.2-4.3's value) is kept. "We
-modify only the generator": the discriminator and the losses are unchanged. Cost (CPU, batch 8,
-generator forward + backward): the NFM generator takes 2.9× the base generator's time (1.4× two
-base passes).
+modify only the generator": the discriminator and the losses are unchanged. Cost against the base
+GAN and against two base passes: ``benchmarks/bench_nfm.py --presets '*gan_resnet*'``.
 
 ``GAN.forward(z)`` is ``D(G(z))``, the logits ``[B, 1]`` of generated images (what the generator
 step optimises; the registry contract's forward); with the InfoMax heads, a training forward
@@ -239,7 +238,7 @@ class GAN(PretrainedModel):
     """Generator + discriminator, saved and loaded together (module docstring)."""
 
     config_class = GANConfig
-    eval_options = ("random_attention",)   # NFM §4.4's ablation (set_eval_options; scored with modwire gan's eval)
+    eval_options = ("random_attention",)   # NFM §4.4's ablation (set_eval_options; scored by modwire eval: gan.eval.random_attention)
 
     def __init__(self, config: GANConfig) -> None:
         super().__init__()
@@ -272,8 +271,8 @@ class GAN(PretrainedModel):
         """NFM §4.4's ablation: the generator's readers attend at random (NFM generators only)."""
         if random_attention and not self.config.nfm.enabled:
             raise UserError("random_attention: this GAN's generator has no NFM (nfm.enabled is false)")
-        self.config = self.config.replace(nfm={"random_attention": bool(random_attention)})
-        set_random_attention(self.generator.body, bool(random_attention))
+        self.config = self.config.replace(nfm={"random_attention": random_attention})   # type-checked field
+        set_random_attention(self.generator.body, self.config.nfm.random_attention)
 
     def no_weight_decay(self) -> tuple[str, ...]:
         return ()

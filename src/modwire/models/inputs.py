@@ -2,8 +2,9 @@
 
 A task describes its data (``modwire.tasks``); each model maps that description onto
 its own input layer (``ModelConfig.input_overrides`` / ``for_inputs``): NAC and
-Perceiver IO through the shared tokenizer (:meth:`TokenizerConfig.for_input`), a ViT
-through a patch embedding, and so on. Nothing here knows about a model.
+Perceiver IO through a conv / linear / embedding tokenizer, a ViT through a patch embedding
+(both described by the one input-layer config, :meth:`TokenizerConfig.for_input`), and so
+on. Nothing here knows about a model.
 
 Four kinds, each a per-sample tensor (a batch adds a leading ``B`` axis):
 

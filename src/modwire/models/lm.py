@@ -29,7 +29,8 @@ Cost per token and pass, ``L`` layers of width ``d`` (FFN ``4d``): a query ``W_q
 value projection of the written state, and ``W_o``: ``4d²`` per layer (the first module of the
 first pass has no query, the last module of the last pass writes nothing) against the block's
 ``12d²``, so about +29 % of the body's matrix FLOPs for the 6-layer one-pass preset; the attention
-over at most ``L·passes`` memory entries per position is small. Measured speed: see the README.
+over at most ``L·passes`` memory entries per position is small. Measured speed:
+``benchmarks/bench_nfm.py --presets '*transformer_lm*'``.
 
 Our choices (the appendix that describes Table 8's model is not in our copy of the paper):
 
@@ -275,8 +276,8 @@ class TransformerLM(PretrainedModel):
 
     def set_eval_options(self, *, random_attention: bool) -> None:
         """NFM §4.4's ablation: every reader's scores drawn from N(0, 1) (evaluation only)."""
-        self.config = self.config.replace(nfm={"random_attention": bool(random_attention)})
-        self.body.random_attention = bool(random_attention)
+        self.config = self.config.replace(nfm={"random_attention": random_attention})   # type-checked field
+        self.body.random_attention = self.config.nfm.random_attention
 
     def forward(self, x: Tensor) -> Tensor:
         return self.forward_intermediates(x, record=False).logits

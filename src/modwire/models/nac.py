@@ -43,7 +43,7 @@ from .config import COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_choi
 from .finetune_protocol import ReadOutHeadFineTuning
 from .inputs import Inputs, named_inputs
 from .registry import register_model_type, register_preset
-from .tokenizer_config import TokenizerConfig, build_tokenizer
+from .tokenizer_config import TOKENIZERS, TokenizerConfig, build_tokenizer
 from ..errors import UserError
 
 
@@ -65,10 +65,7 @@ class KernelConfig(ConfigBase):
     # τ → 0 and ε → 0 divide by zero (Eq. 2); δ = 0 lets an all-zero row divide by zero (Eq. 3);
     # truncation = 0 keeps only pairs at distance 0, i.e. no edges between distinct modules.
     bounds = {"tau": POSITIVE, "epsilon": POSITIVE, "delta": POSITIVE, "truncation": POSITIVE}
-
-    def validate(self) -> None:
-        check_choice(self._prefix + "train_mode", self.train_mode, KERNEL_MODES)
-        check_choice(self._prefix + "eval_mode", self.eval_mode, KERNEL_MODES)
+    choices = {"train_mode": KERNEL_MODES, "eval_mode": KERNEL_MODES}
 
 
 @dataclass
@@ -118,9 +115,7 @@ class CircuitGeneratorConfig(ConfigBase):
     num_heads: int = 4
 
     bounds = {"num_heads": COUNT}      # that it divides the executor's d_model: NACConfig.validate
-
-    def validate(self) -> None:
-        check_choice(self._prefix + "kind", self.kind, ("unconditional", "conditional"))
+    choices = {"kind": ("unconditional", "conditional"), "tokenizer.kind": TOKENIZERS}
 
     def unused_fields(self) -> tuple[str, ...]:
         return () if self.kind == "conditional" else ("tokenizer",)
@@ -147,7 +142,7 @@ class NACConfig(ModelConfig):
     initial_state: str = "mlp"         # "mlp": θ⁰ = MLP(c) (paper); "code": θ⁰ = c (authors' final configs)
     modulation: str = "nac"            # ModFC (Eq. 1); "none" switches conditioning off
     alpha_init: float = 0.1
-    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    tokenizer: TokenizerConfig = field(default_factory=lambda: TokenizerConfig(kind="conv", image_size=64))
     kernel: KernelConfig = field(default_factory=KernelConfig)
     frozen_graph: FrozenGraphConfig = field(default_factory=FrozenGraphConfig)
     generator: CircuitGeneratorConfig = field(default_factory=CircuitGeneratorConfig)
@@ -157,14 +152,13 @@ class NACConfig(ModelConfig):
                                     "num_output_modules", "ffn_hidden", "d_sig", "d_code")},
               **{n: heads_of("d_model") for n in ("num_heads", "read_in_heads", "read_out_heads")},
               "alpha_init": Bounds(lo=0, note="ModFC's α, Eq. 1, is learned: 0 starts unmodulated")}
+    choices = {"activation": FFN_ACTIVATIONS, "initial_state": ("mlp", "code"), "modulation": MODULATIONS,
+               "tokenizer.kind": TOKENIZERS}
 
     def unused_fields(self) -> tuple[str, ...]:
         return () if self.modulation == "nac" else ("alpha_init",)
 
     def validate(self) -> None:
-        check_choice("activation", self.activation, FFN_ACTIVATIONS)
-        check_choice("initial_state", self.initial_state, ("mlp", "code"))
-        check_choice("modulation", self.modulation, MODULATIONS)
         heads = self.generator.num_heads
         if self.generator.kind == "conditional" and self.d_model % heads:
             raise UserError(f"config field 'generator.num_heads': got {heads}, expected "
@@ -447,10 +441,10 @@ register_model_type(NAC)
 # token (channels ⊕ 64-d position) is d_model wide.
 register_preset("nac_tiny_imagenet", NAC, lambda: NACConfig(), "NAC Table 4")
 register_preset("nac_imagenet", NAC, lambda: NACConfig(
-    num_classes=1000, tokenizer=TokenizerConfig(image_size=224, conv_channels=448), d_model=512,
+    num_classes=1000, tokenizer=TokenizerConfig(kind="conv", image_size=224, conv_channels=448), d_model=512,
     num_processor_modules=960, num_heads=8, read_out_heads=8, ffn_hidden=1024, d_code=512), "NAC Table 5")
 register_preset("nac_small", NAC, lambda: NACConfig(
-    num_classes=10, tokenizer=TokenizerConfig(image_size=32, conv_channels=64, pos_dim=32), d_model=96,
+    num_classes=10, tokenizer=TokenizerConfig(kind="conv", image_size=32, conv_channels=64, pos_dim=32), d_model=96,
     num_layers=4, num_processor_modules=64, num_output_modules=8, num_heads=4, read_out_heads=4,
     ffn_hidden=192, d_sig=16, d_code=96), "CPU-sized NAC (Table 4 shape, scaled down)")
 def _micro() -> NACConfig:

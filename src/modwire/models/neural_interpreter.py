@@ -27,19 +27,18 @@ tokens; the first LOC reads ``x`` as ``[B, 1, N, d]``, NI: "x_ui = x_i for all u
 **Eq. 11, the text under it, and the authors' code.** As printed, Eq. 11 adds ``x_i`` to
 ``Σ_u C_ui LOCs(x)_ui``, and each stream ``LOCs(x)_ui`` already carries ``x_i`` through the LOC
 residuals (Eq. 9-10). With ``Σ_u C_ui ≈ 1`` the residual stream doubles every function iteration
-(``2^{n_s·n_i}`` over the model). Measured at initialisation (:func:`residual_growth`, written to
-``experiments/results/ni_fuzzy_boolean/residual_growth.json`` by ``experiments/ni_fuzzy_boolean.py
---residual-growth``): on ``ni_digits``, ``|x_i^{(k)}| / |x_i^{(0)}|`` = 2.0, 4.0, 8.0, … 257 after 8
-iterations (×2.00 per iteration); the final LayerNorm hides the scale, but each iteration's update
-then weighs half as much as the previous one's, so past about 24 iterations (float32's 24-bit
-significand) an update no longer changes the stream, and the stream overflows into NaN after 68
-iterations. The text under Eq. 11 asks for two things: a variable no function reads passes
+(``2^{n_s·n_i}`` over the model). :func:`residual_growth` measures ``|x_i^{(k)}| / |x_i^{(0)}|``
+per iteration at initialisation (``ni_digits``: ``experiments/results/ni_fuzzy_boolean/residual_growth.json``,
+written by ``experiments/ni_fuzzy_boolean.py --residual-growth``); the final LayerNorm hides the scale, but
+each iteration's update then weighs half as much as the previous one's, so past about 24 iterations
+(float32's 24-bit significand) an update no longer changes the stream, and a few dozen iterations
+overflow it into NaN (:func:`max_identity_iterations`). The text under Eq. 11 asks for two things: a variable no function reads passes
 unchanged (``C_·i = 0 ⇒ y_i = x_i``), and the weighted sum over functions aggregates the streams'
 results (so a variable that is read keeps its scale). The authors' released digits preset (``presets/digits.yml``: ``no_residual: true`` for the
 function pod and the script) has no outer identity path. ``interpreter_residual``:
 
 * ``"update"`` (default): ``y_i = x_i + Σ_u C_ui (LOCs(x)_ui - x_i)``: both properties of the text
-  (``C_·i = 0 ⇒ y_i = x_i``; the scale stays: 1.00, 1.01, … 1.07 on ``ni_digits`` over 8 iterations);
+  (``C_·i = 0 ⇒ y_i = x_i``; the scale stays: ``"update"`` in the same ``residual_growth.json``);
   equal to ``"none"`` where ``Σ_u C_ui = 1``;
 * ``"identity"``: Eq. 11 as printed (the doubling). Function iterations that would overflow the
   stream's dtype (more than :func:`max_identity_iterations`, 60 in float32, over all scripts) are
@@ -79,9 +78,10 @@ from ..nn.kernel import type_matching
 from ..nn.modulated import ModulatedFFN, ModulationSpec, PreNorm
 from ..nn.positions import RelativePositionBias, pad_bias
 from .axis import ModuleAxis
-from .config import COUNT, POSITIVE, Bounds, check_choice, heads_of
+from .config import COUNT, POSITIVE, Bounds, heads_of
 from .registry import register_model_type, register_preset
-from .set_model import EmbedConfig, SetModel, SetModelConfig
+from .set_model import SetModel, SetModelConfig
+from .tokenizer_config import TokenizerConfig
 from ..errors import UserError
 
 RESIDUALS = ("update", "identity", "none")
@@ -126,6 +126,7 @@ class NeuralInterpreterConfig(SetModelConfig):
               "tau": Bounds(lo=0, hi=2, note="d = 1 - cos lies in [0, 2]; None: no truncation"),
               "sigma_init": POSITIVE,
               "eps": Bounds(lo=0, note="ε = 0 is exact renormalisation; a variable no function reaches then gets C = 0")}
+    choices = {**SetModelConfig.choices, "interpreter_residual": RESIDUALS}
 
     def unused_fields(self) -> tuple[str, ...]:
         relative = self.embed.kind == "patches" and self.embed.positions == "relative"
@@ -133,7 +134,6 @@ class NeuralInterpreterConfig(SetModelConfig):
 
     def validate(self) -> None:
         super().validate()
-        check_choice("interpreter_residual", self.interpreter_residual, RESIDUALS)
         if self.interpreter_residual == "identity":
             _check_identity_iterations(self.num_scripts * self.num_iterations, torch.float32,
                                        "config field 'num_iterations'")
@@ -151,8 +151,7 @@ def max_identity_iterations(dtype: torch.dtype) -> int:
     """The most function iterations (over all scripts) that ``interpreter_residual="identity"``
     (Eq. 11 as printed, the stream doubling each iteration) runs in ``dtype``: a stream of norm
     ``2^k`` must keep ``LayerNorm``'s squares finite, ``2^{2k} < finfo.max``, with a margin of
-    ``2^4`` for the embedding's own scale (float32 / bfloat16: 60; float64: 508; float16: 4).
-    Measured on ``ni_digits`` in float32: finite after 67 iterations, NaN after 68."""
+    ``2^4`` for the embedding's own scale (float32 / bfloat16: 60; float64: 508; float16: 4)."""
     return max(math.frexp(torch.finfo(dtype).max)[1] // 2 - 4, 0)     # frexp: max = m·2^e, e = 128 in float32
 
 
@@ -472,7 +471,7 @@ def _digits() -> NeuralInterpreterConfig:
     * **positional embedding width: 32.** Not in the paper. The authors' code uses 128 but with a
       per-function term ``(W c_u)_h`` that ignores the offset (1 536 parameters), not Eq. 22-23's
       ModLin of the embedding; with Eq. 22-23's ModLin (``W_c`` of ``pos_dim × d_code`` per row
-      and column) at 128 the model would have 6.82 × 10⁵ (+6.0 %). At 32: 6.40 × 10⁵.
+      and column) at 128 the model would overshoot Table 4's count far more than it misses it at 32.
 
     Count (this preset, 640 375 = 6.40 × 10⁵, −0.41 % of 6.43 × 10⁵): patch embedding 9 408;
     CLS tokens 576, final LN 384, three heads 5 790; script: type inference 42 072 (LN 384,
@@ -484,7 +483,7 @@ def _digits() -> NeuralInterpreterConfig:
     120) and uses one shared CLS token and head (``use_shared_cls_tokens``) where the text has three."""
     return NeuralInterpreterConfig(
         num_classes=10, num_cls_tokens=3, task_input=True,
-        embed=EmbedConfig(kind="patches", image_size=32, in_channels=3, patch_size=4, positions="relative"))
+        embed=TokenizerConfig(kind="patches", image_size=32, in_channels=3, patch_size=4, positions="relative"))
 
 
 def _fuzzy_boolean() -> NeuralInterpreterConfig:
@@ -496,7 +495,7 @@ def _fuzzy_boolean() -> NeuralInterpreterConfig:
         num_classes=1, num_cls_tokens=20, shared_head=True, d_model=128, d_code=128, num_scripts=2,
         num_iterations=2, num_locs=1, num_functions=4, num_heads=1, qk_head_dim=32, ffn_hidden=128,
         type_hidden=128, freeze_signatures=False, tau=1.6, d_type=24,
-        embed=EmbedConfig(kind="vectors", input_dim=1, max_len=5))
+        embed=TokenizerConfig(kind="linear", input_dim=1, max_len=5))
 
 
 # NI Table 9 on top of Table 7: (τ, d_type, frozen signatures) per PGM regime.
@@ -514,19 +513,19 @@ def _pgm(tau: float, d_type: int, frozen: bool) -> NeuralInterpreterConfig:
     Parameters: 1 403 923 (neutral; 1.40-1.41 M over the regimes) against Table 7's 1.6 M, 12.3 %
     under. The difference is the panel CNN, which App. D calls "shallow" without describing it:
     modwire uses WReN's (four 3×3 stride-2 convolutions of 32 filters with BatchNorm, then a linear
-    map to 192; 183 840 parameters with the slot embeddings). ``embed.panel_channels`` widens it:
-    56 filters give 1.58 M, 64 give 1.64 M."""
+    map to 192; 183 840 parameters with the slot embeddings). ``embed.panel_channels`` widens it
+    (``create_model(..., embed={"panel_channels": c}).num_parameters()`` gives the count at ``c``)."""
     return NeuralInterpreterConfig(
         num_classes=1, num_cls_tokens=1, num_scripts=2, num_iterations=8, num_locs=1, num_functions=5,
         tau=tau, d_type=d_type, freeze_signatures=frozen,
-        embed=EmbedConfig(kind="panels", image_size=80, in_channels=16, num_context=8))
+        embed=TokenizerConfig(kind="panels", image_size=80, in_channels=16, num_context=8))
 
 
 def _micro() -> NeuralInterpreterConfig:
     return NeuralInterpreterConfig(
         num_classes=5, d_model=32, d_code=16, num_scripts=2, num_iterations=2, num_functions=3, num_heads=2,
         qk_head_dim=8, ffn_hidden=48, d_type=8, tau=1.6, type_hidden=32, pos_dim=8, freeze_signatures=True,
-        embed=EmbedConfig(kind="patches", image_size=8, in_channels=1, patch_size=2, positions="relative"))
+        embed=TokenizerConfig(kind="patches", image_size=8, in_channels=1, patch_size=2, positions="relative"))
 
 
 register_preset("ni_digits", NeuralInterpreter, _digits, "NI Table 4 (digits, 6.43e5 parameters)")

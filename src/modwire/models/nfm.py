@@ -65,19 +65,12 @@ class NFMConfig(ConfigBase):
 
     bounds = {"k": COUNT, "passes": COUNT, "d_k": COUNT, "d_v": COUNT, "heads": COUNT,
               "hidden": Bounds(lo=0, note="0: the query state's channels")}
+    choices = {"norm": NORMS, "activation": tuple(READER_ACTIVATIONS), "rescale": RESCALES,
+               "score_scale": SCORE_SCALES, "topk_softmax": TOPK_SOFTMAX, "reader_output": READER_OUTPUTS,
+               "read_at": READ_AT}
 
     def unused_fields(self) -> tuple[str, ...]:
         return () if self.enabled else tuple(n for n in self.bounds)
-
-    def validate(self) -> None:
-        p = self._prefix
-        check_choice(p + "norm", self.norm, NORMS)
-        check_choice(p + "activation", self.activation, tuple(READER_ACTIVATIONS))
-        check_choice(p + "rescale", self.rescale, RESCALES)
-        check_choice(p + "score_scale", self.score_scale, SCORE_SCALES)
-        check_choice(p + "topk_softmax", self.topk_softmax, TOPK_SOFTMAX)
-        check_choice(p + "reader_output", self.reader_output, READER_OUTPUTS)
-        check_choice(p + "read_at", self.read_at, READ_AT)
 
     def options(self) -> dict[str, Any]:
         """The keyword arguments of :class:`~modwire.nn.nfm.NFM`."""

@@ -20,11 +20,11 @@ from ..nn.modulated import FFN_ACTIVATIONS
 from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
 from .base import Intermediates, PretrainedModel
-from .config import COUNT, ModelConfig, check_choice, check_single_head, heads_of
+from .config import COUNT, ModelConfig, check_single_head, heads_of
 from .finetune_protocol import ReadOutHeadFineTuning
 from .inputs import Inputs
 from .registry import register_model_type, register_preset
-from .tokenizer_config import TokenizerConfig, build_tokenizer, single_input
+from .tokenizer_config import TOKENIZERS, TokenizerConfig, build_tokenizer, single_input
 
 
 @dataclass
@@ -43,11 +43,12 @@ class PerceiverIOConfig(ModelConfig):
     num_output_modules: int = 1        # decoder queries
     ffn_hidden: int = 1536
     activation: str = "geglu"
-    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    tokenizer: TokenizerConfig = field(default_factory=lambda: TokenizerConfig(kind="conv", image_size=64))
 
     bounds = {**{n: COUNT for n in ("num_classes", "d_model", "num_layers", "num_latents",
                                     "num_output_modules", "ffn_hidden")},
               **{n: heads_of("d_model") for n in ("num_heads", "read_in_heads", "read_out_heads")}}
+    choices = {"activation": FFN_ACTIVATIONS, "tokenizer.kind": TOKENIZERS}
 
     def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
         """Perceiver IO reads one input through its tokenizer (the encoder's key/value array);
@@ -55,9 +56,6 @@ class PerceiverIOConfig(ModelConfig):
         check_single_head(heads, self.model_type)
         return {"tokenizer": TokenizerConfig.for_input(single_input(inputs, self.model_type)),
                 "num_classes": num_classes}
-
-    def validate(self) -> None:
-        check_choice("activation", self.activation, FFN_ACTIVATIONS)
 
 
 class PerceiverIO(ReadOutHeadFineTuning, PretrainedModel):
@@ -105,7 +103,7 @@ register_model_type(PerceiverIO)
 
 register_preset("perceiver_io_tiny_imagenet", PerceiverIO, lambda: PerceiverIOConfig(), "NAC Table 4 (PIO)")
 register_preset("perceiver_io_small", PerceiverIO, lambda: PerceiverIOConfig(
-    num_classes=10, tokenizer=TokenizerConfig(image_size=32, conv_channels=64, pos_dim=32), d_model=96,
+    num_classes=10, tokenizer=TokenizerConfig(kind="conv", image_size=32, conv_channels=64, pos_dim=32), d_model=96,
     num_layers=4, num_latents=64, num_heads=4, read_out_heads=4, ffn_hidden=192), "CPU-sized PIO matching nac_small")
 register_preset("perceiver_io_micro", PerceiverIO, lambda: PerceiverIOConfig(
     num_classes=5, tokenizer=TokenizerConfig(kind="linear", input_dim=8, token_dim=16), d_model=32, num_layers=2,

@@ -48,7 +48,7 @@ from torch import Tensor, nn
 
 from ..nn.checks import check_float, check_not_empty
 from .base import Intermediates, PretrainedModel
-from .config import COUNT, Bounds, ModelConfig, check_choice, check_single_head
+from .config import COUNT, Bounds, ModelConfig, check_single_head
 from .inputs import Inputs, named_inputs
 from .nfm import NFMConfig, build_body, set_random_attention
 from .registry import register_model_type, register_preset
@@ -96,6 +96,7 @@ class CNNMLPConfig(ModelConfig):
               "dropout": Bounds(lo=0, hi=1, hi_open=True), "head_channels": Bounds(lo=0, note="0: no 1×1 projection"),
               "head_pool": Bounds(lo=0, note="0: no pooling"),
               "stem_layers": Bounds(lo=0, hi="num_layers", hi_open=True, note="the NFM wraps at least one block")}
+    choices = {"block_order": BLOCK_ORDERS}
 
     def unused_fields(self) -> tuple[str, ...]:
         return () if self.nfm.enabled else ("nfm", "stem_layers")
@@ -105,7 +106,6 @@ class CNNMLPConfig(ModelConfig):
         return list(self.channels) if isinstance(self.channels, list) else [self.channels] * self.num_layers
 
     def validate(self) -> None:
-        check_choice("block_order", self.block_order, BLOCK_ORDERS)
         w = self.channels
         if isinstance(w, list) and (len(w) != self.num_layers or not all(
                 isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in w)) or isinstance(w, int) and w < 1:
@@ -188,10 +188,10 @@ class CNNMLP(PretrainedModel):
     def set_eval_options(self, *, random_attention: bool) -> None:
         """NFM §4.4: evaluate with Gaussian attention scores (True) or the learned ones (the
         config's ``random_attention`` and ``nfm.random_attention`` follow)."""
-        on = bool(random_attention)
-        self.config = self.config.replace(random_attention=on, **({"nfm": {"random_attention": on}}
-                                                                   if self.config.nfm.enabled else {}))
-        set_random_attention(self.body, on)
+        self.config = self.config.replace(random_attention=random_attention,   # type-checked as the field
+                                          **({"nfm": {"random_attention": random_attention}}
+                                             if self.config.nfm.enabled else {}))
+        set_random_attention(self.body, self.config.random_attention)
 
     def example_inputs(self, batch: int, seed: int = 0) -> tuple[tuple[Tensor], dict[str, Tensor]]:
         """``((x,), {"question": q})`` for one call (benchmarks): images in [0, 1], one-hot questions."""

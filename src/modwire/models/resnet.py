@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import Intermediates, PretrainedModel
-from .config import COUNT, Bounds, ModelConfig, check_choice, check_single_head
+from .config import COUNT, Bounds, ModelConfig, check_single_head
 from .inputs import Inputs, named_inputs
 from .nfm import NFMConfig, build_body, set_random_attention
 from .registry import register_model_type, register_preset
@@ -58,7 +58,8 @@ class PreActResNetConfig(ModelConfig):
     module, a reader before each stage, 4 per pass; the paper's placement in its ResNet integrations:
     §4.2 "we used two passes ... Thus the NFM module is used 8 times", §4.5 "the NFM module is added at
     four places"; Table 2 does not say) or ``block`` (a reader before every residual block: 8 per pass
-    for ResNet-18, an option; 1.78× vs 1.36× the base network run twice, ``benchmarks/bench_nfm.py``)."""
+    for ResNet-18, an option; its cost against ``stage``'s, over the base network run twice:
+    ``benchmarks/bench_nfm.py``)."""
 
     model_type = "preact_resnet"
 
@@ -75,10 +76,9 @@ class PreActResNetConfig(ModelConfig):
 
     bounds = {"num_classes": COUNT, "in_channels": COUNT, "image_size": COUNT, "initial_channels": COUNT,
               "stem_stride": Bounds(lo=1, hi=2)}
+    choices = {"block": BLOCKS, "nfm_modules": NFM_MODULES}
 
     def validate(self) -> None:
-        check_choice("block", self.block, BLOCKS)
-        check_choice("nfm_modules", self.nfm_modules, NFM_MODULES)
         if not self.num_blocks or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
                                           for n in self.num_blocks):
             raise UserError(f"config field 'num_blocks': got {self.num_blocks!r}, expected a non-empty list of "
@@ -219,8 +219,8 @@ class PreActResNet(PretrainedModel):
         """NFM §4.4's ablation: attention scores drawn from N(0, 1) at test time (NFM only)."""
         if random_attention and not self.config.nfm.enabled:
             raise UserError("random_attention: this model has no NFM (nfm.enabled is false)")
-        self.config = self.config.replace(nfm={"random_attention": bool(random_attention)})
-        set_random_attention(self.body, bool(random_attention))
+        self.config = self.config.replace(nfm={"random_attention": random_attention})   # type-checked field
+        set_random_attention(self.body, self.config.nfm.random_attention)
 
 
 register_model_type(PreActResNet)

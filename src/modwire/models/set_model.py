@@ -3,7 +3,8 @@ tokens and classification heads is identical to that of Neural Interpreters").
 
 A :class:`SetModel` reads a set of vectors and answers through CLS tokens:
 
-1. **embed** (``embed`` sub-config): an image → patch tokens (ViT; NI §4.2's 4×4 patches),
+1. **embed** (``embed`` sub-config, a :class:`~modwire.models.tokenizer_config.TokenizerConfig`
+   of kind patches / linear / panels): an image → patch tokens (ViT; NI §4.2's 4×4 patches),
    a sequence of vectors → a linear map plus learned positions (NI §4.1's five scalars), or a
    PGM puzzle → one set per candidate panel (NI §4.3, :class:`~modwire.nn.PanelEncoder`);
 2. **question token** (optional, ``question_dim > 0``): a question vector ``[B, 1, Q]`` (input
@@ -42,77 +43,15 @@ from torch import Tensor, nn
 
 from ..nn.init import trunc_normal_
 from ..nn.checks import check_float, check_tensor, min_max, values_checkable
-from ..nn.tokenizers import LinearTokenizer, PanelEncoder, PatchEmbedding
 from .base import Intermediates, PretrainedModel
-from .config import COUNT, Bounds, ConfigBase, ModelConfig, check_choice
+from .config import COUNT, Bounds, ModelConfig
 from .inputs import Inputs, named_inputs
+from .tokenizer_config import EMBEDDINGS, TokenizerConfig, build_tokenizer
 from ..errors import UserError
 
-EMBEDDINGS = ("patches", "vectors", "panels")
-POSITIONS = ("absolute", "relative", "none")
-
-
-@dataclass
-class EmbedConfig(ConfigBase):
-    """How the input becomes the set (the ``embed`` sub-config).
-
-    ``patches``: images ``[B, in_channels, image_size, image_size]`` cut into ``patch_size``
-    patches; ``positions``: ``absolute`` (learned, added), ``relative`` (NI App. C.2.3: a bias on
-    the attention logits, built by the model's attention layers) or ``none``.
-    ``vectors``: ``[B, N, input_dim]``, a linear map, learned positions for ``N ≤ max_len``
-    (``max_len = 0``: none, a permutation-equivariant set).
-    ``panels``: PGM puzzles ``[B, in_channels, image_size, image_size]`` whose ``in_channels``
-    panels are ``num_context`` context panels and then the candidates (NI §4.3).
-    """
-
-    kind: str = "patches"
-    image_size: int = 32
-    in_channels: int = 3
-    patch_size: int = 4
-    positions: str = "absolute"
-    input_dim: int = 1
-    max_len: int = 0
-    num_context: int = 8
-    panel_channels: int = 32
-
-    bounds = {"image_size": COUNT, "in_channels": COUNT, "patch_size": COUNT, "input_dim": COUNT,
-              "max_len": Bounds(lo=0, note="0: no learned positions"), "num_context": COUNT,
-              "panel_channels": COUNT}
-    uses: ClassVar[dict[str, tuple[str, ...]]] = {
-        "patches": ("image_size", "in_channels", "patch_size"),
-        "vectors": ("input_dim", "max_len"),
-        "panels": ("image_size", "in_channels", "num_context", "panel_channels")}
-
-    def unused_fields(self) -> tuple[str, ...]:
-        return tuple(n for n in self.bounds if n not in self.uses.get(self.kind, ()))
-
-    def validate(self) -> None:
-        check_choice(self._prefix + "kind", self.kind, EMBEDDINGS)
-        check_choice(self._prefix + "positions", self.positions, POSITIONS)
-        if self.kind == "patches" and self.image_size % self.patch_size:
-            raise UserError(f"config field {self._prefix + 'patch_size'!r}: got {self.patch_size}, expected a "
-                            f"divisor of image_size={self.image_size}")
-        if self.kind == "panels" and self.num_context >= self.in_channels:
-            raise UserError(f"config field {self._prefix + 'num_context'!r}: got {self.num_context}, expected "
-                            f"fewer than the {self.in_channels} panels (in_channels) so candidates remain")
-
-    @property
-    def grid(self) -> tuple[int, int] | None:
-        """``(rows, cols)`` of the patch tokens; None for other kinds."""
-        side = self.image_size // self.patch_size
-        return (side, side) if self.kind == "patches" else None
-
-
-def build_embedding(cfg: EmbedConfig, dim: int) -> nn.Module:
-    """The ``modwire.nn`` layer ``cfg`` describes; each has ``out_dim``, ``grid`` and ``check_input``."""
-    if cfg.kind == "patches":
-        return PatchEmbedding(cfg.image_size, cfg.in_channels, cfg.patch_size, dim,
-                              absolute_positions=cfg.positions == "absolute")
-    if cfg.kind == "panels":
-        return PanelEncoder(cfg.image_size, cfg.in_channels, cfg.num_context, dim, channels=cfg.panel_channels)
-    embed = LinearTokenizer(cfg.input_dim, dim, cfg.max_len)
-    embed.grid = None
-    return embed
+#: The former name of the set models' input-layer config, now the one :class:`TokenizerConfig`
+#: (still imported by benchmarks/bench_vit.py and two model tests).
+EmbedConfig = TokenizerConfig
 
 
 @dataclass
@@ -129,12 +68,13 @@ class SetModelConfig(ModelConfig):
     num_cls_tokens: int = 1
     shared_head: bool = False
     task_input: bool = False
-    embed: EmbedConfig = field(default_factory=EmbedConfig)
+    embed: TokenizerConfig = field(default_factory=lambda: TokenizerConfig(kind="patches"))
     question_dim: int = 0
     head_pretrained: bool = False
 
     bounds = {"num_classes": COUNT, "d_model": COUNT, "num_cls_tokens": Bounds(lo=0, note="0: mean-pooled output"),
               "question_dim": Bounds(lo=0, note="0: no question input")}
+    choices = {"embed.kind": EMBEDDINGS}
 
     def validate(self) -> None:
         if self.head_pretrained and not self.shared_head:
@@ -187,18 +127,12 @@ def _question_dim(spec) -> int:
     return spec.dim
 
 
-def _embed_for(spec, current: EmbedConfig) -> dict[str, Any]:
-    if spec.kind == "image":
-        if spec.height != spec.width:
-            raise UserError(f"the patch embedding reads square images; the task gives {spec.channels}x"
-                            f"{spec.height}x{spec.width} images")
-        kind = "panels" if current.kind == "panels" else "patches"
-        return {"kind": kind, "image_size": spec.height, "in_channels": spec.channels}
-    if spec.kind == "vectors":
-        if spec.ordered and spec.length is None:
-            raise UserError("learned positions need the length of an ordered sequence; the task gives length=None")
-        return {"kind": "vectors", "input_dim": spec.dim, "max_len": spec.length if spec.ordered else 0}
-    raise UserError(f"a set model reads images or vectors as 'x', got {spec!r}")
+def _embed_for(spec, current: TokenizerConfig) -> dict[str, Any]:
+    """The ``embed`` fields that read ``spec``: images → patches (or the preset's PGM panels),
+    vectors → a linear map (:meth:`TokenizerConfig.for_input`)."""
+    if spec.kind not in ("image", "vectors"):
+        raise UserError(f"a set model reads images or vectors as 'x', got {spec!r}")
+    return TokenizerConfig.for_input(spec, image="panels" if current.kind == "panels" else "patches")
 
 
 class QuestionEmbedding(nn.Module):
@@ -246,7 +180,7 @@ class SetModel(PretrainedModel):
     def __init__(self, config: SetModelConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.embed = build_embedding(c.embed, c.d_model)
+        self.embed = build_tokenizer(c.embed, c.d_model)
         self.question = QuestionEmbedding(c.question_dim, c.d_model) if c.question_dim else None
         self._build_outputs()
         self.norm = nn.LayerNorm(c.d_model)

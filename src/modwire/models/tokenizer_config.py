@@ -1,10 +1,14 @@
-"""The tokenizer NAC and Perceiver IO share as their input layer, as a config.
+"""The one config of a model's input layer: how an input becomes the set of vectors it reads.
 
-:class:`TokenizerConfig` (the ``tokenizer`` sub-config: ``conv``, ``linear`` or
-``embedding``), its mapping of a task's :class:`~modwire.models.inputs.InputSpec` onto
-those fields (:meth:`TokenizerConfig.for_input`, with :func:`single_input` to pick the one
-input of a single-input model) and :func:`build_tokenizer`, which turns the config into
-the ``modwire.nn`` module.
+:class:`TokenizerConfig` describes every input layer of :mod:`modwire.nn.tokenizers`: NAC's
+convolutional preprocessor (``conv``), a ViT patch embedding (``patches``), the PGM panel encoder
+(``panels``), a linear map of vectors (``linear``) and an id embedding (``embedding``). NAC and
+Perceiver IO hold one as ``tokenizer`` (conv / linear / embedding: they read tokens through
+cross-attention, so a token's width is free, ``token_dim``); the set models (ViT, Neural
+Interpreter, AiT) hold one as ``embed`` (patches / linear / panels, embedded to ``d_model``).
+:meth:`TokenizerConfig.for_input` maps a task's :class:`~modwire.models.inputs.InputSpec` onto
+its fields (with :func:`single_input` to pick the one input of a single-input model) and
+:func:`build_tokenizer` turns it into the ``modwire.nn`` module.
 """
 from __future__ import annotations
 
@@ -13,71 +17,117 @@ from typing import Any, ClassVar
 
 from torch import nn
 
-from ..nn import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer
-from .config import COUNT, Bounds, ConfigBase, check_choice
+from ..nn import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer, PanelEncoder, PatchEmbedding
+from ..fields import check_value
+from .config import COUNT, FIELD, Bounds, ConfigBase
 from .inputs import InputSpec, Inputs
 from ..errors import UserError
 
 
-TOKENIZERS = ("conv", "linear", "embedding")
+KINDS = ("conv", "patches", "panels", "linear", "embedding")
+TOKENIZERS = ("conv", "linear", "embedding")     # what NAC and Perceiver IO read (``tokenizer.kind``)
+EMBEDDINGS = ("patches", "linear", "panels")      # what a set model embeds (``embed.kind``)
+POSITIONS = ("absolute", "relative", "none")
+#: Other spellings of a kind: ``vectors`` was the set models' name of ``linear``.
+KIND_ALIASES = {"vectors": "linear"}
+#: NAC App. C's preprocessor downsamples by 4, then 2.
+CONV_IMAGE_SIZE = Bounds(lo=8, multiple_of=8, note="the conv tokenizer downsamples by 4, then 2")
 
 
 @dataclass
 class TokenizerConfig(ConfigBase):
-    """How an input becomes the token set ``X`` (a sub-config: ``tokenizer``).
+    """How an input becomes the token set ``X`` (the ``tokenizer`` / ``embed`` sub-config).
 
-    ``conv``: NAC App. C preprocessor for ``[B, in_channels, image_size, image_size]``
-    images; tokens are ``conv_channels + pos_dim`` wide. ``linear``: sets/sequences
-    ``[B, N, input_dim]`` → ``token_dim``. ``embedding``: ids ``[B, N]`` <
-    ``vocab_size`` → ``token_dim``. ``max_len > 0`` adds learned positions (linear,
-    embedding); ``pad_id`` (embedding) is hidden from the attention that reads the tokens.
+    ``conv``: NAC App. C preprocessor for ``[B, in_channels, image_size, image_size]`` images;
+    tokens are ``conv_channels + pos_dim`` wide. ``patches``: the same images cut into
+    ``patch_size`` patches (ViT); ``positions``: ``absolute`` (learned, added), ``relative`` (NI
+    App. C.2.3: a bias on the attention logits, built by the model's attention layers) or
+    ``none``. ``panels``: PGM puzzles ``[B, in_channels, image_size, image_size]`` whose
+    ``in_channels`` panels are ``num_context`` context panels and then the candidates (NI §4.3),
+    each read by a CNN of ``panel_channels`` filters. ``linear``: sets/sequences ``[B, N,
+    input_dim]`` mapped linearly (``vectors`` is another name for it). ``embedding``: ids ``[B,
+    N]`` < ``vocab_size``; ``pad_id`` is hidden from the attention that reads the tokens.
+    ``max_len > 0`` adds learned positions (linear, embedding; 0: none, a permutation-equivariant
+    set). Width: linear, embedding, patches and panels tokens are ``token_dim`` wide in NAC and
+    Perceiver IO, ``d_model`` wide in a set model (which ignores ``token_dim``).
     """
 
     kind: str = "conv"
-    image_size: int = 64
+    image_size: int = 32
     in_channels: int = 3
     conv_channels: int = 320
     pos_dim: int = 64
-    input_dim: int = 0
+    patch_size: int = 4
+    positions: str = "absolute"
+    num_context: int = 8
+    panel_channels: int = 32
+    input_dim: int = 1
     vocab_size: int = 0
     token_dim: int = 384
     max_len: int = 0
     pad_id: int = -1          # embedding: this id is padding (-1: none)
 
-    bounds = {"image_size": Bounds(lo=8, multiple_of=8, note="the conv tokenizer downsamples by 4, then 2"),
-              "in_channels": COUNT, "conv_channels": COUNT, "pos_dim": COUNT, "input_dim": COUNT,
-              "vocab_size": COUNT, "token_dim": COUNT, "max_len": Bounds(lo=0, note="0: no learned positions"),
+    choices = {"kind": KINDS, "positions": POSITIONS}
+    bounds = {"in_channels": COUNT, "conv_channels": COUNT, "pos_dim": COUNT, "patch_size": COUNT,
+              "num_context": COUNT, "panel_channels": COUNT, "input_dim": COUNT, "vocab_size": COUNT,
+              "token_dim": COUNT, "max_len": Bounds(lo=0, note="0: no learned positions"),
               "pad_id": Bounds(lo=-1, hi="vocab_size", hi_open=True, note="-1: no padding id")}
     uses: ClassVar[dict[str, tuple[str, ...]]] = {
         "conv": ("image_size", "in_channels", "conv_channels", "pos_dim"),
+        "patches": ("image_size", "in_channels", "patch_size"),
+        "panels": ("image_size", "in_channels", "num_context", "panel_channels"),
         "linear": ("input_dim", "token_dim", "max_len"),
         "embedding": ("vocab_size", "token_dim", "max_len", "pad_id")}
 
-    def validate(self) -> None:
-        check_choice(self._prefix + "kind", self.kind, TOKENIZERS)
+    def __post_init__(self) -> None:
+        if isinstance(self.kind, str):
+            self.kind = KIND_ALIASES.get(self.kind, self.kind)
+        super().__post_init__()
 
-    def unused_fields(self) -> tuple[str, ...]:   # an unknown kind: validate() names it
+    def unused_fields(self) -> tuple[str, ...]:   # an unknown kind: the choices table names it
         return tuple(n for n in self.bounds if n not in self.uses.get(self.kind, ()))
 
+    def validate(self) -> None:
+        """The image size each image layer needs (conv: a multiple of 8; patches: of ``patch_size``)
+        and the candidates a PGM puzzle keeps."""
+        p = self._prefix
+        if self.kind in ("conv", "patches", "panels"):
+            check_value(self.image_size, CONV_IMAGE_SIZE if self.kind == "conv" else COUNT, p + "image_size",
+                        self, FIELD)
+        if self.kind == "patches" and self.image_size % self.patch_size:
+            raise UserError(f"{FIELD} {p + 'patch_size'!r}: got {self.patch_size}, expected a divisor of "
+                            f"image_size={self.image_size}")
+        if self.kind == "panels" and self.num_context >= self.in_channels:
+            raise UserError(f"{FIELD} {p + 'num_context'!r}: got {self.num_context}, expected fewer than the "
+                            f"{self.in_channels} panels (in_channels) so candidates remain")
+
+    @property
+    def grid(self) -> tuple[int, int] | None:
+        """``(rows, cols)`` of the patch tokens; None for other kinds."""
+        side = self.image_size // self.patch_size
+        return (side, side) if self.kind == "patches" else None
+
     @staticmethod
-    def for_input(spec: InputSpec) -> dict[str, Any]:
-        """The tokenizer fields that read ``spec`` (NAC/Perceiver IO's input layer): images →
-        ``conv`` (NAC App. C), token ids → ``embedding`` with learned positions up to the spec's
-        length and its padding id, vectors → ``linear`` with learned positions only for an ordered
-        sequence (a set stays permutation-invariant). Widths (``token_dim``, ``conv_channels``,
-        ``pos_dim``) are the model's own and are left alone. An ``index`` (one integer per
-        sample, e.g. the dataset of NI's digits multi-task) is no sequence: refused."""
+    def for_input(spec: InputSpec, image: str = "conv") -> dict[str, Any]:
+        """The fields that read ``spec``: images → ``image`` (``conv``: NAC App. C, NAC and
+        Perceiver IO; ``patches`` or ``panels``: a set model), token ids → ``embedding`` with
+        learned positions up to the spec's length and its padding id, vectors → ``linear`` with
+        learned positions only for an ordered sequence (a set stays permutation-invariant).
+        Widths (``token_dim``, ``conv_channels``, ``pos_dim``) and the patch size are the model's
+        own and are left alone. An ``index`` (one integer per sample, e.g. the dataset of NI's
+        digits multi-task) is no sequence: refused."""
         if spec.kind == "index":
             raise UserError(f"a tokenizer reads images, token sequences or vectors, not an index input "
                             f"({spec!r}: one integer per sample, e.g. which dataset a sample comes from, "
                             f"read by a model with one CLS token per value such as a ViT or Neural "
                             f"Interpreter); use such a model, or a task without it")
         if spec.kind == "image":
-            if spec.height != spec.width or spec.height % 8:
-                raise UserError(f"the conv tokenizer reads square images whose side is a multiple of 8 "
-                                f"(two downsamplings, 4 then 2); the task gives {spec.channels}x{spec.height}"
-                                f"x{spec.width} images (resize or pad them, e.g. mnist's pad_to=32)")
-            return {"kind": "conv", "image_size": spec.height, "in_channels": spec.channels}
+            if spec.height != spec.width or (image == "conv" and spec.height % 8):
+                need = " whose side is a multiple of 8 (two downsamplings, 4 then 2)" if image == "conv" else ""
+                raise UserError(f"the {image} input layer reads square images{need}; the task gives "
+                                f"{spec.channels}x{spec.height}x{spec.width} images (resize or pad them, "
+                                f"e.g. mnist's pad_to=32)")
+            return {"kind": image, "image_size": spec.height, "in_channels": spec.channels}
         if spec.kind == "tokens":
             return {"kind": "embedding", "vocab_size": spec.vocab_size, "max_len": spec.length,
                     "pad_id": -1 if spec.pad_id is None else spec.pad_id}
@@ -98,10 +148,18 @@ def single_input(inputs: Inputs, model_type: str) -> InputSpec:
                     f"conditional NAC for {{'x', 'condition'}})")
 
 
-def build_tokenizer(cfg: TokenizerConfig) -> nn.Module:
-    """The ``modwire.nn`` tokenizer that ``cfg`` describes (its ``kind`` is already validated)."""
+def build_tokenizer(cfg: TokenizerConfig, dim: int | None = None) -> nn.Module:
+    """The ``modwire.nn`` input layer that ``cfg`` describes (its ``kind`` is already validated);
+    ``dim``: the width of linear, embedding, patch and panel tokens (default ``cfg.token_dim``; a
+    set model passes its ``d_model``). Each layer has ``out_dim``, ``grid`` and ``check_input``."""
+    dim = cfg.token_dim if dim is None else dim
     if cfg.kind == "conv":
         return ConvTokenizer(cfg.image_size, cfg.in_channels, cfg.conv_channels, cfg.pos_dim)
+    if cfg.kind == "patches":
+        return PatchEmbedding(cfg.image_size, cfg.in_channels, cfg.patch_size, dim,
+                              absolute_positions=cfg.positions == "absolute")
+    if cfg.kind == "panels":
+        return PanelEncoder(cfg.image_size, cfg.in_channels, cfg.num_context, dim, channels=cfg.panel_channels)
     if cfg.kind == "linear":
-        return LinearTokenizer(cfg.input_dim, cfg.token_dim, cfg.max_len)
-    return EmbeddingTokenizer(cfg.vocab_size, cfg.token_dim, cfg.max_len, None if cfg.pad_id < 0 else cfg.pad_id)
+        return LinearTokenizer(cfg.input_dim, dim, cfg.max_len)
+    return EmbeddingTokenizer(cfg.vocab_size, dim, cfg.max_len, None if cfg.pad_id < 0 else cfg.pad_id)

@@ -28,9 +28,10 @@ from torch import Tensor, nn
 
 from ..nn import ProcessorLayer
 from ..nn.positions import RelativePositionBias, pad_bias
-from .config import COUNT, check_choice, heads_of
+from .config import COUNT, heads_of
 from .registry import register_model_type, register_preset
-from .set_model import EmbedConfig, SetModel, SetModelConfig
+from .set_model import SetModel, SetModelConfig
+from .tokenizer_config import TokenizerConfig
 from ..errors import UserError
 
 
@@ -53,10 +54,10 @@ class ViTConfig(SetModelConfig):
 
     bounds = {**SetModelConfig.bounds, "num_layers": COUNT, "ffn_hidden": COUNT, "pos_dim": COUNT,
               "num_heads": heads_of("d_model")}
+    choices = {**SetModelConfig.choices, "classifier": CLASSIFIERS}
 
     def validate(self) -> None:
         super().validate()
-        check_choice("classifier", self.classifier, CLASSIFIERS)
         if self.classifier == "flatten" and (self.embed.kind != "patches" or self.num_cls_tokens or self.task_input):
             raise UserError(f"config field 'classifier': 'flatten' reads a fixed number of patch tokens and one "
                             f"head (embed.kind 'patches', num_cls_tokens 0, task_input False); got embed.kind "
@@ -146,7 +147,7 @@ def _digits() -> ViTConfig:
     """NI Table 5: 192-d, depth 8, 3 heads × 64, MLP 192; 32×32 RGB digits in 4×4 patches, one CLS
     token and head per dataset (SVHN, MNIST-M, MNIST; NI §4.2), the relative positions NI uses."""
     return ViTConfig(num_classes=10, num_cls_tokens=3, task_input=True,
-                     embed=EmbedConfig(kind="patches", image_size=32, in_channels=3, patch_size=4,
+                     embed=TokenizerConfig(kind="patches", image_size=32, in_channels=3, patch_size=4,
                                        positions="relative"))
 
 
@@ -165,7 +166,7 @@ _AIT_TASKS = {"cifar10": (10, 32, 3, 4), "cifar100": (100, 32, 3, 4), "triangle"
 def _ait_vit(layers: int, classes: int, size: int, channels: int, patch: int, question_dim: int = 0) -> ViTConfig:
     return ViTConfig(num_classes=classes, d_model=768, num_layers=layers, num_heads=12, ffn_hidden=3072,
                      num_cls_tokens=0, question_dim=question_dim, classifier="flatten",
-                     embed=EmbedConfig(kind="patches", image_size=size, in_channels=channels, patch_size=patch,
+                     embed=TokenizerConfig(kind="patches", image_size=size, in_channels=channels, patch_size=patch,
                                        positions="absolute"))
 
 
@@ -184,12 +185,12 @@ register_preset("vit_small_sort_of_clevr", ViT, lambda: _ait_vit(2, *SORT_OF_CLE
 
 register_preset("vit_micro", ViT, lambda: ViTConfig(
     num_classes=5, d_model=32, num_layers=2, num_heads=2, ffn_hidden=48, pos_dim=8,
-    embed=EmbedConfig(kind="patches", image_size=8, in_channels=1, patch_size=2, positions="relative")),
+    embed=TokenizerConfig(kind="patches", image_size=8, in_channels=1, patch_size=2, positions="relative")),
     "test-sized ViT (8×8 images, relative positions)")
 
 # NI §4.3 trains ViTs "with the same architectural scaffolding" on PGM but gives no ViT table:
 # NI Table 7's width (192-d, 4 heads) and 8 layers, 80×80 panels, one score per candidate.
 register_preset("vit_pgm", ViT, lambda: ViTConfig(
     num_classes=1, d_model=192, num_layers=8, num_heads=4, ffn_hidden=192,
-    embed=EmbedConfig(kind="panels", image_size=80, in_channels=16, num_context=8)),
+    embed=TokenizerConfig(kind="panels", image_size=80, in_channels=16, num_context=8)),
     "NI §4.3 ViT baseline on PGM (width of NI Table 7; depth not given in the paper: 8)")

@@ -153,7 +153,7 @@ class BlockSparseBias:
         ``[U, U]`` and the kernel's own mask (``key_mask``, broadcastable to ``[U, U]``, e.g.
         truncation; ANDed in). If more than ``max_density`` of the blocks are kept, the layout
         is one ``U × U`` block instead, i.e. the dense masked attention: on CPU, attention over
-        small blocks costs about 3× more per score than dense attention (see
+        small blocks costs more per score than dense attention (measured by
         ``benchmarks/bench_block_sparse.py``), so dense wins there."""
         if key_mask is not None:
             mask = mask & key_mask.reshape(key_mask.shape[-2:])

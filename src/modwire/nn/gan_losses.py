@@ -3,7 +3,7 @@ non-saturating loss (Goodfellow et al. 2014), and InfoMax-GAN's contrastive term
 Cheung 2021): an InfoNCE loss between the discriminator's global and local features.
 
 InfoMax-GAN adds ``α · L_NCE(real images)`` to the discriminator's loss and ``β · L_NCE(generated
-images)`` to the generator's (α = β = 0.2 by default; :class:`modwire.training.gan.GANLossSection`).
+images)`` to the generator's (α = β = 0.2 by default; ``gan.loss`` in the training config: :class:`modwire.training.gan_config.GANLossSection`).
 For image ``i`` with global feature ``g_i [R]`` and local features ``l_ij [R]`` (``j`` over the
 positions of the local map), the positive pair is ``(g_i, l_ij)`` and the negatives are every
 local feature of every OTHER image of the batch, ``(g_i, l_kj')`` with ``k ≠ i``::

@@ -5,11 +5,11 @@ Every truncated-normal weight in modwire is drawn here (:func:`trunc_normal_`,
 
 Why not ``torch.nn.init.trunc_normal_``: for a truncation at ±2σ (acceptance 95.4%)
 torch redraws the *whole* tensor until no element is outside ``[a, b]`` (about five
-full-size ``normal_`` + ``where`` passes per tensor). Building the Table 4 NAC
-(49 M parameters) took 1.7 s on a quiet 2-core machine, and 34-66 s when the cores
-were shared, because every one of those multi-threaded passes waits at a barrier for
-a descheduled thread. Here only the outliers are redrawn (one full-size pass, then
-passes over ~4.6%, ~0.2%, ... of the elements), on one thread.
+full-size ``normal_`` + ``where`` passes per tensor), and when the cores are shared
+every one of those multi-threaded passes waits at a barrier for a descheduled thread
+(cost of building each preset either way: ``benchmarks/bench_startup.py``). Here only
+the outliers are redrawn (one full-size pass, then passes over ~4.6%, ~0.2%, ... of the
+elements), on one thread.
 
 Exactness: each element is drawn from ``N(mean, std²)`` and redrawn, independently of
 the others, until it falls in ``[a, b]`` — per-element rejection sampling, whose

@@ -8,7 +8,8 @@
 * :class:`EmbeddingTokenizer`: discrete sequences (bytes, ListOps symbols), learned
   positions added.
 
-Every tokenizer exposes ``out_dim`` and returns ``[B, N, out_dim]``.
+Every tokenizer exposes ``out_dim`` and returns ``[B, N, out_dim]``; ``grid`` is ``(rows, cols)``
+of tokens that lie on an image grid in row-major order (conv, patches), else None.
 
 **Input checks.** Each tokenizer's ``check_input`` (called first by its ``forward``, so it
 is the entry check of every model that reads through it) refuses, with an error naming
@@ -76,6 +77,7 @@ class ConvTokenizer(nn.Module):
         self.block = ConvNeXtBlock(channels)
         self.down = nn.Sequential(nn.Conv2d(channels, channels, 2, stride=2), ChannelLayerNorm(channels))
         self.num_tokens = (image_size // 8) ** 2
+        self.grid = (image_size // 8, image_size // 8)
         self.pos = nn.Parameter(0.02 * torch.randn(self.num_tokens, pos_dim))
         self.out_dim = channels + pos_dim
 
@@ -92,6 +94,8 @@ class ConvTokenizer(nn.Module):
 
 class LinearTokenizer(nn.Module):
     """``[B, N, in_dim] → [B, N, dim]`` by a linear map, plus optional learned positions."""
+
+    grid = None
 
     def __init__(self, in_dim: int, dim: int, max_len: int = 0) -> None:
         super().__init__()
@@ -122,6 +126,8 @@ class EmbeddingTokenizer(nn.Module):
     With ``pad_id`` set, :func:`padding_mask` marks the padding positions so that the
     read-in attention ignores them: a padded batch gives each sequence the output it
     would have alone."""
+
+    grid = None
 
     def __init__(self, vocab_size: int, dim: int, max_len: int = 0, pad_id: int | None = None) -> None:
         super().__init__()

@@ -16,7 +16,6 @@ official on-disk formats from ``root`` and never download.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
@@ -28,6 +27,7 @@ from torch.utils.data import Dataset, Subset
 
 from ..models.inputs import Inputs, InputSpec, check_inputs  # noqa: F401  (InputSpec re-exported)
 from ..errors import UnknownNameError, UserError, UserTypeError
+from ..fields import did_you_mean
 
 # token_cross_entropy: targets [B, T], logits [B, T, V]; bce: multi-label targets [C] of 0/1 (NFM §4.2)
 LOSSES = ("cross_entropy", "mse", "token_cross_entropy", "bce")
@@ -133,18 +133,40 @@ class TaskInfo:
             _check_num_classes(self.name, self.num_classes)
         _check_heads(self.name, self.heads)
 
-    def merged_params(self, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The task's default parameters updated by ``params``; an unknown name is a KeyError."""
+    def merged_params(self, params: Mapping[str, Any] | None = None, *,
+                      own_checks: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
+        """The task's default parameters updated by ``params``. An unknown name is a KeyError (with
+        close matches). A value whose default is a bool, int, float or str must have that type (an
+        int where a float is expected is fine, None, a parameter switched off, always is, and a
+        None default takes any value), else a TypeError naming the task, the parameter, the value
+        and the type.
+        ``own_checks``: the task code about to read the parameters (its ``build`` or ``describe``),
+        run first when a type is wrong, so that the task's own UserError (which also names the
+        range) wins where it has one; anything else it raises gives way to the type error."""
         params = dict(params or {})
         unknown = sorted(set(params) - set(self.params))
         if unknown:
-            raise UnknownNameError(f"unknown parameter(s) {unknown} for task {self.name!r}; valid: {sorted(self.params)}")
-        return {**self.params, **params}
+            hint = did_you_mean(unknown, self.params)
+            raise UnknownNameError(f"unknown parameter(s) {unknown} for task {self.name!r}; valid: "
+                                   f"{sorted(self.params)}{'.' + hint if hint else ''}")
+        merged = {**self.params, **params}
+        errors = (_param_type_error(self.name, n, v, self.params[n]) for n, v in params.items())
+        wrong = next((e for e in errors if e is not None), None)
+        if wrong is not None:
+            if own_checks is not None:
+                try:
+                    own_checks(merged)
+                except UserError:
+                    raise                       # the task's own message for it
+                except Exception:               # a crash on the wrong type: the type error says it plainly
+                    pass
+            raise wrong
+        return merged
 
     def resolve(self, params: Mapping[str, Any] | None = None) -> "TaskInfo":
         """This task as built with ``params`` (over the defaults): ``inputs`` and ``num_classes``
         described for them. A task without ``describe`` is the same for every parameter."""
-        merged = self.merged_params(params)
+        merged = self.merged_params(params, own_checks=None if self.describe is None else self._described)
         if self.describe is None:
             return self
         inputs, num_classes, heads = self._described(merged)
@@ -169,6 +191,26 @@ class TaskInfo:
             raise UserTypeError(f"task {self.name!r}: describe(params) must return (inputs, num_classes) or "
                                 f"(inputs, num_classes, heads), got {out!r}")
         return out if len(out) == 3 else (*out, None)
+
+
+#: The parameter types :meth:`TaskInfo.merged_params` checks, by the type of the default.
+_PARAM_TYPES = {bool: "a bool (true / false)", int: "an int", float: "a number (int or float)", str: "a string"}
+
+
+def _param_type_error(task: str, name: str, value: Any, default: Any) -> UserTypeError | None:
+    """The UserTypeError naming the task, the parameter, the value and the type its default has,
+    or None when ``value`` has that type (bool, int, float, str defaults only; an int is a float
+    too; None always passes: it is how a task parameter is switched off, e.g. ``pad_to: null``)."""
+    kind = type(default)
+    if kind not in _PARAM_TYPES or value is None:
+        return None
+    if kind in (int, float):
+        ok = isinstance(value, int if kind is int else (int, float)) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, kind)
+    return None if ok else UserTypeError(
+        f"task {task!r}: parameter {name!r}: got {value!r} ({type(value).__name__}), expected "
+        f"{_PARAM_TYPES[kind]} like its default {default!r}")
 
 
 def _check_num_classes(task: str, n: Any) -> None:
@@ -198,8 +240,7 @@ def list_tasks(pattern: str = "*", kind: str | None = None) -> list[str]:
 def get_task(name: str) -> TaskInfo:
     if name not in _TASKS:
         valid = list_tasks()
-        close = difflib.get_close_matches(name, valid, n=3)
-        raise UnknownNameError(f"unknown task {name!r}.{f' Did you mean {close}?' if close else ''} Valid: {valid}")
+        raise UnknownNameError(f"unknown task {name!r}.{did_you_mean(name, valid)} Valid: {valid}")
     return _TASKS[name][0]
 
 
@@ -235,7 +276,9 @@ def build_dataset(name: str, split: str, *, max_samples: int | None = None, **pa
     info = get_task(name)
     if split not in info.splits:
         raise UserError(f"task {name!r} has splits {list(info.splits)}, got {split!r}")
-    dataset = _TASKS[name][1](split, **info.merged_params(params))  # KeyError: an unknown parameter
+    build = _TASKS[name][1]
+    merged = info.merged_params(params, own_checks=lambda p: build(split, **p))  # KeyError: an unknown parameter
+    dataset = build(split, **merged)
     if max_samples and max_samples < len(dataset):
         return FirstN(dataset, max_samples)
     return dataset

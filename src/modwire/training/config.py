@@ -3,16 +3,25 @@ OmegaConf (structured configs): unknown keys and wrongly typed values are reject
 with the key's full path; ``--set a.b=value`` (merge) and ``--set a.b:=value``
 (replace) overrides use the same machinery. A file may start from others with
 ``base:`` (see :func:`load_config`); :func:`validate` checks every field against the
-tables :data:`CHOICES` and :data:`NUMERIC_RULES`."""
+``choices`` and ``bounds`` tables each section declares (:mod:`modwire.fields`), then the
+relations between fields."""
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, ClassVar, Optional, Sequence
 
 from ..errors import UserError, UserTypeError
+from ..fields import COUNT, NON_NEGATIVE, POSITIVE, UNIT, Bounds, check_tree, did_you_mean
+from .gan_config import GANSection, check_gan_settings
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+OPTIMIZERS = ("adamw", "radam", "sgd")
+SCHEDULES = ("cosine", "linear", "constant", "step")
+DEVICES = ("auto", "cpu", "cuda")
+AUGMENT_CHOICES = (False, True, "deit", "randaugment", "crop_flip", "resized_crop_flip")  # data.augment; True = "deit"
+MIXUP_CHOICES = (False, True, "deit", "input")   # data.mixup; True = "deit"
 
 
 @dataclass
@@ -29,6 +38,8 @@ class FewShotSection:
     classes, renumbered alike. Classification tasks with one head only."""
     shots: int = 0                                # k samples per class; 0 = every sample of the drawn classes
     ways: int = 0                                 # n classes; 0 = every class (labels unchanged)
+
+    bounds: ClassVar[dict[str, Bounds]] = {"shots": NON_NEGATIVE, "ways": NON_NEGATIVE}
 
 
 @dataclass
@@ -48,6 +59,10 @@ class DataSection:
     max_samples: int = 0                          # > 0: only the first N samples of each split; 0 = all
     few_shot: FewShotSection = field(default_factory=FewShotSection)  # applied after max_samples
 
+    bounds: ClassVar[dict[str, Bounds]] = {"batch_size": COUNT, "num_workers": NON_NEGATIVE,
+                                           "max_samples": NON_NEGATIVE, "mixup_alpha": POSITIVE}
+    choices: ClassVar[dict[str, tuple]] = {"augment": AUGMENT_CHOICES, "mixup": MIXUP_CHOICES}
+
 
 @dataclass
 class OptimSection:
@@ -59,11 +74,19 @@ class OptimSection:
     warmup_lr: float = 1e-6
     min_lr: float = 1e-5
     decay_steps: int = 0                          # > 0: cosine reaches min_lr at this step, then stays (NI A.1.5)
-    schedule: str = "cosine"                      # cosine | step: lr × gamma at each of `milestones` (optimizer
+    schedule: str = "cosine"                      # cosine | linear (lr → min_lr) | constant | step: lr × gamma at
+                                                  # each of `milestones` (optimizer
     milestones: list[int] = field(default_factory=list)  # steps; Verma et al. / NFM Table 2: epochs 500, 1000, 1500)
     gamma: float = 0.1                            # step schedule: factor at each milestone
     grad_clip: float = 1.0                        # max global grad norm; 0 = off
     label_smoothing: float = 0.0
+
+    bounds: ClassVar[dict[str, Bounds]] = {
+        "lr": POSITIVE, "warmup_lr": NON_NEGATIVE, "min_lr": NON_NEGATIVE, "weight_decay": NON_NEGATIVE,
+        "grad_clip": NON_NEGATIVE, "warmup_steps": NON_NEGATIVE, "decay_steps": NON_NEGATIVE,
+        "milestones": NON_NEGATIVE, "gamma": Bounds(lo=0, hi=1, lo_open=True), "label_smoothing": UNIT,
+        "betas": UNIT}
+    choices: ClassVar[dict[str, tuple]] = {"name": OPTIMIZERS, "schedule": SCHEDULES}
 
 
 @dataclass
@@ -77,6 +100,8 @@ class FinetuneSection:
     train: list[str] = field(default_factory=lambda: ["all"])  # parameter sets that train, e.g. [cls, type_inference]
     add_functions: int = 0                        # > 0: model.add_functions(n) first (NI §4.2, Fig. 5b)
 
+    bounds: ClassVar[dict[str, Bounds]] = {"add_functions": NON_NEGATIVE}
+
 
 @dataclass
 class TrainConfig:
@@ -84,11 +109,12 @@ class TrainConfig:
     data: DataSection = field(default_factory=DataSection)
     optim: OptimSection = field(default_factory=OptimSection)
     finetune: FinetuneSection = field(default_factory=FinetuneSection)
+    gan: GANSection = field(default_factory=GANSection)   # GAN models only (training/gan.py)
     # Weight of each auxiliary loss a model reports (``model.auxiliary_losses()``, e.g. NAC's
     # "graph"): the objective is task loss + Σ weight·loss. Every reported loss needs one.
     aux_loss_weights: dict[str, float] = field(default_factory=dict)
     epochs: int = 1
-    max_steps: int = 0                            # > 0 stops early (optimizer steps)
+    max_steps: int = 0                            # > 0 stops early (optimizer steps); a GAN's length (generator steps)
     grad_accum: int = 1
     precision: str = "fp32"                       # fp32 | bf16 | fp16
     compile: bool = False
@@ -102,9 +128,11 @@ class TrainConfig:
     progress: bool = True
     device: str = "auto"                          # auto | cpu | cuda
 
-
-PRECISIONS = ("fp32", "bf16", "fp16")
-OPTIMIZERS = ("adamw", "radam", "sgd")
+    bounds: ClassVar[dict[str, Bounds]] = {
+        "aux_loss_weights": NON_NEGATIVE, "epochs": COUNT, "grad_accum": COUNT, "log_every": COUNT,
+        "max_steps": NON_NEGATIVE, "checkpoint_every": NON_NEGATIVE, "keep_weights_every": NON_NEGATIVE,
+        "seed": NON_NEGATIVE, "ema_decay": UNIT}
+    choices: ClassVar[dict[str, tuple]] = {"precision": PRECISIONS, "device": DEVICES}
 
 
 class ConfigError(UserError):
@@ -228,7 +256,10 @@ def _omegaconf_message(exc: Exception) -> str:
     msg = str(getattr(exc, "msg", None) or exc).splitlines()[0]            # OmegaConf's own did-you-mean
     section = getattr(exc, "object_type", None)
     if isinstance(exc, KeyError) and is_dataclass(section):                 # an unknown key: list the valid ones
-        msg += f" Valid keys: {[f.name for f in fields(section)]}"
+        valid = [f.name for f in fields(section)]
+        if "Did you mean" not in msg:
+            msg += ("" if msg.endswith((".", "?")) else ".") + did_you_mean(str(getattr(exc, "key", "")), valid)
+        msg += f" Valid keys: {valid}"
     key = getattr(exc, "full_key", None)
     return f"key {key!r}: {msg}" if key else msg
 
@@ -310,89 +341,11 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
 # ----------------------------------------------------------------------------- validation
 
 
-@dataclass(frozen=True)
-class Bound:
-    """The finite interval a numeric config value must lie in (``low`` / ``high`` open or closed)."""
-
-    low: float
-    high: float = math.inf
-    low_open: bool = False
-    high_open: bool = True
-
-    def holds(self, value: Any) -> bool:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            return False
-        above = value > self.low if self.low_open else value >= self.low
-        below = value < self.high if self.high_open else value <= self.high
-        return above and below
-
-    def describe(self, value: Any) -> str:
-        what = "an integer" if isinstance(value, int) else "a finite number"
-        if math.isinf(self.high):
-            return f"{what} {'>' if self.low_open else '>='} {self.low:g}"
-        return f"{what} in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
-
-
-POSITIVE, NON_NEGATIVE, AT_LEAST_ONE, UNIT = Bound(0, low_open=True), Bound(0), Bound(1), Bound(0, 1)
-
-#: Every numeric training field and the interval it must lie in; a final ``*`` covers each
-#: element of a list or mapping. (Model fields are checked by the model configs.)
-NUMERIC_RULES: dict[str, Bound] = {
-    "optim.lr": POSITIVE, "optim.warmup_lr": NON_NEGATIVE, "optim.min_lr": NON_NEGATIVE,
-    "optim.weight_decay": NON_NEGATIVE, "optim.grad_clip": NON_NEGATIVE, "optim.warmup_steps": NON_NEGATIVE,
-    "optim.decay_steps": NON_NEGATIVE, "optim.milestones.*": NON_NEGATIVE,
-    "optim.gamma": Bound(0, 1, low_open=True, high_open=False),
-    "optim.label_smoothing": UNIT, "optim.betas.*": UNIT,
-    "aux_loss_weights.*": NON_NEGATIVE,
-    "data.batch_size": AT_LEAST_ONE, "data.num_workers": NON_NEGATIVE, "data.max_samples": NON_NEGATIVE,
-    "data.mixup_alpha": POSITIVE,
-    "data.few_shot.shots": NON_NEGATIVE, "data.few_shot.ways": NON_NEGATIVE, "finetune.add_functions": NON_NEGATIVE,
-    "epochs": AT_LEAST_ONE, "grad_accum": AT_LEAST_ONE, "log_every": AT_LEAST_ONE,
-    "max_steps": NON_NEGATIVE, "checkpoint_every": NON_NEGATIVE, "keep_weights_every": NON_NEGATIVE, "seed": NON_NEGATIVE, "ema_decay": UNIT,
-}
-
-AUGMENT_CHOICES = (False, True, "deit", "randaugment", "crop_flip", "resized_crop_flip")  # data.augment; True = "deit"
-MIXUP_CHOICES = (False, True, "deit", "input")   # data.mixup; True = "deit"
-
-#: Every string field with a fixed set of values.
-CHOICES: dict[str, tuple[str, ...]] = {
-    "precision": PRECISIONS, "optim.name": OPTIMIZERS, "device": ("auto", "cpu", "cuda"),
-    "optim.schedule": ("cosine", "step"), "data.augment": AUGMENT_CHOICES, "data.mixup": MIXUP_CHOICES,
-}
-
-
-def config_values(c: Any, pattern: str) -> Iterator[tuple[str, Any]]:
-    """``(key path, value)`` of the field ``pattern`` names; a final ``*`` yields each element."""
-    *parents, last = pattern.split(".")
-    node = c
-    for part in parents:
-        node = getattr(node, part)
-    prefix = ".".join(parents)
-    if last != "*":
-        yield pattern, getattr(node, last)
-    elif isinstance(node, dict):
-        yield from ((f"{prefix}.{k}", v) for k, v in node.items())
-    else:
-        yield from ((f"{prefix}[{i}]", v) for i, v in enumerate(node))
-
-
-def check_rules(c: Any, choices: dict, numeric: dict) -> None:
-    """Every field of config ``c`` with a rule: ``choices`` (key → allowed values) and ``numeric``
-    (key → bound); a ``ValueError`` names the key path, the value and what is expected."""
-    for key, allowed in choices.items():
-        for path, value in config_values(c, key):
-            if value not in allowed:
-                raise UserError(f"config key {path!r}: got {value!r}, expected one of {list(allowed)}")
-    for key, bound in numeric.items():
-        for path, value in config_values(c, key):
-            if not bound.holds(value):
-                raise UserError(f"config key {path!r}: got {value!r}, expected {bound.describe(value)}")
-
-
 def validate(c: TrainConfig) -> None:
-    """Check every field with a rule in :data:`CHOICES` / :data:`NUMERIC_RULES`, and the relations
-    between fields; raise a ``ValueError`` naming the key path, the value and what is expected."""
-    check_rules(c, CHOICES, NUMERIC_RULES)
+    """Check every field against the ``choices`` / ``bounds`` tables of its section
+    (:func:`modwire.fields.check_tree`), then the relations between fields; raise a ``UserError``
+    naming the key path, the value and what is expected."""
+    check_tree(c)
     if c.optim.schedule == "step" and not c.optim.milestones:
         raise UserError("config key 'optim.milestones': the step schedule needs at least one milestone (steps at "
                         "which lr is multiplied by optim.gamma), got []")
@@ -408,6 +361,7 @@ def validate(c: TrainConfig) -> None:
         raise UserError(f"config key 'optim.min_lr': got {c.optim.min_lr:g}, expected <= optim.lr ({c.optim.lr:g}): "
                         f"the schedule decays from lr to min_lr")
     _validate_finetune(c)
+    check_gan_settings(c)
 
 
 def _validate_finetune(c: TrainConfig) -> None:

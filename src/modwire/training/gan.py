@@ -1,88 +1,95 @@
-"""GAN training (NFM §4.1, Table 4): ``modwire gan CONFIG [--set k=v ...] [--resume] [--overwrite]``.
+"""GAN training (NFM §4.1, Table 4): the trainer's adversarial :class:`~modwire.training.run.Program`.
 
-One iteration is one generator step, as in Mimicry (Lee & Town 2020), whose InfoMax-GAN settings
-NFM keeps: ``n_dis`` discriminator steps, each on the next real batch and fresh latents, then one
-generator step on fresh latents; both learning rates decay linearly to 0 at ``steps``. Losses:
-:mod:`modwire.nn.gan_losses` (hinge; InfoMax-GAN's ``α·L_NCE(real)`` for D, ``β·L_NCE(G(z))`` for G,
-the latter reported by the model as ``auxiliary_losses()["infomax"]``).
+``modwire train CONFIG`` with a GAN preset (``model.name: gan_*`` / ``nfm_gan_*``, a model with the
+:class:`~modwire.models.capabilities.Adversarial` capability) runs this program inside the one
+trainer (:mod:`modwire.training.trainer`): same run directory, lock, ``config.yaml`` record,
+resume (``modwire train --resume RUN_DIR``), signals, checkpoints, ``metrics.jsonl``, header and
+progress as any run. What is a GAN's own is here.
 
-A run directory holds ``config.yaml`` (written once; a resume must agree with it except for the
-:data:`~modwire.training.gan_config.GAN_HARMLESS_KEYS` keys), ``metrics.jsonl``, ``samples/step-<n>.png``
-(grids from fixed latents, the generator in eval mode: once per data epoch or every
-``sample_every`` steps, and at the end), ``checkpoints/last`` (atomic and checksummed,
-:mod:`modwire.training.checkpoint`: generator + discriminator as one ``model.safetensors``, both
-optimisers and schedules, counters, RNG states) and ``fid_classifier/`` (classifier-FID's network
-and real statistics, :mod:`modwire.training.gan_metrics`).
+One step is one generator step, as in Mimicry (Lee & Town 2020), whose InfoMax-GAN settings NFM
+keeps: ``gan.n_dis`` discriminator steps, each on the next real batch and fresh latents, then one
+generator step on fresh latents; ``optim.schedule: linear`` decays both learning rates to
+``min_lr`` (0) at ``max_steps``. Losses: :mod:`modwire.nn.gan_losses` (hinge; InfoMax-GAN's
+``α·L_NCE(real)`` for D, ``β·L_NCE(G(z))`` for G, the latter reported by the model as
+``auxiliary_losses()["infomax"]``). The evaluation is the scores (classifier-FID, and Inception
+FID / IS with ``gan.eval.inception_weights``) at step 0 and every ``gan.eval.every`` steps and at
+the end; ``best`` is the lowest classifier-FID. The run directory also holds
+``samples/step-<n>.png`` (grids from fixed latents, once per data epoch or every
+``gan.sample_every`` steps, and at the end) and ``fid_classifier/``
+(:mod:`modwire.training.gan_metrics`).
 
-Exact resume: real batches follow a permutation of the split drawn from ``(seed, epoch)`` and
-every latent batch is drawn from ``(seed, purpose, step, i)`` (:mod:`modwire.seeding`), so a run
-stopped after any checkpoint and resumed (``--resume``) ends with the same weights as one never
-interrupted (tested). The run directory is locked while a run writes it; SIGINT / SIGTERM finish
-the current step, write ``last`` and exit with 130 / 143.
+Exact resume: real batches follow a permutation of the split drawn from ``(seed, epoch)``
+(``state.micro`` counts the real batches of the current epoch) and every latent batch is drawn
+from ``(seed, purpose, step, i)`` (:mod:`modwire.seeding`), so a run stopped after any checkpoint
+and resumed ends with the same weights as one never interrupted (tested).
 """
 from __future__ import annotations
 
-import argparse
-import json
+import dataclasses
 import math
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import torch
 from torch import Tensor
 
-from ..models import create_model
+from ..errors import UserError
+from ..models import create_model, get_config
+from ..models.capabilities import Adversarial
 from ..models.gan import GAN
+from ..models.inputs import named_inputs
+from ..models.registry import get_preset
 from ..nn.gan_losses import discriminator_loss, generator_loss, infonce_loss
 from ..seeding import torch_generator
-from ..tasks import build_dataset
-from .checkpoint import load_state, load_weights
-from .feedback import MetricsLog
-from .gan_config import GAN_HARMLESS_KEYS, GANTrainConfig, load_gan_config, to_yaml
-from .lock import RunLock
+from ..tasks import build_dataset, describe_task
+from . import distributed
+from .config import TrainConfig
+from .optim import build_optimizer, build_scheduler
+from .run import TrainingRun
 from .signals import StopSignals
-from .state import rng_state, set_rng_state
-from ..errors import UserError
+from .state import TrainState
 
 # Purposes of the seeded streams (the second part of every derived seed).
 D_LATENTS, G_LATENTS, GRID_LATENTS, EVAL_LATENTS, REAL_ORDER, DATA_ORDER = 1, 2, 3, 4, 5, 6
 
 
+def is_adversarial(name: str) -> bool:
+    """Whether preset ``name`` is trained by the GAN program (its class is :class:`Adversarial`)."""
+    return issubclass(get_preset(name)[0], Adversarial)
+
+
+def gan_model_overrides(cfg: TrainConfig) -> dict[str, Any]:
+    """The user's ``model.overrides``, validated against the preset's config, and the task's images
+    checked against the images the generator makes: before the run directory is touched."""
+    overrides = dict(cfg.model.overrides)
+    c = get_config(cfg.model.name, **overrides)
+    spec = named_inputs(describe_task(cfg.data.task, cfg.data.params).inputs).get("x")
+    made = [c.image_channels, c.image_size, c.image_size]
+    if spec is None or spec.kind != "image" or [spec.channels, spec.height, spec.width] != made:
+        got = [spec.channels, spec.height, spec.width] if spec is not None and spec.kind == "image" else \
+            f"not images ({spec.kind if spec else 'no input x'})"
+        raise UserError(f"data: the task's images are {got}, but the model makes {made} (set "
+                        f"model.overrides.image_channels / image_size, or the task's params)")
+    return overrides
+
+
 # ----------------------------------------------------------------------------- state and data
 
 @dataclass
-class GANState:
-    """What a GAN run needs to continue exactly; ``epoch`` / ``position``: where the real batches are."""
+class GANState(TrainState):
+    """:class:`TrainState` with the discriminator's optimizer and schedule (``optimizer`` and
+    ``scheduler`` are the generator's; ``micro`` counts the real batches of the current epoch)."""
 
-    model: GAN
-    opt_g: torch.optim.Optimizer
-    opt_d: torch.optim.Optimizer
-    sched_g: Any
-    sched_d: Any
-    step: int = 0
-    epoch: int = 0
-    position: int = 0
-    scores: dict[str, float] = field(default_factory=dict)
+    optimizer_d: torch.optim.Optimizer | None = None
+    scheduler_d: Any = None
 
-    def save(self, run_dir: Path) -> Path:
-        from .checkpoint import save_checkpoint
+    def extra_state(self) -> dict[str, Any]:
+        return {"optimizer_d": self.optimizer_d.state_dict(), "scheduler_d": self.scheduler_d.state_dict()}
 
-        state = {"step": self.step, "epoch": self.epoch, "position": self.position, "scores": self.scores,
-                 "opt_g": self.opt_g.state_dict(), "opt_d": self.opt_d.state_dict(),
-                 "sched_g": self.sched_g.state_dict(), "sched_d": self.sched_d.state_dict(), "rng": rng_state()}
-        summary = {"tag": "last", "step": self.step, "epoch": self.epoch, "scores": self.scores}
-        return save_checkpoint(run_dir, "last", self.model, state, summary=summary)
-
-    def load(self, ckpt: Path) -> "GANState":
-        full = load_state(ckpt)                                   # verifies the checksums
-        load_weights(self.model, ckpt / "model.safetensors")
-        for name in ("opt_g", "opt_d", "sched_g", "sched_d"):
-            getattr(self, name).load_state_dict(full[name])
-        self.step, self.epoch, self.position, self.scores = full["step"], full["epoch"], full["position"], full["scores"]
-        set_rng_state(full["rng"])
-        return self
+    def load_extra_state(self, full: dict[str, Any]) -> None:
+        self.optimizer_d.load_state_dict(full["optimizer_d"])
+        self.scheduler_d.load_state_dict(full["scheduler_d"])
 
 
 class RealImages:
@@ -110,11 +117,11 @@ class RealImages:
         if self._order[0] != state.epoch:                       # one permutation per epoch, drawn once
             self._order = (state.epoch, torch.randperm(len(self.dataset),
                                                        generator=torch_generator(self.seed, DATA_ORDER, state.epoch)))
-        x, _ = self.images(self._order[1][state.position * self.batch:(state.position + 1) * self.batch])
-        state.position += 1
-        ended = state.position == self.per_epoch
+        x, _ = self.images(self._order[1][state.micro * self.batch:(state.micro + 1) * self.batch])
+        state.micro += 1
+        ended = state.micro == self.per_epoch
         if ended:
-            state.epoch, state.position = state.epoch + 1, 0
+            state.epoch, state.micro = state.epoch + 1, 0
         return x, ended
 
     def epoch_batches(self, epoch: int, limit: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
@@ -124,99 +131,135 @@ class RealImages:
             yield self.images(order[i:i + self.batch])
 
 
+
 def latents(model: GAN, n: int, *parts: int) -> Tensor:
     return model.sample_latents(n, generator=torch_generator(*parts))
 
 
 # ----------------------------------------------------------------------------- one iteration
 
-def discriminator_step(state: GANState, real: Tensor, z: Tensor, cfg: GANTrainConfig) -> dict[str, Tensor]:
+def _clip(params, cfg: TrainConfig) -> None:
+    if cfg.optim.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(list(params), cfg.optim.grad_clip)
+
+
+def discriminator_step(state: GANState, real: Tensor, z: Tensor, cfg: TrainConfig) -> dict[str, Tensor]:
     """One D update: ``L_D = hinge(D(x), D(G(z))) + α·L_NCE(x)`` (one D forward on ``[x; G(z)]``).
     Returns detached scalars (read on the host only when logged: no device sync per step)."""
-    g, d = state.model.generator, state.model.discriminator
+    g, d, loss_cfg = state.model.generator, state.model.discriminator, cfg.gan.loss
     with torch.no_grad():
         fake = g(z)
     logits, local, pooled = d.features(torch.cat([real, fake]))
     b = len(real)
-    loss = discriminator_loss(cfg.loss.kind, logits[:b], logits[b:])
+    loss = discriminator_loss(loss_cfg.kind, logits[:b], logits[b:])
     out = {"loss_d": loss.detach(), "d_real": logits[:b].detach().mean(), "d_fake": logits[b:].detach().mean()}
-    if d.infomax is not None and cfg.loss.infomax_d > 0:
+    if d.infomax is not None and loss_cfg.infomax_d > 0:
         nce = infonce_loss(*d.infomax(local[:b], pooled[:b]))
-        loss = loss + cfg.loss.infomax_d * nce
+        loss = loss + loss_cfg.infomax_d * nce
         out["infomax_d"] = nce.detach()
-    state.opt_d.zero_grad(set_to_none=True)
+    state.optimizer_d.zero_grad(set_to_none=True)
     loss.backward()
-    state.opt_d.step()
+    _clip(d.parameters(), cfg)
+    state.optimizer_d.step()
     return out
 
 
-def generator_step(state: GANState, z: Tensor, cfg: GANTrainConfig) -> dict[str, Tensor]:
+def generator_step(state: GANState, z: Tensor, cfg: TrainConfig) -> dict[str, Tensor]:
     """One G update: ``L_G = hinge_G(D(G(z))) + β·L_NCE(G(z))`` (the model's forward and auxiliary loss).
     D's weights are frozen meanwhile: the gradient flows through D to G, D's own is not computed."""
-    d = state.model.discriminator
+    d, loss_cfg = state.model.discriminator, cfg.gan.loss
     d.requires_grad_(False)
     try:
         logits = state.model(z)
-        loss = generator_loss(cfg.loss.kind, logits)
+        loss = generator_loss(loss_cfg.kind, logits)
         out = {"loss_g": loss.detach()}
         aux = state.model.auxiliary_losses()
-        if "infomax" in aux and cfg.loss.infomax_g > 0:
-            loss = loss + cfg.loss.infomax_g * aux["infomax"]
+        if "infomax" in aux and loss_cfg.infomax_g > 0:
+            loss = loss + loss_cfg.infomax_g * aux["infomax"]
             out["infomax_g"] = aux["infomax"].detach()
-        state.opt_g.zero_grad(set_to_none=True)
+        state.optimizer.zero_grad(set_to_none=True)
         loss.backward()
     finally:
         d.requires_grad_(True)
-    state.opt_g.step()
+    _clip(state.model.generator.parameters(), cfg)
+    state.optimizer.step()
     return out
 
 
-def iteration(state: GANState, real: RealImages, cfg: GANTrainConfig) -> tuple[dict[str, Tensor], bool]:
+def iteration(state: GANState, real: "RealImages", cfg: TrainConfig) -> tuple[dict[str, Tensor], bool]:
     """``n_dis`` D steps then one G step; the schedules step once. Returns metrics and whether a data
     epoch ended."""
     model, b, ended = state.model, cfg.data.batch_size, False
-    for i in range(cfg.n_dis):
+    device = next(model.parameters()).device
+    for i in range(cfg.gan.n_dis):
         x, end = real.next(state)
         ended |= end
-        metrics = discriminator_step(state, x.to(_device(model)), latents(model, b, cfg.seed, D_LATENTS, state.step, i), cfg)
+        metrics = discriminator_step(state, x.to(device), latents(model, b, cfg.seed, D_LATENTS, state.step, i), cfg)
     metrics.update(generator_step(state, latents(model, b, cfg.seed, G_LATENTS, state.step), cfg))
-    state.sched_g.step()
-    state.sched_d.step()
+    state.scheduler.step()
+    state.scheduler_d.step()
     state.step += 1
     return metrics, ended
 
 
-def _device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
+# ----------------------------------------------------------------------------- the program
+
+@dataclass
+class GANProgram:
+    """The adversarial :class:`~modwire.training.run.Program`: :func:`iteration` per step, sample
+    grids, scores as the evaluation (``best``: the lowest classifier-FID)."""
+
+    real: "RealImages"
+    best_metric: tuple[str | None, bool] = ("classifier_fid", True)
+
+    def step(self, run: TrainingRun, state: GANState) -> dict[str, Tensor]:
+        cfg, g = run.cfg, run.cfg.gan
+        metrics, epoch_ended = iteration(state, self.real, cfg)
+        run.seen += g.n_dis * cfg.data.batch_size
+        step = state.step
+        if (g.sample_every and step % g.sample_every == 0) or (not g.sample_every and epoch_ended) \
+                or step == run.total:
+            save_grid(state.model, cfg, run.dir, step)
+        state.val_pending = bool(g.eval.every and step % g.eval.every == 0) or step >= run.total
+        return metrics
+
+    def evaluate(self, run: TrainingRun, state: GANState, stop: StopSignals) -> dict[str, float]:
+        return score(state.model, run.cfg, self.real, run.dir, run.device)
+
+    def summary(self, run: TrainingRun, state: GANState) -> dict[str, str]:
+        cfg = run.cfg
+        return {"data": f"{len(self.real.dataset)} {cfg.data.train_split} images ({self.real.per_epoch} batches "
+                        f"of {cfg.data.batch_size} per epoch)",
+                "steps": f"{run.total} generator steps, {cfg.gan.n_dis} discriminator steps each "
+                         f"(batch {cfg.data.batch_size})"}
 
 
-# ----------------------------------------------------------------------------- building a run
+def real_images(cfg: TrainConfig, model: GAN) -> "RealImages":
+    c = model.config
+    dataset = build_dataset(cfg.data.task, cfg.data.train_split, max_samples=cfg.data.max_samples, **cfg.data.params)
+    return RealImages(dataset, cfg.data.batch_size, cfg.seed, (c.image_channels, c.image_size, c.image_size))
 
-def build_state(cfg: GANTrainConfig, device: torch.device) -> GANState:
-    """The preset with the user's overrides, Adam for each network (Mimicry: lr 2e-4, β = (0, 0.9)) and
-    the schedules (``optim.decay``)."""
-    overrides = dict(cfg.model.overrides)           # a plain dict after OmegaConf.to_object
+
+def build_gan_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path,
+                  overrides: dict[str, Any] | None = None) -> tuple[TrainingRun, GANState]:
+    """The preset with the user's overrides, its real images, an optimizer and schedule for each
+    network (``optim``; the discriminator's learning rate ``gan.lr_d``, default ``optim.lr``)."""
+    if dist_info.world > 1:
+        raise UserError(f"GAN training runs in one process; this one was launched with {dist_info.world} "
+                        f"(torchrun): start it with `modwire train` alone")
     torch.manual_seed(cfg.seed)
-    model = create_model(cfg.model.name, **overrides)
-    if not isinstance(model, GAN):
-        raise UserError(f"model.name: {cfg.model.name!r} is a {type(model).__name__}, expected a GAN preset "
-                        f"(modwire list models: gan_*)")
-    model.to(device).train()
-    betas = tuple(cfg.optim.betas)
-    opt_g = torch.optim.Adam(model.generator.parameters(), lr=cfg.optim.lr_g, betas=betas)
-    opt_d = torch.optim.Adam(model.discriminator.parameters(), lr=cfg.optim.lr_d, betas=betas)
-
-    def decay(step: int) -> float:
-        return max(0.0, 1.0 - step / cfg.steps) if cfg.optim.decay == "linear" else 1.0
-
-    sched = [torch.optim.lr_scheduler.LambdaLR(o, decay) for o in (opt_g, opt_d)]
-    return GANState(model, opt_g, opt_d, *sched)
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("config key 'device': got 'cuda', but no CUDA device is available")
-    return torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
+    model = create_model(cfg.model.name, **(overrides if overrides is not None else gan_model_overrides(cfg)))
+    model.to(dist_info.device).train()
+    real = real_images(cfg, model)
+    optim_d = dataclasses.replace(cfg.optim, lr=cfg.gan.lr_d or cfg.optim.lr,
+                                  min_lr=cfg.optim.min_lr * (cfg.gan.lr_d or cfg.optim.lr) / cfg.optim.lr)
+    opt_g, opt_d = build_optimizer(model.generator, cfg.optim), build_optimizer(model.discriminator, optim_d)
+    total = cfg.max_steps
+    state = GANState(model, opt_g, build_scheduler(opt_g, total, cfg.optim),
+                     torch.amp.GradScaler(dist_info.device.type, enabled=False), None,
+                     optimizer_d=opt_d, scheduler_d=build_scheduler(opt_d, total, optim_d))
+    state.val_pending = cfg.gan.eval.every > 0            # the untrained generator: where the curve starts
+    return TrainingRun(cfg, dist_info, run_dir, GANProgram(real), total), state
 
 
 # ----------------------------------------------------------------------------- samples and scores
@@ -245,187 +288,89 @@ def image_grid(images: Tensor, rows: int) -> Tensor:
     return grid
 
 
-def save_grid(model: GAN, cfg: GANTrainConfig, run: Path, step: int) -> Path:
+def save_grid(model: GAN, cfg: TrainConfig, run: Path, step: int) -> Path:
     """``samples/step-<step>.png`` from the run's fixed grid latents (Pillow, extra ``images``)."""
     try:
         from PIL import Image
     except ImportError as e:
         raise ImportError(f"sample grids are written with Pillow (pip install 'modwire[images]'): {e}") from None
-    n = cfg.grid_size ** 2
+    n = cfg.gan.grid_size ** 2
     images = torch.cat(list(generate(model, n, n, cfg.seed, GRID_LATENTS)))
-    grid = image_grid(images, cfg.grid_size).numpy()
+    grid = image_grid(images, cfg.gan.grid_size).numpy()
     path = run / "samples" / f"step-{step:08d}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(grid[..., 0] if grid.shape[-1] == 1 else grid).save(path)
     return path
 
 
-def classifier_fid(cfg: GANTrainConfig, real: RealImages, run: Path, device: torch.device):
+def classifier_fid(cfg: TrainConfig, real: RealImages, run: Path, device: torch.device):
     """The run's :class:`~modwire.training.gan_metrics.ClassifierFID`: loaded from ``fid_classifier/``,
-    or trained (``eval.classifier_epochs`` on the training split) with real statistics of
-    ``eval.real_samples`` training images, then saved. Returns ``(scorer, held-out accuracy or None)``."""
+    or trained (``gan.eval.classifier_epochs`` on the training split) with real statistics of
+    ``gan.eval.real_samples`` training images, then saved. Returns ``(scorer, accuracy on
+    data.val_split or None)``."""
     from .gan_metrics import CLASSIFIER_DIR, ClassifierFID, classifier_accuracy, feature_stats, features_of, \
         train_feature_classifier
-    from ..tasks import describe_task
 
+    ev = cfg.gan.eval
     info = describe_task(cfg.data.task, cfg.data.params)
     channels, classes, where = real.shape[0], info.num_classes, run / CLASSIFIER_DIR
     if (where / "model.safetensors").is_file():
         return ClassifierFID.load(where, channels, classes, device), None
-    net = train_feature_classifier(real.epoch_batches, channels, classes, epochs=cfg.eval.classifier_epochs,
+    net = train_feature_classifier(real.epoch_batches, channels, classes, epochs=ev.classifier_epochs,
                                    device=device, seed=cfg.seed)
-    reals = (x for x, _ in real.epoch_batches(-1, cfg.eval.real_samples))
+    reals = (x for x, _ in real.epoch_batches(-1, ev.real_samples))
     scorer = ClassifierFID(net, *feature_stats(features_of(net, reals, device)), device)
     scorer.save(where)
     accuracy = None
-    if cfg.eval.classifier_split:
-        held = build_dataset(cfg.data.task, cfg.eval.classifier_split, **cfg.data.params)
-        accuracy = classifier_accuracy(net, RealImages(held, cfg.eval.batch_size, cfg.seed, real.shape).epoch_batches(0),
+    if ev.classifier_accuracy:
+        held = build_dataset(cfg.data.task, cfg.data.val_split, **cfg.data.params)
+        accuracy = classifier_accuracy(net, RealImages(held, ev.batch_size, cfg.seed, real.shape).epoch_batches(0),
                                        device)
     return scorer, accuracy
 
 
-def score(state: GANState, cfg: GANTrainConfig, real: RealImages, run: Path, device: torch.device) -> dict[str, float]:
-    """classifier-FID (and Inception FID / IS with ``eval.inception_weights``) of ``eval.num_samples``
-    generated images (the same latents at every evaluation)."""
-    out: dict[str, float] = {}
-    state.model.set_eval_options(random_attention=cfg.eval.random_attention)   # generation runs in eval mode
-    fakes = lambda: generate(state.model, cfg.eval.num_samples, cfg.eval.batch_size, cfg.seed, EVAL_LATENTS)  # noqa: E731
-    if cfg.eval.classifier_fid:
+def score(model: GAN, cfg: TrainConfig, real: RealImages, run: Path, device: torch.device) -> dict[str, float]:
+    """classifier-FID (and Inception FID / IS with ``gan.eval.inception_weights``) of
+    ``gan.eval.num_samples`` generated images (the same latents at every evaluation)."""
+    ev, out = cfg.gan.eval, {}
+    model.set_eval_options(random_attention=ev.random_attention)   # generation runs in eval mode
+    fakes = lambda: generate(model, ev.num_samples, ev.batch_size, cfg.seed, EVAL_LATENTS)  # noqa: E731
+    if ev.classifier_fid:
         scorer, accuracy = classifier_fid(cfg, real, run, device)
         out["classifier_fid"] = scorer.score(fakes())
         if accuracy is not None:
             out["fid_classifier_accuracy"] = accuracy
-    if cfg.eval.inception_weights:
+    if ev.inception_weights:
         from .gan_metrics import inception_metrics
 
-        reals = (x for x, _ in real.epoch_batches(-1, cfg.eval.real_samples))
-        out.update(inception_metrics(cfg.eval.inception_weights, reals, fakes(), device))
-    state.model.set_eval_options(random_attention=False)
+        reals = (x for x, _ in real.epoch_batches(-1, ev.real_samples))
+        out.update(inception_metrics(ev.inception_weights, reals, fakes(), device))
+    model.set_eval_options(random_attention=False)
     return out
 
 
-# ----------------------------------------------------------------------------- the run
-
-def check_run_dir(cfg: GANTrainConfig, run: Path, *, resume: bool, overwrite: bool) -> None:
-    """On resume the config must agree with the run's ``config.yaml`` (except :data:`GAN_HARMLESS_KEYS`); a fresh
-    run refuses a directory that holds one unless ``overwrite``."""
-    saved = run / "config.yaml"
-    if resume:
-        if not saved.is_file():
-            raise FileNotFoundError(f"--resume: {run} holds no config.yaml (not a GAN run directory)")
-        changes = _differences(load_gan_config(saved), cfg)
-        refused = [f"{k}: {a!r} → {b!r}" for k, (a, b) in changes.items() if k not in GAN_HARMLESS_KEYS]
-        if refused:
-            raise UserError(f"--resume {run}: the config differs from the run's config.yaml: {'; '.join(refused)} "
-                            f"(only {', '.join(GAN_HARMLESS_KEYS)} may change); start a new run (another out_dir) instead")
-    elif ((run / "checkpoints").exists() or saved.exists()) and not overwrite:
-        raise FileExistsError(f"{run} already holds a run: continue it with --resume, or start afresh with "
-                              f"--overwrite (its checkpoints, samples and scores are deleted)")
-
-
-def start_fresh(cfg: GANTrainConfig, run: Path) -> None:
-    """Delete an earlier run's outputs (``--overwrite``) and write ``config.yaml``."""
-    import shutil
-
-    for name in ("checkpoints", "samples", "fid_classifier", "metrics.jsonl"):
-        target = run / name
-        shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
-    (run / "config.yaml").write_text(to_yaml(cfg))
-
-
-def _differences(old: GANTrainConfig, new: GANTrainConfig) -> dict[str, tuple[Any, Any]]:
-    from omegaconf import OmegaConf
-
-    def flat(node: Any, prefix: str = "") -> dict[str, Any]:
-        if isinstance(node, dict) and node:
-            return {k2: v2 for k, v in node.items() for k2, v2 in flat(v, f"{prefix}{k}.").items()}
-        return {prefix[:-1]: node}
-
-    a, b = (flat(OmegaConf.to_container(OmegaConf.structured(c))) for c in (old, new))
-    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if k != "out_dir" and a.get(k) != b.get(k)}
-
-
-def train_gan(cfg: GANTrainConfig, *, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
-    """Train (or continue) the GAN of ``cfg``; returns ``{"step", "scores", "exit_code"}`` (exit code
-    130 / 143 after SIGINT / SIGTERM, once ``last`` is written)."""
-    run, device = Path(cfg.out_dir), resolve_device(cfg.device)
-    with RunLock(run):
-        check_run_dir(cfg, run, resume=resume, overwrite=overwrite)
-        state = build_state(cfg, device)
-        c = state.model.config
-        dataset = build_dataset(cfg.data.task, cfg.data.split, max_samples=cfg.data.max_samples, **cfg.data.params)
-        real = RealImages(dataset, cfg.data.batch_size, cfg.seed, (c.image_channels, c.image_size, c.image_size))
-        if not resume:
-            start_fresh(cfg, run)          # only once the model and the data are known to work
-        elif (run / "checkpoints" / "last").exists():
-            state.load(run / "checkpoints" / "last")
-        log = MetricsLog(run, True, state.step if resume else None)
-        with StopSignals() as stop:
-            _loop(state, real, cfg, run, device, log, stop)
-        log.close()
-        return {"step": state.step, "scores": state.scores, "exit_code": stop.exit_code}
-
-
-def _loop(state: GANState, real: RealImages, cfg: GANTrainConfig, run: Path, device: torch.device, log: MetricsLog,
-          stop: StopSignals) -> None:
-    started = time.perf_counter()
-    if state.step == 0 and cfg.eval.every:                  # the untrained generator: where the curve starts
-        state.scores = score(state, cfg, real, run, device)
-        log.log({"step": 0, **state.scores})
-        print("step 0: " + "  ".join(f"{k} {v:.4g}" for k, v in state.scores.items()), flush=True)
-    while state.step < cfg.steps and not stop.requested:
-        metrics, epoch_ended = iteration(state, real, cfg)
-        step = state.step
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            metrics = {k: v.item() for k, v in metrics.items()}
-            log.log({"step": step, "epoch": state.epoch, "lr_g": state.sched_g.get_last_lr()[0], **metrics,
-                     "seconds": round(time.perf_counter() - started, 3)})
-            print(f"step {step}/{cfg.steps}  " + "  ".join(f"{k} {v:.4g}" for k, v in metrics.items()), flush=True)
-        if (cfg.sample_every and step % cfg.sample_every == 0) or (not cfg.sample_every and epoch_ended):
-            save_grid(state.model, cfg, run, step)
-        if (cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps:
-            state.scores = score(state, cfg, real, run, device)
-            if state.scores:
-                log.log({"step": step, **state.scores})
-                print(f"step {step}: " + "  ".join(f"{k} {v:.4g}" for k, v in state.scores.items()), flush=True)
-        if (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps or stop.requested:
-            state.save(run)
-    if state.step == cfg.steps:
-        save_grid(state.model, cfg, run, state.step)
-
+# ----------------------------------------------------------------------------- a trained run
 
 def score_run(run_dir: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """Score a run's ``checkpoints/last`` again (``modwire gan --score RUN_DIR``), with the run's own
-    config and ``eval.*`` / ``device`` overrides only, e.g. ``eval.random_attention=true`` (NFM §4.4)
-    or more samples. Nothing in the run directory changes, except ``fid_classifier/`` if it was missing."""
+    """Score a GAN run's ``checkpoints/last`` again (``modwire eval RUN_DIR``), with the run's own
+    config and ``gan.eval.*`` / ``device`` overrides only, e.g. ``gan.eval.random_attention=true``
+    (NFM §4.4) or more samples. Nothing in the run directory changes, except ``fid_classifier/`` if
+    it was missing."""
+    from .checkpoint import load_state, load_weights
+    from .resume import run_config
+
     run = Path(run_dir)
-    if not (run / "config.yaml").is_file() or not (run / "checkpoints" / "last").exists():
-        raise FileNotFoundError(f"--score {run}: expected a GAN run directory with config.yaml and checkpoints/last")
-    bad = [o for o in overrides if not o.split("=", 1)[0].removesuffix(":").strip().startswith(("eval.", "device"))]
+    last = run / "checkpoints" / "last"
+    if not (run / "config.yaml").is_file() or not last.exists():
+        raise FileNotFoundError(f"{run}: expected a GAN run directory with config.yaml and checkpoints/last")
+    bad = [o for o in overrides if not o.split("=", 1)[0].removesuffix(":").strip().startswith(("gan.eval.", "device"))]
     if bad:
-        raise UserError(f"--score: only eval.* and device overrides apply to a trained run, got {bad[0]!r}")
-    cfg = load_gan_config(run / "config.yaml", [*overrides, f"out_dir={json.dumps(str(run))}"])
-    device = resolve_device(cfg.device)
-    state = build_state(cfg, device)
-    state.load(run / "checkpoints" / "last")
-    c = state.model.config
-    dataset = build_dataset(cfg.data.task, cfg.data.split, max_samples=cfg.data.max_samples, **cfg.data.params)
-    real = RealImages(dataset, cfg.data.batch_size, cfg.seed, (c.image_channels, c.image_size, c.image_size))
-    return {"run": str(run), "step": state.step, "random_attention": cfg.eval.random_attention,
-            **score(state, cfg, real, run, device)}
-
-
-# ----------------------------------------------------------------------------- entry point
-
-def run_command(args: argparse.Namespace) -> int:
-    if args.score:
-        if args.config or args.resume or args.overwrite:
-            raise UserError("--score RUN_DIR takes the run's own config: give no CONFIG, --resume or --overwrite")
-        print(json.dumps(score_run(args.score, args.overrides)))
-        return 0
-    cfg = load_gan_config(args.config, args.overrides)
-    result = train_gan(cfg, resume=args.resume, overwrite=args.overwrite)
-    print(f"done: step {result['step']}  " + "  ".join(f"{k} {v:.4g}" for k, v in result["scores"].items()))
-    return result["exit_code"]
-
+        raise UserError(f"only gan.eval.* and device overrides apply to a trained GAN run, got {bad[0]!r}")
+    cfg = run_config(run, overrides)
+    device = distributed.setup(cfg.device).device
+    model = create_model(cfg.model.name, **gan_model_overrides(cfg)).to(device)
+    load_weights(model, last / "model.safetensors")
+    step = load_state(last)["step"]                            # verifies the checksums
+    model.eval()
+    return {"run": str(run), "step": step, "random_attention": cfg.gan.eval.random_attention,
+            **score(model, cfg, real_images(cfg, model), run, device)}

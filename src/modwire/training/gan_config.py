@@ -1,41 +1,22 @@
-"""The GAN training run's typed config (``modwire gan CONFIG``; :mod:`modwire.training.gan`).
+"""The GAN settings of a training config: ``TrainConfig.gan`` (:mod:`modwire.training.gan`).
 
-Read like :func:`modwire.training.config.load_config`: YAML files (with ``base:``) onto these
-dataclasses through OmegaConf, then ``--set`` overrides; every numeric and choice field is
-checked, errors name the key. Defaults are InfoMax-GAN's CIFAR-10 settings as run by Mimicry
-(Lee & Town 2020), which NFM §4.1 keeps unchanged: hinge loss, Adam (lr 2e-4, β = (0, 0.9)), 5
-discriminator steps per generator step, batch 64, 100k generator steps, learning rates decayed
-linearly to 0, InfoMax weights α = β = 0.2.
+A GAN run is an ordinary run of ``modwire train`` whose model is a GAN preset (``gan_*``,
+``nfm_gan_*``); everything else (data, optimiser, schedule, steps, checkpoints, logging,
+resume) is the common :class:`~modwire.training.config.TrainConfig`. What only a GAN has lives
+here. The defaults are InfoMax-GAN's CIFAR-10 settings as run by Mimicry (Lee & Town 2020),
+which NFM §4.1 keeps: 5 discriminator steps per generator step, hinge loss, InfoMax weights
+α = β = 0.2 (Adam lr 2e-4, β = (0, 0.9) and the linear decay to 0 are ``optim.*`` in
+``configs/gan/``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, ClassVar, Optional
 
-from ..nn.gan_losses import GAN_LOSSES
-from .config import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT, ConfigError, ModelSection, apply_override, \
-    check_rules, config_layers
 from ..errors import UserError
+from ..fields import COUNT, NON_NEGATIVE, POSITIVE, Bounds
+from ..nn.gan_losses import GAN_LOSSES
 
-DECAYS = ("linear", "none")
-
-
-@dataclass
-class GANDataSection:
-    task: str = "cifar10"                         # an image task (items: image [C, S, S] in [0, 1], label)
-    params: dict[str, Any] = field(default_factory=dict)
-    split: str = "train"
-    batch_size: int = 64
-    max_samples: int = 0                          # > 0: the first N images only
-
-
-@dataclass
-class GANOptimSection:
-    lr_g: float = 2e-4
-    lr_d: float = 2e-4
-    betas: list[float] = field(default_factory=lambda: [0.0, 0.9])
-    decay: str = "linear"                         # linear: both rates fall linearly to 0 at `steps` | none
 
 
 @dataclass
@@ -43,6 +24,9 @@ class GANLossSection:
     kind: str = "hinge"                           # hinge (SNGAN, InfoMax-GAN) | ns (non-saturating)
     infomax_d: float = 0.2                        # α: weight of L_NCE(real) in D's loss (needs the InfoMax heads)
     infomax_g: float = 0.2                        # β: weight of L_NCE(G(z)) in G's loss
+
+    bounds: ClassVar[dict[str, Bounds]] = {"infomax_d": NON_NEGATIVE, "infomax_g": NON_NEGATIVE}
+    choices: ClassVar[dict[str, tuple]] = {"kind": GAN_LOSSES}
 
 
 @dataclass
@@ -53,81 +37,63 @@ class GANEvalSection:
     batch_size: int = 250
     classifier_fid: bool = True                   # the offline "classifier-FID" (training.gan_metrics)
     classifier_epochs: int = 2
-    classifier_split: str = "test"                # its held-out accuracy is measured here ("" = skip)
+    classifier_accuracy: bool = True              # measure the FID classifier's accuracy on data.val_split
     inception_weights: Optional[str] = None       # a local FID Inception weights file: Inception FID + IS
     random_attention: bool = False                # score with NFM §4.4's random attention (NFM generators)
 
+    bounds: ClassVar[dict[str, Bounds]] = {
+        "every": NON_NEGATIVE, "batch_size": COUNT, "classifier_epochs": COUNT,
+        "num_samples": Bounds(lo=2, note="a covariance needs two images"),
+        "real_samples": Bounds(lo=2, note="a covariance needs two images")}
+
 
 @dataclass
-class GANTrainConfig:
-    model: ModelSection = field(default_factory=lambda: ModelSection(name="gan_resnet_cifar10"))
-    data: GANDataSection = field(default_factory=GANDataSection)
-    optim: GANOptimSection = field(default_factory=GANOptimSection)
+class GANSection:
+    n_dis: int = 5                                # discriminator steps per generator step
+    lr_d: Optional[float] = None                  # the discriminator's learning rate; null = optim.lr (the generator's)
     loss: GANLossSection = field(default_factory=GANLossSection)
     eval: GANEvalSection = field(default_factory=GANEvalSection)
-    steps: int = 100000                           # generator steps
-    n_dis: int = 5                                # discriminator steps per generator step
-    seed: int = 0
-    out_dir: str = "runs/gan"
-    checkpoint_every: int = 1000                  # generator steps; 0 = at the end only
     sample_every: int = 0                         # generator steps between sample grids; 0 = once per data epoch
     grid_size: int = 8                            # grids of grid_size² images from fixed latents
-    log_every: int = 50
-    device: str = "auto"                          # auto | cpu | cuda
+
+    bounds: ClassVar[dict[str, Bounds]] = {"n_dis": COUNT, "lr_d": POSITIVE, "sample_every": NON_NEGATIVE,
+                                           "grid_size": COUNT}
 
 
-NUMERIC: dict[str, Any] = {
-    "data.batch_size": AT_LEAST_ONE, "data.max_samples": NON_NEGATIVE, "optim.lr_g": POSITIVE,
-    "optim.lr_d": POSITIVE, "optim.betas.*": UNIT, "loss.infomax_d": NON_NEGATIVE, "loss.infomax_g": NON_NEGATIVE,
-    "eval.every": NON_NEGATIVE, "eval.num_samples": AT_LEAST_ONE, "eval.real_samples": AT_LEAST_ONE,
-    "eval.batch_size": AT_LEAST_ONE, "eval.classifier_epochs": AT_LEAST_ONE, "steps": AT_LEAST_ONE,
-    "n_dis": AT_LEAST_ONE, "seed": NON_NEGATIVE, "checkpoint_every": NON_NEGATIVE, "sample_every": NON_NEGATIVE,
-    "grid_size": AT_LEAST_ONE, "log_every": AT_LEAST_ONE,
-}
-CHOICES = {"optim.decay": DECAYS, "loss.kind": GAN_LOSSES, "device": ("auto", "cpu", "cuda")}
-#: Keys a resumed run may change (they change neither the model, the data nor the optimisation).
-GAN_HARMLESS_KEYS = ("log_every", "checkpoint_every", "sample_every", "device", "eval.every", "eval.num_samples",
-            "eval.batch_size", "eval.inception_weights", "eval.random_attention")
+#: GAN keys a resumed run may change (with ``--allow-change``): they change neither the model, the
+#: data nor the optimisation.
+GAN_HARMLESS_KEYS = ("gan.sample_every", "gan.eval.every", "gan.eval.num_samples", "gan.eval.batch_size",
+                     "gan.eval.inception_weights", "gan.eval.random_attention")
 
 
-def validate(c: GANTrainConfig) -> None:
-    check_rules(c, CHOICES, NUMERIC)
-    if len(c.optim.betas) != 2:
-        raise UserError(f"config key 'optim.betas': got {list(c.optim.betas)}, expected two numbers [beta1, beta2]")
-    if (c.loss.infomax_d > 0 or c.loss.infomax_g > 0) and c.data.batch_size < 2:
-        raise UserError(f"config key 'data.batch_size': got {c.data.batch_size}, expected at least 2 with InfoMax-GAN's "
-                        f"InfoNCE on (loss.infomax_d / loss.infomax_g > 0: the other images are its negatives)")
-    if c.eval.num_samples < 2 or c.eval.real_samples < 2:
-        raise UserError("config keys 'eval.num_samples' / 'eval.real_samples': expected at least 2 images each "
-                        "(a covariance needs two)")
+def check_gan_settings(c: Any) -> None:
+    """A GAN preset with a setting only supervised runs use, or ``gan.*`` set for another model,
+    is refused (neither would be applied). ``c``: a :class:`~modwire.training.config.TrainConfig`."""
+    from ..models.capabilities import Adversarial
+    from ..models.registry import get_preset, list_models
 
-
-def load_gan_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> GANTrainConfig:
-    """A validated :class:`GANTrainConfig` from a YAML file (optional, ``base:`` allowed) and
-    ``key=value`` / ``key:=value`` overrides (as :func:`modwire.training.config.load_config`)."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    cfg = OmegaConf.structured(GANTrainConfig)
-    for file, layer in (config_layers(path) if path is not None else []):
-        try:
-            cfg = OmegaConf.merge(cfg, layer)
-        except OmegaConfBaseException as exc:
-            raise ConfigError(f"config file {file}: {exc}".splitlines()[0]) from None
-    for item in overrides:
-        try:
-            cfg = apply_override(cfg, item, schema=GANTrainConfig)
-        except OmegaConfBaseException as exc:
-            raise ConfigError(f"override {item!r}: {exc}".splitlines()[0]) from None
-    try:
-        config = OmegaConf.to_object(cfg)
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"invalid GAN training config: {exc}".splitlines()[0]) from None
-    validate(config)
-    return config
-
-
-def to_yaml(c: GANTrainConfig) -> str:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_yaml(OmegaConf.structured(c))
+    if c.model.name not in list_models():
+        return                                     # the trainer names the unknown model
+    if not issubclass(get_preset(c.model.name)[0], Adversarial):
+        if c.gan != GANSection():
+            raise UserError(f"config key 'gan': the gan.* settings apply to GAN models (gan_*, nfm_gan_*); "
+                            f"model {c.model.name!r} is not one: remove them")
+        return
+    if c.max_steps <= 0:
+        raise UserError(f"config key 'max_steps': got {c.max_steps}, expected the GAN's length in generator steps "
+                        f"(an integer >= 1)")
+    unused = {"epochs": (c.epochs, 1), "grad_accum": (c.grad_accum, 1), "ema_decay": (c.ema_decay, 0.0),
+              "precision": (c.precision, "fp32"), "compile": (c.compile, False), "data.augment": (c.data.augment, False),
+              "data.mixup": (c.data.mixup, False), "data.few_shot.shots": (c.data.few_shot.shots, 0),
+              "data.few_shot.ways": (c.data.few_shot.ways, 0), "finetune.init": (c.finetune.init, None),
+              "aux_loss_weights": (dict(c.aux_loss_weights), {}),
+              "optim.label_smoothing": (c.optim.label_smoothing, 0.0)}
+    for key, (value, default) in unused.items():
+        if value != default:
+            raise UserError(f"config key {key!r}: got {value!r}, but GAN training (model {c.model.name!r}) does not "
+                            f"use it: leave it at {default!r} (a GAN's length is max_steps generator steps; its "
+                            f"losses are weighted by gan.loss.*)")
+    if (c.gan.loss.infomax_d > 0 or c.gan.loss.infomax_g > 0) and c.data.batch_size < 2:
+        raise UserError(f"config key 'data.batch_size': got {c.data.batch_size}, expected at least 2 with "
+                        f"InfoMax-GAN's InfoNCE on (gan.loss.infomax_d / gan.loss.infomax_g > 0: the other images "
+                        f"are its negatives)")

@@ -37,14 +37,19 @@ def lr_at(step: int, total: int, cfg: OptimSection) -> float:
     reached at the last step or, with ``decay_steps > 0``, at step ``decay_steps`` and kept after
     (NI App. A.1.5: "anneal ... over 80-90% of the training steps, and keep the learning rate at
     the minimum for the remainder"; Table 4: 120000 decay steps). ``schedule="step"``: after the
-    warm-up, ``lr · gamma^(number of milestones <= step)`` (Verma et al.'s step decay)."""
+    warm-up, ``lr · gamma^(number of milestones <= step)`` (Verma et al.'s step decay); ``"linear"``: from ``lr`` to ``min_lr`` in a straight line (Mimicry's GAN
+    schedule with ``min_lr = 0``); ``"constant"``: ``lr`` after the warm-up."""
     if step < cfg.warmup_steps:
         return cfg.warmup_lr + (cfg.lr - cfg.warmup_lr) * step / cfg.warmup_steps
     if cfg.schedule == "step":   # Verma et al. 2019 (NFM Table 2's procedure): lr × gamma at each milestone
         return cfg.lr * cfg.gamma ** sum(step >= m for m in cfg.milestones)
+    if cfg.schedule == "constant":
+        return cfg.lr
     end = cfg.decay_steps if cfg.decay_steps > 0 else total
     span = max(1, end - cfg.warmup_steps)
     t = min(1.0, (step - cfg.warmup_steps) / span)
+    if cfg.schedule == "linear":  # Mimicry's GAN schedule (NFM §4.1): lr falls linearly to min_lr (there 0)
+        return cfg.lr + (cfg.min_lr - cfg.lr) * t
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * t))
 
 

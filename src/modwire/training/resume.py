@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .config import TrainConfig, load_config, to_yaml
+from .gan_config import GAN_HARMLESS_KEYS
 from ..errors import UserError
 
 CONFIG_NAME, RESUMES_NAME = "config.yaml", "resumes.jsonl"
 HARMLESS_KEYS = ("epochs", "max_steps", "log_every", "progress", "checkpoint_every", "data.num_workers", "device",
-            "compile")
+                 "compile", *GAN_HARMLESS_KEYS)
 IGNORED = ("out_dir",)     # the run directory is the run's identity; it may have been moved
 
 

@@ -47,7 +47,7 @@ class TrainState:
         """Write ``<run_dir>/checkpoints/<tag>`` (atomic, checksummed; see ``checkpoint.py``)."""
         full = {k: getattr(self, k) for k in COUNTERS}
         full.update(optimizer=self.optimizer.state_dict(), scheduler=self.scheduler.state_dict(),
-                    scaler=self.scaler.state_dict(), rng=rng_state())
+                    scaler=self.scaler.state_dict(), rng=rng_state(), **self.extra_state())
         if self.ema is not None:
             full["ema_n_averaged"] = self.ema.n_averaged
         ema = self.ema.module.state_dict() if self.ema is not None else None
@@ -70,10 +70,18 @@ class TrainState:
                 raise UserError(f"{ckpt} holds no {EMA_FILE}, but the config keeps an EMA (ema_decay > 0)")
             load_weights(self.ema.module, ckpt / EMA_FILE)
             self.ema.n_averaged.copy_(full["ema_n_averaged"])
+        self.load_extra_state(full)
         for k in COUNTERS:
             setattr(self, k, full.get(k, getattr(self, k)))
         set_rng_state(full["rng"])
         return self
+
+    def extra_state(self) -> dict[str, Any]:
+        """What a subclass saves besides the above (a GAN's discriminator optimizer: ``gan.GANState``)."""
+        return {}
+
+    def load_extra_state(self, full: dict[str, Any]) -> None:
+        """Restore :meth:`extra_state` from a checkpoint's ``state.pt`` contents."""
 
 
 def rng_state() -> dict[str, Any]:

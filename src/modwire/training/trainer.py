@@ -59,10 +59,12 @@ from .config import TrainConfig
 from .feedback import Feedback, MetricsLog
 from .finetune_setup import few_shot_splits, pretrained_model, select_trainable
 from .lock import RunLock
+from .gan import build_gan_run, gan_model_overrides, is_adversarial
 from .optim import build_optimizer, build_scheduler
 from .resume import CONFIG_NAME, RESUMES_NAME, check_resume, record_resume, saved_config_changes, write_config_once
 from .runtime import (autocast, batch_len, call_model, check_labels, compute_loss, evaluate, make_loader,
                       to_device)
+from .run import TrainingRun
 from .signals import StopSignals
 from .state import TrainState
 from ..errors import UserError, UserTypeError
@@ -82,6 +84,8 @@ def model_overrides_for_task(cfg: TrainConfig) -> dict[str, Any]:
     (``ModelConfig.input_overrides``), then the user's overrides, which win (nested settings such
     as ``tokenizer`` merge: a user's ``tokenizer.max_len`` keeps the tokenizer kind the task's inputs
     call for). Validates the task, its params and the whole model config; builds no weights."""
+    if is_adversarial(cfg.model.name):                  # a GAN makes images; it does not read the task's inputs
+        return gan_model_overrides(cfg)
     info = describe_task(cfg.data.task, cfg.data.params)
     preset = get_config(cfg.model.name)
     user = OmegaConf.to_container(cfg.model.overrides) if OmegaConf.is_config(cfg.model.overrides) \
@@ -159,12 +163,11 @@ def make_mixer(cfg: TrainConfig, num_classes: int):
 
 
 @dataclass
-class TrainingRun:
-    """What the loop needs besides the :class:`TrainState`, built once per process."""
+class Supervised:
+    """The supervised :class:`~modwire.training.run.Program`: micro-batches of the task's training
+    split, its loss plus the model's auxiliary losses, validation on ``data.val_split`` at the end of
+    each epoch (and of the run)."""
 
-    cfg: TrainConfig
-    dist: distributed.DistInfo
-    dir: Path
     info: Any                                   # the task's TaskInfo
     train_set: Any
     sampler: distributed.EpochSampler
@@ -173,28 +176,45 @@ class TrainingRun:
     mixer: Any                                  # MixupCutmix or None
     local_batch: int                            # micro-batch per process
     steps_per_epoch: int
-    total: int                                  # optimizer steps of the whole run
-    net: torch.nn.Module | None = None          # the model as called: DDP- and compile-wrapped
-    log: MetricsLog | None = None
-    feedback: Feedback | None = None
+    grad_accum: int
     batches: Any = None                         # the current epoch's batch iterator
-    seen: int = 0                               # samples since the last log record
-    tick: float = 0.0
     aux_checked: bool = False
 
     @property
-    def device(self) -> torch.device:
-        return self.dist.device
+    def best_metric(self) -> tuple[str, bool]:
+        key = self.info.metrics[0]
+        return key, key in LOWER_IS_BETTER
 
     @property
     def micro_used(self) -> int:
         """Micro-batches per epoch that fill whole steps (a ragged tail is skipped)."""
-        return self.steps_per_epoch * self.cfg.grad_accum
+        return self.steps_per_epoch * self.grad_accum
+
+    def step(self, run: TrainingRun, state: TrainState) -> dict[str, Tensor]:
+        # ---- micro-steps: forward and backward over grad_accum micro-batches
+        losses = accumulate(run, state)
+        # ---- clip the gradient, step the optimizer, the schedule (LambdaLR: warm-up, cosine) and the EMA
+        optimizer_step(run, state)
+        return losses
+
+    def evaluate(self, run: TrainingRun, state: TrainState, stop: StopSignals) -> dict[str, float] | None:
+        return evaluate(state.eval_model, self.val_loader, self.info, run.device, run.cfg.precision, stop=stop,
+                        progress=run.feedback.validation)
+
+    def summary(self, run: TrainingRun, state: TrainState) -> dict[str, str]:
+        cfg = run.cfg
+        return {"data": f"{len(self.train_set)} {cfg.data.train_split} / {len(self.val_loader.dataset)} "
+                        f"{cfg.data.val_split} samples",
+                "steps": f"{self.steps_per_epoch} per epoch, {run.total} in all (batch {cfg.data.batch_size} = "
+                         f"{run.dist.world} × {cfg.grad_accum} × {self.local_batch})"}
 
 
 def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path,
               overrides: dict[str, Any] | None = None) -> tuple[TrainingRun, TrainState]:
-    """Model, data, loaders, optimizer, schedule: a :class:`TrainingRun` and a fresh :class:`TrainState`."""
+    """Model, data, loaders, optimizer, schedule: a :class:`TrainingRun` and a fresh :class:`TrainState`
+    (a GAN preset's: :func:`modwire.training.gan.build_gan_run`)."""
+    if not cfg.finetune.init and is_adversarial(cfg.model.name):   # with init, model.name only labels the run
+        return build_gan_run(cfg, dist_info, run_dir, overrides)
     world = dist_info.world
     if cfg.data.batch_size % (world * cfg.grad_accum):
         raise UserError(f"data.batch_size={cfg.data.batch_size} must be divisible by processes × grad_accum "
@@ -219,8 +239,9 @@ def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path,
                         f"global batch ({cfg.data.batch_size})")
     steps_per_epoch = len(train_loader) // cfg.grad_accum
     total = cfg.epochs * steps_per_epoch if cfg.max_steps <= 0 else min(cfg.max_steps, cfg.epochs * steps_per_epoch)
-    run = TrainingRun(cfg, dist_info, run_dir, info, train_set, sampler, train_loader, val_loader, mixer, local_batch,
-              steps_per_epoch, total)
+    program = Supervised(info, train_set, sampler, train_loader, val_loader, mixer, local_batch, steps_per_epoch,
+                         cfg.grad_accum)
+    run = TrainingRun(cfg, dist_info, run_dir, program, total)
     optimizer = build_optimizer(model, cfg.optim)
     ema = None
     if cfg.ema_decay > 0:
@@ -269,11 +290,8 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
                     continue
                 if state.step >= run.total:
                     break
-                # ---- learning rate: LambdaLR (warm-up, cosine), stepped after each optimizer step
-                # ---- micro-steps: forward and backward over grad_accum micro-batches
-                losses = accumulate(run, state)
-                # ---- clip the gradient, step the optimizer, the schedule and the EMA
-                optimizer_step(run, state)
+                # ---- one optimizer step (the program's: supervised, or a GAN's D and G steps)
+                losses = run.program.step(run, state)
                 # ---- log; checkpoint every checkpoint_every steps
                 log_step(run, state, losses)
                 keep_weights(run, state)
@@ -338,13 +356,12 @@ def start(run: TrainingRun, state: TrainState, *, resumed: bool) -> None:
     run.log = MetricsLog(run.dir, main, resume_step=state.step if resumed else None)
     run.feedback = Feedback(title=f"{cfg.model.name} on {cfg.data.task}", total=run.total, start=state.step,
                             enabled=cfg.progress, main=main)
+    lines = run.program.summary(run, state)
     run.feedback.summary({
         "run directory": f"{run.dir} ({f'resumed at step {state.step}' if resumed else 'new run'})",
-        "data": f"{len(run.train_set)} {cfg.data.train_split} / {len(run.val_loader.dataset)} "
-                f"{cfg.data.val_split} samples",
+        "data": lines["data"],
         "parameters": f"{state.model.num_parameters():,} ({state.model.num_parameters(True):,} trainable)",
-        "steps": f"{run.steps_per_epoch} per epoch, {run.total} in all (batch {cfg.data.batch_size} = "
-                 f"{run.dist.world} × {cfg.grad_accum} × {run.local_batch})",
+        "steps": lines["steps"],
         "device": f"{run.device} × {run.dist.world}, precision {cfg.precision}",
         **({"fine-tuning": f"from {cfg.finetune.init}; training {', '.join(cfg.finetune.train)}"
                            f"{'; new task outputs' if cfg.finetune.new_task else ''}"} if cfg.finetune.init else {})})
@@ -363,17 +380,18 @@ def finish(run: TrainingRun) -> None:
 def next_batch(run: TrainingRun, state: TrainState) -> tuple[Any, Tensor]:
     """The next micro-batch on the device: labels checked, mixup applied. An epoch's iterator
     starts at ``state.micro`` (exact resume part-way through an epoch)."""
-    if run.batches is None:
+    p = run.program
+    if p.batches is None:
         if state.micro == 0 and isinstance(state.model, EpochAware):  # AiT's "reset memory" (Table 2); not
             state.model.start_epoch(state.epoch, torch_generator(run.cfg.seed, state.epoch))  # mid-epoch
-        run.sampler.set_epoch(state.epoch, start=state.micro * run.local_batch)
-        if isinstance(run.train_set, EpochDataset):
-            run.train_set.set_epoch(state.epoch)
-        run.batches = iter(run.train_loader)
-    x, y = next(run.batches)
-    check_labels(y, run.info, state.model.num_classes)
-    if run.mixer is not None:  # a draw that depends only on (seed, rank, epoch, position)
-        x, y = run.mixer(x, y, torch_generator(run.cfg.seed, run.dist.rank, state.epoch, state.micro))
+        p.sampler.set_epoch(state.epoch, start=state.micro * p.local_batch)
+        if isinstance(p.train_set, EpochDataset):
+            p.train_set.set_epoch(state.epoch)
+        p.batches = iter(p.train_loader)
+    x, y = next(p.batches)
+    check_labels(y, p.info, state.model.num_classes)
+    if p.mixer is not None:  # a draw that depends only on (seed, rank, epoch, position)
+        x, y = p.mixer(x, y, torch_generator(run.cfg.seed, run.dist.rank, state.epoch, state.micro))
     return to_device(x, run.device), y.to(run.device)
 
 
@@ -388,7 +406,7 @@ def accumulate(run: TrainingRun, state: TrainState) -> dict[str, Tensor]:
         with sync:
             with autocast(run.device, cfg.precision):
                 out = call_model(run.net, x)
-            loss = compute_loss(run.info, out, y, cfg.optim.label_smoothing)
+            loss = compute_loss(run.program.info, out, y, cfg.optim.label_smoothing)
             aux = auxiliary_losses(run, state.model)
             objective = loss / n                                   # each micro-batch's share of the step
             if aux:
@@ -419,12 +437,12 @@ def auxiliary_losses(run: TrainingRun, model: torch.nn.Module) -> dict[str, Tens
         raise UserError(f"model {run.cfg.model.name!r} reports the auxiliary loss(es) {missing} but the training "
                         f"config gives no weight: set aux_loss_weights.{missing[0]} (e.g. --set "
                         f"aux_loss_weights.{missing[0]}=0.01; 0 logs it without training on it)")
-    if not run.aux_checked:
+    if not run.program.aux_checked:
         unused = sorted(set(run.cfg.aux_loss_weights) - set(aux))
         if unused:
             raise UserError(f"config key 'aux_loss_weights.{unused[0]}': model {run.cfg.model.name!r} reports no "
                             f"auxiliary loss named {unused[0]!r} (it reports {sorted(aux) or 'none'})")
-        run.aux_checked = True
+        run.program.aux_checked = True
     return aux
 
 
@@ -441,8 +459,8 @@ def optimizer_step(run: TrainingRun, state: TrainState) -> None:
         state.ema.update_parameters(state.model)
         copy_buffers(state.model, state.ema.module)
     state.step += 1
-    if state.micro == run.micro_used:               # the epoch is over (a ragged tail is skipped)
-        state.epoch, state.micro, run.batches = state.epoch + 1, 0, None
+    if state.micro == run.program.micro_used:       # the epoch is over (a ragged tail is skipped)
+        state.epoch, state.micro, run.program.batches = state.epoch + 1, 0, None
         state.val_pending = True
     state.val_pending |= state.step >= run.total
 
@@ -457,7 +475,7 @@ def copy_buffers(model: torch.nn.Module, ema: torch.nn.Module) -> None:
 
 def log_step(run: TrainingRun, state: TrainState, losses: dict[str, Tensor]) -> None:
     """A ``metrics.jsonl`` record every ``log_every`` steps (the global batch's losses), progress."""
-    rate = run.seen / max(time.perf_counter() - run.tick, 1e-9)
+    rate = run.samples_per_second()
     record = None
     if state.step % run.cfg.log_every == 0 or state.step == run.total:
         values = torch.stack(list(losses.values()))
@@ -474,27 +492,27 @@ def log_step(run: TrainingRun, state: TrainState, losses: dict[str, Tensor]) -> 
 def validate_and_save(run: TrainingRun, state: TrainState, stop: StopSignals) -> None:
     """Validate (rank 0), log, write ``last`` and, when the metric improved, ``best``. An
     interrupt between validation batches leaves the validation pending (redone on resume)."""
-    metrics = evaluate(state.eval_model, run.val_loader, run.info, run.device, run.cfg.precision,
-                       stop=stop, progress=run.feedback.validation) if run.dist.main else {}
+    metrics = run.program.evaluate(run, state, stop) if run.dist.main else {}
     if run.dist.world > 1:
         torch.distributed.barrier()
     if metrics is None:
         return
     state.val, state.val_step, state.val_pending = metrics, state.step, False
-    run.log.log({"step": state.step, "epoch": state.epoch, **{f"val_{k}": v for k, v in metrics.items()}})
-    improved = _improves_best(state, run.info)
+    if metrics:                                            # a GAN scored with no score switched on: nothing
+        run.log.log({"step": state.step, "epoch": state.epoch, **{f"val_{k}": v for k, v in metrics.items()}})
+    improved = _improves_best(state, *run.program.best_metric)
     save(run, state, "last")
     if improved:
         save(run, state, "best")
 
 
-def _improves_best(state: TrainState, info) -> bool:
-    """Whether the task's first metric improved (higher is better, but perplexity: lower)."""
-    key = info.metrics[0]
-    value = (state.val or {}).get(key)
+def _improves_best(state: TrainState, key: str | None, lower_is_better: bool) -> bool:
+    """Whether the metric ``key`` improved (the task's first metric, higher is better but perplexity;
+    a GAN's classifier-FID, lower is better)."""
+    value = (state.val or {}).get(key) if key else None
     if value is None or not math.isfinite(value):
         return False
-    better = (lambda a, b: a < b) if key in LOWER_IS_BETTER else (lambda a, b: a > b)
+    better = (lambda a, b: a < b) if lower_is_better else (lambda a, b: a > b)
     if state.best is None or better(value, state.best[key]):
         state.best = {key: value, "step": state.step}
         return True

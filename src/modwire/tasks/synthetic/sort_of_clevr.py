@@ -350,7 +350,7 @@ class SortOfClevrDataset(GeneratedDataset):
         self.patch_size = patch_size
         self.holdout = check_holdout(holdout) if split == "train" else 0   # NFM Table 7: train split only
         # Rendered images, kept (up to CACHED_IMAGES, ~68 KB each): a shuffled epoch asks for each
-        # image 20 times, and drawing plus rendering a scene costs ~2 ms.
+        # image 20 times, so each scene is drawn and rendered once instead of 20 times.
         self._cache: dict[int, tuple[Scene, np.ndarray]] = {}
 
     def scene(self, image_index: int) -> Scene:

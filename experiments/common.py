@@ -1,0 +1,230 @@
+"""What every study of ``experiments/`` does, once: its command line, the grid of training runs
+(each run trained or resumed, finished ones skipped), the study's one results file, mean ± std over
+seeds, Markdown tables and figures. A study script keeps what is its own: the paper's figure or
+table it reproduces, its grid, its metric and its figure's specifics.
+
+Every study run writes ``OUT/study.json`` (:func:`write_study`): ``{"study", "config", "seeds",
+"commit", "wall_time_s", "machine", "results"}``, written atomically (a temporary file, then
+:func:`os.replace`), so a study killed while writing leaves the previous file whole. A study's
+per-run log (``OUT/results.jsonl``, :mod:`modwire.analysis.results_log`) is what lets a rerun skip
+finished runs; ``study.json`` is the run's record of what it found.
+
+The studies are scripts: each puts this file's directory on ``sys.path`` and imports ``common``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import io
+import json
+import os
+import platform
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS_FILE = "study.json"
+
+# ----------------------------------------------------------------------------- the command
+
+
+def parser(doc: str, out: Path | str | None, quick: str, *, workers: int | None = None,
+           report: str | None = None) -> argparse.ArgumentParser:
+    """A study's parser: its docstring's first paragraph as description, ``--out`` (default ``out``),
+    ``--quick`` (a smoke test: ``quick``), and ``--workers`` / ``--report`` where given."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=None if out is None else Path(out))
+    ap.add_argument("--quick", action="store_true", help=f"smoke test: {quick}")
+    if workers is not None:
+        ap.add_argument("--workers", type=int, default=workers, help="worker processes (0: in this process)")
+    if report is not None:
+        ap.add_argument("--report", action="store_true", help=report)
+    return ap
+
+
+def positive(text: str) -> int:
+    """argparse type: an int >= 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
+# ----------------------------------------------------------------------------- the grid of runs
+
+
+def worker(key_of: Callable[[Any], str]) -> Callable:
+    """Decorator of a study's job function (run in a worker process, :func:`run_grid`): one torch
+    thread (two single-threaded workers beat one two-threaded on 2 cores), the job's ``seconds``
+    unless it records them, and an exception returned as ``{"key": key_of(job), "error"}`` so that
+    the other jobs go on. The decorated function stays picklable by name (spawned workers)."""
+    def wrap(run: Callable[[Any], dict]) -> Callable[[Any], dict]:
+        @functools.wraps(run)
+        def job(arg):
+            start = time.perf_counter()
+            try:
+                import torch
+
+                torch.set_num_threads(1)
+                record = run(arg)
+            except Exception as e:        # reported by the parent with the job's key
+                return {"key": key_of(arg), "error": f"{type(e).__name__}: {e}"}
+            return {**record, "seconds": record.get("seconds", round(time.perf_counter() - start, 1))}
+        return job
+    return wrap
+
+
+def run_grid(run: Callable[[Any], dict], jobs: Sequence, path: Path, *, key: Callable[[Any], str], workers: int,
+             describe: Callable[[dict], str], keep: Callable[[dict], bool] = lambda r: True,
+             finished: Callable[[Any, dict[str, dict]], bool] | None = None, noun: str = "runs",
+             verb: str = "train", log: Callable[[str], None] = print) -> list[str]:
+    """Run the jobs of a study's grid that the results log ``path`` does not hold yet (its records
+    that ``keep`` accepts, by key; ``finished(job, done)`` where a key is not enough), on ``workers``
+    spawned processes (0: in this one), appending each record as it finishes. Returns the failures."""
+    from modwire.analysis.results_log import load_results, run_jobs
+
+    done = load_results(path, keep=keep)
+    todo = [j for j in jobs if not (finished(j, done) if finished else key(j) in done)]
+    where = f"on {workers} worker process(es)" if workers else "in this process"
+    log(f"{len(jobs)} {noun}, {len(jobs) - len(todo)} already in {path}, {len(todo)} to {verb} {where}")
+    if not todo:
+        return []
+    return run_jobs(run, list(todo), path, workers=workers, describe=describe, log=log)
+
+
+def train_or_resume(cfg) -> dict:
+    """``modwire.training.train`` of ``cfg``, resuming the interrupted run in its ``out_dir``; a run
+    stopped by a signal is an error (a rerun resumes it)."""
+    from modwire.training import train
+
+    resume = (Path(cfg.out_dir) / "checkpoints" / "last").exists()
+    result = train(cfg, resume=resume, overwrite=not resume)
+    if result["status"] != "finished":
+        raise RuntimeError(f"interrupted at step {result['step']} of {cfg.max_steps}; rerun to resume")
+    return result
+
+
+def eval_run(run_dir: Path, split: str = "test") -> dict:
+    """``modwire eval RUN --split SPLIT``'s metrics of the run's best checkpoint."""
+    from modwire.cli import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["eval", str(run_dir), "--split", split])
+    if code != 0:
+        raise RuntimeError(f"modwire eval {run_dir} --split {split} exited {code}")
+    return json.loads(buf.getvalue().strip().splitlines()[-1])
+
+
+# ----------------------------------------------------------------------------- summaries and tables
+
+
+def mean_std(values: Iterable[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (n - 1; 0 for one value) over seeds."""
+    values = list(values)
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def format_mean_std(values: Iterable[float], digits: int = 2, *, n: bool = False, empty: str = "not run") -> str:
+    """``"m ± s"`` of :func:`mean_std` (``"m"`` for one value), ``"m ± s (n = k)"`` with ``n``,
+    ``empty`` for no values."""
+    values = list(values)
+    if not values:
+        return empty
+    m, s = mean_std(values)
+    if n:
+        return f"{m:.{digits}f} ± {s:.{digits}f} (n = {len(values)})"
+    return f"{m:.{digits}f} ± {s:.{digits}f}" if len(values) > 1 else f"{m:.{digits}f}"
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence]) -> str:
+    """A Markdown table: the header, its rule, one line per row (cells as ``str``); no final newline."""
+    def line(cells: Sequence) -> str:
+        return "| " + " | ".join(str(c) for c in cells) + " |"
+    return "\n".join([line(header), line(["---"] * len(header)), *(line(r) for r in rows)])
+
+
+def save_figure(path: Path, draw: Callable[[Any, Any], None], *, figsize: tuple[float, float] = (6, 4),
+                dpi: int = 120, **subplots) -> Path | None:
+    """A study's figure: ``draw(fig, ax)`` on ``plt.subplots(figsize=..., **subplots)``, saved to
+    ``path``; ``None`` without matplotlib (imported here, with the Agg backend)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=figsize, **subplots)
+    try:
+        draw(fig, ax)
+        fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+    return Path(path)
+
+
+# ----------------------------------------------------------------------------- the results file
+
+
+def git_commit(root: Path = ROOT) -> str | None:
+    """``git rev-parse HEAD`` of the checkout, or ``None`` (no git, not a checkout)."""
+    try:
+        run = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if run.returncode != 0:
+        return None
+    return run.stdout.strip() or None
+
+
+def machine() -> dict:
+    """What the study ran on: platform, Python, CPU count, torch version (``None`` without torch)."""
+    try:
+        import torch
+
+        version = torch.__version__
+    except ImportError:
+        version = None
+    return {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
+            "torch": version}
+
+
+def write_json_atomic(path: Path, obj: Any) -> Path:
+    """Write ``obj`` as JSON to ``path`` through a temporary file and :func:`os.replace`: a failure
+    (or a kill) while writing leaves ``path`` as it was and no temporary file behind."""
+    path = Path(path)
+    text = json.dumps(obj, indent=1, default=_plain) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _plain(obj: Any) -> Any:
+    """JSON for what :mod:`json` cannot write: arrays and scalars of numpy and torch as numbers, the
+    rest (paths) as text."""
+    return obj.tolist() if hasattr(obj, "tolist") else str(obj)
+
+
+def write_study(out: Path, study: str, results: Iterable, *, config: argparse.Namespace | dict,
+                seeds: Iterable[int] = (), started: float | None = None) -> Path:
+    """The study run's one results file, ``out/study.json``: the study's name, its ``config`` (the
+    command's arguments), its ``seeds``, the commit and machine, the wall time since ``started``
+    (a :func:`time.perf_counter` value; ``None``: not timed) and its ``results``."""
+    config = vars(config) if isinstance(config, argparse.Namespace) else dict(config)
+    record = {"study": study, "config": config, "seeds": list(seeds), "commit": git_commit(),
+              "wall_time_s": None if started is None else round(time.perf_counter() - started, 1),
+              "machine": machine(), "results": list(results)}
+    return write_json_atomic(Path(out) / RESULTS_FILE, record)
