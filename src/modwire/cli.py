@@ -78,8 +78,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma-separated fractions of edges to remove, each in [0, 1]; NAC runs only "
                         "(default for a NAC: 0,.5,.8,.9,.92,.94,.96,.98,1)")
     a.add_argument("--split", help="split (default: the run's validation split)")
-    a.add_argument("--batch", type=int, default=64, help="batch of the throughput and FLOP measurements (default 64)")
-    a.add_argument("--iters", type=int, default=3, help="timed batches per model, median kept (default 3)")
+    a.add_argument("--batch", type=int, default=None, help="batch of the throughput and FLOP measurements (default 64)")
+    a.add_argument("--iters", type=int, default=None, help="timed batches per model, median kept (default 3)")
     a.add_argument("--block-size", type=int, default=None,
                    help="block size of the block-sparse propagators timed for --edges (default: the prior's "
                         "cluster size, else modules / 8)")

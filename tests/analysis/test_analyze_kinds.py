@@ -144,7 +144,8 @@ def test_nfm_lm_gets_its_read_map_on_the_split_asked_for(runs, tmp_path, capsys)
 
 
 @pytest.mark.parametrize("args, flag", [(["--drop", "0,0.5"], "--drop"), (["--edges", "0"], "--edges"),
-                                        (["--baseline", "BASE"], "--baseline")])
+                                        (["--baseline", "BASE"], "--baseline"), (["--batch", "8"], "--batch"),
+                                        (["--iters", "1"], "--iters"), (["--block-size", "2"], "--block-size")])
 def test_module_surgery_flags_name_what_applies(runs, tmp_path, capsys, args, flag):
     args = [str(runs["lm"]) if a == "BASE" else a for a in args]
     assert cli.main(["analyze", str(runs["ait"]), "--out", str(tmp_path / "o"), "--no-plots", *args]) == 2

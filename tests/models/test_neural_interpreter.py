@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from modwire.models.neural_interpreter import (NeuralInterpreter, NeuralInterpreterConfig, max_identity_iterations,
                                                residual_growth)
 from modwire.models.registry import create_model
-from modwire.models.set_model import EmbedConfig
+from modwire.models.tokenizer_config import TokenizerConfig
 from modwire.models.vit import ViT, ViTConfig
 from reference.ni import fn_iter_literal, interpreter_literal
 
@@ -23,7 +23,7 @@ def _config(**kw) -> NeuralInterpreterConfig:
     """4×4 images in 2×2 patches (4 grid tokens + 1 CLS token), 3 functions, 2 heads."""
     base = dict(num_classes=3, d_model=8, d_code=6, num_scripts=2, num_iterations=2, num_functions=3,
                 num_heads=2, qk_head_dim=3, ffn_hidden=10, d_type=4, tau=1.6, type_hidden=7, pos_dim=3,
-                eps=1e-3, embed=EmbedConfig(kind="patches", image_size=4, in_channels=1, patch_size=2,
+                eps=1e-3, embed=TokenizerConfig(kind="patches", image_size=4, in_channels=1, patch_size=2,
                                             positions="relative"))
     return NeuralInterpreterConfig(**{**base, **kw})
 
@@ -141,7 +141,7 @@ def test_reduces_to_vit_with_one_function(residual):
     value width per head: a ViT with 2 pre-LN layers (``update`` / ``none``); Eq. 11 as printed
     (``identity``) adds the input once more: ``y = x + ViT-layers(x)``."""
     ni = _model(num_functions=1, eps=0.0, tau=None, num_scripts=1, num_iterations=1, num_locs=2, qk_head_dim=4,
-                interpreter_residual=residual, embed=EmbedConfig(kind="vectors", input_dim=3, max_len=0))
+                interpreter_residual=residual, embed=TokenizerConfig(kind="linear", input_dim=3, max_len=0))
     vit = _vit_from_ni(ni)
     x = torch.randn(B, 6, 3, dtype=torch.float64)
     tokens = _tokens(ni, x)

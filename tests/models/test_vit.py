@@ -14,7 +14,7 @@ from torch import nn
 
 import modwire
 from modwire.models import ViT, ViTConfig
-from modwire.models.set_model import EmbedConfig
+from modwire.models.tokenizer_config import TokenizerConfig
 from modwire.nn.positions import pad_bias
 
 
@@ -35,7 +35,7 @@ def _copy_block(block, layer: nn.TransformerEncoderLayer) -> None:
 def test_vit_blocks_equal_torch_transformer_encoder_layers():
     torch.manual_seed(0)
     cfg = ViTConfig(num_classes=3, d_model=24, num_layers=2, num_heads=3, ffn_hidden=40,
-                    embed=EmbedConfig(kind="vectors", input_dim=5))
+                    embed=TokenizerConfig(kind="linear", input_dim=5))
     model = ViT(cfg).double().eval()
     peer = nn.TransformerEncoder(nn.TransformerEncoderLayer(24, 3, 40, dropout=0.0, activation="gelu",
                                                             batch_first=True, norm_first=True),
@@ -49,7 +49,7 @@ def test_vit_blocks_equal_torch_transformer_encoder_layers():
 
 def _vectors_vit(**kw) -> ViT:
     cfg = dict(num_classes=2, d_model=16, num_layers=1, num_heads=2, ffn_hidden=8,
-               embed=EmbedConfig(kind="vectors", input_dim=3, max_len=6))
+               embed=TokenizerConfig(kind="linear", input_dim=3, max_len=6))
     return ViT(ViTConfig(**{**cfg, **kw})).double().eval()
 
 
@@ -124,7 +124,7 @@ def test_relative_bias_covers_patch_tokens_only():
 def test_pgm_panels_make_one_set_per_candidate():
     torch.manual_seed(6)
     cfg = ViTConfig(num_classes=1, d_model=16, num_layers=1, num_heads=2, ffn_hidden=8,
-                    embed=EmbedConfig(kind="panels", image_size=16, in_channels=6, num_context=3,
+                    embed=TokenizerConfig(kind="panels", image_size=16, in_channels=6, num_context=3,
                                       panel_channels=4))
     model = ViT(cfg).eval()
     x = torch.rand(2, 6, 16, 16)
@@ -174,7 +174,7 @@ def test_digits_preset_has_the_table_5_parameter_count():
 
 def _question_vit(**kw) -> ViT:
     cfg = dict(num_classes=4, d_model=16, num_layers=1, num_heads=2, ffn_hidden=8, question_dim=5,
-               embed=EmbedConfig(kind="patches", image_size=8, in_channels=3, patch_size=4))
+               embed=TokenizerConfig(kind="patches", image_size=8, in_channels=3, patch_size=4))
     return ViT(ViTConfig(**{**cfg, **kw})).double().eval()
 
 
@@ -227,7 +227,7 @@ def test_question_input_errors_name_what_was_expected():
     with pytest.raises(ValueError, match="'question_dim'"):
         ViTConfig(question_dim=-1)
     with pytest.raises(ValueError, match="reads no question"):
-        ViTConfig(num_classes=1, question_dim=3, embed=EmbedConfig(kind="panels", image_size=16, in_channels=6,
+        ViTConfig(num_classes=1, question_dim=3, embed=TokenizerConfig(kind="panels", image_size=16, in_channels=6,
                                                                     num_context=3))
 
 

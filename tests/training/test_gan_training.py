@@ -172,3 +172,7 @@ def test_a_gan_run_resumes_with_only_resume_and_prints_the_common_header(tmp_pat
     assert [r["step"] for r in records if "loss_g" in r] == [1, 2, 3]
     assert cli.main(["finetune", str(run), "--task", "digits"]) == 2
     assert "is a GAN run: it has no task outputs to fine-tune" in capsys.readouterr().err
+    assert cli.main(["analyze", str(run), "--no-plots"]) == 0          # what applies: no analysis but eval's scores
+    summary = json.loads((run / "analysis" / "summary.json").read_text())
+    assert summary["analyses"] == [] and summary["metrics"] is None
+    assert "a GAN has no task metrics: modwire eval" in capsys.readouterr().out

@@ -85,28 +85,32 @@ def parse_fractions(text: str, what: str, closed: bool) -> list[float]:
 
 def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] = (),
             out_dir: str | os.PathLike | None = None, drop: Sequence[float] | None = None,
-            edges: Sequence[float] | None = None, split: str | None = None, batch: int = 64,
+            edges: Sequence[float] | None = None, split: str | None = None, batch: int | None = None,
             max_samples: int | None = None, overrides: Sequence[str] = (), plots: bool = True,
-            iters: int = 3, block_size: int | None = None,
+            iters: int | None = None, block_size: int | None = None,
             log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Run the analysis (see the module docstring) and write its files to ``out_dir``
     (default ``run_dir/analysis``). ``drop=None``: :data:`DEFAULT_DROP_FRACTIONS`;
     ``edges=None``: the default fractions for a NAC run, none for a Perceiver IO; explicit
     fractions need a NAC with link probabilities. Returns the summary (also written to
-    ``summary.json``).
+    ``summary.json``). ``batch`` / ``iters`` (None: 64 / 3) and ``block_size`` set the throughput
+    and FLOP measurements of module dropping.
 
     A run whose model does not describe its modules (no
     :class:`~modwire.models.capabilities.ModuleSurgery`) gets what applies to it instead
     (:func:`modwire.analysis.kinds.analyze_model`: its metrics, an AiT's workspace analyses,
-    an NFM model's read map); ``baselines``, ``drop`` and ``edges`` are refused for it."""
+    an NFM model's read map); ``baselines``, ``drop``, ``edges`` and the timing options are refused for it."""
     cls = run_model_class(run_dir)
     if cls is not None and not issubclass(cls, ModuleSurgery):
         from .kinds import analyze_model
 
         refuse = [flag for flag, given in (("--baseline", bool(list(baselines))), ("--drop", drop is not None),
-                                           ("--edges", edges is not None)) if given]
+                                           ("--edges", edges is not None), ("--batch", batch is not None),
+                                           ("--iters", iters is not None), ("--block-size", block_size is not None))
+                  if given]
         return analyze_model(run_dir, out_dir=out_dir, split=split, max_samples=max_samples, overrides=overrides,
                              plots=plots, refuse=refuse, log=log)
+    batch, iters = 64 if batch is None else batch, 3 if iters is None else iters
     drop, edges = _check_options(DEFAULT_DROP_FRACTIONS if drop is None else drop, edges, batch=batch,
                                  max_samples=max_samples, iters=iters, block_size=block_size, plots=plots)
     say = log or (lambda s: None)

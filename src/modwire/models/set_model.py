@@ -49,11 +49,6 @@ from .inputs import Inputs, named_inputs
 from .tokenizer_config import EMBEDDINGS, TokenizerConfig, build_tokenizer
 from ..errors import UserError
 
-#: The former name of the set models' input-layer config, now the one :class:`TokenizerConfig`
-#: (still imported by benchmarks/bench_vit.py and two model tests).
-EmbedConfig = TokenizerConfig
-
-
 @dataclass
 class SetModelConfig(ModelConfig):
     """Fields every set model (ViT, NI, AiT) shares. ``num_classes``: width of one head;

@@ -28,8 +28,6 @@ KINDS = ("conv", "patches", "panels", "linear", "embedding")
 TOKENIZERS = ("conv", "linear", "embedding")     # what NAC and Perceiver IO read (``tokenizer.kind``)
 EMBEDDINGS = ("patches", "linear", "panels")      # what a set model embeds (``embed.kind``)
 POSITIONS = ("absolute", "relative", "none")
-#: Other spellings of a kind: ``vectors`` was the set models' name of ``linear``.
-KIND_ALIASES = {"vectors": "linear"}
 #: NAC App. C's preprocessor downsamples by 4, then 2.
 CONV_IMAGE_SIZE = Bounds(lo=8, multiple_of=8, note="the conv tokenizer downsamples by 4, then 2")
 
@@ -45,7 +43,7 @@ class TokenizerConfig(ConfigBase):
     ``none``. ``panels``: PGM puzzles ``[B, in_channels, image_size, image_size]`` whose
     ``in_channels`` panels are ``num_context`` context panels and then the candidates (NI §4.3),
     each read by a CNN of ``panel_channels`` filters. ``linear``: sets/sequences ``[B, N,
-    input_dim]`` mapped linearly (``vectors`` is another name for it). ``embedding``: ids ``[B,
+    input_dim]`` mapped linearly. ``embedding``: ids ``[B,
     N]`` < ``vocab_size``; ``pad_id`` is hidden from the attention that reads the tokens.
     ``max_len > 0`` adds learned positions (linear, embedding; 0: none, a permutation-equivariant
     set). Width: linear, embedding, patches and panels tokens are ``token_dim`` wide in NAC and
@@ -78,11 +76,6 @@ class TokenizerConfig(ConfigBase):
         "panels": ("image_size", "in_channels", "num_context", "panel_channels"),
         "linear": ("input_dim", "token_dim", "max_len"),
         "embedding": ("vocab_size", "token_dim", "max_len", "pad_id")}
-
-    def __post_init__(self) -> None:
-        if isinstance(self.kind, str):
-            self.kind = KIND_ALIASES.get(self.kind, self.kind)
-        super().__post_init__()
 
     def unused_fields(self) -> tuple[str, ...]:   # an unknown kind: the choices table names it
         return tuple(n for n in self.bounds if n not in self.uses.get(self.kind, ()))
