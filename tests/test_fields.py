@@ -127,3 +127,13 @@ def test_a_task_parameter_is_type_checked_and_unknown_names_get_a_hint():
     assert get_task("triangle").merged_params({"min_side": 8})["min_side"] == 8        # an int is a float too
     with pytest.raises(UnknownNameError, match=r"unknown parameter\(s\) \['sed'\].*Did you mean \['seed'"):
         get_task("triangle").merged_params({"sed": 1})
+
+
+def test_check_argument_returns_a_valid_choice_and_names_the_argument_and_the_choices():
+    from modwire.fields import check_argument
+
+    assert check_argument("layout", "pair", ("sample", "pair")) == "pair"
+    with pytest.raises(UserError, match=r"^NFM: rescale must be one of \['a', 'b'\], got 'c'$"):
+        check_argument("rescale", "c", ("a", "b"), "NFM")
+    with pytest.raises(UserError, match=r"^modulation must be one of \['none'\], got 1$"):
+        check_argument("modulation", 1, ("none",))

@@ -30,8 +30,8 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from .errors import UserError
 
-__all__ = ["Bounds", "POSITIVE", "NON_NEGATIVE", "COUNT", "UNIT", "check_value", "check_table", "check_fields",
-           "check_tree", "declared_rules", "did_you_mean"]
+__all__ = ["Bounds", "POSITIVE", "NON_NEGATIVE", "COUNT", "UNIT", "check_argument", "check_value", "check_table",
+           "check_fields", "check_tree", "declared_rules", "did_you_mean"]
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,16 @@ def did_you_mean(names: str | Iterable[str], valid: Iterable[str]) -> str:
     for name in [names] if isinstance(names, str) else names:
         close += [m for m in difflib.get_close_matches(str(name), valid, n=3) if m not in close]
     return f" Did you mean {close}?" if close else ""
+
+
+def check_argument(name: str, value: Any, choices: Iterable[Any], where: str = "") -> Any:
+    """``value`` if it is one of ``choices``, else a :class:`UserError` ``"<where>: <name> must be one
+    of [...], got <value>"``: the choice check of a function's or module's argument (a config field's
+    is its class's ``choices`` table)."""
+    choices = list(choices)
+    if value not in choices:
+        raise UserError(f"{where + ': ' if where else ''}{name} must be one of {choices}, got {value!r}")
+    return value
 
 
 def _values(obj: Any, key: str, prefix: str) -> Iterator[tuple[str, Any, Any]]:

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ..errors import UserError
+from ..fields import check_argument
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -97,8 +98,7 @@ def draw_link_graph(ax, p: Tensor, *, threshold: float = 0.5, seed: int = 0, lay
     values mapped through ``cmap`` on ``[vmin, vmax]`` (default: the degree).
     """
     nx = _networkx()
-    if layout not in LAYOUTS:
-        raise UserError(f"layout must be one of {list(LAYOUTS)}, got {layout!r}")
+    check_argument("layout", layout, LAYOUTS)
     g = graph_from_link_probs(p, threshold)
     u = g.number_of_nodes()
     springs = g

@@ -171,7 +171,7 @@ def other_analyses(model: torch.nn.Module) -> str:
     options, ``modwire eval``."""
     from .catalog import applicable
 
-    found = [f"modwire analyze RUN (without --baseline, --drop, --edges): the task's metrics"
+    found = ["modwire analyze RUN (without --baseline, --drop, --edges): the task's metrics"
              + "".join(f"; {a.name}: {a.shows}" for a in applicable(model))]
     if isinstance(model, EvalOptions) and model.eval_options:
         found.append(f"modwire eval RUN --set model.overrides.<option>=… for {list(model.eval_options)}")

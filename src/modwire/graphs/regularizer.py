@@ -37,6 +37,7 @@ from torch import Tensor, nn
 
 from .priors import _resolve, prior
 from ..errors import UserError
+from ..fields import check_argument
 
 __all__ = ["GraphRegularizer", "graph_loss", "match", "matching_cost"]
 
@@ -52,12 +53,6 @@ def _check_square(P: Tensor, name: str = "P") -> int:
         raise UserError(f"{name} must be a square [U, U] link-probability matrix, "
                         f"got shape {tuple(P.shape)}")
     return P.shape[0]
-
-
-def _choice(name: str, value: str, valid: tuple[str, ...]) -> str:
-    if value not in valid:
-        raise UserError(f"{name} must be one of {list(valid)}, got {value!r}")
-    return value
 
 
 def matching_cost(P: Tensor, P0: Tensor) -> Tensor:
@@ -107,7 +102,7 @@ def match(P: Tensor, P0: Tensor, align: Align = "none", iterations: int = 1) -> 
     U = _check_square(P)
     if P0.shape != P.shape:
         raise UserError(f"P0 must have P's shape {tuple(P.shape)}, got {tuple(P0.shape)}")
-    _choice("align", align, ALIGNS)
+    check_argument("align", align, ALIGNS)
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise UserError(f"iterations must be an int >= 1, got {iterations!r}")
     P, P0 = P.detach(), P0.to(P.device, P.dtype)
@@ -146,8 +141,8 @@ def graph_loss(P: Tensor, P0: Tensor, sigma: Tensor, loss: str = "mse",
     ``reduction="mean"`` divides by the ``U(U-1)`` off-diagonal entries.
     """
     U = _check_square(P)
-    _choice("loss", loss, LOSSES)
-    _choice("reduction", reduction, REDUCTIONS)
+    check_argument("loss", loss, LOSSES)
+    check_argument("reduction", reduction, REDUCTIONS)
     T = P0.to(P.device, P.dtype)[sigma][:, sigma].detach()
     if loss == "mse":
         per = (P - T).square()
@@ -192,8 +187,8 @@ class GraphRegularizer(nn.Module):
         super().__init__()
         self.prior_name, self.params = prior, dict(params or {})
         _validate_prior(prior, self.params)
-        self.loss, self.reduction = _choice("loss", loss, LOSSES), _choice("reduction", reduction, REDUCTIONS)
-        self.align = _choice("align", align, ALIGNS)
+        self.loss, self.reduction = check_argument("loss", loss, LOSSES), check_argument("reduction", reduction, REDUCTIONS)
+        self.align = check_argument("align", align, ALIGNS)
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
             raise UserError(f"iterations must be an int >= 1, got {iterations!r}")
         self.iterations = iterations

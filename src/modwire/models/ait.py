@@ -45,7 +45,6 @@ from torch import Tensor, nn
 from ..nn.blocks import SelfAttention
 from ..nn.modulated import ModulatedFFN, PreNorm
 from ..nn.workspace import BOTTLENECK_SOFTMAX, MEMORY_INITS, POOLS, RETRIEVALS, GlobalWorkspace
-from .base import Intermediates
 from .config import COUNT, POSITIVE, Bounds
 from .registry import register_model_type, register_preset
 from .tokenizer_config import TokenizerConfig

@@ -76,6 +76,7 @@ from torch import Tensor, nn
 
 from .modulated import PLAIN, ModulationSpec
 from ..errors import UserError, UserTypeError
+from ..fields import check_argument
 
 
 def mask_value(dtype: torch.dtype) -> float:
@@ -136,8 +137,7 @@ def sparse_softmax(scores: Tensor, *, topk: int | None = None, topk_softmax: str
     in the module docstring (``key_mask``: rows with fewer allowed keys than ``k`` keep only those).
     For callers that compute their scores in a structured way (NFM's attention over rescaled
     layers, :mod:`modwire.nn.nfm`) and share this top-k rule."""
-    if topk_softmax not in TOPK_SOFTMAX:
-        raise UserError(f"sparse_softmax: topk_softmax must be one of {list(TOPK_SOFTMAX)}, got {topk_softmax!r}")
+    check_argument("topk_softmax", topk_softmax, TOPK_SOFTMAX, "sparse_softmax")
     if topk_softmax == "subtract":
         return _subtract_kth(scores, topk)
     if topk is None or topk >= scores.shape[-1]:

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 
 from .attention import mask_value
 from ..errors import UserError
+from ..fields import check_argument
 
 KernelMode = Literal["expected", "sample", "threshold"]
 KERNEL_MODES = ("expected", "sample", "threshold")
@@ -115,8 +116,7 @@ class SignatureKernel(nn.Module):
                  truncation: float | None = None) -> None:
         super().__init__()
         for name, mode in (("train_mode", train_mode), ("eval_mode", eval_mode)):
-            if mode not in KERNEL_MODES:
-                raise UserError(f"{name} must be one of {KERNEL_MODES}, got {mode!r}")
+            check_argument(name, mode, KERNEL_MODES)
         if not (epsilon > 0 and tau > 0 and delta > 0):
             raise UserError(f"epsilon, tau and delta must be > 0, got {epsilon}, {tau}, {delta}")
         log_eps = torch.tensor(math.log(epsilon))

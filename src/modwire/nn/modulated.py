@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from .init import init_linear_
 from ..errors import UserError
+from ..fields import check_argument
 
 Modulation = Literal["nac", "ni", "none"]
 MODULATIONS = ("nac", "ni", "none")
@@ -57,8 +58,7 @@ class ModulatedLinear(nn.Module):
         fold: bool = False,
     ) -> None:
         super().__init__()
-        if modulation not in MODULATIONS:
-            raise UserError(f"modulation must be one of {MODULATIONS}, got {modulation!r}")
+        check_argument("modulation", modulation, MODULATIONS)
         if modulation != "none" and code_dim <= 0:
             raise UserError(f"code_dim must be positive for modulation={modulation!r}, got {code_dim}")
         self.in_features, self.out_features = in_features, out_features
@@ -154,8 +154,7 @@ class ModulationSpec:
     fold: bool = False
 
     def __post_init__(self) -> None:
-        if self.kind not in MODULATIONS:
-            raise UserError(f"modulation must be one of {MODULATIONS}, got {self.kind!r}")
+        check_argument("modulation", self.kind, MODULATIONS)
         if self.kind != "none" and self.code_dim <= 0:
             raise UserError(f"code_dim must be positive for modulation={self.kind!r}, got {self.code_dim}")
 
@@ -179,8 +178,7 @@ class ModulatedFFN(nn.Module):
     def __init__(self, dim: int, hidden_dim: int, *, mod: ModulationSpec = PLAIN,
                  activation: str = "geglu") -> None:
         super().__init__()
-        if activation not in FFN_ACTIVATIONS:
-            raise UserError(f"activation must be one of {FFN_ACTIVATIONS}, got {activation!r}")
+        check_argument("activation", activation, FFN_ACTIVATIONS)
         self.activation = activation
         self.fc1 = mod.linear(dim, 2 * hidden_dim if activation == "geglu" else hidden_dim)
         self.fc2 = mod.linear(hidden_dim, dim)

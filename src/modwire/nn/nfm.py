@@ -84,6 +84,7 @@ from torch import Tensor, nn
 
 from .attention import sparse_softmax
 from ..errors import UserError
+from ..fields import check_argument
 
 NORMS = ("batch", "none")
 READER_ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
@@ -95,18 +96,13 @@ READ_AT = ("before", "after_last_pass")             # Alg. 1 / the authors' Sort
 READER_OUTPUTS = ("linear", "conv3x3")              # §3.2.1 / the authors' out_layers
 
 
-def _choice(name: str, value, choices) -> None:
-    if value not in choices:
-        raise UserError(f"NFM: {name} must be one of {list(choices)}, got {value!r}")
-
-
 _CHOICES = {"norm": NORMS, "activation": tuple(READER_ACTIVATIONS), "rescale": RESCALES, "score_scale": SCORE_SCALES,
             "topk_softmax": TOPK_SOFTMAX, "reader_output": READER_OUTPUTS, "read_at": READ_AT, "layout": LAYOUTS}
 
 
 def _check_options(**options: str) -> None:
     for name, value in options.items():
-        _choice(name, value, _CHOICES[name])
+        check_argument(name, value, _CHOICES[name], "NFM")
 
 
 # --------------------------------------------------------------------------------------------

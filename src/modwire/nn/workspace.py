@@ -75,6 +75,7 @@ from torch import Tensor, nn
 
 from .attention import ModulatedAttention, attend, merge_heads, split_heads
 from ..errors import UserError
+from ..fields import check_argument
 
 POOLS = ("batch", "sample", "global")
 MEMORY_INITS = ("gaussian", "sinusoidal", "uniform", "identity")
@@ -120,7 +121,8 @@ def init_memory(kind: str, num_slots: int, slot_dim: int, generator: torch.Gener
         out[:, 0::2] = torch.sin(pos * freq)
         out[:, 1::2] = torch.cos(pos * freq[: d // 2])
         return out.float()
-    raise UserError(f"memory_init must be one of {MEMORY_INITS}, got {kind!r}")
+    check_argument("memory_init", kind, MEMORY_INITS)
+    raise AssertionError(kind)                     # unreachable: every MEMORY_INITS kind returns above
 
 
 def balance_loss(weights: Tensor, eps: float = 1e-10) -> Tensor:
@@ -171,8 +173,7 @@ class GlobalWorkspace(nn.Module):
         for name, value, choices in (("pool", pool, POOLS), ("memory_init", memory_init, MEMORY_INITS),
                                      ("retrieval", retrieval, RETRIEVALS),
                                      ("bottleneck_softmax", bottleneck_softmax, BOTTLENECK_SOFTMAX)):
-            if value not in choices:
-                raise UserError(f"GlobalWorkspace: {name} must be one of {choices}, got {value!r}")
+            check_argument(name, value, choices, "GlobalWorkspace")
         self.num_heads, self.bottleneck_size, self.alpha, self.beta, self.steps = \
             num_heads, bottleneck_size, alpha, beta, steps
         self.pool, self.memory_init, self.write_grad, self.eps = pool, memory_init, write_grad, eps

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset, first_dir, first_existing, malformed, missing, not_binary, require_root
-from ...errors import UserError
+from ...fields import check_argument
 
 TINY_CLASSES = 200
 TINY_LAYOUT = """\
@@ -47,8 +47,7 @@ RESIZE_MODES = ("center_crop", "stretch")
 
 def check_resize(task: str, resize: object) -> None:
     """A ``ValueError`` naming ``task`` unless ``resize`` is one of :data:`RESIZE_MODES`."""
-    if resize not in RESIZE_MODES:
-        raise UserError(f"{task}: resize must be one of {list(RESIZE_MODES)}, got {resize!r}")
+    check_argument("resize", resize, RESIZE_MODES, task)
 
 
 def _pil():

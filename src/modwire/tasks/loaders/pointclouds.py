@@ -27,6 +27,7 @@ from torch import Tensor
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset, malformed, missing, require_root, text_problem
 from ...errors import UserError
+from ...fields import check_argument
 
 MODELNET40_CLASSES = (
     "airplane", "bathtub", "bed", "bench", "bookshelf", "bottle", "bowl", "car", "chair", "cone",
@@ -246,10 +247,8 @@ def build_modelnet40(split: str, root: Any = None, format: str = "auto", num_poi
                      transform: Callable | None = None) -> ModelNetDataset:
     """ModelNet40 ``train`` (9,843) / ``test`` (2,468) shapes as ``[num_points, 3]`` point clouds."""
     task = "modelnet40"
-    if format not in FORMATS:
-        raise UserError(f"{task}: format must be one of {list(FORMATS)}, got {format!r}")
-    if pick not in PICKS:
-        raise UserError(f"{task}: pick must be one of {list(PICKS)}, got {pick!r}")
+    check_argument("format", format, FORMATS, task)
+    check_argument("pick", pick, PICKS, task)
     if not isinstance(num_points, int) or num_points < 1:
         raise UserError(f"{task}: num_points must be a positive int, got {num_points!r}")
     path = require_root(task, root, LAYOUT)

@@ -34,6 +34,7 @@ from torch import Tensor
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset, first_existing, malformed, read_text_file, require_root
 from ...errors import UserError
+from ...fields import check_argument
 
 TASK = "wikitext2"
 VARIANTS = {"tokens": ("wikitext-2", "tokens"), "raw": ("wikitext-2-raw", "raw")}   # folder, file suffix
@@ -47,8 +48,7 @@ LAYOUT = """\
 
 
 def _check_params(variant: Any, seq_len: Any, min_count: Any) -> None:
-    if variant not in VARIANTS:
-        raise UserError(f"{TASK}: variant must be one of {list(VARIANTS)}, got {variant!r}")
+    check_argument("variant", variant, VARIANTS, TASK)
     for name, value in (("seq_len", seq_len), ("min_count", min_count)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserError(f"{TASK}: {name} must be a positive int, got {value!r}")
