@@ -120,8 +120,9 @@ def test_a_task_parameter_is_type_checked_and_unknown_names_get_a_hint():
     with pytest.raises(UserTypeError, match=r"task 'triangle': parameter 'min_side': got 'x' \(str\), expected a "
                                             r"number \(int or float\) like its default 8.0"):
         build_dataset("triangle", "train", min_side="x")          # not a TypeError from deep inside the task
-    with pytest.raises(UserError, match=r"seed must be a non-negative int, got '3'"):
-        build_dataset("triangle", "train", seed="3")              # the task's own message wins where it has one
+    with pytest.raises(UserTypeError, match=r"task 'triangle': parameter 'seed': got '3' \(str\), expected an int "
+                                            r"like its default 0"):
+        build_dataset("triangle", "train", seed="3")              # a parameter with a table rule: the type error
     with pytest.raises(UserTypeError, match=r"parameter 'min_side': got True \(bool\), expected a number"):
         get_task("triangle").merged_params({"min_side": True})
     assert get_task("triangle").merged_params({"min_side": 8})["min_side"] == 8        # an int is a float too

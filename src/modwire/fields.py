@@ -16,6 +16,11 @@ dataclass below it; both raise :class:`~modwire.errors.UserError` as ``config ke
 got -1, expected a finite number > 0`` (model configs say ``config field``). :func:`did_you_mean`
 is the close-match hint of every unknown-name error.
 
+Task parameters (``data.params``) use the same rules: a task's registration declares
+``param_bounds`` / ``param_choices`` tables (:class:`modwire.tasks.base.TaskInfo`), which
+:func:`check_mapping` checks on the parameters as ``task 'digits': parameter 'size': got 12,
+expected an integer >= 8 and a multiple of 8 (the images are 8x8)``.
+
 This module is a floor of its own: it imports only the standard library and
 :mod:`modwire.errors`, so ``modwire.nn``, ``modwire.models`` and ``modwire.training`` may all use it.
 """
@@ -24,14 +29,17 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import numbers
+import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping
 
 from .errors import UserError
 
-__all__ = ["Bounds", "POSITIVE", "NON_NEGATIVE", "COUNT", "UNIT", "check_argument", "check_value", "check_table",
-           "check_fields", "check_tree", "declared_rules", "did_you_mean"]
+__all__ = ["Bounds", "Choices", "POSITIVE", "NON_NEGATIVE", "COUNT", "UNIT", "INT_COUNT", "INT_NON_NEGATIVE",
+           "check_argument", "check_value", "check_table", "check_mapping", "check_fields", "check_tree",
+           "declared_rules", "did_you_mean"]
 
 
 @dataclass(frozen=True)
@@ -40,8 +48,10 @@ class Bounds:
     sibling field (``pad_id < vocab_size``), each closed unless ``lo_open`` / ``hi_open``;
     ``multiple_of``: the value is a multiple of it (an image size vs. a tokenizer's total
     stride); ``divides``: the value divides that sibling field (attention heads split
-    ``d_model``); ``note``: what a special value means, shown in the error. NaN and inf (and
-    anything that is not a number) never hold."""
+    ``d_model``); ``note``: what a special value means, shown in the error; ``integer``: only
+    an int holds (not a bool, not a float such as ``8.0``: a field whose type the dataclass does
+    not fix, e.g. a task parameter whose default is None). NaN and inf (and anything that is
+    not a number) never hold."""
 
     lo: float | str | None = None
     hi: float | str | None = None
@@ -50,10 +60,15 @@ class Bounds:
     multiple_of: int | None = None
     divides: str | None = None
     note: str = ""
+    integer: bool = False                # last: the fields before it keep their positions
 
     def holds(self, value: Any, owner: Any = None) -> bool:
         """Whether ``value`` lies within these bounds; sibling names are read from ``owner``."""
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if self.integer:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                return False
+            value = int(value)          # a numpy integer too
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return False
         lo, hi = _sibling(owner, self.lo), _sibling(owner, self.hi)
         return ((lo is None or (value > lo if self.lo_open else value >= lo))
@@ -66,7 +81,7 @@ class Bounds:
         def show(bound: float | str) -> str:
             return f"{bound}={getattr(owner, bound)}" if isinstance(bound, str) else f"{bound:g}"
 
-        parts = ["an integer" if integer else "a finite number"]
+        parts = ["an integer" if integer or self.integer else "a finite number"]
         if self.lo is not None and self.hi is not None:
             parts.append(f"in {'(' if self.lo_open else '['}{show(self.lo)}, {show(self.hi)}"
                          f"{')' if self.hi_open else ']'}")
@@ -81,6 +96,21 @@ class Bounds:
         return " ".join(parts) + (f" ({self.note})" if self.note else "")
 
 
+class Choices(tuple):
+    """An entry of a ``choices`` table that explains its values in the error:
+    ``Choices((1, 3), note="1: grayscale, 3: RGB")`` (a plain tuple explains nothing)."""
+
+    note: str
+
+    def __new__(cls, values: Iterable[Any], note: str = "") -> "Choices":
+        out = super().__new__(cls, values)
+        out.note = note
+        return out
+
+    def __reduce__(self):               # copy / pickle keep the note
+        return (Choices, (tuple(self), self.note))
+
+
 def _sibling(owner: Any, bound: float | str | None) -> float | None:
     return getattr(owner, bound) if isinstance(bound, str) else bound
 
@@ -89,6 +119,8 @@ POSITIVE = Bounds(lo=0, lo_open=True)                # learning rates, temperatu
 NON_NEGATIVE = Bounds(lo=0)                          # step counts where 0 means "off", weights
 COUNT = Bounds(lo=1)                                 # sizes, dims, heads, layers, batch sizes
 UNIT = Bounds(lo=0, hi=1, hi_open=True)              # [0, 1): decays, betas, label smoothing
+INT_COUNT = Bounds(lo=1, integer=True)               # COUNT where the type is not fixed (task parameters)
+INT_NON_NEGATIVE = Bounds(lo=0, integer=True)        # seeds, split sizes
 
 
 def did_you_mean(names: str | Iterable[str], valid: Iterable[str]) -> str:
@@ -145,11 +177,22 @@ def check_table(obj: Any, *, choices: Mapping[str, tuple] | None = None, bounds:
         if key.split(".")[0] not in skip:
             for path, value, _ in _values(obj, key, prefix):
                 if value not in allowed:
-                    raise UserError(f"{label} {path!r}: got {value!r}, expected one of {list(allowed)}")
+                    note = getattr(allowed, "note", "")
+                    raise UserError(f"{label} {path!r}: got {value!r}, expected one of {list(allowed)}"
+                                    + (f" ({note})" if note else ""))
     for key, rule in (bounds or {}).items():
         if key.split(".")[0] not in skip:
             for path, value, owner in _values(obj, key, prefix):
                 check_value(value, rule, path, owner, label)
+
+
+def check_mapping(values: Mapping[str, Any], *, choices: Mapping[str, tuple] | None = None,
+                  bounds: Mapping[str, Bounds] | None = None, label: str = "key") -> None:
+    """:func:`check_table` on a mapping of names to values (a task's parameters, ``label``
+    ``"task 'digits': param"``) instead of a dataclass: a sibling name in a :class:`Bounds` is
+    another key, a rule on a list or dict value applies to each element, and None passes a
+    :class:`Bounds` (a choice table lists None where it is allowed)."""
+    check_table(types.SimpleNamespace(**values), choices=choices, bounds=bounds, label=label)
 
 
 def check_fields(obj: Any, prefix: str = "", *, label: str = "config key", skip: Iterable[str] = ()) -> None:

@@ -37,7 +37,8 @@ def test_demo_refuses_an_out_dir_it_did_not_make_and_deletes_nothing(tmp_path, c
 
 @pytest.mark.parametrize("size", [12, 0, -8, 4, 32.0, True, "32"])
 def test_digits_bad_size_names_what_was_expected(size):
-    with pytest.raises(ValueError, match=r"digits: size must be a positive multiple of 8 .*got"):
+    with pytest.raises(ValueError, match=rf"task 'digits': parameter 'size': got {size!r}[ ,].*expected an int(eger "
+                                         rf">= 8 and a multiple of 8 \(the images are 8x8\)| like its default 32)"):
         build_dataset("digits", "train", size=size)
 
 

@@ -65,5 +65,6 @@ def test_kmnist_missing_and_mnist_m_bad_lines(tmp_path):
     (tmp_path / "mnist_m_train_labels.txt").write_text("00000000.png 5\n")
     with pytest.raises(FileNotFoundError, match=r"image .*mnist_m_train/00000000.png is listed in the labels file"):
         build_dataset("mnist_m", "train", root=tmp_path)[0]
-    with pytest.raises(ValueError, match=r"sources must be distinct names from \['svhn', 'mnist_m', 'mnist'\]"):
+    with pytest.raises(ValueError, match=r"parameter 'sources\[1\]': got 'mnistm', expected one of "
+                                         r"\['svhn', 'mnist_m', 'mnist'\]"):
         build_dataset("digits_multitask", "train", sources=["svhn", "mnistm"])

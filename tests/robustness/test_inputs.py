@@ -43,7 +43,8 @@ def test_task_infos_refuse_model_fields_and_missing_descriptions():
 
 
 def test_parameters_the_description_cannot_use():
-    with pytest.raises(ValueError, match=r"task 'sort_of_clevr': patch_size must divide 75"):
+    with pytest.raises(ValueError, match=r"task 'sort_of_clevr': parameter 'patch_size': got 4, expected one of "
+                                         r"\[1, 3, 5, 15, 25, 75\]"):
         describe_task("sort_of_clevr", {"patch_size": 4})
     with pytest.raises(ValueError, match=r"task 'listops': InputSpec.length \(tokens\): got 0"):
         describe_task("listops", {"max_len": 0})
@@ -81,9 +82,9 @@ def test_image_folder_bad_layouts(tmp_path):
     ds = build_dataset("image_folder", "train", root=str(tmp_path))
     with pytest.raises(ValueError, match=r"1.jpg: not an image Pillow can decode"):
         ds[2]
-    with pytest.raises(ValueError, match="channels must be 1 .grayscale. or 3 .RGB., got 2"):
+    with pytest.raises(ValueError, match=r"parameter 'channels': got 2, expected one of \[1, 3\] \(1: grayscale, 3: RGB\)"):
         build_dataset("image_folder", "train", root=str(tmp_path), channels=2)
-    with pytest.raises(ValueError, match="^image_folder: image_size must be a positive int, got -1"):
+    with pytest.raises(ValueError, match=r"^task 'image_folder': parameter 'image_size': got -1, expected an integer >= 1"):
         describe_task("image_folder", {"root": str(tmp_path), "image_size": -1})
 
 

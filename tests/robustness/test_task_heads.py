@@ -51,7 +51,7 @@ def test_unknown_fuzzy_boolean_layout():
 
     for make in (lambda: build_dataset("fuzzy_boolean", "train", size=2, layout="pairs"),
                  lambda: describe_task("fuzzy_boolean", {"layout": "pairs"})):
-        with pytest.raises(ValueError, match=r"layout must be one of \['sample', 'pair'\].*got 'pairs'"):
+        with pytest.raises(ValueError, match=r"parameter 'layout': got 'pairs', expected one of \['sample', 'pair'\]"):
             make()
     with pytest.raises(ValueError, match=r"function_ids must be distinct ids in \[0, 30\), got \(1, 1\)"):
         describe_task("fuzzy_boolean", {"function_ids": (1, 1)})

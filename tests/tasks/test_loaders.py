@@ -531,7 +531,9 @@ def test_pgm_panel_size_area_downsamples(tmp_path):
     assert get_task("pgm").resolve({"panel_size": 160, "flatten": True}).inputs == InputSpec.vectors(
         16, 25600, ordered=True)
     for bad in (0, 161, 80.0, True):
-        with pytest.raises(ValueError, match=r"panel_size must be an int in \[1, 160\]"):
+        with pytest.raises(ValueError, match=rf"parameter 'panel_size': got {bad!r}[ ,].*expected an "
+                                             rf"int(eger in \[1, 160\]| like its default 80)"):
             build_dataset("pgm", "test", root=tmp_path, panel_size=bad)
-    with pytest.raises(ValueError, match=r"^pgm: panel_size must be an int in \[1, 160\].*got 200"):
+    with pytest.raises(ValueError, match=r"^task 'pgm': parameter 'panel_size': got 200, expected an integer in "
+                                         r"\[1, 160\]"):
         get_task("pgm").resolve({"panel_size": 200})

@@ -242,7 +242,7 @@ def test_widths_and_shapes_are_checked(root):
         ds[2]
     with pytest.raises(ValueError, match=r"'dev-852-1-img0.png' holds int64"):
         ds[3]
-    with pytest.raises(ValueError, match="image_dim must be a positive int"):
+    with pytest.raises(ValueError, match=r"parameter 'image_dim': got 0, expected an integer >= 1"):
         small(path, image_dim=0)
 
 

@@ -54,7 +54,8 @@ def test_answers_follow_the_changed_scene():
 
 @pytest.mark.parametrize("bad", [-1, 7, 1.5, True, "2"])
 def test_bad_holdout_is_a_clear_error(bad):
-    with pytest.raises(ValueError, match=r"holdout .* must be an int in \[0, 6\].*got"):
+    with pytest.raises(ValueError, match=rf"parameter 'holdout': got {bad!r}[ ,].*expected an "
+                                         rf"int(eger in \[0, 6\]| like its default 0)"):
         build_dataset("sort_of_clevr", "train", size=2, holdout=bad)
 
 

@@ -63,9 +63,9 @@ def test_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="root=... is required"):
         build_dataset("wikitext2", "train")
     root = write_corpus(tmp_path)
-    with pytest.raises(ValueError, match="variant must be one of \\['tokens', 'raw'\\], got 'bpe'"):
+    with pytest.raises(ValueError, match=r"parameter 'variant': got 'bpe', expected one of \['tokens', 'raw'\]"):
         build_dataset("wikitext2", "train", root=root, variant="bpe")
-    with pytest.raises(ValueError, match="seq_len must be a positive int, got 0"):
+    with pytest.raises(ValueError, match=r"parameter 'seq_len': got 0, expected an integer >= 1"):
         build_dataset("wikitext2", "train", root=root, seq_len=0)
     with pytest.raises(ValueError, match="fewer than one chunk"):
         build_dataset("wikitext2", "test", root=root, seq_len=8)   # test has 4 tokens

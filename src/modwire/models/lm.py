@@ -53,6 +53,7 @@ from torch import Tensor, nn
 from ..nn import ModulatedFFN, SelfAttention
 from ..nn.init import trunc_normal_
 from ..nn.nfm import NFMLayer
+from ..nn.checks import min_max, values_checkable
 from .base import Intermediates, PretrainedModel
 from .config import COUNT, Bounds, ModelConfig, heads_of
 from .inputs import Inputs, named_inputs
@@ -122,17 +123,20 @@ _READER_OPTIONS = ("d_k", "d_v", "heads", "hidden", "norm", "activation")   # NF
 
 class CausalBlock(nn.Module):
     """Pre-LN causal transformer block: ``x + Drop(Attn(LN₁ x))``, ``x + Drop(FFN(LN₂ x))`` (GELU
-    FFN). ``x [B, T, d] → [B, T, d]``; position ``t`` attends to positions ``≤ t``."""
+    FFN). ``x [B, T, d] → [B, T, d]``; position ``t`` attends to positions ``≤ t``. The causal mask
+    ``[max_len, max_len]`` is built once (a non-persistent buffer) and sliced per forward."""
 
-    def __init__(self, dim: int, num_heads: int, hidden: int, dropout: float) -> None:
+    def __init__(self, dim: int, num_heads: int, hidden: int, dropout: float, max_len: int = 0) -> None:
         super().__init__()
         self.norm1, self.attn = nn.LayerNorm(dim), SelfAttention(dim, num_heads)
         self.norm2, self.ffn = nn.LayerNorm(dim), ModulatedFFN(dim, hidden, activation="gelu")
         self.drop = nn.Dropout(dropout)
+        self.register_buffer("causal", torch.ones(max_len, max_len, dtype=torch.bool).tril(), persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        t = x.shape[1]
-        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()              # [T, T]: key ≤ query
+        t = x.shape[1]                                                   # [T, T]: key ≤ query
+        causal = self.causal[:t, :t] if t <= self.causal.shape[0] else \
+            torch.ones(t, t, dtype=torch.bool, device=x.device).tril()   # a block built without max_len
         a, _ = self.attn(self.norm1(x), key_mask=causal)
         x = x + self.drop(a)
         return x + self.drop(self.ffn(self.norm2(x)))
@@ -222,7 +226,7 @@ class TransformerLM(PretrainedModel):
         self.positions = nn.Parameter(torch.zeros(c.max_len, c.d_model))
         trunc_normal_(self.positions, std=0.02)
         self.drop = nn.Dropout(c.dropout)
-        blocks = [CausalBlock(c.d_model, c.num_heads, c.ffn_hidden, c.dropout) for _ in range(c.num_layers)]
+        blocks = [CausalBlock(c.d_model, c.num_heads, c.ffn_hidden, c.dropout, c.max_len) for _ in range(c.num_layers)]
         factory = lambda p, i, cq, co, *, reads, writes, **o: SharedProjectionLayer(  # noqa: E731
             cq, c.num_heads, reads=reads, writes=writes, k=o["k"], rescale=o["rescale"], score_scale=o["score_scale"],
             topk_softmax=o["topk_softmax"])
@@ -298,9 +302,10 @@ class TransformerLM(PretrainedModel):
             raise UserError(f"TransformerLM expects token ids [B, T] with B, T >= 1, got an empty batch {list(x.shape)}")
         if x.shape[1] > self.config.max_len:
             raise UserError(f"TransformerLM: a context of {x.shape[1]} tokens exceeds max_len={self.config.max_len}")
-        if x.device.type != "meta" and x.numel() and (int(x.min()) < 0 or int(x.max()) >= self.config.vocab_size):
-            raise UserError(f"TransformerLM: token ids must lie in [0, {self.config.vocab_size}), got "
-                             f"[{int(x.min())}, {int(x.max())}]")
+        if values_checkable(x):            # one host sync, skipped while torch.compile traces (nn/checks.py)
+            lo, hi = min_max(x)
+            if lo < 0 or hi >= self.config.vocab_size:
+                raise UserError(f"TransformerLM: token ids must lie in [0, {self.config.vocab_size}), got [{lo}, {hi}]")
 
 
 register_model_type(TransformerLM)

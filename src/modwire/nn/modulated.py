@@ -75,26 +75,13 @@ class ModulatedLinear(nn.Module):
     def modulation_factor(self, code: Tensor) -> Tensor | None:
         """``m(c)``: ``[..., U, d_in]`` from codes ``[..., U, d_code]``; None if unmodulated.
 
-        ``m`` depends on parameters only. Without autograd (inference), the factor of a
-        code that is itself a parameter is cached until the code, ``W_c`` or ``α``
-        change (tracked by their version counters, which every in-place update, optimizer
-        step and ``load_state_dict`` bumps): computing ``m`` takes ``U·d_code·d_in``
-        multiply-adds whatever the batch, against ``B·U·d_in·d_out`` for the layer's own
-        product, so at batch 1 it would otherwise cost ``d_code / d_out`` of the layer."""
+        Computed at every call (``U·d_code·d_in`` multiply-adds, against ``B·U·d_in·d_out`` for
+        the layer's own product): no cache across forwards, so nothing keys on parameter
+        identity or version and ``torch.compile`` traces one graph (issue 25)."""
         if self.modulation == "none":
             return None
-        key = None
-        if not torch.is_grad_enabled() and isinstance(code, nn.Parameter):
-            params = (code, self.code_proj) + ((self.alpha,) if self.modulation == "nac" else ())
-            key = tuple((p.data_ptr(), p._version) for p in params) + (code.dtype, code.device)
-            cached = self.__dict__.get("_m_cache")
-            if cached is not None and cached[0] == key:
-                return cached[1]
         h = F.layer_norm(F.linear(code, self.code_proj), (self.in_features,))
-        m = 1.0 + self.alpha * h if self.modulation == "nac" else h
-        if key is not None:
-            self.__dict__["_m_cache"] = (key, m)
-        return m
+        return 1.0 + self.alpha * h if self.modulation == "nac" else h
 
     def forward(self, x: Tensor, code: Tensor | None = None, m: Tensor | None = None,
                 inplace: bool = False) -> Tensor:

@@ -27,7 +27,7 @@ from torch.utils.data import Dataset, Subset
 
 from ..models.inputs import Inputs, InputSpec, check_inputs  # noqa: F401  (InputSpec re-exported)
 from ..errors import UnknownNameError, UserError, UserTypeError
-from ..fields import did_you_mean
+from ..fields import Bounds, check_mapping, did_you_mean
 
 # token_cross_entropy: targets [B, T], logits [B, T, V]; bce: multi-label targets [C] of 0/1 (NFM §4.2)
 LOSSES = ("cross_entropy", "mse", "token_cross_entropy", "bce")
@@ -90,6 +90,13 @@ class TaskInfo:
     categories: ``(label, names)``: a categorical label of each input of a batch
         (``inputs -> LongTensor [B]`` indexing ``names``) that analyses colour samples by,
         e.g. Sort-of-CLEVR's question type for NAC Fig. 6.
+    param_bounds / param_choices: what each parameter accepts, as a config class's ``bounds`` /
+        ``choices`` tables (:mod:`modwire.fields`): ``{"size": Bounds(lo=8, multiple_of=8,
+        integer=True, note="the images are 8x8")}``, ``{"resize": ("center_crop", "stretch")}``.
+        A rule on a list (or mapping) parameter applies to each element; None passes a Bounds.
+        :meth:`merged_params` checks them, so a bad value is refused before any data is read
+        (``describe_task``, before a run directory exists). Checks between parameters, of files
+        or of split names stay in the task's code.
     """
 
     name: str
@@ -105,11 +112,18 @@ class TaskInfo:
     subsets: dict[str, Callable] = field(default_factory=dict)
     categories: tuple[Callable, tuple[str, ...]] | None = None
     describe: Describe | None = None
-    heads: int = 1                      # last: the fields before it keep their positions
+    heads: int = 1                      # new fields go after it: the fields before keep their positions
+    param_bounds: dict[str, Bounds] = field(default_factory=dict)
+    param_choices: dict[str, tuple] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.kind not in ("generator", "loader"):
             raise UserError(f"task {self.name!r}: kind must be 'generator' or 'loader', got {self.kind!r}")
+        ruled = sorted({*self.param_bounds, *self.param_choices} - set(self.params))
+        if ruled:
+            raise UnknownNameError(f"task {self.name!r}: param_bounds / param_choices name {ruled}, which are not "
+                                   f"parameters; valid: {sorted(self.params)}{did_you_mean(ruled, self.params)}")
+        self.check_params(self.params)      # the defaults obey the task's own rules
         if self.loss not in LOSSES:
             raise UserError(f"task {self.name!r}: loss must be one of {LOSSES}, got {self.loss!r}")
         if self.inputs is None:
@@ -139,10 +153,11 @@ class TaskInfo:
         close matches). A value whose default is a bool, int, float or str must have that type (an
         int where a float is expected is fine, None, a parameter switched off, always is, and a
         None default takes any value), else a TypeError naming the task, the parameter, the value
-        and the type.
+        and the type. Then :meth:`check_params`: the task's ``param_bounds`` / ``param_choices``.
         ``own_checks``: the task code about to read the parameters (its ``build`` or ``describe``),
-        run first when a type is wrong, so that the task's own UserError (which also names the
-        range) wins where it has one; anything else it raises gives way to the type error."""
+        run first when the type of a parameter without a table rule is wrong, so that the task's
+        own UserError wins where it has one; anything else it raises gives way to the type error
+        (a parameter with a rule gets the type error at once: the table is its own check)."""
         params = dict(params or {})
         unknown = sorted(set(params) - set(self.params))
         if unknown:
@@ -150,10 +165,10 @@ class TaskInfo:
             raise UnknownNameError(f"unknown parameter(s) {unknown} for task {self.name!r}; valid: "
                                    f"{sorted(self.params)}{'.' + hint if hint else ''}")
         merged = {**self.params, **params}
-        errors = (_param_type_error(self.name, n, v, self.params[n]) for n, v in params.items())
-        wrong = next((e for e in errors if e is not None), None)
+        errors = ((n, _param_type_error(self.name, n, v, self.params[n])) for n, v in params.items())
+        name, wrong = next(((n, e) for n, e in errors if e is not None), (None, None))
         if wrong is not None:
-            if own_checks is not None:
+            if own_checks is not None and name not in self.param_bounds and name not in self.param_choices:
                 try:
                     own_checks(merged)
                 except UserError:
@@ -161,7 +176,15 @@ class TaskInfo:
                 except Exception:               # a crash on the wrong type: the type error says it plainly
                     pass
             raise wrong
+        self.check_params(merged)
         return merged
+
+    def check_params(self, params: Mapping[str, Any]) -> None:
+        """A :class:`UserError` ``task 'digits': parameter 'size': got 12, expected an integer >= 8 and a
+        multiple of 8 (the images are 8x8)`` for the first value of ``params`` (all of the task's
+        parameters) that its ``param_choices`` or ``param_bounds`` refuse."""
+        check_mapping(params, choices=self.param_choices, bounds=self.param_bounds,
+                      label=f"task {self.name!r}: parameter")
 
     def resolve(self, params: Mapping[str, Any] | None = None) -> "TaskInfo":
         """This task as built with ``params`` (over the defaults): ``inputs`` and ``num_classes``

@@ -23,6 +23,7 @@ from torch import Tensor
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset
 from ...errors import UserError
+from ...fields import Bounds
 
 NUM_TEST = 360
 
@@ -48,8 +49,6 @@ def build_digits(split: str, size: int = 32, transform: Callable | None = None) 
     """The ``train`` (1,437) or ``test`` / ``val`` (360) split, upsampled to ``size``×``size``."""
     if split not in ("train", "val", "test"):
         raise UserError(f"digits: split must be 'train', 'val' or 'test', got {split!r}")
-    if isinstance(size, bool) or not isinstance(size, int) or size < 8 or size % 8:
-        raise UserError(f"digits: size must be a positive multiple of 8 (the images are 8x8), got {size!r}")
     data = sklearn_digits("digits")
     order = np.random.RandomState(0).permutation(len(data.target))
     index = order[:NUM_TEST] if split != "train" else order[NUM_TEST:]
@@ -65,6 +64,7 @@ register_task(TaskInfo(
     name="digits", kind="loader",
     description="scikit-learn's 8x8 digits (offline, ships with scikit-learn), upsampled 8->32",
     describe=_describe, splits=("train", "val", "test"), params={"size": 32, "transform": None},
+    param_bounds={"size": Bounds(lo=8, multiple_of=8, integer=True, note="the images are 8x8")},
 ), build_digits)
 
 

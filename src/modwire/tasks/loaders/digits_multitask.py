@@ -78,9 +78,8 @@ def build_digits_multitask(split: str, svhn_root: Any = None, mnist_m_root: Any 
     """The ``split`` of every source in ``sources``, each from its root (official formats)."""
     if split not in ("train", "val", "test"):
         raise UserError(f"digits_multitask: split must be 'train', 'val' or 'test' (val = test), got {split!r}")
-    chosen = list(sources) if not isinstance(sources, str) else [sources]
-    unknown = [s for s in chosen if s not in SOURCES]
-    if unknown or not chosen or len(set(chosen)) != len(chosen):
+    chosen = list(sources) if not isinstance(sources, str) else [sources]     # each one of SOURCES: param_choices
+    if not chosen or len(set(chosen)) != len(chosen):
         raise UserError(f"digits_multitask: sources must be distinct names from {list(SOURCES)}, got {sources!r}")
     split = "test" if split == "val" else split
     build = {"svhn": lambda: build_svhn(split, svhn_root),
@@ -96,4 +95,5 @@ register_task(TaskInfo(
     num_classes=10, inputs=INPUTS, heads=len(SOURCES), splits=("train", "val", "test"),
     subsets=per_source(SOURCES),
     params={"svhn_root": None, "mnist_m_root": None, "mnist_root": None, "sources": SOURCES, "transform": None},
+    param_choices={"sources": SOURCES},         # each element
 ), build_digits_multitask)

@@ -24,8 +24,8 @@ from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import FormatError, LoaderDataset, found_listing, layout_message, malformed, missing, require_root
-from .images import _is_image, _pil, check_resize, class_dirs, load_rgb
-from ...errors import UserError
+from .images import RESIZED_BOUNDS, RESIZED_CHOICES, _is_image, _pil, class_dirs, load_rgb
+from ...fields import Choices
 
 TASK = "image_folder"
 SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
@@ -69,14 +69,6 @@ def class_names(path: Path) -> list[str]:
     return classes
 
 
-def _check_params(image_size: Any, channels: Any, resize: Any) -> None:
-    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
-        raise UserError(f"{TASK}: image_size must be a positive int, got {image_size!r}")
-    if channels not in (1, 3) or isinstance(channels, bool):
-        raise UserError(f"{TASK}: channels must be 1 (grayscale) or 3 (RGB), got {channels!r}")
-    check_resize(TASK, resize)
-
-
 class ImageFolderDataset(LoaderDataset):
     """``(path, label)`` pairs decoded on access into ``(float [channels, size, size], long)``."""
 
@@ -102,7 +94,6 @@ class ImageFolderDataset(LoaderDataset):
 def build_image_folder(split: str, root: Any = None, image_size: int = 32, channels: int = 3,
                        resize: str = "center_crop", transform: Callable | None = None) -> ImageFolderDataset:
     """The images of ``split`` (see the module docstring for the layout and the conversions)."""
-    _check_params(image_size, channels, resize)
     path = require_root(TASK, root, LAYOUT)
     classes = class_names(path)
     folder = split_folder(path, split)
@@ -120,7 +111,6 @@ def build_image_folder(split: str, root: Any = None, image_size: int = 32, chann
 
 def describe(params: dict) -> tuple[InputSpec, int]:
     """``[channels, image_size, image_size]`` images; the class count is that of the folders."""
-    _check_params(params["image_size"], params["channels"], params["resize"])
     classes = class_names(require_root(TASK, params["root"], LAYOUT))
     return InputSpec.image(params["channels"], params["image_size"], params["image_size"]), len(classes)
 
@@ -133,4 +123,6 @@ register_task(TaskInfo(
     inputs=InputSpec.image(3, 32, 32), describe=describe,  # class count: from the folders (root)
     splits=("train", "val", "test"),
     params={"root": None, "image_size": 32, "channels": 3, "resize": "center_crop", "transform": None},
+    param_bounds=RESIZED_BOUNDS,
+    param_choices={**RESIZED_CHOICES, "channels": Choices((1, 3), note="1: grayscale, 3: RGB")},
 ), build_image_folder)

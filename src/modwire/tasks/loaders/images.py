@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset, first_dir, first_existing, malformed, missing, not_binary, require_root
-from ...fields import check_argument
+from ...fields import INT_COUNT
 
 TINY_CLASSES = 200
 TINY_LAYOUT = """\
@@ -43,11 +43,9 @@ wnids=<path to Tiny-ImageNet wnids.txt> (labels = its line numbers; other folder
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 RESIZE_MODES = ("center_crop", "stretch")
-
-
-def check_resize(task: str, resize: object) -> None:
-    """A ``ValueError`` naming ``task`` unless ``resize`` is one of :data:`RESIZE_MODES`."""
-    check_argument("resize", resize, RESIZE_MODES, task)
+#: The rules of the parameters every resizing image loader has (``TaskInfo.param_bounds`` / ``param_choices``).
+RESIZED_BOUNDS = {"image_size": INT_COUNT}
+RESIZED_CHOICES = {"resize": RESIZE_MODES}
 
 
 def _pil():
@@ -203,7 +201,6 @@ def build_tiny_imagenet_r(split: str, root: Any = None, wnids: Any = None, image
     are the classes. Images are resized to ``image_size`` (see :func:`load_rgb`).
     """
     task = "tiny_imagenet_r"
-    check_resize(task, resize)
     path = require_root(task, root, R_LAYOUT)
     folders = class_dirs(path)
     if wnids is None:
@@ -243,7 +240,6 @@ def build_imagenet(split: str, root: Any = None, image_size: int = 224, resize: 
     ``image_size`` (shorter side, centre crop) at load time; random-resized-crop
     augmentation then works on that ``image_size`` image."""
     task = "imagenet"
-    check_resize(task, resize)
     path = require_root(task, root, IMAGENET_LAYOUT)
     if not (path / "train").is_dir():
         raise missing(task, "no train/ folder", IMAGENET_LAYOUT, path)
@@ -275,6 +271,7 @@ register_task(TaskInfo(
     describe=_resized_rgb(200),
     metrics=("top1", "top5"), splits=("test",),
     params={"root": None, "wnids": None, "image_size": 64, "resize": "center_crop", "transform": None},
+    param_bounds=RESIZED_BOUNDS, param_choices=RESIZED_CHOICES,
 ), build_tiny_imagenet_r)
 
 register_task(TaskInfo(
@@ -283,4 +280,5 @@ register_task(TaskInfo(
     describe=_resized_rgb(1000),
     metrics=("top1", "top5"), splits=("train", "val"),
     params={"root": None, "image_size": 224, "resize": "center_crop", "transform": None},
+    param_bounds=RESIZED_BOUNDS, param_choices=RESIZED_CHOICES,
 ), build_imagenet)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..base import TaskInfo, register_task
 from ._common import check_binary, malformed, missing, require_root
-from .mnist import PARAMS, MnistDataset, _describe, idx_candidates, read_idx
+from .mnist import PARAM_BOUNDS, PARAM_CHOICES, PARAMS, MnistDataset, _describe, idx_candidates, read_idx
 from ...errors import UserError
 
 LAYOUT = """\
@@ -101,4 +101,5 @@ register_task(TaskInfo(
     description="Kuzushiji-MNIST (10 Hiragana classes) from the official .npz or idx files; padded 28->32, "
                 "or upsample_to=32, channels=3 as NI's adaptation target",
     describe=_describe, splits=("train", "test"), params=dict(PARAMS),
+    param_bounds=PARAM_BOUNDS, param_choices=PARAM_CHOICES,
 ), build_kmnist)

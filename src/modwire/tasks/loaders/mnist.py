@@ -31,6 +31,7 @@ from torch import Tensor
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset, check_binary, first_existing, malformed, require_root, system_dataset
 from ...errors import UserError
+from ...fields import Bounds, Choices
 
 LAYOUT = """\
 <root>/                                (also accepted: <root>/raw/, <root>/{name}/raw/)
@@ -99,7 +100,7 @@ class MnistDataset(LoaderDataset):
         super().__init__(transform)
         self.images = torch.from_numpy(images.copy())
         self.labels = torch.from_numpy(labels.astype(np.int64))
-        self.channels, self.upsample_to = check_channels(channels), check_upsample(upsample_to)
+        self.channels, self.upsample_to = int(channels), upsample_to
         h, w = images.shape[1:]
         size = pad_to or max(h, w)
         if size < max(h, w) and upsample_to is None:
@@ -124,18 +125,6 @@ def upsample(x: Tensor, size: int) -> Tensor:
     if tuple(x.shape[-2:]) == (size, size):
         return x
     return F.interpolate(x[None], size=(size, size), mode="bilinear", align_corners=False, antialias=True)[0]
-
-
-def check_channels(channels: Any) -> int:
-    if channels not in (1, 3) or isinstance(channels, bool):
-        raise UserError(f"channels must be 1 (grey) or 3 (the grey level repeated as RGB), got {channels!r}")
-    return int(channels)
-
-
-def check_upsample(size: Any) -> int | None:
-    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-        raise UserError(f"upsample_to must be None (pad instead) or a positive int, got {size!r}")
-    return size
 
 
 def _build(task: str, split: str, root: Any, pad_to: int | None, transform: Callable | None,
@@ -172,21 +161,25 @@ def build_fashion_mnist(split: str, root: Any = None, pad_to: int | None = 32, t
 
 def _describe(params: dict) -> tuple[InputSpec, int]:
     """Digits ``[channels, S, S]``: ``S = upsample_to``, else ``pad_to`` (28 when None); 10 classes."""
-    size = check_upsample(params.get("upsample_to"))
-    side = size or (28 if params["pad_to"] is None else params["pad_to"])
-    return InputSpec.image(check_channels(params.get("channels", 1)), side, side), 10
+    side = params.get("upsample_to") or (28 if params["pad_to"] is None else params["pad_to"])
+    return InputSpec.image(params.get("channels", 1), side, side), 10
 
 
 PARAMS = {"root": None, "pad_to": 32, "transform": None, "channels": 1, "upsample_to": None}
+#: The rules of :data:`PARAMS` (``TaskInfo.param_bounds`` / ``param_choices``), shared with K-MNIST.
+PARAM_BOUNDS = {"upsample_to": Bounds(lo=1, integer=True, note="or None: pad to pad_to instead")}
+PARAM_CHOICES = {"channels": Choices((1, 3), note="1: grey, 3: the grey level repeated as RGB")}
 
 
 register_task(TaskInfo(
     name="mnist", kind="loader", description="MNIST digits from idx files, zero-padded 28->32",
     describe=_describe, splits=("train", "test"), params=dict(PARAMS),
+    param_bounds=PARAM_BOUNDS, param_choices=PARAM_CHOICES,
 ), build_mnist)
 register_task(TaskInfo(
     name="fashion_mnist", kind="loader",
     description="Fashion-MNIST from idx files (default root /usr/share/datasets/fashion-mnist if present, "
                 "or $MODWIRE_SYSTEM_DATASETS/fashion-mnist), padded 28->32",
     describe=_describe, splits=("train", "test"), params=dict(PARAMS),
+    param_bounds=PARAM_BOUNDS, param_choices=PARAM_CHOICES,
 ), build_fashion_mnist)

@@ -25,6 +25,7 @@ from ..base import InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset, first_existing, malformed, read_text_file, require_root
 from .mnist import upsample
 from ...errors import UserError
+from ...fields import INT_COUNT
 
 LAYOUT = """\
 <root>/                          (the folder mnist_m/ of the authors' mnist_m.tar.gz, or its parent)
@@ -78,8 +79,6 @@ def build_mnist_m(split: str, root: Any = None, size: int = 32, transform: Calla
     """MNIST-M ``train`` (59,001 in the authors' archive) / ``test`` (9,001), resized to ``size``."""
     if split not in ("train", "test"):
         raise UserError(f"mnist_m: split must be 'train' or 'test', got {split!r}")
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise UserError(f"mnist_m: size must be a positive int, got {size!r}")
     path = require_root("mnist_m", root, LAYOUT)
     labels = first_existing("mnist_m", f"label list mnist_m_{split}_labels.txt",
                             [path / f"mnist_m_{split}_labels.txt", path / "mnist_m" / f"mnist_m_{split}_labels.txt"],
@@ -93,5 +92,5 @@ register_task(TaskInfo(
     name="mnist_m", kind="loader",
     description="MNIST-M (authors' mnist_m.tar.gz layout: image folders + label lists), RGB resized 28->32",
     describe=lambda p: (InputSpec.image(3, p["size"], p["size"]), 10), splits=("train", "test"),
-    params={"root": None, "size": 32, "transform": None},
+    params={"root": None, "size": 32, "transform": None}, param_bounds={"size": INT_COUNT},
 ), build_mnist_m)

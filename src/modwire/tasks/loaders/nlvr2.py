@@ -57,6 +57,7 @@ from torch.utils.data import Dataset
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import FormatError, first_existing, malformed, require_root, text_problem
 from ...errors import UserError
+from ...fields import INT_COUNT
 
 TASK = "nlvr2_features"
 CLIP_B32_IMAGE_DIM, CLIP_B32_TEXT_DIM = 768, 512  # CLIP ViT-B/32 token widths before the projections
@@ -78,7 +79,7 @@ def describe(params: dict) -> tuple[dict[str, InputSpec], int]:
     """``x``: both images' tokens, a set of ``2n`` vectors ``[image_dim (+1 side column)]`` (``n`` is
     read from the files: length None); ``condition``: the sentence's ``m`` text tokens ``[text_dim]``,
     zero-padded per batch. The features carry CLIP's own positions, so neither gets learned ones."""
-    image_dim, text_dim = _check_dim("image_dim", params["image_dim"]), _check_dim("text_dim", params["text_dim"])
+    image_dim, text_dim = params["image_dim"], params["text_dim"]
     return {"x": InputSpec.vectors(None, image_dim + int(bool(params["side_column"]))),
             "condition": InputSpec.vectors(None, text_dim, padded=True)}, 2
 
@@ -303,12 +304,6 @@ def collate(batch: Sequence[tuple[dict[str, Tensor], Tensor]]) -> tuple[dict[str
     return {"x": x, "condition": cond}, torch.stack([b[1] for b in batch])
 
 
-def _check_dim(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UserError(f"{TASK}: {name} must be a positive int, got {value!r}")
-    return value
-
-
 def check_widths(first: Example, images: FeatureFile, texts: FeatureFile, image_dim: int, text_dim: int,
                  side_column: bool) -> int:
     """The number ``n`` of tokens per image, read from the first example; widths other than
@@ -338,7 +333,6 @@ def build_nlvr2_features(split: str, root: Any = None, image_features: Any = Non
     left/right column to ``x``. ``skip_missing``: drop examples without features instead of failing.
     """
     path = require_root(TASK, root, LAYOUT)
-    image_dim, text_dim = _check_dim("image_dim", image_dim), _check_dim("text_dim", text_dim)
     stem = SPLIT_FILES[split]
     json_path = find_file(path, f"{stem}.json", [path / f"{stem}.json", path / "data" / f"{stem}.json"])
     examples = read_examples(json_path)
@@ -362,5 +356,6 @@ register_task(TaskInfo(
     splits=tuple(SPLIT_FILES),
     params={"root": None, "image_features": None, "text_features": None, "image_dim": CLIP_B32_IMAGE_DIM,
             "text_dim": CLIP_B32_TEXT_DIM, "side_column": True, "skip_missing": False},
+    param_bounds={"image_dim": INT_COUNT, "text_dim": INT_COUNT},
     collate=collate,
 ), build_nlvr2_features)

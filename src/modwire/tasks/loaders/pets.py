@@ -29,8 +29,7 @@ from typing import Any, Callable
 
 from ..base import TaskInfo, register_task
 from ._common import first_existing, malformed, missing, read_text_file, require_root
-from .images import ImageListDataset, _pil, _resized_rgb, check_resize
-from ...errors import UserError
+from .images import RESIZED_BOUNDS, RESIZED_CHOICES, ImageListDataset, _pil, _resized_rgb
 
 TASK = "oxford_pet"
 NUM_CLASSES = 37
@@ -97,9 +96,6 @@ def build_oxford_pet(split: str, root: Any = None, image_size: int = 224, resize
                      transform: Callable | None = None) -> ImageListDataset:
     """Split ``train`` (``trainval.txt``) or ``test`` (``test.txt``); images brought to ``image_size``
     by ``resize`` (module docstring). Every listed image must be in ``images/``."""
-    check_resize(TASK, resize)
-    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
-        raise UserError(f"{TASK}: image_size must be a positive int, got {image_size!r}")
     listing, images = _locate(root, split)
     entries = read_split_list(listing)
     present = set(os.listdir(images))
@@ -119,4 +115,5 @@ register_task(TaskInfo(
                  "test.txt (split test); RGB in [0,1], stretched to image_size (default 224, AiT App. A.1)"),
     describe=_resized_rgb(NUM_CLASSES), splits=("train", "test"),
     params={"root": None, "image_size": 224, "resize": "stretch", "transform": None},
+    param_bounds=RESIZED_BOUNDS, param_choices=RESIZED_CHOICES,
 ), build_oxford_pet)

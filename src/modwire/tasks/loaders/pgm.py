@@ -35,7 +35,7 @@ from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import FormatError, LoaderDataset, malformed, missing, require_root, text_problem
-from ...errors import UserError
+from ...fields import Bounds
 
 PANELS, SIZE = 16, 160          # the files: 16 panels of 160×160
 DEFAULT_PANEL_SIZE = 80         # NI §4.3: "a panel being an 80 × 80 image"
@@ -55,7 +55,7 @@ class PGMDataset(LoaderDataset):
     def __init__(self, files: list[Path], flatten: bool = False, transform: Callable | None = None,
                  panel_size: int = SIZE) -> None:
         super().__init__(transform)
-        self.files, self.flatten, self.panel_size = files, flatten, check_panel_size(panel_size)
+        self.files, self.flatten, self.panel_size = files, flatten, panel_size
 
     def __len__(self) -> int:
         return len(self.files)
@@ -104,18 +104,10 @@ class PGMDataset(LoaderDataset):
         return self._out(x, torch.tensor(int(target[0]), dtype=torch.long))
 
 
-def check_panel_size(size: Any) -> int:
-    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= SIZE:
-        raise UserError(f"pgm: panel_size must be an int in [1, {SIZE}] (the files' panels are {SIZE}x{SIZE}; "
-                        f"NI uses 80), got {size!r}")
-    return size
-
-
 def build_pgm(split: str, root: Any = None, regime: str = "neutral", flatten: bool = False,
               transform: Callable | None = None, panel_size: int = DEFAULT_PANEL_SIZE) -> PGMDataset:
     """The ``PGM_<regime>_<split>_*.npz`` files of ``root`` (or ``root/<regime>/``), ordered by ``i``;
     panels downsampled to ``panel_size``."""
-    check_panel_size(panel_size)
     root_path = require_root("pgm", root, LAYOUT)
     pattern = re.compile(rf"^PGM_{re.escape(regime)}_{split}_(\d+)\.npz$")
     searched = [p for p in (root_path / regime, root_path) if p.is_dir()]
@@ -135,7 +127,7 @@ def build_pgm(split: str, root: Any = None, regime: str = "neutral", flatten: bo
 def _describe(params: dict) -> tuple[InputSpec, int]:
     """16 panels as the channels of one ``[16, S, S]`` image, or (``flatten``) a sequence of 16
     flattened panels ``[16, S·S]`` whose order (context 0-7, candidates 8-15) matters; 8 answers."""
-    s = check_panel_size(params["panel_size"])
+    s = params["panel_size"]
     if params["flatten"]:
         return InputSpec.vectors(PANELS, s * s, ordered=True), 8
     return InputSpec.image(PANELS, s, s), 8
@@ -148,4 +140,6 @@ register_task(TaskInfo(
     describe=_describe, splits=("train", "val", "test"),
     params={"root": None, "regime": "neutral", "flatten": False, "transform": None,
             "panel_size": DEFAULT_PANEL_SIZE},
+    param_bounds={"panel_size": Bounds(lo=1, hi=SIZE, integer=True,
+                                       note=f"the files' panels are {SIZE}x{SIZE}; NI uses 80")},
 ), build_pgm)

@@ -27,7 +27,7 @@ from torch import Tensor
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset, malformed, missing, require_root, text_problem
 from ...errors import UserError
-from ...fields import check_argument
+from ...fields import INT_COUNT
 
 MODELNET40_CLASSES = (
     "airplane", "bathtub", "bed", "bench", "bookshelf", "bottle", "bowl", "car", "chair", "cone",
@@ -247,10 +247,6 @@ def build_modelnet40(split: str, root: Any = None, format: str = "auto", num_poi
                      transform: Callable | None = None) -> ModelNetDataset:
     """ModelNet40 ``train`` (9,843) / ``test`` (2,468) shapes as ``[num_points, 3]`` point clouds."""
     task = "modelnet40"
-    check_argument("format", format, FORMATS, task)
-    check_argument("pick", pick, PICKS, task)
-    if not isinstance(num_points, int) or num_points < 1:
-        raise UserError(f"{task}: num_points must be a positive int, got {num_points!r}")
     path = require_root(task, root, LAYOUT)
     found = _detect(path, format)
     if found is None:
@@ -272,4 +268,5 @@ register_task(TaskInfo(
     splits=("train", "test"),
     params={"root": None, "format": "auto", "num_points": 1024, "seed": 0, "pick": "first", "normalize": True,
             "transform": None},
+    param_bounds={"num_points": INT_COUNT}, param_choices={"format": FORMATS, "pick": PICKS},
 ), build_modelnet40)

@@ -27,6 +27,7 @@ from ..base import InputSpec, TaskInfo, pad_collate, register_task
 from ._common import (LoaderDataset, first_dir, first_existing, malformed, missing, read_text_file, require_root,
                       text_problem)
 from ...errors import UserError
+from ...fields import INT_COUNT
 
 IMDB_LAYOUT = """\
 <root>/                           (the folder aclImdb/, or its parent)
@@ -45,12 +46,6 @@ LISTOPS_DIRS = (".", "listops-1000", "lra_release/listops-1000")  # where under 
 LISTOPS_VOCAB: dict[str, int] = {"<pad>": 0, **{str(d): d + 1 for d in range(10)},
                                  "[MIN": 11, "[MAX": 12, "[MED": 13, "[SM": 14, "]": 15}
 _NAME = re.compile(r"^(\d+)_(\d+)\.txt$")
-
-
-def _check_max_len(task: str, max_len: Any) -> int:
-    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
-        raise UserError(f"{task}: max_len must be a positive int, got {max_len!r}")
-    return max_len
 
 
 class ImdbBytesDataset(LoaderDataset):
@@ -80,7 +75,6 @@ def build_imdb_bytes(split: str, root: Any = None, max_len: int = 4096,
                      transform: Callable | None = None) -> ImdbBytesDataset:
     """IMDB reviews ``train`` / ``test`` (25,000 each): neg (label 0) then pos (label 1), by id."""
     task = "imdb_bytes"
-    max_len = _check_max_len(task, max_len)
     path = require_root(task, root, IMDB_LAYOUT)
     path = first_existing(task, f"{split}/ folder", [path / split, path / "aclImdb" / split], IMDB_LAYOUT, path,
                           directory=True).parent
@@ -189,7 +183,6 @@ def build_lra_listops(split: str, root: Any = None, max_len: int = 2000, files: 
     """LRA ListOps from ``basic_{train,val,test}.tsv`` (96,000 / 2,000 / 2,000 rows), or from the
     files named by ``files={split: path}`` (see :func:`listops_file`); columns by the header."""
     task = "lra_listops"
-    max_len = _check_max_len(task, max_len)
     seqs, targets = read_listops_tsv(listops_file(split, root, files, task), max_len, task)
     offsets = torch.tensor([0] + [len(s) for s in seqs]).cumsum(0)
     flat = torch.tensor([i for s in seqs for i in s], dtype=torch.uint8)
@@ -208,6 +201,7 @@ register_task(TaskInfo(
     description="LRA Text: IMDB reviews as byte ids (byte+1, 0 = pad), truncated to max_len; padded per batch",
     describe=_token_ids(257, 2),
     splits=("train", "test"), params={"root": None, "max_len": 4096, "transform": None},
+    param_bounds={"max_len": INT_COUNT},
     collate=pad_collate,
 ), build_imdb_bytes)
 
@@ -216,5 +210,6 @@ register_task(TaskInfo(
     description="LRA ListOps from basic_{train,val,test}.tsv; 16-id vocabulary (0 = pad); padded per batch",
     describe=_token_ids(len(LISTOPS_VOCAB), 10),
     splits=("train", "val", "test"), params={"root": None, "max_len": 2000, "files": None, "transform": None},
+    param_bounds={"max_len": INT_COUNT},
     collate=pad_collate,
 ), build_lra_listops)

@@ -33,8 +33,7 @@ from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset, first_existing, malformed, read_text_file, require_root
-from ...errors import UserError
-from ...fields import check_argument
+from ...fields import INT_COUNT
 
 TASK = "wikitext2"
 VARIANTS = {"tokens": ("wikitext-2", "tokens"), "raw": ("wikitext-2-raw", "raw")}   # folder, file suffix
@@ -45,13 +44,6 @@ LAYOUT = """\
   wikitext-2/wiki.train.tokens       variant "tokens" (default); also wiki.valid.tokens, wiki.test.tokens
   wikitext-2-raw/wiki.train.raw      variant "raw"; also wiki.valid.raw, wiki.test.raw
 (UTF-8 text, one paragraph or heading per line, words separated by spaces)"""
-
-
-def _check_params(variant: Any, seq_len: Any, min_count: Any) -> None:
-    check_argument("variant", variant, VARIANTS, TASK)
-    for name, value in (("seq_len", seq_len), ("min_count", min_count)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UserError(f"{TASK}: {name} must be a positive int, got {value!r}")
 
 
 def split_file(root: Any, variant: str, split: str) -> Path:
@@ -79,7 +71,6 @@ def _vocabulary(path: str, stamp: tuple[int, int], min_count: int) -> tuple[str,
 
 def vocabulary(root: Any, variant: str = "tokens", min_count: int = 1) -> tuple[str, ...]:
     """The words of the vocabulary in id order (module docstring); cached per train file."""
-    _check_params(variant, 1, min_count)
     path = split_file(root, variant, "train")
     st = os.stat(path)
     return _vocabulary(str(path), (st.st_mtime_ns, st.st_size), min_count)
@@ -115,7 +106,6 @@ class LMChunks(LoaderDataset):
 def build_wikitext2(split: str, root: Any = None, variant: str = "tokens", seq_len: int = 128, min_count: int = 1,
                     transform: Callable | None = None) -> LMChunks:
     """WikiText-2 ``train`` / ``val`` (file ``valid``) / ``test`` as chunks of ``seq_len`` tokens."""
-    _check_params(variant, seq_len, min_count)
     vocab = vocabulary(root, variant, min_count)
     path = split_file(root, variant, split)
     ids = torch.from_numpy(encode(words(read_text_file(TASK, path, LAYOUT)), vocab))
@@ -134,7 +124,6 @@ def describe(params: dict) -> tuple[InputSpec, int]:
     ``min_count=1`` is described by its official size, :data:`OFFICIAL_VOCAB`; building a split
     still needs the files."""
     variant, seq_len, min_count = params["variant"], params["seq_len"], params["min_count"]
-    _check_params(variant, seq_len, min_count)
     try:
         size = len(vocabulary(params["root"], variant, min_count))
     except (FileNotFoundError, ValueError):
@@ -158,4 +147,5 @@ register_task(TaskInfo(
     loss="token_cross_entropy", metrics=("perplexity", "token_top1"),
     splits=("train", "val", "test"),
     params={"root": None, "variant": "tokens", "seq_len": 128, "min_count": 1, "transform": None},
+    param_bounds={"seq_len": INT_COUNT, "min_count": INT_COUNT}, param_choices={"variant": tuple(VARIANTS)},
 ), build_wikitext2)

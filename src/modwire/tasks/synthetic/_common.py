@@ -9,14 +9,17 @@ disjoint because their ``split_id`` differs (train 0, val 1, test 2).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset
 
 from ...errors import UserError
+from ...fields import INT_NON_NEGATIVE
 
 SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
+#: The rules of the parameters every generator has (``TaskInfo.param_bounds``): ``size`` is one
+#: count or ``{split: count}`` (each count checked).
+GENERATOR_BOUNDS = {"seed": INT_NON_NEGATIVE, "size": INT_NON_NEGATIVE}
 
 
 def split_id(split: str) -> int:
@@ -31,25 +34,17 @@ def sample_rng(seed: int, split: str, index: int) -> np.random.Generator:
 
 
 def split_size(size: int | Mapping[str, int], split: str) -> int:
-    """``size`` is one count for every split, or a mapping ``{split: count}``."""
+    """``size`` is one count for every split, or a mapping ``{split: count}`` (the counts are
+    checked by :data:`GENERATOR_BOUNDS`)."""
     if isinstance(size, Mapping):
         bad = [k for k in size if not isinstance(k, str) or k not in SPLIT_IDS]
         if bad:    # e.g. `size={train:8}`: YAML needs a space after the colon, else a key "train:8"
             raise UserError(f"size has unknown split name(s) {bad}: expected a mapping of {list(SPLIT_IDS)} "
                             f"to counts (in YAML, a space after each colon: {{train: 8, val: 2}})")
-    if isinstance(size, Mapping) and split not in size:  # e.g. `--set data.params.size:={train: 8}`
+    if isinstance(size, Mapping) and size.get(split) is None:  # e.g. `--set data.params.size:={train: 8}`
         raise UserError(f"size has no count for split {split!r}: expected a count for every split used, "
                         f"got {dict(size)!r}")
-    n = size[split] if isinstance(size, Mapping) else size
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise UserError(f"size of split {split!r} must be a non-negative int, got {n!r}")
-    return int(n)
-
-
-def check_seed(seed: Any) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise UserError(f"seed must be a non-negative int, got {seed!r}")
-    return int(seed)
+    return int(size[split] if isinstance(size, Mapping) else size)
 
 
 class GeneratedDataset(Dataset):
@@ -57,7 +52,7 @@ class GeneratedDataset(Dataset):
 
     def __init__(self, split: str, seed: int, length: int) -> None:
         split_id(split)
-        self.split, self.seed, self.length = split, check_seed(seed), int(length)
+        self.split, self.seed, self.length = split, int(seed), int(length)
 
     def __len__(self) -> int:
         return self.length

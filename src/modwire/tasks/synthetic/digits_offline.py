@@ -33,7 +33,7 @@ from torch import Tensor
 from ..base import InputSpec, TaskInfo, register_task
 from ..loaders.digits import sklearn_digits
 from ..loaders.digits_multitask import per_source
-from ._common import GeneratedDataset, check_seed, sample_rng, split_size
+from ._common import GENERATOR_BOUNDS, GeneratedDataset, sample_rng, split_size
 
 SOURCES = ("svhn_like", "mnist_m_like", "mnist_like")   # ids as digits_multitask: 0 SVHN, 1 MNIST-M, 2 MNIST
 SIDE = 32
@@ -132,7 +132,7 @@ class DigitsOfflineDataset(GeneratedDataset):
 
 def build(split: str, seed: int = 0, size=None) -> DigitsOfflineDataset:
     """``size``: items per split (int or ``{split: n}``; default 12000 / 1500 / 1500)."""
-    return DigitsOfflineDataset(split, check_seed(seed), DEFAULT_SIZE if size is None else size)
+    return DigitsOfflineDataset(split, seed, DEFAULT_SIZE if size is None else size)
 
 
 register_task(TaskInfo(
@@ -142,5 +142,5 @@ register_task(TaskInfo(
                 "disjoint base digits per split",
     num_classes=10, heads=len(SOURCES), subsets=per_source(SOURCES),    # top1_svhn_like, ...
     inputs={"x": InputSpec.image(3, SIDE, SIDE), "task": InputSpec.index(len(SOURCES))},
-    splits=("train", "val", "test"), params={"seed": 0, "size": dict(DEFAULT_SIZE)},
+    splits=("train", "val", "test"), params={"seed": 0, "size": dict(DEFAULT_SIZE)}, param_bounds=GENERATOR_BOUNDS,
 ), build)

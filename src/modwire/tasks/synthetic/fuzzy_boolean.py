@@ -58,8 +58,9 @@ import torch
 from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
-from ._common import GeneratedDataset, check_seed, sample_rng, split_size
+from ._common import GENERATOR_BOUNDS, GeneratedDataset, sample_rng, split_size
 from ...errors import UserError
+from ...fields import INT_NON_NEGATIVE, Bounds, Choices
 
 NUM_VARS = 5
 NUM_CORNERS = 2 ** NUM_VARS
@@ -88,7 +89,7 @@ def truth_table(function_id: int, function_seed: int = 0) -> np.ndarray:
     the value at the corner with ``x_k = bit k of m``."""
     if not 0 <= int(function_id) < NUM_FUNCTIONS:
         raise UserError(f"function_id must be in [0, {NUM_FUNCTIONS}), got {function_id}")
-    return np.array(_table(int(function_id), check_seed(function_seed)))
+    return np.array(_table(int(function_id), int(function_seed)))
 
 
 def evaluate(x: np.ndarray, table: np.ndarray) -> np.ndarray:
@@ -122,20 +123,24 @@ def function_id_of(inputs: Tensor) -> Tensor:
     return inputs[..., NUM_VARS, 1:].argmax(-1)
 
 
-def check_layout(layout: object) -> str:
-    if layout not in LAYOUTS:
-        raise UserError(f"fuzzy_boolean: layout must be one of {list(LAYOUTS)} ('sample': NI's set-up, one "
-                        f"item per point with all functions' targets, heads = number of functions; 'pair': one "
-                        f"item per (point, function) for single-read-out models such as NAC), got {layout!r}")
-    return str(layout)
+#: What the parameters accept (``TaskInfo.param_bounds`` / ``param_choices``); a rule on
+#: ``function_ids`` applies to each id, :func:`check_function_ids` checks that there are some,
+#: all distinct.
+PARAM_BOUNDS = {**GENERATOR_BOUNDS, "function_seed": INT_NON_NEGATIVE,
+                "function_ids": Bounds(lo=0, hi=NUM_FUNCTIONS, hi_open=True, integer=True,
+                                       note="ids of the family's functions")}
+PARAM_CHOICES = {"layout": Choices(LAYOUTS, note=(
+    "'sample': NI's set-up, one item per point with all functions' targets, heads = number of functions; "
+    "'pair': one item per (point, function) for single-read-out models such as NAC"))}
 
 
 def check_function_ids(function_ids: object) -> tuple[int, ...]:
+    """The ids as a tuple: a non-empty list of distinct ids (each in range: :data:`PARAM_BOUNDS`)."""
     try:
         ids = tuple(int(u) for u in function_ids) if not isinstance(function_ids, (str, bytes)) else ()
     except (TypeError, ValueError):
         ids = ()
-    if not ids or len(set(ids)) != len(ids) or not all(0 <= u < NUM_FUNCTIONS for u in ids):
+    if not ids or len(set(ids)) != len(ids):
         raise UserError(f"function_ids must be distinct ids in [0, {NUM_FUNCTIONS}), got {function_ids!r}")
     return ids
 
@@ -145,10 +150,10 @@ class FuzzyBooleanDataset(GeneratedDataset):
 
     def __init__(self, split: str, seed: int, size, function_ids: Sequence[int], function_seed: int,
                  layout: str = "sample") -> None:
-        ids, self.layout = check_function_ids(function_ids), check_layout(layout)
+        ids, self.layout = check_function_ids(function_ids), str(layout)
         self.num_points = split_size(size, split)
         super().__init__(split, seed, self.num_points * (len(ids) if self.layout == "pair" else 1))
-        self.function_ids, self.function_seed = ids, check_seed(function_seed)
+        self.function_ids, self.function_seed = ids, int(function_seed)
         self.tables = np.stack([truth_table(u, self.function_seed) for u in ids])  # [F, 32] bool
 
     def point(self, p: int) -> np.ndarray:
@@ -174,7 +179,7 @@ def _builder(default_ids: tuple[int, ...]):
         """Fuzzy Boolean split. ``size``: points (int or ``{split: n}``; default 131072 train /
         32768 val); ``function_ids``: which of the 30 functions; ``function_seed`` draws the
         family of truth tables, ``seed`` the points; ``layout``: ``"sample"`` (NI) or ``"pair"``."""
-        return FuzzyBooleanDataset(split, check_seed(seed), DEFAULT_SIZE if size is None else size,
+        return FuzzyBooleanDataset(split, seed, DEFAULT_SIZE if size is None else size,
                                    function_ids, function_seed, layout)
     return build
 
@@ -182,7 +187,7 @@ def _builder(default_ids: tuple[int, ...]):
 def _describe(params: dict) -> tuple[InputSpec, int, int]:
     """``sample``: 5 ordered scalars ``[5, 1]``, one head per function; ``pair``: ``[6, 31]``, one head."""
     ids = check_function_ids(params["function_ids"])
-    if check_layout(params["layout"]) == "pair":
+    if params["layout"] == "pair":
         return InputSpec.vectors(NUM_TOKENS, INPUT_DIM, ordered=True), 1, 1  # token k is variable k; the last the function
     return InputSpec.vectors(NUM_VARS, 1, ordered=True), 1, len(ids)
 
@@ -201,6 +206,7 @@ def _info(name: str, ids: tuple[int, ...], what: str) -> TaskInfo:
         metrics=("r2", "r2_std"),
         splits=("train", "val"),
         params={"seed": 0, "size": dict(DEFAULT_SIZE), "function_ids": ids, "function_seed": 0, "layout": "sample"},
+        param_bounds=PARAM_BOUNDS, param_choices=PARAM_CHOICES,
     )
 
 

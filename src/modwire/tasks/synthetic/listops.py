@@ -44,8 +44,9 @@ import torch
 from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, pad_collate, register_task
-from ._common import GeneratedDataset, check_seed, sample_rng, split_size
+from ._common import GENERATOR_BOUNDS, GeneratedDataset, sample_rng, split_size
 from ...errors import UserError
+from ...fields import INT_COUNT, INT_NON_NEGATIVE
 
 PAD = 0
 DIGIT_OFFSET = 1  # id of digit v is v + 1
@@ -172,10 +173,8 @@ def sample_expression(rng: np.random.Generator, min_len: int = 500, max_len: int
 class GeneratedListOps(GeneratedDataset):
     def __init__(self, split: str, seed: int, size, min_len: int, max_len: int, max_depth: int) -> None:
         super().__init__(split, seed, split_size(size, split))
-        if not (0 <= min_len and min_len + 1 < max_len):
+        if not min_len + 1 < max_len:        # min_len >= 0 and max_depth >= 1: INFO.param_bounds
             raise UserError(f"need 0 <= min_len < max_len - 1, got min_len={min_len}, max_len={max_len}")
-        if max_depth < 1:
-            raise UserError(f"max_depth must be >= 1, got {max_depth}")
         self.min_len, self.max_len, self.max_depth = int(min_len), int(max_len), int(max_depth)
 
     def item(self, index: int) -> tuple[Tensor, Tensor]:
@@ -194,7 +193,7 @@ def build(split: str, seed: int = 0, size=None, min_len: int = 500, max_len: int
           max_depth: int = 10) -> GeneratedListOps:
     """ListOps split. ``size``: items per split (an int, or ``{split: n}``; default 96k/2k/2k as
     LRA). Lengths satisfy ``min_len < len < max_len``; ``max_depth`` bounds the tree depth."""
-    return GeneratedListOps(split, check_seed(seed), DEFAULT_SIZE if size is None else size,
+    return GeneratedListOps(split, seed, DEFAULT_SIZE if size is None else size,
                           min_len, max_len, max_depth)
 
 
@@ -213,6 +212,7 @@ INFO = TaskInfo(
     metrics=("top1",),
     splits=("train", "val", "test"),
     params={"seed": 0, "size": dict(DEFAULT_SIZE), "min_len": 500, "max_len": 2000, "max_depth": 10},
+    param_bounds={**GENERATOR_BOUNDS, "min_len": INT_NON_NEGATIVE, "max_depth": INT_COUNT},
     collate=collate,
     describe=describe,
 )

@@ -45,8 +45,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
-from ._common import SPLIT_IDS, GeneratedDataset, check_seed, sample_rng, split_size
+from ._common import GENERATOR_BOUNDS, SPLIT_IDS, GeneratedDataset, sample_rng, split_size
 from ...errors import UserError
+from ...fields import Bounds
 
 NUM_CLASSES = 10
 IMAGE_SIZE = 64                 # NFM §4.2: "synthetic 64x64 images"
@@ -172,9 +173,6 @@ class MultiDigitDataset(GeneratedDataset):
     def __init__(self, split: str, seed: int, size, counts, root, image_size: int, digit_size: int,
                  distinct: bool) -> None:
         super().__init__(split, seed, split_size(size, split))
-        for name, value, lo in (("image_size", image_size, 8), ("digit_size", digit_size, 4)):
-            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= 1024:
-                raise UserError(f"multi_digit: {name} must be an int in [{lo}, 1024], got {value!r}")
         if digit_size > image_size:
             raise UserError(f"multi_digit: digit_size {digit_size} exceeds image_size {image_size}")
         self.image_size, self.distinct = image_size, bool(distinct)
@@ -215,15 +213,12 @@ def build(split: str, seed: int = 0, size=None, counts=None, root=None, image_si
     a list (every split) or ``{split: list}`` (default train / val ``[1, 3]``, test ``[1..5]``).
     ``root``: MNIST idx files (None: scikit-learn's 8×8 digits). ``image_size``: canvas side (64).
     ``digit_size``: the box each digit is scaled into (20). ``distinct``: no repeated class."""
-    return MultiDigitDataset(split, check_seed(seed), DEFAULT_SIZE if size is None else size,
+    return MultiDigitDataset(split, seed, DEFAULT_SIZE if size is None else size,
                              DEFAULT_COUNTS if counts is None else counts, root, image_size, digit_size, distinct)
 
 
 def _describe(params: dict) -> tuple[InputSpec, int]:
-    side = params["image_size"]
-    if isinstance(side, bool) or not isinstance(side, int) or side < 8:
-        raise UserError(f"multi_digit: image_size must be an int >= 8, got {side!r}")
-    return InputSpec.image(1, side, side), NUM_CLASSES
+    return InputSpec.image(1, params["image_size"], params["image_size"]), NUM_CLASSES
 
 
 register_task(TaskInfo(
@@ -234,4 +229,6 @@ register_task(TaskInfo(
     splits=("train", "val", "test"),
     params={"seed": 0, "size": dict(DEFAULT_SIZE), "counts": {k: list(v) for k, v in DEFAULT_COUNTS.items()},
             "root": None, "image_size": IMAGE_SIZE, "digit_size": DIGIT_SIZE, "distinct": True},
+    param_bounds={**GENERATOR_BOUNDS, "image_size": Bounds(lo=8, hi=1024, integer=True, note="canvas side, px"),
+                  "digit_size": Bounds(lo=4, hi=1024, integer=True, note="side of a digit's box, px")},
 ), build)

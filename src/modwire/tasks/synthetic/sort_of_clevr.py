@@ -98,8 +98,9 @@ import torch
 from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
-from ._common import GeneratedDataset, check_seed, sample_rng, split_size
+from ._common import GENERATOR_BOUNDS, GeneratedDataset, sample_rng, split_size
 from ...errors import UserError
+from ...fields import Bounds, Choices
 
 IMAGE_SIZE = 75
 HALF_SIZE = 5
@@ -171,16 +172,9 @@ def _ambiguous(centers: np.ndarray, shapes: np.ndarray) -> bool:
 
 
 def held_out_pairs(holdout: int) -> tuple[tuple[str, str], ...]:
-    """The (colour, shape) names omitted from the train split by ``holdout = N`` (NFM Table 7)."""
-    check_holdout(holdout)
+    """The (colour, shape) names omitted from the train split by ``holdout = N`` (NFM Table 7;
+    ``0 <= N <= 6``: :data:`PARAM_BOUNDS`)."""
     return tuple((COLORS[c], SHAPES[s]) for c, s in HOLDOUT_ORDER[:holdout])
-
-
-def check_holdout(holdout) -> int:
-    if isinstance(holdout, bool) or not isinstance(holdout, (int, np.integer)) or not 0 <= holdout <= len(COLORS):
-        raise UserError(f"holdout (held-out colour-shape combinations, NFM Table 7) must be an int in "
-                        f"[0, {len(COLORS)}] (one shape per colour at most), got {holdout!r}")
-    return int(holdout)
 
 
 def sample_scene(rng: np.random.Generator, holdout: int = 0) -> Scene:
@@ -346,9 +340,8 @@ CACHED_IMAGES = 4096      # rendered images a dataset keeps in memory (≤ ~280 
 class SortOfClevrDataset(GeneratedDataset):
     def __init__(self, split: str, seed: int, size, patch_size: int, holdout: int = 0) -> None:
         super().__init__(split, seed, NUM_QUESTIONS * split_size(size, split))
-        num_patches(patch_size)  # checks it
         self.patch_size = patch_size
-        self.holdout = check_holdout(holdout) if split == "train" else 0   # NFM Table 7: train split only
+        self.holdout = int(holdout) if split == "train" else 0   # NFM Table 7: train split only
         # Rendered images, kept (up to CACHED_IMAGES, ~68 KB each): a shuffled epoch asks for each
         # image 20 times, so each scene is drawn and rendered once instead of 20 times.
         self._cache: dict[int, tuple[Scene, np.ndarray]] = {}
@@ -408,22 +401,19 @@ def build(split: str, seed: int = 0, size=None, patch_size: int = 5, holdout: in
     """Sort-of-CLEVR split. ``size``: number of *images* (int or ``{split: n}``; 20 items each;
     default 9800/200/200). ``patch_size`` must divide 75; tokens are ``3·p² + 13`` wide.
     ``holdout``: colour-shape pairs omitted from the train split (NFM Table 7; module docstring)."""
-    return SortOfClevrDataset(split, check_seed(seed), DEFAULT_SIZE if size is None else size, patch_size,
-                              check_holdout(holdout))
+    return SortOfClevrDataset(split, seed, DEFAULT_SIZE if size is None else size, patch_size, holdout)
 
 
 def build_conditional(split: str, seed: int = 0, size=None, patch_size: int = 5,
                       holdout: int = 0) -> SortOfClevrConditionalDataset:
     """Conditional Sort-of-CLEVR split; parameters as :func:`build`. Image tokens are ``3·p² + 2`` wide."""
-    return SortOfClevrConditionalDataset(split, check_seed(seed), DEFAULT_SIZE if size is None else size, patch_size,
-                                         check_holdout(holdout))
+    return SortOfClevrConditionalDataset(split, seed, DEFAULT_SIZE if size is None else size, patch_size, holdout)
 
 
 def build_image(split: str, seed: int = 0, size=None, holdout: int = 0) -> SortOfClevrImageDataset:
     """Sort-of-CLEVR split with the image and the question as separate inputs; ``size`` and
     ``holdout`` as :func:`build`."""
-    return SortOfClevrImageDataset(split, check_seed(seed), DEFAULT_SIZE if size is None else size,
-                                   check_holdout(holdout))
+    return SortOfClevrImageDataset(split, seed, DEFAULT_SIZE if size is None else size, holdout)
 
 
 def input_dim(patch_size: int = 5) -> int:
@@ -436,10 +426,16 @@ def image_input_dim(patch_size: int = 5) -> int:
 
 
 def num_patches(patch_size: int) -> int:
-    """Tokens per image, ``(75 / p)²``; a ``patch_size`` that does not divide 75 is a ValueError."""
-    if not isinstance(patch_size, int) or isinstance(patch_size, bool) or patch_size < 1 or IMAGE_SIZE % patch_size:
-        raise UserError(f"patch_size must divide {IMAGE_SIZE} (1, 3, 5, 15, 25, 75), got {patch_size!r}")
+    """Tokens per image, ``(75 / p)²`` (``p`` divides 75: :data:`PARAM_CHOICES`)."""
     return (IMAGE_SIZE // patch_size) ** 2
+
+
+#: What the parameters accept (``TaskInfo.param_bounds`` / ``param_choices`` of every variant).
+PARAM_BOUNDS = {**GENERATOR_BOUNDS, "holdout": Bounds(
+    lo=0, hi=len(COLORS), integer=True,
+    note="held-out colour-shape combinations, NFM Table 7; one shape per colour at most")}
+PARAM_CHOICES = {"patch_size": Choices(tuple(p for p in range(1, IMAGE_SIZE + 1) if IMAGE_SIZE % p == 0),
+                                       note=f"the divisors of the image side {IMAGE_SIZE}")}
 
 
 def describe(params: dict) -> tuple[InputSpec, int]:
@@ -472,6 +468,7 @@ def _info(name: str, description: str, describe, *, patches: bool = True) -> Tas
     return TaskInfo(
         name=name, kind="generator", description=description, describe=describe, loss="cross_entropy", metrics=("top1",), splits=("train", "val", "test"),
         params={"seed": 0, "size": dict(DEFAULT_SIZE), **({"patch_size": 5} if patches else {}), "holdout": 0},
+        param_bounds=PARAM_BOUNDS, param_choices=PARAM_CHOICES if patches else {},
         subsets={"relational": is_relational, "non_relational": _non_relational},
     )
 

@@ -37,8 +37,8 @@ import torch
 from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
-from ._common import GeneratedDataset, check_seed, sample_rng, split_size
-from ...errors import UserError
+from ._common import GENERATOR_BOUNDS, GeneratedDataset, sample_rng, split_size
+from ...fields import Bounds
 
 IMAGE_SIZE = 64
 LO, HI = 1, 63  # vertex coordinate range (inclusive)
@@ -109,10 +109,6 @@ def render(points: np.ndarray) -> np.ndarray:
 class TriangleDataset(GeneratedDataset):
     def __init__(self, split: str, seed: int, size, min_side: float, near_equilateral_ratio: float) -> None:
         super().__init__(split, seed, split_size(size, split))
-        if not 0 <= min_side <= 30:
-            raise UserError(f"min_side must be in [0, 30] px, got {min_side}")
-        if near_equilateral_ratio < 1:
-            raise UserError(f"near_equilateral_ratio must be >= 1, got {near_equilateral_ratio}")
         self.min_side, self.ratio = float(min_side), float(near_equilateral_ratio)
 
     def triangle(self, index: int) -> Triangle:
@@ -131,7 +127,7 @@ def build(split: str, seed: int = 0, size=None, min_side: float = 8.0,
     """Triangle split. ``size``: an int or ``{split: n}`` (default 50k/10k/10k). ``min_side``:
     shortest allowed side (px). ``near_equilateral_ratio``: random triangles with
     ``max side <= ratio * min side`` are rejected."""
-    return TriangleDataset(split, check_seed(seed), DEFAULT_SIZE if size is None else size,
+    return TriangleDataset(split, seed, DEFAULT_SIZE if size is None else size,
                            min_side, near_equilateral_ratio)
 
 
@@ -146,6 +142,8 @@ INFO = TaskInfo(
     metrics=("top1",),
     splits=("train", "val", "test"),
     params={"seed": 0, "size": dict(DEFAULT_SIZE), "min_side": 8.0, "near_equilateral_ratio": 1.1},
+    param_bounds={**GENERATOR_BOUNDS, "min_side": Bounds(lo=0, hi=30, note="px"),
+                  "near_equilateral_ratio": Bounds(lo=1, note="max side / min side")},
 )
 
 register_task(INFO, build)
