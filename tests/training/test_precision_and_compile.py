@@ -1,0 +1,44 @@
+"""Issue 25, the trainer's ``precision`` and ``compile`` options: a bf16 autocast run on the CPU stays
+finite and tracks the fp32 run's losses; a ``compile: true`` run trains to the same losses as eager
+(both graphs compiled once), records the option in its config and keeps it on resume."""
+import json
+
+import pytest
+import torch
+
+import toy_task  # noqa: F401  (registers "toy_sets")
+from modwire.training import load_config, train
+from modwire.training.resume import run_config
+
+
+def _cfg(out, *extra):
+    return load_config(None, [f"out_dir={out}", "model.name=nac_micro", "data.task=toy_sets", "data.batch_size=16",
+                              "epochs=3", "optim.lr=3e-3", "progress=false", "log_every=1", *extra])
+
+
+def _losses(run):
+    return [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+
+
+def test_a_bf16_run_stays_finite_and_tracks_fp32(tmp_path):
+    train(_cfg(tmp_path / "fp32"))
+    bf16 = train(_cfg(tmp_path / "bf16", "precision=bf16"))
+    a, b = torch.tensor(_losses(tmp_path / "fp32")), torch.tensor(_losses(tmp_path / "bf16"))
+    assert len(a) == len(b) == 12 and torch.isfinite(b).all() and torch.isfinite(torch.tensor(bf16["val"]["loss"]))
+    assert (a - b).abs().max() < 0.05 * a.abs().max()        # bf16 rounding, not another trajectory
+    assert b[-3:].mean() < b[:3].mean()                       # and it learns
+
+
+@pytest.mark.slow
+def test_a_compiled_run_matches_eager_and_keeps_the_option_on_resume(tmp_path):
+    # a ViT: deterministic in train mode (NAC samples its kernel in training, and compiled code draws
+    # other random numbers than eager)
+    train(_cfg(tmp_path / "eager", "epochs=2", "model.name=vit_micro"))
+    compiled = train(_cfg(tmp_path / "compiled", "epochs=2", "model.name=vit_micro", "compile=true"))
+    assert compiled["status"] == "finished"
+    a, b = torch.tensor(_losses(tmp_path / "eager")), torch.tensor(_losses(tmp_path / "compiled"))
+    torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
+    again = run_config(tmp_path / "compiled", ["epochs=3"])    # the run's own config: compile stays on
+    assert again.compile is True
+    result = train(again, resume=True, allow_change=["epochs"])
+    assert result["step"] == 12 and torch.isfinite(torch.tensor(_losses(tmp_path / "compiled"))).all()
