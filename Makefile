@@ -47,6 +47,7 @@ bench: install
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_vit.py
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_ni.py
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_ait.py
+	OMP_NUM_THREADS=2 $(BIN)/python benchmarks/bench_compile.py --out benchmarks/results/compile_cpu.json
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

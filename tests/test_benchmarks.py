@@ -139,3 +139,14 @@ def test_bench_ait_quick_runs_and_reports_every_section():
     for mode in ("fwd", "fwd+bwd"):
         assert re.search(rf"attend top-k / dense softmax \({re.escape(mode)}\): [\d.]+x", out)
     assert float(re.search(r"torch.topk share of the attend top-k forward: (\d+)%", out)[1]) > 0
+
+
+@pytest.mark.slow
+def test_bench_compile_quick_prints_and_writes_the_ratios_per_family(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_compile.py"), "--quick", "--out",
+                          str(tmp_path / "c.json")], capture_output=True, text=True, timeout=600, check=True).stdout
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert [r["preset"] for r in data["rows"]] == ["nac_micro", "perceiver_io_micro"] and "machine" in data
+    for row in data["rows"]:
+        assert "error" not in row and row["train_compiled_over_eager"] > 0 and row["eval_bf16_over_fp32"] > 0
+        assert re.search(rf"^{row['preset']} +{row['params']:,} ", out, re.M)
