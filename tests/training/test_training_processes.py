@@ -111,3 +111,27 @@ def test_two_process_ddp_step_equals_single_process(tmp_path):
     a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=1e-5, msg=k)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
+@pytest.mark.parametrize("option", ["precision=bf16", "compile=true"])
+def test_two_process_ddp_with_bf16_or_compile_equals_one_process(tmp_path, option):
+    """Issue 25: the trainer's precision and compile options work under torchrun (2 CPU processes, gloo):
+    the first step's loss and the weights after it match one process with the same option."""
+    common = ("max_steps=1", "optim.name=sgd", "optim.grad_clip=0", "model.name=vit_micro", option)
+    single = run(*args(tmp_path / "one", *common))
+    assert single.returncode == 0, single.stderr[-3000:]
+    ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                          "--master-port", "29534", TOY_CLI, *args(tmp_path / "two", *common)],
+                         env=ENV, capture_output=True, text=True, timeout=600)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+
+    def first_loss(out):
+        return next(json.loads(l)["loss"] for l in (out / "metrics.jsonl").read_text().splitlines() if "loss" in l)
+
+    tol = 2e-2 if option == "precision=bf16" else 1e-5        # bf16: two half-batches rounded apart
+    assert first_loss(tmp_path / "two") == pytest.approx(first_loss(tmp_path / "one"), rel=tol)
+    a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-3 if option == "precision=bf16" else 1e-6, rtol=1e-3, msg=k)
