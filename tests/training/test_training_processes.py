@@ -94,19 +94,24 @@ def test_second_run_on_a_directory_refuses_and_sigint_saves_and_exits_130(tmp_pa
     assert result["status"] == "interrupted" and last_step(out) == result["step"] >= 2
 
 
+def one_and_two_processes(tmp_path, common, port: int) -> None:
+    """The same config trained by one process (``tmp_path/one``) and by torchrun with two (``two``)."""
+    single = run(*args(tmp_path / "one", *common))
+    assert single.returncode == 0, single.stderr[-3000:]
+    ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                          "--master-port", str(port), TOY_CLI, *args(tmp_path / "two", *common)],
+                         env=ENV, capture_output=True, text=True, timeout=600)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+
+
+def first_loss(out):
+    return next(json.loads(l)["loss"] for l in (out / "metrics.jsonl").read_text().splitlines() if "loss" in l)
+
+
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
 def test_two_process_ddp_step_equals_single_process(tmp_path):
     common = ("max_steps=1", "optim.name=sgd", "optim.grad_clip=0", "model.overrides.kernel.train_mode=expected")
-    single = run(*args(tmp_path / "one", *common))
-    assert single.returncode == 0, single.stderr
-    ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                          "--master-port", "29533", TOY_CLI, *args(tmp_path / "two", *common)],
-                         env=ENV, capture_output=True, text=True, timeout=300)
-    assert ddp.returncode == 0, ddp.stderr[-3000:]
-
-    def first_loss(out):
-        return next(json.loads(l)["loss"] for l in (out / "metrics.jsonl").read_text().splitlines() if "loss" in l)
-
+    one_and_two_processes(tmp_path, common, 29533)
     assert first_loss(tmp_path / "two") == pytest.approx(first_loss(tmp_path / "one"), rel=1e-5)
     a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
     for k in a:
@@ -120,16 +125,7 @@ def test_two_process_ddp_with_bf16_or_compile_equals_one_process(tmp_path, optio
     """Issue 25: the trainer's precision and compile options work under torchrun (2 CPU processes, gloo):
     the first step's loss and the weights after it match one process with the same option."""
     common = ("max_steps=1", "optim.name=sgd", "optim.grad_clip=0", "model.name=vit_micro", option)
-    single = run(*args(tmp_path / "one", *common))
-    assert single.returncode == 0, single.stderr[-3000:]
-    ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                          "--master-port", "29534", TOY_CLI, *args(tmp_path / "two", *common)],
-                         env=ENV, capture_output=True, text=True, timeout=600)
-    assert ddp.returncode == 0, ddp.stderr[-3000:]
-
-    def first_loss(out):
-        return next(json.loads(l)["loss"] for l in (out / "metrics.jsonl").read_text().splitlines() if "loss" in l)
-
+    one_and_two_processes(tmp_path, common, 29534)
     tol = 2e-2 if option == "precision=bf16" else 1e-5        # bf16: two half-batches rounded apart
     assert first_loss(tmp_path / "two") == pytest.approx(first_loss(tmp_path / "one"), rel=tol)
     a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
