@@ -91,7 +91,7 @@ def test_zero_compatibility_leaves_variable_unchanged():
         C[:, 1, 2] = 0          # function 1 may not touch token 2
         C[:, :, 3] = 0          # no function touches token 3
         loc = script.locs[0]
-        xs, _ = loc(x.unsqueeze(1), codes.unsqueeze(-2), C, eps=1e-3, bias=loc.position_bias(codes, x.shape[1]))
+        xs, _ = loc(x.unsqueeze(1), loc.folds(codes), C, eps=1e-3, bias=loc.position_bias(codes, x.shape[1]))
         torch.testing.assert_close(xs[:, 1, 2], x[:, 2], rtol=0, atol=0)
         assert (xs[:, 0, 2] - x[:, 2]).abs().max() > 1e-3
         y, _ = script.interpret(x, codes, C, [loc.position_bias(codes, x.shape[1])])

@@ -1,6 +1,7 @@
 """Issue 25, the trainer's ``precision`` and ``compile`` options: a bf16 autocast run on the CPU stays
 finite and tracks the fp32 run's losses; a ``compile: true`` run trains to the same losses as eager
-(both graphs compiled once), records the option in its config and keeps it on resume."""
+(both graphs compiled once), records the option in its config and keeps it on resume; fp16 runs on
+CUDA with a grad scaler (skipped without a GPU; its refusal elsewhere: tests/robustness)."""
 import json
 
 import pytest
@@ -8,6 +9,7 @@ import torch
 
 import toy_task  # noqa: F401  (registers "toy_sets")
 from modwire.training import load_config, train
+from modwire.training.checkpoint import load_state
 from modwire.training.resume import run_config
 
 
@@ -42,3 +44,13 @@ def test_a_compiled_run_matches_eager_and_keeps_the_option_on_resume(tmp_path):
     assert again.compile is True
     result = train(again, resume=True, allow_change=["epochs"])
     assert result["step"] == 12 and torch.isfinite(torch.tensor(_losses(tmp_path / "compiled"))).all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 autocast with a grad scaler runs on CUDA only")
+def test_fp16_on_cuda_uses_a_grad_scaler(tmp_path):
+    out = train(_cfg(tmp_path / "fp16", "precision=fp16", "device=cuda"))
+    assert out["status"] == "finished" and torch.isfinite(torch.tensor(_losses(tmp_path / "fp16"))).all()
+    scaler = load_state(tmp_path / "fp16" / "checkpoints" / "last")["scaler"]
+    assert scaler and scaler["scale"] > 1            # enabled: a loss scale, saved for resume
+    train(_cfg(tmp_path / "fp32", "device=cuda"))
+    assert not load_state(tmp_path / "fp32" / "checkpoints" / "last")["scaler"]   # none without fp16

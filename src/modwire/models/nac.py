@@ -22,6 +22,10 @@ sparsification (App. F) is installed from outside by ``modwire.analysis`` throug
 
 With the modulation (``modulation="none"``) and the kernel (``kernel.enabled=False``) off,
 one output module and ``initial_state="code"``, NAC is a Perceiver IO (App. B.2; tested).
+
+Attention runs on SDPA's fused kernels (4-D, :func:`~modwire.nn.attention.fused_attention`), except
+a training step on the CPU: Eq. 3's ``log K̂`` is an additive bias that needs a gradient (it depends
+on the signatures), which the CPU's fused kernel cannot give, so that step takes SDPA's math path.
 """
 from __future__ import annotations
 

@@ -20,9 +20,10 @@ to bottom like NI §2:
 8. **FnIter / Script** (Eq. 12-14): ``n_i`` iterations of type matching + interpreter sharing
    weights (type matching recomputed every iteration).
 
-All functions run together on a ``[B, U, N, d]`` grid: codes ``[U, d_code]`` enter every ModLin as
-``[U, 1, d_code]`` and broadcast over the batch and the tokens (no loop over functions, heads or
-tokens; the first LOC reads ``x`` as ``[B, 1, N, d]``, NI: "x_ui = x_i for all u").
+All functions run together on a ``[B, U, N, d]`` grid: each ModLin folds the codes into one weight per
+function, ``W diag LN(W_c c_u)`` ``[U, d_out, d_in]``, once per forward (:meth:`LOC.folds`), applied
+to every function's stream over the batch and the tokens (no loop over functions, heads or tokens;
+the first LOC reads ``x`` as ``[B, 1, N, d]``, NI: "x_ui = x_i for all u", one GEMM for all functions).
 
 **Eq. 11, the text under it, and the authors' code.** As printed, Eq. 11 adds ``x_i`` to
 ``Σ_u C_ui LOCs(x)_ui``, and each stream ``LOCs(x)_ui`` already carries ``x_i`` through the LOC
@@ -222,9 +223,12 @@ class TypeInference(nn.Module):
 # ----------------------------------------------------------------------------- 5-7. ModAttn, LOC
 
 class ModAttn(nn.Module):
-    """NI Eq. 6-8 for all functions at once. ``x [B, U|1, N, d]`` (normalised), ``code [U, 1, d_code]``,
-    ``C [B, U, N]``, ``bias`` ``[(U,) H, N, N]`` or None → ``[B, U, N, d]``. Keys have no bias: it
-    adds ``q_i·b_k`` to every logit of row ``i`` and cancels in the softmax."""
+    """NI Eq. 6-8 for all functions at once. ``x [B, U|1, N, d]`` (normalised), ``folds``: each ModLin's
+    ``W diag LN(W_c c_u)`` ``[U, d_out, d_in]`` (:meth:`LOC.folds`), ``C [B, U, N]``, ``bias``
+    ``[(U,) H, N, N]`` or None → ``[B, U, N, d]``. Keys have no bias: it adds ``q_i·b_k`` to every
+    logit of row ``i`` and cancels in the softmax. The attention runs on SDPA's fused kernels (4-D,
+    :func:`~modwire.nn.attention.fused_attention`) except in training with the learned relative
+    position bias on the CPU, whose fused kernel has no gradient for a bias (the math path then)."""
 
     def __init__(self, dim: int, num_heads: int, qk_head_dim: int, mod: ModulationSpec) -> None:
         super().__init__()
@@ -233,14 +237,14 @@ class ModAttn(nn.Module):
         self.k = mod.linear(dim, num_heads * qk_head_dim, bias=False)
         self.v, self.o = mod.linear(dim, dim), mod.linear(dim, dim)
 
-    def forward(self, x: Tensor, code: Tensor, C: Tensor, *, eps: float, bias: Tensor | None = None,
+    def forward(self, x: Tensor, folds: dict[str, Tensor], C: Tensor, *, eps: float, bias: Tensor | None = None,
                 record: bool = False) -> tuple[Tensor, Tensor | None]:
         h = self.num_heads
-        q, k, v = (split_heads(f(x, code), h) for f in (self.q, self.k, self.v))   # [B, U, H, N, ·]
+        q, k, v = (split_heads(getattr(self, n)(x, folded=folds[n]), h) for n in "qkv")  # [B, U, H, N, ·]
         c = C.unsqueeze(-2)                                                       # [B, U, 1, N]
         y, w = attend(q, k, v, bias=bias, scale=self.scale, key_scale=c, row_scale=c, renorm_eps=eps,
                       return_weights=record)                                      # Eq. 7-8
-        return self.o(merge_heads(y), code), w                                    # [B, U, N, d]
+        return self.o(merge_heads(y), folded=folds["o"]), w                       # [B, U, N, d]
 
 
 class LOC(nn.Module):
@@ -265,12 +269,19 @@ class LOC(nn.Module):
             return None
         return pad_bias(self.relative(codes if self.relative.f_row is not None else None), num_tokens)
 
-    def forward(self, x: Tensor, code: Tensor, C: Tensor, *, eps: float, bias: Tensor | None,
+    def folds(self, codes: Tensor) -> dict[str, Tensor]:
+        """Each ModLin's ``W diag LN(W_c c_u)`` ``[U, d_out, d_in]`` (Eq. 4) for codes ``[U, d_code]``:
+        computed once per forward, the codes being the same in every function iteration."""
+        attn, ffn = self.attn.fn, self.ffn.fn
+        layers = {"q": attn.q, "k": attn.k, "v": attn.v, "o": attn.o, "fc1": ffn.fc1, "fc2": ffn.fc2}
+        return {name: layer.folded_weight(codes) for name, layer in layers.items()}
+
+    def forward(self, x: Tensor, folds: dict[str, Tensor], C: Tensor, *, eps: float, bias: Tensor | None,
                 record: bool = False) -> tuple[Tensor, Tensor | None]:
         g = C.unsqueeze(-1)                                                       # C_ui  [B, U, N, 1]
-        y, w = self.attn(x, code, C, eps=eps, bias=bias, record=record)
+        y, w = self.attn(x, folds, C, eps=eps, bias=bias, record=record)
         a = x + g * y                                                             # Eq. 9
-        return a + g * self.ffn(a, code), w                                       # Eq. 10
+        return a + g * self.ffn(a, None, (folds["fc1"], folds["fc2"])), w         # Eq. 10
 
 
 # ----------------------------------------------------------------------------- 8. scripts
@@ -293,13 +304,14 @@ class Script(nn.Module):
         return type_matching(t, signatures, self.log_sigma.exp(), truncation=self.tau, eps=self.eps), t
 
     def interpret(self, x: Tensor, codes: Tensor, C: Tensor, biases: Sequence[Tensor | None], *,
-                  record: bool = False) -> tuple[Tensor, list]:
+                  folds: Sequence[dict[str, Tensor]] | None = None, record: bool = False) -> tuple[Tensor, list]:
         """Eq. 11: the LOC stack on every function's stream, then the ``C``-weighted sum over functions
-        and the identity path that ``interpreter_residual`` names (module docstring)."""
-        eps, code = self.eps, codes.unsqueeze(-2)                          # [U, 1, d_code]
+        and the identity path that ``interpreter_residual`` names (module docstring). ``folds``: each
+        LOC's :meth:`LOC.folds` of ``codes`` (computed here when not given)."""
+        folds = [loc.folds(codes) for loc in self.locs] if folds is None else folds
         xs, weights = x.unsqueeze(1), []                                          # x_ui = x_i  [B, 1, N, d]
-        for loc, bias in zip(self.locs, biases):
-            xs, w = loc(xs, code, C, eps=eps, bias=bias, record=record)           # [B, U, N, d]
+        for loc, bias, fold in zip(self.locs, biases, folds):
+            xs, w = loc(xs, fold, C, eps=self.eps, bias=bias, record=record)      # [B, U, N, d]
             weights.append(w)
         y = torch.einsum("bun,bund->bnd", C, xs)                                  # Σ_u C_ui LOCs(x)_ui
         mode = self.residual
@@ -315,9 +327,10 @@ class Script(nn.Module):
         after each of the ``n_i`` (or ``iterations``) iterations."""
         signatures, codes = self.functions.all()
         biases = [loc.position_bias(codes, x.shape[1]) for loc in self.locs]     # once: no x dependence
+        folds = [loc.folds(codes) for loc in self.locs]                           # once: W_c c per forward
         for _ in range(self.num_iterations if iterations is None else iterations):
             C, t = self.type_matching(x, signatures)                              # Eq. 13
-            x, w = self.interpret(x, codes, C, biases, record=record)             # Eq. 12
+            x, w = self.interpret(x, codes, C, biases, folds=folds, record=record)  # Eq. 12
             yield x, C, t, w
 
     def forward(self, x: Tensor, *, iterations: int | None = None, record: bool = False

@@ -17,7 +17,9 @@ Positions: learned absolute positions added to the patch tokens (``embed.positio
 ViT), or NI App. C.2.3's relative positional bias (Eq. 20-21, without NI's per-function term
 Eq. 22-23), one bias per head on the attention logits among patch tokens, 0 for pairs involving
 a CLS token (NI §4.2: "applied only to the first 64 input elements"). One bias module serves every
-layer, as in NI.
+layer, as in NI. Attention runs on SDPA's fused kernels, except a training step with the learned
+relative bias on the CPU: the CPU's fused kernel has no gradient for a bias, so that step takes
+SDPA's math path (:func:`~modwire.nn.attention.fused_attention`).
 """
 from __future__ import annotations
 

@@ -214,7 +214,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern |
         weights = sparse_softmax(scores, topk=topk, topk_softmax=topk_softmax, key_mask=key_mask)
         out = weights @ v
     else:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+        out = fused_attention(q, k, v, bias, scale)
     if has_key is not None:  # a query with no allowed key reads nothing
         out = out * has_key
         weights = None if weights is None else weights * has_key
@@ -225,6 +225,33 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern |
     if weights is not None and null_kv:
         weights = weights[..., 1:]
     return out, (weights if return_weights else None)
+
+
+def fused_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: float) -> Tensor:
+    """``F.scaled_dot_product_attention`` in the form its fused kernels accept (CPU flash; CUDA
+    memory-efficient with a bias, flash without): 4-D ``[B, H, N, d]`` with one width for q, k
+    and v. Leading axes ``[B, A, …]`` become ``[B, A·…]`` (a bias stays a broadcast view where it
+    was one over ``B``); unequal widths (NI's augmented values ``[c_j v_j, c_j]``, a masked
+    read-in's column of ones) are zero-padded to a common multiple of 8, which leaves ``q·k``
+    unchanged (``scale`` is explicit) and adds output columns that are cut off. Exact.
+
+    A bias that needs a gradient on the CPU goes to SDPA's math path as it is: the CPU's fused
+    kernel has no gradient for a bias, and padding would only add work there."""
+    if bias is not None and bias.requires_grad and q.device.type == "cpu":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    nq, nk, dv = q.shape[-2], k.shape[-2], v.shape[-1]
+    b0 = lead[0] if lead else 1
+    q, k, v = (t.expand(*lead, *t.shape[-2:]).reshape(b0, -1, *t.shape[-2:]) for t in (q, k, v))
+    if bias is not None:
+        bias = bias.reshape((1,) * (len(lead) + 2 - bias.dim()) + tuple(bias.shape))
+        first = bias.shape[0] if lead else 1
+        bias = bias.expand(first, *lead[1:], nq, nk).reshape(first, -1, nq, nk)
+    if q.shape[-1] != dv:
+        width = -(-max(q.shape[-1], dv) // 8) * 8
+        q, k, v = (F.pad(t, (0, width - t.shape[-1])) for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+    return out[..., :dv].reshape(*lead, nq, dv)
 
 
 def _renormalised(q: Tensor, k: Tensor, v: Tensor, *, bias, key_mask, row_scale, topk, null_kv, scale,

@@ -83,29 +83,38 @@ class ModulatedLinear(nn.Module):
         h = F.layer_norm(F.linear(code, self.code_proj), (self.in_features,))
         return 1.0 + self.alpha * h if self.modulation == "nac" else h
 
+    def folded_weight(self, code: Tensor) -> Tensor:
+        """``W diag m(c_u)``, one weight per code: ``[U, d_out, d_in]`` from codes ``[U, d_code]``.
+        For a caller that modulates many calls with the same codes (NI: every function iteration
+        of a forward) and passes it to :meth:`forward` as ``folded``."""
+        return self.weight.unsqueeze(0) * self.modulation_factor(code).unsqueeze(1)
+
     def forward(self, x: Tensor, code: Tensor | None = None, m: Tensor | None = None,
-                inplace: bool = False) -> Tensor:
-        """``W (x ⊙ m(c)) + b``. Pass a precomputed ``m`` to reuse it across calls.
+                inplace: bool = False, folded: Tensor | None = None) -> Tensor:
+        """``W (x ⊙ m(c)) + b``. Pass a precomputed ``m``, or a :meth:`folded_weight` as ``folded``
+        (``x [..., U|1, N, d_in]``), to reuse it across calls.
 
         ``inplace=True`` lets the layer overwrite ``x`` with ``x ⊙ m``: for callers that
         own a temporary ``x`` (the FFN hidden layer). On CPU this avoids allocating,
         and page-faulting, a fresh ``[B, U, d_in]`` tensor per call."""
+        if folded is not None:
+            return self._folded(x, folded)
         if m is None and self.modulation != "none":
             if code is None:
                 raise UserError("a modulated layer needs a code tensor [U, d_code] or [B, U, d_code]")
             m = self.modulation_factor(code)
         if m is not None and self.fold and _foldable(x, m):
-            return self._folded(x, m[:, 0])
+            return self._folded(x, self.weight.unsqueeze(0) * m[:, 0].unsqueeze(1))
         if m is not None:
             x = x.mul_(m) if inplace and x.shape == torch.broadcast_shapes(x.shape, m.shape) else x * m
         return F.linear(x, self.weight, self.bias)
 
-    def _folded(self, x: Tensor, m: Tensor) -> Tensor:
+    def _folded(self, x: Tensor, w: Tensor) -> Tensor:
         """``W (x_u ⊙ m_u) = (W diag m_u) x_u`` (``fold=True``): the modulation is folded into one
-        weight per code, ``[U, d_out, d_in]``, instead of forming the ``[..., U, N, d_in]`` product
-        and its gradient (NI: a few functions, many tokens). ``x`` ``[..., U|1, N, d_in]``, ``m``
-        ``[U, d_in]``. An ``x`` shared by every code (``U = 1``, NI's first LOC) is one GEMM for all."""
-        u, w = m.shape[0], self.weight.unsqueeze(0) * m.unsqueeze(1)           # [U, d_out, d_in]
+        weight per code, ``w = W diag m_u`` ``[U, d_out, d_in]``, instead of forming the
+        ``[..., U, N, d_in]`` product and its gradient (NI: a few functions, many tokens). ``x``
+        ``[..., U|1, N, d_in]``. An ``x`` shared by every code (``U = 1``, NI's first LOC) is one GEMM for all."""
+        u = w.shape[0]
         if x.shape[-3] == 1:
             lead, n = x.shape[:-3], x.shape[-2]
             y = x.reshape(-1, self.in_features) @ w.reshape(-1, self.in_features).t()   # [..·N, U·d_out]
@@ -170,8 +179,11 @@ class ModulatedFFN(nn.Module):
         self.fc1 = mod.linear(dim, 2 * hidden_dim if activation == "geglu" else hidden_dim)
         self.fc2 = mod.linear(hidden_dim, dim)
 
-    def forward(self, x: Tensor, code: Tensor | None = None) -> Tensor:
-        h = self.fc1(x, code)
+    def forward(self, x: Tensor, code: Tensor | None = None,
+                folded: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """``folded``: both layers' :meth:`ModulatedLinear.folded_weight`, in place of ``code``."""
+        f1, f2 = (None, None) if folded is None else folded
+        h = self.fc1(x, code, folded=f1)
         if self.activation == "geglu":
             a, gate = h.chunk(2, dim=-1)
             h = F.gelu(gate).mul_(a)  # a ⊙ GELU(g), written into GELU's fresh output
@@ -179,7 +191,7 @@ class ModulatedFFN(nn.Module):
             h = F.gelu(h)               # GELU's backward reads its input: keep it
         else:                           # no graph: overwrite fc1's output (no fresh [.., hidden] tensor)
             h = torch.ops.aten.gelu_(h)
-        return self.fc2(h, code, inplace=True)  # h is ours: modulate it in place
+        return self.fc2(h, code, inplace=True, folded=f2)  # h is ours: modulate it in place
 
 
 class PreNorm(nn.Module):

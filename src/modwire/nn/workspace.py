@@ -18,7 +18,8 @@ One layer, read top to bottom like AiT §4:
    none, and the authors' code has none). Each slot keeps its ``k`` highest entries
    (``top-k(A_i)``: the entries of the softmax over the whole pool, not renormalised; the shared
    kernel's ``attend(topk=k, topk_softmax="all")``), ``head_i = top-k(A_i) Ξ W^V_i`` and
-   ``γ̂ = LN(Concat(head_1..head_A) W^O)``.
+   ``γ̂ = LN(Concat(head_1..head_A) W^O)``. Top-k needs the explicit weights, so this attention
+   runs the kernel's explicit path, not SDPA's fused one (the model's other attention calls do).
 4. **memory update** (Eq. 4): ``γ^{t+1} = normalize(α γ^t + (1-α) γ̂^t)``, each slot scaled to
    unit L2 norm (implementation notes §4: "row L2-normalisation"). In training the buffer keeps
    ``γ^{t+1}`` (detached; with per-sample pools, the update with the mean of the ``γ̂`` of the
