@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from modwire.files import atomic_write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_FILE = "study.json"
 
@@ -200,16 +202,7 @@ def write_json_atomic(path: Path, obj: Any) -> Path:
     path = Path(path)
     text = json.dumps(obj, indent=1, default=_plain) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with tmp.open("w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return atomic_write_text(path, text)
 
 
 def _plain(obj: Any) -> Any:

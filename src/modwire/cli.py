@@ -137,6 +137,7 @@ def _finetune_parser(sub) -> None:
 
 def cmd_train(args) -> int:
     from .training import load_config, train
+    from .files import DiskFullError
     from .training.checkpoint import CheckpointWriteError
     from .training.feedback import dumps
     from .training.lock import RunLockedError
@@ -156,7 +157,7 @@ def cmd_train(args) -> int:
         raise UserError("--allow-change only applies with --resume")
     try:
         result = train(cfg, resume=bool(resume), allow_change=allow, overwrite=args.overwrite)
-    except (RunLockedError, CheckpointWriteError, PermissionError) as e:
+    except (RunLockedError, CheckpointWriteError, DiskFullError, PermissionError) as e:
         print(f"modwire train: error: {e}", file=sys.stderr)
         return 1
     print(dumps({k: result[k] for k in ("status", "step", "val", "best", "run_dir")}))
@@ -165,6 +166,7 @@ def cmd_train(args) -> int:
 
 def cmd_finetune(args) -> int:
     from .training import load_config
+    from .files import DiskFullError
     from .training.checkpoint import CheckpointWriteError
     from .training.finetune import default_out_dir, finetune_overrides, finetune_seeds, summary_table
     from .training.lock import RunLockedError
@@ -196,7 +198,7 @@ def cmd_finetune(args) -> int:
     try:
         summary, code = finetune_seeds(config_for, seeds, out, meta={**meta, "seeds": seeds},
                                        log=lambda s: print(f"modwire finetune: {s}", file=sys.stderr))
-    except (RunLockedError, CheckpointWriteError, PermissionError) as e:
+    except (RunLockedError, CheckpointWriteError, DiskFullError, PermissionError) as e:
         print(f"modwire finetune: error: {e}", file=sys.stderr)
         return 1
     print(summary_table(summary))
@@ -235,6 +237,11 @@ def cmd_eval(args) -> int:
     if args.occlusion is not None:  # NFM §4.4: one Cutout box per test image
         from .analysis.occlusion import OccludedDataset
 
+        kind = info.inputs["x"].kind if isinstance(info.inputs, dict) and "x" in info.inputs else \
+            getattr(info.inputs, "kind", "several inputs")
+        if kind != "image":
+            raise UserError(f"--occlusion puts a Cutout box on images (NFM §4.4); task "
+                            f"{args.task or cfg.data.task!r} gives {kind} inputs")
         dataset = OccludedDataset(dataset, args.occlusion, seed=args.occlusion_seed)
         extra = {"occlusion": {"size": args.occlusion, "seed": args.occlusion_seed}}
     device = torch.device("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from .errors import UserError
+from .files import atomic_write_text
 
 MANIFEST_FILE = "manifest.json"
 # modwire.training writes this checkpoint summary only together with a manifest: a directory
@@ -29,9 +30,7 @@ def write_manifest(directory: str | os.PathLike, names: list[str]) -> Path:
     """Write ``directory/manifest.json`` with the sha256 of each file in ``names``."""
     d = Path(directory)
     data = {"algorithm": "sha256", "files": {n: sha256_file(d / n) for n in sorted(names)}}
-    path = d / MANIFEST_FILE
-    path.write_text(json.dumps(data, indent=1) + "\n")
-    return path
+    return atomic_write_text(d / MANIFEST_FILE, json.dumps(data, indent=1) + "\n")
 
 
 def verify_manifest(directory: str | os.PathLike, *, required: bool = False) -> bool:

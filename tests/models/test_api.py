@@ -72,7 +72,7 @@ def test_save_load_round_trip_identical_outputs(tmp_path, name):
             p.add_(0.01 * torch.randn_like(p))
     x = torch.randn(2, 5, 8)
     model.save_pretrained(tmp_path / "m")
-    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["config.json", "manifest.json", "model.safetensors"]
     for loaded in (type(model).from_pretrained(tmp_path / "m"), modwire.from_pretrained(tmp_path / "m")):
         loaded.eval()
         assert loaded.config == model.config
@@ -85,6 +85,9 @@ def test_loading_bad_directories_gives_clear_errors(tmp_path):
     model = modwire.create_model("nac_micro")
     model.save_pretrained(tmp_path)
     (tmp_path / "model.safetensors").write_bytes(b"\x80\x04not a safetensors file")  # e.g. a pickle
+    with pytest.raises(ValueError, match="model.safetensors is corrupted: its sha256 differs"):
+        modwire.from_pretrained(tmp_path)
+    (tmp_path / "manifest.json").unlink()                 # swapped in by hand, without checksums
     with pytest.raises(ValueError, match="not a readable safetensors file"):
         modwire.from_pretrained(tmp_path)
     model.save_pretrained(tmp_path)
@@ -109,7 +112,7 @@ def test_save_is_atomic_no_temporary_files_left(tmp_path):
     model = modwire.create_model("nac_micro")
     for _ in range(2):  # overwriting an existing save
         model.save_pretrained(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "manifest.json", "model.safetensors"]
 
 
 def test_overrides_never_modify_the_callers_dicts():

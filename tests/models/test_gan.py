@@ -185,7 +185,7 @@ def test_gan_review_errors():
     from modwire.training import load_config
     from modwire.training.gan_metrics import feature_stats
 
-    with pytest.raises(ValueError, match=r"random_attention: this GAN's generator has no NFM"):
+    with pytest.raises(ValueError, match=r"nfm.random_attention.*needs NFM readers, and this model has none"):
         modwire.create_model("gan_resnet_micro").set_eval_options(random_attention=True)
     with pytest.raises(ValueError, match=r"'data.batch_size': got 1, expected at least 2 with InfoMax-GAN"):
         load_config(None, ["model.name=gan_resnet_micro", "max_steps=1", "data.batch_size=1"])

@@ -143,7 +143,7 @@ def test_random_attention_eval_option_changes_nfm_outputs_only():
     assert not torch.allclose(nfm(x), before)
     nfm.set_eval_options(random_attention=False)
     torch.testing.assert_close(nfm(x), before, atol=0, rtol=0)
-    with pytest.raises(ValueError, match="this model has no NFM"):
+    with pytest.raises(ValueError, match=r"nfm.random_attention.*needs NFM readers, and this model has none"):
         base.set_eval_options(random_attention=True)
 
 

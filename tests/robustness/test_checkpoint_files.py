@@ -31,10 +31,10 @@ def test_a_deleted_manifest_is_refused_naming_the_file(ckpt, load):
         load(d)
 
 
-def test_a_plain_save_pretrained_directory_needs_no_manifest(tmp_path):
+def test_a_save_pretrained_directory_without_a_manifest_still_loads(tmp_path):
     model = modwire.create_model("nac_micro")
     model.save_pretrained(tmp_path / "m")
-    assert not (tmp_path / "m" / "manifest.json").exists()
+    (tmp_path / "m" / "manifest.json").unlink()        # written by hand, or by another tool
     assert isinstance(modwire.from_pretrained(tmp_path / "m"), torch.nn.Module)
 
 

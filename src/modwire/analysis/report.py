@@ -118,6 +118,11 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
     names: set[str] = set()
     main = open_run(run_dir, overrides, split, max_samples, names)
     runs = [main, *(open_run(b, overrides, split, max_samples, names) for b in baselines)]
+    for r in runs[1:]:   # a baseline is compared on the same data: the same task and parameters
+        if (r.cfg.data.task, r.cfg.data.params) != (main.cfg.data.task, main.cfg.data.params):
+            raise UserError(f"--baseline {r.path}: trained on task {r.cfg.data.task!r} with params "
+                            f"{dict(r.cfg.data.params)}, but {run_dir} on {main.cfg.data.task!r} with "
+                            f"{dict(main.cfg.data.params)}: a baseline must share the run's task and data")
     if edges is not None and not main.has_graph:
         what = "a NAC without a kernel (kernel.enabled=False)" if main.kind == "nac" else f"a {main.kind} model"
         raise UserError(f"--edges needs a NAC run with link probabilities P (NAC with kernel.enabled=True); "

@@ -27,7 +27,7 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
     checkpoint directory; the run's ``config.yaml`` (next to ``checkpoints/``) gives the
     task, its parameters and the eval transform, with ``overrides`` (``key=value``)
     applied. ``task`` / ``split`` default to the run's task and validation split (another
-    task is built with its default parameters). The model is on the CPU, in eval mode;
+    task is built with its default parameters and the ``data.params.*`` of ``overrides``). The model is on the CPU, in eval mode;
     the dataset has the run's eval transform applied, cut to the first ``data.max_samples``
     samples when that is set (in the run's config or an override)."""
     from ..models import from_pretrained
@@ -48,7 +48,9 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
                                 f"for its parameters) or point at the run directory")
     cfg = load_config(str(run_cfg) if run_cfg else None, list(overrides))
     task = task or cfg.data.task
-    params = cfg.data.params if task == cfg.data.task else {}
+    # another task: its defaults plus the data.params.* given here (the run's own params are another task's)
+    params = cfg.data.params if task == cfg.data.task else \
+        load_config(None, [o for o in overrides if o.split("=", 1)[0].startswith("data.params")]).data.params
     info = describe_task(task, params)  # the class count and inputs of these parameters
     dataset = build_dataset(task, split or cfg.data.val_split, max_samples=cfg.data.max_samples, **params)
     if task == cfg.data.task and (cfg.data.few_shot.shots or cfg.data.few_shot.ways):  # a few-shot run's classes

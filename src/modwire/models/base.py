@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,18 +70,6 @@ class Intermediates:
     nfm: list[Any] = dataclasses.field(default_factory=list)
 
 
-def _atomic_write(path: Path, write: typing.Callable[[str], None]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 class PretrainedModel(nn.Module):
     """Mixin for models with a ``config``: save/load and parameter counting."""
 
@@ -127,17 +114,22 @@ class PretrainedModel(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
-        """Write ``config.json`` and ``model.safetensors`` (each atomically) into ``directory``."""
+        """Write ``config.json`` and ``model.safetensors`` (each atomically, :mod:`modwire.files`) into
+        ``directory``, then ``manifest.json`` with the weights' sha256, which :meth:`from_pretrained`
+        verifies (``config.json`` stays editable by hand; a training checkpoint lists every file)."""
         from safetensors.torch import save_file
 
-        from ..manifest import MANIFEST_FILE
+        from ..files import atomic_write, atomic_write_text
+        from ..manifest import MANIFEST_FILE, write_manifest
 
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        (d / MANIFEST_FILE).unlink(missing_ok=True)   # a checkpoint's checksums no longer describe the files
+        (d / MANIFEST_FILE).unlink(missing_ok=True)   # the old checksums no longer describe the files
         tensors = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        _atomic_write(d / WEIGHTS_FILE, lambda p: save_file(tensors, p, metadata={"format": "pt"}))
-        _atomic_write(d / CONFIG_FILE, lambda p: Path(p).write_text(self.config.to_json()))
+        size = sum(t.numel() * t.element_size() for t in tensors.values())
+        atomic_write(d / WEIGHTS_FILE, lambda p: save_file(tensors, str(p), metadata={"format": "pt"}), needed=size)
+        atomic_write_text(d / CONFIG_FILE, self.config.to_json())
+        write_manifest(d, [WEIGHTS_FILE])
         return d
 
     @classmethod

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.parametrizations import spectral_norm
 
+from ..nn.checks import check_float, check_not_empty, check_tensor
 from ..nn.gan_losses import infonce_loss
 from .base import PretrainedModel
 from .config import COUNT, ConfigBase, ModelConfig
@@ -164,6 +165,12 @@ class ResNetGenerator(nn.Module):
         self.body = build_body(c.nfm, blocks, [g.channels] * (g.num_blocks + 1) + [c.image_channels])
 
     def forward(self, z: Tensor, *, record: bool = False) -> Tensor:
+        layout = f"latents z [B, {self.stem.in_features}]"
+        check_tensor(z, "z", layout)
+        if z.dim() != 2 or z.shape[1] != self.stem.in_features:
+            raise UserError(f"GAN: expected {layout}, got {list(z.shape)}")
+        check_not_empty(z, "z", layout)
+        check_float(z, "z", layout, self.stem.weight)                            # dtype, device, finite
         h = self.stem(z).view(len(z), self.channels, self.width, self.width)     # h^(0) [B, ngf, 4, 4]
         return self.body(h, record=record)                                       # [B, C, S, S]
 
@@ -255,8 +262,6 @@ class GAN(PretrainedModel):
     def forward(self, z: Tensor) -> Tensor:
         """``D(G(z))``: ``z [B, latent_dim] → logits [B, 1]``; a training forward with InfoMax heads also
         computes the InfoNCE loss of the generated images (``auxiliary_losses``)."""
-        if z.dim() != 2 or z.shape[1] != self.config.latent_dim:
-            raise UserError(f"GAN: expected latents z [B, {self.config.latent_dim}], got {list(z.shape)}")
         logits, local, pooled = self.discriminator.features(self.generator(z))
         self._aux = {}
         if self.training and self.discriminator.infomax is not None:
@@ -269,8 +274,6 @@ class GAN(PretrainedModel):
 
     def set_eval_options(self, *, random_attention: bool) -> None:
         """NFM §4.4's ablation: the generator's readers attend at random (NFM generators only)."""
-        if random_attention and not self.config.nfm.enabled:
-            raise UserError("random_attention: this GAN's generator has no NFM (nfm.enabled is false)")
         self.config = self.config.replace(nfm={"random_attention": random_attention})   # type-checked field
         set_random_attention(self.generator.body, self.config.nfm.random_attention)
 

@@ -72,6 +72,11 @@ class NFMConfig(ConfigBase):
     def unused_fields(self) -> tuple[str, ...]:
         return () if self.enabled else tuple(n for n in self.bounds)
 
+    def validate(self) -> None:
+        if self.random_attention and not self.enabled:
+            raise UserError(f"config field '{self._prefix}random_attention': NFM §4.4's random-attention "
+                            f"evaluation needs NFM readers, and this model has none ({self._prefix}enabled is false)")
+
     def options(self) -> dict[str, Any]:
         """The keyword arguments of :class:`~modwire.nn.nfm.NFM`."""
         return dict(k=self.k, passes=self.passes, d_k=self.d_k, d_v=self.d_v, heads=self.heads, hidden=self.hidden,

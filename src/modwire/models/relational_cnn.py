@@ -247,6 +247,7 @@ class CNNMLP(PretrainedModel):
             got = "none" if question is None else (f"{question.dtype} {list(question.shape)}"
                                                    if isinstance(question, Tensor) else type(question).__name__)
             raise UserError(f"question: expected one question vector per sample {layout}, got {got}")
+        check_float(question, "question", layout, weight)   # finite (it enters the MLP unnormalised)
 
 
 register_model_type(CNNMLP)

@@ -34,6 +34,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..nn.checks import check_float, check_not_empty
 from .base import Intermediates, PretrainedModel
 from .config import COUNT, Bounds, ModelConfig, check_single_head
 from .inputs import Inputs, named_inputs
@@ -194,9 +195,12 @@ class PreActResNet(PretrainedModel):
 
     def _check_input(self, x: Tensor) -> None:
         c = self.config.in_channels
+        layout = f"float images [B, {c}, H, W]"
         if not isinstance(x, Tensor) or x.dim() != 4 or x.shape[1] != c or not x.is_floating_point():
             got = f"{tuple(x.shape)} {x.dtype}" if isinstance(x, Tensor) else type(x).__name__
-            raise UserError(f"{type(self).__name__} expects float images [B, {c}, H, W], got {got}")
+            raise UserError(f"{type(self).__name__} expects {layout}, got {got}")
+        check_not_empty(x, "x", layout)
+        check_float(x, "x", layout, self.head.weight)                 # the weights' dtype and device, finite
 
     def parameter_sets(self) -> dict[str, tuple[str, ...]]:
         """Fine-tuning sets (``modwire finetune --train``): ``head`` (the linear classifier), ``nfm``
@@ -217,8 +221,6 @@ class PreActResNet(PretrainedModel):
 
     def set_eval_options(self, *, random_attention: bool) -> None:
         """NFM §4.4's ablation: attention scores drawn from N(0, 1) at test time (NFM only)."""
-        if random_attention and not self.config.nfm.enabled:
-            raise UserError("random_attention: this model has no NFM (nfm.enabled is false)")
         self.config = self.config.replace(nfm={"random_attention": random_attention})   # type-checked field
         set_random_attention(self.body, self.config.nfm.random_attention)
 

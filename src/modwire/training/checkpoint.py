@@ -16,6 +16,7 @@ raises :class:`CheckpointWriteError` naming the path and the cause.
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -27,6 +28,7 @@ import torch
 from ..manifest import MANIFEST_FILE, verify_manifest, write_manifest
 from ..models.base import CONFIG_FILE, WEIGHTS_FILE
 from ..errors import UserError
+from ..files import follow_umask, is_disk_full, space_note
 
 STATE_FILE, EMA_FILE, SUMMARY_FILE = "state.pt", "ema.safetensors", "checkpoint.json"
 
@@ -56,17 +58,31 @@ def save_checkpoint(run_dir: str | os.PathLike, tag: str, model, state: dict[str
             shutil.rmtree(target)
         os.replace(tmp, target)
         _point(root, tag, target.name)               # the atomic switch
-    except OSError as e:
+    except Exception as e:  # safetensors reports a full disk as its own error type, not an OSError
         shutil.rmtree(tmp, ignore_errors=True)
+        full = is_disk_full(e)
+        if not (full or isinstance(e, OSError)):
+            raise
         kept = f"the previous checkpoint {old} is kept" if old is not None and old.exists() else \
             "no earlier checkpoint exists"
-        error = CheckpointWriteError(f"could not write checkpoint {target}: {e.strerror or e} "
-                                     f"({e.filename or tmp}); {kept}")
-        error.errno = e.errno
+        cause = space_note(target, _bytes(model, state, ema_state)) if full else f"{e.strerror or e} ({e.filename or tmp})"
+        error = CheckpointWriteError(f"could not write checkpoint {target}: {cause}; {kept}")
+        error.errno = getattr(e, "errno", None) or (errno.ENOSPC if full else None)
         raise error from None
     if old is not None and old != target and old.exists() and not _linked_from_other_tag(root, old, tag):
         shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def _bytes(model, state: dict[str, Any], ema_state: dict[str, torch.Tensor] | None) -> int:
+    """About the size of a checkpoint: its tensors' bytes."""
+    def size(x: Any) -> int:
+        if isinstance(x, torch.Tensor):
+            return x.numel() * x.element_size()
+        if isinstance(x, dict):
+            return sum(size(v) for v in x.values())
+        return sum(size(v) for v in x) if isinstance(x, (list, tuple)) else 0
+    return size(model.state_dict()) + size(state) + size(ema_state or {})
 
 
 def _write_files(d: Path, model, state: dict[str, Any], ema_state: dict[str, torch.Tensor] | None,
@@ -82,6 +98,7 @@ def _write_files(d: Path, model, state: dict[str, Any], ema_state: dict[str, tor
         names.append(SUMMARY_FILE)
     if ema_state is not None:
         save_file({k: v.detach().contiguous().cpu() for k, v in ema_state.items()}, str(d / EMA_FILE))
+        follow_umask(d / EMA_FILE)
         names.append(EMA_FILE)
     torch.save(state, d / STATE_FILE)
     write_manifest(d, names)

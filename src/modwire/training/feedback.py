@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..files import append_line, atomic_write_text, read_lines
 
 
 def json_safe(value: Any) -> Any:
@@ -113,18 +114,20 @@ def _isatty(stream) -> bool:
 
 class MetricsLog:
     """``metrics.jsonl`` (always) and TensorBoard (when installed), rank 0 only. On resume,
-    records after the resumed step are dropped so the log matches an uninterrupted run."""
+    records after the resumed step are dropped so the log matches an uninterrupted run: the file is
+    rewritten atomically (:mod:`modwire.files`), so a kill during the rewrite keeps every record, and a
+    torn last line (a kill or a full disk mid-append) is dropped with a warning."""
 
     def __init__(self, run: Path, main: bool, resume_step: int | None) -> None:
         self.path, self.main, self.tb = run / "metrics.jsonl", main, None
         if not main:
             return
         if resume_step is not None and self.path.exists():
-            keep = [l for n, l in enumerate(self.path.read_text().splitlines(), 1)
+            keep = [l for n, l in enumerate(read_lines(self.path), 1)
                     if _record(self.path, n, l).get("step", 0) <= resume_step]
-            self.path.write_text("".join(l + "\n" for l in keep))
+            atomic_write_text(self.path, "".join(l + "\n" for l in keep))
         elif resume_step is None:
-            self.path.write_text("")
+            atomic_write_text(self.path, "")
         try:
             from torch.utils.tensorboard import SummaryWriter
             self.tb = SummaryWriter(str(run / "tensorboard"))
@@ -134,8 +137,7 @@ class MetricsLog:
     def log(self, record: dict[str, Any]) -> None:
         if not self.main:
             return
-        with self.path.open("a") as f:
-            f.write(dumps(record) + "\n")
+        append_line(self.path, dumps(record))
         if self.tb is not None:
             for k, v in record.items():
                 if k not in ("step", "epoch") and isinstance(v, (int, float)):

@@ -157,12 +157,11 @@ def _write_summary(out: Path, cfg: TrainConfig, results: dict[int, dict[str, Any
 
 
 def _write_json(path: Path, value: Any) -> None:
+    from ..files import atomic_write_text
     from .feedback import dumps
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(dumps(value) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, dumps(value) + "\n")
 
 
 def summary_table(summary: dict[str, Any]) -> str:

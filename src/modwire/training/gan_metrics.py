@@ -22,8 +22,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import UserError
+from ..files import atomic_write
+from ..manifest import verify_manifest, write_manifest
 
-CLASSIFIER_DIR, REAL_STATS = "fid_classifier", "real_stats.safetensors"
+CLASSIFIER_DIR, CLASSIFIER_WEIGHTS, REAL_STATS = "fid_classifier", "model.safetensors", "real_stats.safetensors"
 
 
 def feature_stats(features: Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -112,20 +114,34 @@ class ClassifierFID:
         return frechet_distance(self.mu, self.sigma, mu, sigma)
 
     def save(self, directory: Path) -> None:
+        """The classifier's weights and the real statistics, each atomically, and their sha256 manifest."""
         from safetensors.torch import save_file
 
         directory.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in self.net.state_dict().items()}, str(directory / "model.safetensors"))
-        save_file({"mu": torch.from_numpy(self.mu), "sigma": torch.from_numpy(self.sigma)}, str(directory / REAL_STATS))
+        files = {CLASSIFIER_WEIGHTS: {k: v.contiguous() for k, v in self.net.state_dict().items()},
+                 REAL_STATS: {"mu": torch.from_numpy(self.mu), "sigma": torch.from_numpy(self.sigma)}}
+        for name, tensors in files.items():
+            atomic_write(directory / name, lambda p, t=tensors: save_file(t, str(p)))
+        write_manifest(directory, list(files))
 
     @classmethod
     def load(cls, directory: Path, channels: int, classes: int, device) -> "ClassifierFID":
+        """Verified against its manifest; a damaged or foreign file is a :class:`UserError` naming it and
+        saying how to rebuild it (delete the directory: the next evaluation trains it again)."""
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        net = FeatureClassifier(channels, classes)
-        net.load_state_dict(load_file(str(directory / "model.safetensors")))
-        stats = load_file(str(directory / REAL_STATS))
-        return cls(net.to(device), stats["mu"].numpy(), stats["sigma"].numpy(), device)
+        rebuild = f"delete {directory} and evaluate again: the classifier is retrained from the task's data"
+        try:
+            verify_manifest(directory)
+            net = FeatureClassifier(channels, classes)
+            net.load_state_dict(load_file(str(directory / CLASSIFIER_WEIGHTS)))
+            stats = load_file(str(directory / REAL_STATS))
+            mu, sigma = stats["mu"].numpy(), stats["sigma"].numpy()
+        except (UserError, SafetensorError, OSError, RuntimeError, KeyError) as e:
+            raise UserError(f"the FID classifier in {directory} cannot be used ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0] if str(e) else e!r}); {rebuild}") from None
+        return cls(net.to(device), mu, sigma, device)
 
 
 def inception_metrics(weights: str, real: Iterable[Tensor], fake: Iterable[Tensor], device) -> dict[str, float]:
