@@ -1,6 +1,7 @@
 """Tiny on-disk fixtures in the official formats, written by tests (nothing is downloaded):
 ``write_pgm`` (PGM ``.npz``), ``write_svhn`` (SVHN ``.mat``), ``write_mnist`` (idx ``.gz``),
-``write_mnist_m`` (MNIST-M folders + label lists). Each returns what it wrote, to compare with."""
+``write_mnist_m`` (MNIST-M folders + label lists), ``write_imdb`` (aclImdb review files). Each returns what
+it wrote, to compare with."""
 import gzip
 import struct
 from pathlib import Path
@@ -75,4 +76,19 @@ def write_mnist_m(root: Path, n: int = 3, seed: int = 2) -> dict[str, list[np.nd
             images.append(img)
         (root / f"mnist_m_{split}_labels.txt").write_text("\n".join(lines) + "\n")
         out[split] = images
+    return out
+
+
+def write_imdb(root: Path, split: str = "train", neg: int = 3, pos: int = 3) -> dict[str, list[bytes]]:
+    """``root/<split>/{neg,pos}/<id>_<rating>.txt`` as aclImdb: review ``i`` of a class is ``b"<class> review
+    <i>"``; ``{"neg": [texts], "pos": [texts]}`` in id order."""
+    out = {}
+    for name, count in (("neg", neg), ("pos", pos)):
+        folder = root / split / name
+        folder.mkdir(parents=True, exist_ok=True)
+        out[name] = []
+        for i in range(count):
+            text = f"{name} review {i}".encode()
+            (folder / f"{i}_{2 if name == 'neg' else 9}.txt").write_bytes(text)
+            out[name].append(text)
     return out

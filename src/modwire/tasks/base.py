@@ -20,6 +20,7 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -28,6 +29,7 @@ from torch.utils.data import Dataset, Subset
 from ..models.inputs import Inputs, InputSpec, check_inputs  # noqa: F401  (InputSpec re-exported)
 from ..errors import UnknownNameError, UserError, UserTypeError
 from ..fields import Bounds, check_mapping, did_you_mean
+from ..seeding import numpy_rng
 
 # token_cross_entropy: targets [B, T], logits [B, T, V]; bce: multi-label targets [C] of 0/1 (NFM §4.2)
 LOSSES = ("cross_entropy", "mse", "token_cross_entropy", "bce")
@@ -273,29 +275,168 @@ def describe_task(name: str, params: Mapping[str, Any] | None = None) -> TaskInf
     return get_task(name).resolve(params)
 
 
-class FirstN(Subset):
-    """The first ``n`` items of ``dataset``: a ``Subset`` that also forwards the dataset's other
-    attributes (``set_epoch``, ``classes``, ...), so a wrapped dataset keeps working as before."""
+class BadSampleError(UserError):
+    """One item of a dataset cannot be read: its file is not a decodable image (an HTML page saved as
+    ``.jpg``, a truncated JPEG, a git-lfs pointer, ...) or is missing. ``path``: the file, ``reason``:
+    why, in words; ``task``: the task whose loader read it. The message names all three and the
+    expected layout. Raised by the loaders that read a file per item, instead of Pillow's own
+    traceback; :class:`SkipBadSamples` drops such items from their batch (``data.bad_samples: skip``).
+    Only ``message`` is positional, so the DataLoader can re-raise it from a worker process."""
 
-    def __init__(self, dataset: Dataset, n: int) -> None:
-        super().__init__(dataset, range(n))
+    def __init__(self, message: str, path: Any = None, reason: str | None = None, task: str | None = None) -> None:
+        super().__init__(message)
+        self.path, self.reason, self.task = path, reason, task
+
+    def __reduce__(self):
+        return (_bad_sample_error, (type(self), str(self), self.path, self.reason, self.task))
+
+
+class MissingSampleError(BadSampleError, FileNotFoundError):
+    """A :class:`BadSampleError` whose file is missing (a file a label list names); also a
+    ``FileNotFoundError``."""
+
+
+def _bad_sample_error(cls: type, message: str, path: Any, reason: str | None, task: str | None) -> BadSampleError:
+    return cls(message, path, reason, task)
+
+
+# ----------------------------------------------------------------------------- class labels of a dataset
+
+
+def class_targets(dataset: Dataset) -> np.ndarray | None:
+    """The class label of every item, ``int64 [len(dataset)]``, when the dataset declares them without
+    reading its items, else None. The one declared way (torchvision's convention): an attribute
+    ``targets``, one integer label per item in item order (a list, tuple, numpy array or tensor).
+    Anything else (a method, a float or multi-label array, a length that is not the dataset's) is no
+    declaration; other attributes are never guessed at (``labels`` of some generators is their source
+    pool's, not their items')."""
+    for name in ("targets",):
+        try:
+            value = getattr(dataset, name, None)
+        except Exception:   # a property that cannot answer: no declaration
+            continue
+        if isinstance(value, Tensor):
+            value = value.detach().cpu().numpy()
+        elif isinstance(value, (list, tuple)):
+            try:
+                value = np.asarray(value)
+            except (TypeError, ValueError):
+                continue
+        if isinstance(value, np.ndarray) and value.ndim == 1 and np.issubdtype(value.dtype, np.integer):
+            try:
+                if len(value) == len(dataset):
+                    return value.astype(np.int64, copy=False)
+            except TypeError:   # an unsized dataset
+                return None
+    return None
+
+
+#: The random stream of :func:`stratified_indices` (``numpy_rng(seed, SUBSAMPLE_STREAM)``).
+SUBSAMPLE_STREAM = 0x53554253
+
+
+def stratified_indices(labels: Sequence[int] | np.ndarray, n: int, seed: int = 0) -> list[int]:
+    """``n`` of the item indices of ``labels`` (one class per item), drawn by ``seed`` alone, with every
+    class represented in proportion to its share of the items (largest remainder, equal remainders
+    in a random order), and every class present at least once when ``n`` is at least the number of
+    classes (taken from the largest share; else ``n`` classes drawn at random get one item each);
+    the items of a class are a random draw among its items. Returned in increasing order (the
+    dataset's own order)."""
+    labels = np.asarray(labels, dtype=np.int64)
+    total = len(labels)
+    if n >= total:
+        return list(range(total))
+    rng = numpy_rng(int(seed), SUBSAMPLE_STREAM)
+    classes, counts = np.unique(labels, return_counts=True)
+    if n < len(classes):
+        quota = np.zeros(len(classes), dtype=np.int64)
+        quota[rng.choice(len(classes), size=n, replace=False)] = 1
+    else:
+        share = n * counts / total
+        quota = np.floor(share).astype(np.int64)
+        left = n - int(quota.sum())
+        if left:   # largest remainder first; equal remainders in a random order
+            order = np.lexsort((rng.random(len(classes)), -(share - quota)))
+            quota[order[:left]] += 1
+        for c in np.flatnonzero(quota == 0):   # every class present gets one, from the largest quota
+            quota[int(np.argmax(quota))] -= 1
+            quota[c] = 1
+    chosen: list[int] = []
+    for c, k in zip(classes, quota):
+        if k:
+            members = np.flatnonzero(labels == c)
+            chosen += members[rng.permutation(len(members))[:k]].tolist()
+    return sorted(chosen)
+
+
+class Subsample(Subset):
+    """Some items of ``dataset`` (``indices``, in that order): a ``Subset`` that also forwards the
+    dataset's other attributes (``set_epoch``, ``classes``, ...), so a wrapped dataset keeps working
+    as before, and says what it took in ``note`` (also :meth:`describe`), a line a trainer can log.
+    ``targets``: the class labels of the items kept, when the dataset declares its own
+    (:func:`class_targets`), else None."""
+
+    def __init__(self, dataset: Dataset, indices: Sequence[int], note: str = "") -> None:
+        super().__init__(dataset, list(indices))
+        self.note = note or f"{len(self.indices):,} of {len(dataset):,} samples"
+
+    def describe(self) -> str:
+        """What was taken, in one line (``note``)."""
+        return self.note
+
+    @property
+    def targets(self) -> Tensor | None:
+        labels = class_targets(self.dataset)
+        return None if labels is None else torch.from_numpy(labels[np.asarray(self.indices, dtype=np.int64)])
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("dataset", "indices"):  # unpickling: no recursion
+        if name.startswith("__") or name in ("dataset", "indices", "note"):  # unpickling: no recursion
             raise AttributeError(name)
         return getattr(self.dataset, name)
 
 
-def build_dataset(name: str, split: str, *, max_samples: int | None = None, **params: Any) -> Dataset:
+class FirstN(Subsample):
+    """The first ``n`` items of ``dataset`` (a :class:`Subsample`); ``why``: added to the note (why the
+    first items and not a stratified draw)."""
+
+    def __init__(self, dataset: Dataset, n: int, why: str = "") -> None:
+        super().__init__(dataset, range(min(n, len(dataset))),
+                         f"the first {min(n, len(dataset)):,} of {len(dataset):,} samples{why}")
+
+
+def subsample(dataset: Dataset, n: int, seed: int = 0) -> Subsample:
+    """``n`` items of ``dataset`` (``data.max_samples``): a seeded class-stratified draw
+    (:func:`stratified_indices`) when the dataset declares its labels (:func:`class_targets`; class-
+    sorted loaders such as IMDB would otherwise give one class only), else its first ``n`` items.
+    The result's ``note`` says which, e.g. ``"100 of 25,000 samples, stratified over 2 classes,
+    seed 0"`` or ``"the first 100 of 2,000 samples (the dataset declares no class labels: not
+    stratified)"``."""
+    labels = class_targets(dataset)
+    if labels is None:
+        return FirstN(dataset, n, " (the dataset declares no class labels: not stratified)")
+    indices = stratified_indices(labels, n, seed)
+    classes = len(np.unique(labels[indices])) if indices else 0
+    return Subsample(dataset, indices, f"{len(indices):,} of {len(dataset):,} samples, stratified over "
+                                       f"{classes} class{'es' if classes != 1 else ''}, seed {seed}")
+
+
+def build_dataset(name: str, split: str, *, max_samples: int | None = None, sample_seed: int = 0,
+                  **params: Any) -> Dataset:
     """The dataset of one split of task ``name``; ``params`` override the task's defaults.
 
-    ``max_samples``: keep only the first N items (a :class:`FirstN` view; all of them when the
-    split is smaller); ``None`` or 0 = all (``data.max_samples`` in a training config).
+    ``max_samples``: keep only N items (a :class:`Subsample` view, :func:`subsample`: a class-stratified
+    draw by ``sample_seed`` when the dataset declares its class labels, else the first N; its
+    ``note`` says which); all of them when the split is smaller; ``None`` or 0 = all
+    (``data.max_samples`` in a training config). ``sample_seed``: the seed of that draw (a run's
+    seed); not named ``seed``, which is a parameter of several tasks.
     """
     if max_samples is not None and (isinstance(max_samples, bool) or not isinstance(max_samples, int)):
         raise UserTypeError(f"max_samples must be an int (0 = all), got {max_samples!r} ({type(max_samples).__name__})")
     if max_samples is not None and max_samples < 0:
         raise UserError(f"max_samples must be >= 0 (0 = all), got {max_samples}")
+    if isinstance(sample_seed, bool) or not isinstance(sample_seed, (int, np.integer)) or sample_seed < 0:
+        raise UserTypeError(f"sample_seed must be an int >= 0 (the seed of the max_samples draw), got "
+                            f"{sample_seed!r} ({type(sample_seed).__name__})")
     info = get_task(name)
     if split not in info.splits:
         raise UserError(f"task {name!r} has splits {list(info.splits)}, got {split!r}")
@@ -303,5 +444,130 @@ def build_dataset(name: str, split: str, *, max_samples: int | None = None, **pa
     merged = info.merged_params(params, own_checks=lambda p: build(split, **p))  # KeyError: an unknown parameter
     dataset = build(split, **merged)
     if max_samples and max_samples < len(dataset):
-        return FirstN(dataset, max_samples)
+        return subsample(dataset, max_samples, int(sample_seed))
     return dataset
+
+
+# ----------------------------------------------------------------------------- bad samples during training
+
+BAD_SAMPLE_OPTIONS = ("stop", "skip")
+
+
+class SkipBadSamples(Dataset):
+    """``dataset`` whose unreadable items (a :class:`BadSampleError`) become ``None`` instead of an
+    error, counted: ``data.bad_samples: skip``. Use it as the outermost wrapper (after augmentation,
+    which it lets the error pass through) with :meth:`collate_fn` as the DataLoader's
+    ``collate_fn``, which drops the ``None`` items of a batch before collating the others (a batch
+    of bad items only collates to ``None``: skip that step).
+
+    ``skipped``: how many items were dropped so far, counted across DataLoader worker processes
+    (a shared counter handed to the workers when they start); ``recent()``: ``(index, path)`` of the
+    last ``keep`` of them; :meth:`summary`: a line to log. Other attributes are the dataset's.
+    ``context``: the DataLoader's ``multiprocessing_context`` when it is given one (a name such as
+    ``"spawn"`` or a context); None: the default context, which a DataLoader uses by default."""
+
+    def __init__(self, dataset: Dataset, keep: int = 20, context: Any = None) -> None:
+        self.dataset, self.keep = dataset, int(keep)
+        self._context = context if context is None or isinstance(context, str) else context.get_start_method()
+        self._shared()
+
+    def _shared(self, count: int = 0, recent: Sequence[int] = ()) -> None:
+        import multiprocessing as mp
+        ctx = mp.get_context(self._context)
+        self._count = ctx.Value("q", count)
+        self._recent = ctx.Array("q", max(1, self.keep))
+        for k, i in enumerate(list(recent)[:len(self._recent)]):
+            self._recent[k] = i
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        try:
+            return self.dataset[index]
+        except BadSampleError:
+            with self._count.get_lock():
+                self._recent[self._count.value % len(self._recent)] = int(index)
+                self._count.value += 1
+            return None
+
+    @property
+    def skipped(self) -> int:
+        """Items dropped so far (all processes)."""
+        return int(self._count.value)
+
+    def recent(self) -> list[tuple[int, Any]]:
+        """``(index, path or None)`` of the last (up to ``keep``) items dropped, oldest first."""
+        with self._count.get_lock():
+            n, ring = self._count.value, list(self._recent)
+        size = len(ring)
+        order = [ring[k % size] for k in range(max(0, n - size), n)]
+        return [(i, item_path(self.dataset, i)) for i in order]
+
+    def summary(self) -> str:
+        """``"skipped 3 unreadable samples (data.bad_samples: skip), e.g. 17: /data/x.jpg"``, or ``""``."""
+        n = self.skipped
+        if not n:
+            return ""
+        shown = ", ".join(f"{i}: {p}" if p is not None else str(i) for i, p in self.recent()[-3:])
+        return f"skipped {n} unreadable sample{'s' if n != 1 else ''} (data.bad_samples: skip), e.g. {shown}"
+
+    def collate_fn(self, collate: Callable | None = None) -> "DropBadSamples":
+        """The DataLoader's ``collate_fn``: ``collate`` (default: torch's ``default_collate``) of the
+        items of a batch that are not ``None``."""
+        return DropBadSamples(collate)
+
+    def __getstate__(self) -> dict:
+        from multiprocessing import context
+        state = dict(self.__dict__)
+        if context.get_spawning_popen() is None:     # a plain pickle (not a worker start): plain numbers
+            state["_count"] = int(self._count.value)
+            state["_recent"] = list(self._recent)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        count, recent = state.pop("_count"), state.pop("_recent")
+        self.__dict__.update(state)
+        if isinstance(count, int):
+            self._shared(count, recent)
+        else:
+            self._count, self._recent = count, recent
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("dataset", "keep", "_context", "_count", "_recent"):
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+
+class DropBadSamples:
+    """A collate function: ``collate`` of the batch's items that are not ``None`` (the items
+    :class:`SkipBadSamples` dropped); ``None`` when none is left. Picklable (DataLoader workers)."""
+
+    def __init__(self, collate: Callable | None = None) -> None:
+        self.collate = collate
+
+    def __call__(self, batch: Sequence[Any]) -> Any:
+        kept = [item for item in batch if item is not None]
+        if not kept:
+            return None
+        if self.collate is None:
+            from torch.utils.data import default_collate
+            return default_collate(kept)
+        return self.collate(kept)
+
+
+def item_path(dataset: Any, index: int) -> Any:
+    """The file of item ``index`` when the dataset (or one it wraps) says: ``sample_path(index)``."""
+    for _ in range(8):
+        if hasattr(type(dataset), "sample_path"):
+            try:
+                return dataset.sample_path(index)
+            except Exception:
+                return None
+        if isinstance(dataset, Subset):
+            index, dataset = dataset.indices[index], dataset.dataset
+        elif "dataset" in getattr(dataset, "__dict__", {}):
+            dataset = dataset.__dict__["dataset"]
+        else:
+            return None
+    return None

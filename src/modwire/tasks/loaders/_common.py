@@ -14,12 +14,14 @@ download saved under the dataset's name) is named as such by :func:`not_binary`.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from ..base import BadSampleError
 from ...errors import UserError, UserTypeError
 
 
@@ -77,6 +79,13 @@ def malformed(task: str, path: Path | str, problem: str, layout: str) -> FormatE
     except OSError:
         found = str(path)
     return FormatError(layout_message(task, f"malformed file {path}: {problem}", layout, found))
+
+
+def malformed_reason(exc: BaseException) -> str:
+    """The problem a :func:`malformed` error states (its first line after ``malformed file <path>: ``)."""
+    first = str(exc).split("\n")[0]
+    marker = ": malformed file "
+    return first.split(marker, 1)[1].split(": ", 1)[-1] if marker in first else first
 
 
 def require_root(task: str, root: Any, layout: str) -> Path:
@@ -150,11 +159,122 @@ def check_binary(task: str, path: Path, what: str, layout: str) -> None:
 
 
 def read_text_file(task: str, path: Path, layout: str) -> str:
-    """The UTF-8 text of ``path``, or a ``FormatError`` naming the file and the first bad byte."""
+    """The UTF-8 text of ``path`` without a leading byte-order mark (some editors on Windows write
+    one; it would become part of the first word or header), or a ``FormatError`` naming the file
+    and the first bad byte."""
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise malformed(task, path, f"not UTF-8 text ({exc.reason} at byte {exc.start})", layout) from None
+
+
+# ----------------------------------------------------------------------------- unreadable items, placeholders
+
+
+def bad_sample(task: str, path: Path | str, problem: str, layout: str) -> BadSampleError:
+    """The :class:`~modwire.tasks.base.BadSampleError` of one item's file (the message of
+    :func:`malformed`; ``path`` and ``reason`` kept as attributes)."""
+    message = str(malformed(task, path, problem, layout))
+    return BadSampleError(message, path=Path(path), reason=problem, task=task)
+
+
+def image_problem(path: Path, exc: BaseException | None = None) -> str:
+    """Why the image file ``path`` cannot be decoded, in words: missing, a dangling link, a git-lfs /
+    git-annex placeholder, empty, text or an HTML page, else Pillow's own reason ``exc``."""
+    kind = placeholder_kind(path)
+    if kind is not None:
+        return f"a {kind} placeholder of content that was never fetched: {PLACEHOLDER_FETCH[kind]}"
+    if not path.exists():
+        return "the file does not exist"
+    try:
+        problem = not_binary(path, "an image")
+    except OSError as err:
+        return f"cannot be read ({err})"
+    if problem is not None:
+        return problem
+    return f"not an image Pillow can decode ({exc})" if exc is not None else "not an image Pillow can decode"
+
+
+#: How to fetch the content of a placeholder, by kind.
+PLACEHOLDER_FETCH = {"git-lfs": "run `git lfs pull` in the dataset's repository",
+                     "git-annex": "run `git annex get .` in the dataset's repository",
+                     "dangling-link": "restore what the links point to (a git-annex copy: `git annex get .`)"}
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+PLACEHOLDER_MAX_BYTES = 1024      # pointer files are ~130-250 bytes; no image this small is checked
+
+
+def placeholder_kind(path: Path, size: int | None = None) -> str | None:
+    """``"git-lfs"``, ``"git-annex"`` or ``"dangling-link"`` when ``path`` stands in for content that
+    was not fetched: a git-lfs pointer file (it starts with ``version https://git-lfs...``), a
+    git-annex pointer file or dangling symbolic link into ``.../annex/objects/``, any other dangling
+    link; else None. ``size``: the file's size when known (only small files are opened)."""
+    try:
+        if path.is_symlink() and not path.exists():
+            return "git-annex" if "/annex/objects/" in os.readlink(path) else "dangling-link"
+        if size is None:
+            size = path.stat().st_size
+        if size > PLACEHOLDER_MAX_BYTES:
+            return None
+        with open(path, "rb") as f:
+            head = f.read(PLACEHOLDER_MAX_BYTES)
+    except OSError:
+        return None
+    if head.startswith(LFS_POINTER):
+        return "git-lfs"
+    if b"/annex/objects/" in head and looks_like_text(head):
+        return "git-annex"
+    return None
+
+
+def list_files(folder: Path, keep: Callable[[str], bool]) -> tuple[list[Path], dict[str, list[Path]]]:
+    """``(files, placeholders)``: the regular files of ``folder`` whose name ``keep`` accepts (sorted;
+    hidden ``.*`` files skipped), and those of them that are git-lfs / git-annex placeholders
+    (:func:`placeholder_kind`), by kind, left out of ``files``. A dangling link is a placeholder too."""
+    files: list[Path] = []
+    found: dict[str, list[Path]] = {}
+    with os.scandir(folder) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for e in entries:
+        if e.name.startswith(".") or not keep(e.name):
+            continue
+        path = Path(e.path)
+        try:
+            if e.is_file():
+                kind = placeholder_kind(path, e.stat().st_size)
+            elif e.is_symlink() and not path.exists():
+                kind = placeholder_kind(path)
+            else:
+                continue
+        except OSError:
+            continue
+        if kind is None:
+            files.append(path)
+        else:
+            found.setdefault(kind, []).append(path)
+    return files, found
+
+
+def report_placeholders(task: str, placeholders: dict[str, list[Path]], total: int, where: Path | str,
+                        layout: str, stacklevel: int = 3) -> None:
+    """Say what the placeholders of :func:`list_files` are: a warning naming their kind, count, a few
+    of them and how to fetch the content (they are left out of the dataset); a ``LayoutError`` when
+    every one of the ``total`` files found is a placeholder."""
+    count = sum(len(v) for v in placeholders.values())
+    if not count:
+        return
+    parts = []
+    for kind, paths in sorted(placeholders.items()):
+        shown = ", ".join(str(p) for p in paths[:3]) + (f", ... ({len(paths) - 3} more)" if len(paths) > 3 else "")
+        parts.append(f"{len(paths)} {kind} placeholder{'s' if len(paths) != 1 else ''} (e.g. {shown}): "
+                     f"{PLACEHOLDER_FETCH[kind]}")
+    what = "; ".join(parts)
+    if count >= total:
+        raise LayoutError(layout_message(
+            task, f"all {total} image files under {where} are placeholders of content that was never fetched "
+                  f"(a git-lfs or git-annex repository cloned without its data): {what}", layout,
+            found_listing(Path(where))))
+    warnings.warn(f"{task}: left out {count} of the {total} image files under {where}, placeholders of content "
+                  f"that was never fetched: {what}", stacklevel=stacklevel)
 
 
 def check_transform(transform: Any) -> Callable[[Tensor], Tensor] | None:

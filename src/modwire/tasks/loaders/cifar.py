@@ -129,6 +129,11 @@ class ArrayImageDataset(LoaderDataset):
         super().__init__(transform)
         self.images, self.labels = torch.from_numpy(np.ascontiguousarray(images)), torch.from_numpy(labels)
 
+    @property
+    def targets(self) -> Tensor:
+        """One class label per item: the declared way (:func:`~modwire.tasks.base.class_targets`)."""
+        return self.labels
+
     def __len__(self) -> int:
         return self.images.shape[0]
 

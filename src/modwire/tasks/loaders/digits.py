@@ -38,6 +38,11 @@ class DigitsDataset(LoaderDataset):
         self.images = F.interpolate(x, size=(size, size), mode="nearest")       # [N, 1, size, size]
         self.labels = torch.from_numpy(labels.astype(np.int64))
 
+    @property
+    def targets(self) -> Tensor:
+        """One class label per item: the declared way (:func:`~modwire.tasks.base.class_targets`)."""
+        return self.labels
+
     def __len__(self) -> int:
         return self.labels.shape[0]
 

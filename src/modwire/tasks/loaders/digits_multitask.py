@@ -25,11 +25,12 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from ..base import InputSpec, TaskInfo, register_task
+from ..base import InputSpec, TaskInfo, class_targets, register_task
 from .mnist import build_mnist
 from .mnistm import build_mnist_m
 from .svhn import build_svhn
@@ -56,6 +57,15 @@ class MultiTaskDataset(Dataset):
     def __len__(self) -> int:
         return self.ends[-1] if self.ends else 0
 
+    @property
+    def targets(self) -> Tensor | None:
+        """The digit of every item, when every source declares its labels (:func:`~..base.class_targets`),
+        else None (``data.max_samples`` then takes the first items)."""
+        parts = [class_targets(d) for _, d in self.parts]
+        if any(p is None for p in parts):
+            return None
+        return torch.from_numpy(np.concatenate(parts)) if parts else torch.zeros(0, dtype=torch.long)
+
     def __getitem__(self, index: int) -> tuple[dict[str, Tensor], Tensor]:
         n = len(self)
         if not -n <= index < n:
@@ -67,6 +77,13 @@ class MultiTaskDataset(Dataset):
         if self.transform is not None:
             x = self.transform(x)
         return {"x": x, "task": torch.tensor(task, dtype=torch.long)}, y
+
+    def sample_path(self, index: int):
+        """The file of item ``index`` when its source reads one per item (MNIST-M), else None."""
+        k = bisect_right(self.ends, index % len(self))
+        dataset = self.parts[k][1]
+        inner = index % len(self) - (self.ends[k - 1] if k else 0)
+        return dataset.sample_path(inner) if hasattr(type(dataset), "sample_path") else None
 
     def task_of(self, index: int) -> int:
         """The dataset id of item ``index`` (without reading it)."""

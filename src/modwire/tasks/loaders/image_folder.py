@@ -16,6 +16,7 @@ Items: ``(float [channels, image_size, image_size] in [0, 1], long label)``.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,8 +24,9 @@ import torch
 from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
-from ._common import FormatError, LoaderDataset, found_listing, layout_message, malformed, missing, require_root
-from .images import RESIZED_BOUNDS, RESIZED_CHOICES, _is_image, _pil, class_dirs, load_rgb
+from ._common import (FormatError, LoaderDataset, found_listing, layout_message, list_files, missing,
+                      report_placeholders, require_root)
+from .images import RESIZED_BOUNDS, RESIZED_CHOICES, _pil, class_dirs, decode_rgb
 from ...fields import Choices
 
 TASK = "image_folder"
@@ -80,12 +82,23 @@ class ImageFolderDataset(LoaderDataset):
     def __len__(self) -> int:
         return len(self.samples)
 
+    @property
+    def targets(self) -> Tensor:
+        """The class label of every item (declared: ``data.max_samples`` draws a stratified subset)."""
+        return torch.tensor([label for _, label in self.samples], dtype=torch.long)
+
+    def sample_path(self, index: int) -> Path:
+        """The image file of item ``index``."""
+        return self.samples[index][0]
+
+    def image_files(self) -> list[Path]:
+        """Every image file, in item order (``modwire.tasks.check.check_dataset`` opens them)."""
+        return [p for p, _ in self.samples]
+
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
         path, label = self.samples[index]
-        try:
-            x = load_rgb(path, self.size, self.resize)                     # [3, S, S]
-        except OSError as exc:  # Pillow's UnidentifiedImageError, truncated files, an HTML page saved as .jpg
-            raise malformed(TASK, path, f"not an image Pillow can decode ({exc})", LAYOUT) from None
+        # an HTML page saved as .jpg, a truncated file, a git-lfs pointer: a BadSampleError naming it
+        x = decode_rgb(path, self.size, self.resize, TASK, LAYOUT, lead="not an image Pillow can decode")  # [3, S, S]
         if self.channels == 1:
             x = torch.einsum("c,chw->hw", torch.tensor(LUMA), x)[None]      # [1, S, S]
         return self._out(x, torch.tensor(label, dtype=torch.long))
@@ -96,12 +109,19 @@ def build_image_folder(split: str, root: Any = None, image_size: int = 32, chann
     """The images of ``split`` (see the module docstring for the layout and the conversions)."""
     path = require_root(TASK, root, LAYOUT)
     classes = class_names(path)
+    if len(classes) == 1:
+        warnings.warn(f"{TASK}: {path / 'train'} holds one class folder only, {classes[0]!r}: every label is 0, "
+                      f"so there is nothing to classify (put one folder per class under train/)", stacklevel=2)
     folder = split_folder(path, split)
-    samples, empty = [], []
+    samples, empty, placeholders, total = [], [], {}, 0
     for label, name in enumerate(classes):
-        files = sorted(p for p in (folder / name).iterdir() if _is_image(p, SUFFIXES))
+        files, held = list_files(folder / name, lambda n: Path(n).suffix.lower() in SUFFIXES)
+        for kind, paths in held.items():
+            placeholders.setdefault(kind, []).extend(paths)
+        total += len(files) + sum(map(len, held.values()))
         empty += [name] * (not files)
         samples += [(p, label) for p in files]
+    report_placeholders(TASK, placeholders, total, folder, LAYOUT)
     if not samples or (split == "train" and empty):
         what = "no images" if not samples else f"no images in the class folders {empty[:10]}"
         raise missing(TASK, f"{what} under {folder.name}/ (suffixes {', '.join(SUFFIXES)})", LAYOUT, folder)

@@ -22,8 +22,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import InputSpec, TaskInfo, register_task
-from ._common import LoaderDataset, first_dir, first_existing, malformed, missing, not_binary, require_root
+from ..base import BadSampleError, InputSpec, TaskInfo, register_task
+from ._common import (LoaderDataset, bad_sample, first_dir, first_existing, image_problem, list_files, malformed,
+                      missing, read_text_file, report_placeholders, require_root)
 from ...fields import INT_COUNT
 
 TINY_CLASSES = 200
@@ -92,14 +93,38 @@ class ImageListDataset(LoaderDataset):
     def __len__(self) -> int:
         return len(self.samples)
 
+    @property
+    def targets(self) -> Tensor:
+        """The class label of every item (declared: ``data.max_samples`` draws a stratified subset)."""
+        return torch.tensor([label for _, label in self.samples], dtype=torch.long)
+
+    def sample_path(self, index: int) -> Path:
+        """The image file of item ``index``."""
+        return self.samples[index][0]
+
+    def image_files(self) -> list[Path]:
+        """Every image file, in item order (``modwire.tasks.check.check_dataset`` opens them)."""
+        return [p for p, _ in self.samples]
+
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
         path, label = self.samples[index]
-        try:
-            image = load_rgb(path, self.size, self.resize)
-        except OSError as exc:  # PIL's UnidentifiedImageError, a truncated file, ...
-            problem = not_binary(path, "an image") if path.is_file() else None
-            raise malformed(self.task, path, problem or f"not a readable image ({exc})", self.layout) from None
+        image = decode_rgb(path, self.size, self.resize, self.task, self.layout)
         return self._out(image, torch.tensor(label, dtype=torch.long))
+
+
+def decode_rgb(path: Path, size: int, resize: str, task: str, layout: str, lead: str = "") -> Tensor:
+    """:func:`load_rgb`, or a :class:`~modwire.tasks.base.BadSampleError` naming the file and why it
+    cannot be decoded (an HTML page or a git-lfs pointer saved under an image name, a truncated
+    file, ...; :func:`~._common.image_problem`, after ``lead``) instead of Pillow's traceback."""
+    try:
+        return load_rgb(path, size, resize)
+    except BadSampleError:
+        raise
+    except Exception as exc:  # PIL's UnidentifiedImageError, a truncated file, a decompression bomb, ...
+        problem = image_problem(path, exc)
+        if lead and not problem.startswith(lead):
+            problem = f"{lead}: {problem}"
+        raise bad_sample(task, path, problem, layout) from None
 
 
 def read_wnids(path: Path, task: str, layout: str) -> list[str]:
@@ -127,8 +152,16 @@ def class_dirs(path: Path) -> list[str]:
     return sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith((".", "__")))
 
 
+def _image_name(suffixes: Sequence[str] = IMAGE_SUFFIXES) -> Callable[[str], bool]:
+    return lambda name: Path(name).suffix.lower() in suffixes
+
+
 def build_tiny_imagenet(split: str, root: Any = None, transform: Callable | None = None) -> ImageListDataset:
-    """Tiny-ImageNet ``train`` (100,000 images) or ``val`` (10,000 images); 200 classes."""
+    """Tiny-ImageNet ``train`` (100,000 images) or ``val`` (10,000 images); 200 classes: those of
+    ``wnids.txt`` (:func:`tiny_imagenet_classes`: ``train/`` folders of other ids are left out with a
+    warning naming them). Validation rows of an id that is not a class are skipped with a warning
+    that counts them; git-lfs / git-annex placeholders are left out with a warning
+    (:func:`~._common.report_placeholders`)."""
     task = "tiny_imagenet"
     path = require_root(task, root, TINY_LAYOUT)
     path = first_existing(task, "class list wnids.txt", [path / "wnids.txt", path / "tiny-imagenet-200" / "wnids.txt"],
@@ -136,44 +169,76 @@ def build_tiny_imagenet(split: str, root: Any = None, transform: Callable | None
     wnids = tiny_imagenet_classes(path, task)
     index = {w: i for i, w in enumerate(wnids)}
     samples: list[tuple[Path, int]] = []
+    placeholders: dict[str, list[Path]] = {}
     if split == "train":
+        empty, total = [], 0
         for w in wnids:
             folder = path / "train" / w / "images"
             if not folder.is_dir():
                 raise missing(task, f"no folder train/{w}/images for class {w} of wnids.txt", TINY_LAYOUT,
                               first_dir(path / "train" / w, path / "train", path))
-            files = sorted(p for p in folder.iterdir() if _is_image(p))
-            if not files:
-                raise missing(task, f"no images in train/{w}/images", TINY_LAYOUT, folder)
+            files, held = list_files(folder, _image_name())
+            for kind, paths in held.items():
+                placeholders.setdefault(kind, []).extend(paths)
+            total += len(files) + sum(map(len, held.values()))
+            empty += [w] * (not files)
             samples += [(p, index[w]) for p in files]
+        report_placeholders(task, placeholders, total, path / "train", TINY_LAYOUT)
+        if empty:
+            only = " (only placeholders)" if placeholders else ""
+            raise missing(task, f"no images in train/{empty[0]}/images{only}"
+                                + (f" and {len(empty) - 1} other class folder(s)" if len(empty) > 1 else ""),
+                          TINY_LAYOUT, path / "train" / empty[0] / "images")
     else:
         ann, images = path / "val" / "val_annotations.txt", path / "val" / "images"
         if not ann.is_file() or not images.is_dir():
             raise missing(task, "val/val_annotations.txt or val/images/ not found", TINY_LAYOUT,
                           first_dir(path / "val", path))
-        present = {p.name for p in images.iterdir()}
-        for n, line in enumerate(ann.read_text(encoding="utf-8").splitlines(), 1):
+        files, placeholders = list_files(images, lambda name: True)
+        present = {p.name for p in files}
+        held = {p.name for paths in placeholders.values() for p in paths}
+        report_placeholders(task, placeholders, len(files) + len(held), images, TINY_LAYOUT)
+        unknown: dict[str, int] = {}
+        rows = 0
+        for n, line in enumerate(read_text_file(task, ann, TINY_LAYOUT).splitlines(), 1):
             if not line.strip():
                 continue
             fields = line.split("\t")
             if len(fields) < 2:
                 raise malformed(task, ann, f"line {n} has no <TAB>-separated wnid: {line!r}", TINY_LAYOUT)
+            rows += 1
             name, w = fields[0].strip(), fields[1].strip()
             if w not in index:
-                raise malformed(task, ann, f"line {n}: wnid {w!r} is not in wnids.txt", TINY_LAYOUT)
+                unknown[w] = unknown.get(w, 0) + 1
+                continue
+            if name in held:
+                continue                            # a placeholder: left out, with the warning above
             if name not in present:
                 raise missing(task, f"val/images/{name} (line {n} of val_annotations.txt) not found",
                               TINY_LAYOUT, images)
             samples.append((images / name, index[w]))
+        skipped = ""
+        if unknown:
+            count = sum(unknown.values())
+            named = sorted(unknown.items(), key=lambda kv: (-kv[1], kv[0]))
+            shown = ", ".join(f"{w} ({k} row{'s' if k != 1 else ''})" for w, k in named[:10])
+            shown += f", ... ({len(named) - 10} more ids)" if len(named) > 10 else ""
+            skipped = (f"{count} of the {rows} rows of {ann} name a wnid that is not one of the {len(wnids)} "
+                       f"classes of {path / 'wnids.txt'}: {shown}")
         if not samples:
-            raise malformed(task, ann, "no annotations", TINY_LAYOUT)
+            raise malformed(task, ann, f"no annotations of a class of wnids.txt{'; ' + skipped if skipped else ''}",
+                            TINY_LAYOUT)
+        if skipped:
+            warnings.warn(f"{task}: skipped {skipped}", stacklevel=2)
     return ImageListDataset(samples, wnids, 64, transform=transform, task=task, layout=TINY_LAYOUT)
 
 
 def tiny_imagenet_classes(path: Path, task: str = "tiny_imagenet") -> list[str]:
     """The 200 class ids of the Tiny-ImageNet folder ``path``: the lines of ``wnids.txt`` that have a
     ``train/<wnid>/`` folder, in file order (the others are dropped with a warning naming them; without
-    a ``train/`` folder nothing can be checked and none is dropped). Not 200: a ``FormatError``."""
+    a ``train/`` folder nothing can be checked and none is dropped). Folders of ``train/`` whose name
+    is not in ``wnids.txt`` are left out with a warning naming them. Not 200: a ``FormatError``
+    (more than 200: it names the ids that have no validation row, the likely extras)."""
     file = path / "wnids.txt"
     wnids = read_wnids(file, task, TINY_LAYOUT)
     if (path / "train").is_dir():
@@ -183,11 +248,34 @@ def tiny_imagenet_classes(path: Path, task: str = "tiny_imagenet") -> list[str]:
             warnings.warn(f"{task}: dropped {len(dropped)} of the {len(wnids)} ids of {file} that have no "
                           f"train/<wnid>/ folder: {shown}", stacklevel=3)
             wnids = [w for w in wnids if w not in set(dropped)]
+        listed = set(wnids)
+        extra = [f for f in class_dirs(path / "train") if f not in listed]
+        if extra:
+            shown = ", ".join(extra[:10]) + (f", ... ({len(extra) - 10} more)" if len(extra) > 10 else "")
+            warnings.warn(f"{task}: ignored {len(extra)} folder{'s' if len(extra) != 1 else ''} of {path / 'train'} "
+                          f"that {'are' if len(extra) != 1 else 'is'} not a class of {file}: {shown}", stacklevel=3)
     if len(wnids) != TINY_CLASSES:
         kept = " with a train/<wnid>/ folder" if (path / "train").is_dir() else ""
+        hint = _without_val_rows(path, wnids) if len(wnids) > TINY_CLASSES else ""
         raise malformed(task, file, f"{len(wnids)} WordNet ids{kept}, expected {TINY_CLASSES} (Tiny-ImageNet's "
-                                    f"classes; a model for this task has {TINY_CLASSES} outputs)", TINY_LAYOUT)
+                                    f"classes; a model for this task has {TINY_CLASSES} outputs){hint}", TINY_LAYOUT)
     return wnids
+
+
+def _without_val_rows(path: Path, wnids: list[str]) -> str:
+    """``"; the ids without a validation row ..."``: the likely extras of a list of more than 200 ids."""
+    ann = path / "val" / "val_annotations.txt"
+    try:
+        seen = {line.split("\t")[1].strip() for line in ann.read_text(encoding="utf-8-sig").splitlines()
+                if line.count("\t") >= 1}
+    except (OSError, UnicodeDecodeError):
+        return ""
+    lone = [w for w in wnids if w not in seen]
+    if not seen or not lone:
+        return ""
+    shown = ", ".join(lone[:10]) + (f", ... ({len(lone) - 10} more)" if len(lone) > 10 else "")
+    return (f"; {len(lone)} of them have no row in {ann} (the extras? remove them from wnids.txt and "
+            f"train/): {shown}")
 
 
 def build_tiny_imagenet_r(split: str, root: Any = None, wnids: Any = None, image_size: int = 64,
@@ -220,9 +308,14 @@ def _folder_samples(task: str, path: Path, folders: list[str], classes: list[str
     if not used:
         raise missing(task, f"no class folder named by one of the {len(classes)} wnids "
                             f"(e.g. {classes[:3]})" if classes else "no class folders", layout, path)
-    samples = []
+    samples, placeholders, total = [], {}, 0
     for w in used:
-        samples += [(p, index[w]) for p in sorted((path / w).iterdir()) if _is_image(p)]
+        files, held = list_files(path / w, _image_name())
+        for kind, paths in held.items():
+            placeholders.setdefault(kind, []).extend(paths)
+        total += len(files) + sum(map(len, held.values()))
+        samples += [(p, index[w]) for p in files]
+    report_placeholders(task, placeholders, total, path, layout, stacklevel=4)
     if not samples:
         raise missing(task, "no .jpg/.jpeg/.png images in the class folders", layout, path / used[0])
     return samples

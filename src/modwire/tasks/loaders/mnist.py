@@ -19,6 +19,7 @@ dimensions (magic 0x00000803) and labels with 1 (0x00000801).
 from __future__ import annotations
 
 import gzip
+import warnings
 import zlib
 from pathlib import Path
 from typing import Any, Callable
@@ -29,7 +30,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
-from ._common import LoaderDataset, check_binary, first_existing, malformed, require_root, system_dataset
+from ._common import (LoaderDataset, check_binary, first_existing, malformed, malformed_reason, require_root,
+                      system_dataset)
 from ...errors import UserError
 from ...fields import Bounds, Choices
 
@@ -83,6 +85,32 @@ def read_idx(path: Path, ndim: int, task: str = "mnist", layout: str | None = No
     return np.frombuffer(body, dtype=np.uint8).reshape(dims)
 
 
+def read_first_idx(task: str, candidates: list[Path], ndim: int, layout: str, where: Path,
+                   what: str) -> tuple[Path, np.ndarray]:
+    """``(path, array)`` of the first of ``candidates`` that is a readable idx file. Candidates that
+    exist but cannot be read (empty, an HTML page, a wrong magic, truncated) are skipped with a
+    warning naming each and why; when none is readable the error names every one (a single one: its
+    own error); when none exists, the ``LayoutError`` lists every path tried."""
+    present = [c for c in candidates if c.is_file()]
+    if not present:
+        first_existing(task, what, candidates, layout, where)      # raises, listing every path tried
+    skipped: list[tuple[Path, UserError]] = []
+    for path in present:
+        try:
+            array = read_idx(path, ndim, task, layout)
+        except UserError as exc:
+            skipped.append((path, exc))
+            continue
+        if skipped:
+            warnings.warn(f"{task}: read {path}, skipping the unreadable {what}(s) found before it: "
+                          + "; ".join(f"{p} ({malformed_reason(e)})" for p, e in skipped), stacklevel=4)
+        return path, array
+    if len(skipped) == 1:
+        raise skipped[0][1]
+    raise malformed(task, skipped[0][0], f"none of the {len(skipped)} candidates for the {what} is readable: "
+                    + "; ".join(f"{p}: {malformed_reason(e)}" for p, e in skipped), layout)
+
+
 def idx_candidates(folders: list[Path], prefix: str, kind: str) -> list[Path]:
     """Every name an idx file of ``prefix`` (train / t10k) and ``kind`` (images / labels) may have."""
     dims = 3 if kind == "images" else 1
@@ -107,6 +135,11 @@ class MnistDataset(LoaderDataset):
             raise UserError(f"pad_to={pad_to} is smaller than the images ({h}x{w})")
         top, left = (size - h) // 2, (size - w) // 2
         self.pad = (0,) * 4 if upsample_to else (left, size - w - left, top, size - h - top)  # F.pad: W then H
+
+    @property
+    def targets(self) -> Tensor:
+        """One class label per item: the declared way (:func:`~modwire.tasks.base.class_targets`)."""
+        return self.labels
 
     def __len__(self) -> int:
         return self.images.shape[0]
@@ -133,10 +166,11 @@ def _build(task: str, split: str, root: Any, pad_to: int | None, transform: Call
     path = require_root(task, root, layout)
     folders = [path, path / "raw", path / ("FashionMNIST" if task == "fashion_mnist" else "MNIST") / "raw"]
     prefix = "train" if split == "train" else "t10k"
-    files = {kind: first_existing(task, f"{prefix}-{kind}-idx{3 if kind == 'images' else 1}-ubyte[.gz] file",
-                                  idx_candidates(folders, prefix, kind), layout, path)
-             for kind in ("images", "labels")}
-    images, labels = read_idx(files["images"], 3, task), read_idx(files["labels"], 1, task)
+    files, arrays = {}, {}
+    for kind, ndim in (("images", 3), ("labels", 1)):
+        files[kind], arrays[kind] = read_first_idx(task, idx_candidates(folders, prefix, kind), ndim, layout, path,
+                                                   f"{prefix}-{kind}-idx{ndim}-ubyte[.gz] file")
+    images, labels = arrays["images"], arrays["labels"]
     if images.shape[0] != labels.shape[0]:
         raise malformed(task, files["labels"], f"{labels.shape[0]} labels for {images.shape[0]} images", layout)
     if labels.size and labels.max() > 9:

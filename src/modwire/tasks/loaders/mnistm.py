@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import InputSpec, TaskInfo, register_task
-from ._common import LoaderDataset, first_existing, malformed, read_text_file, require_root
+from ..base import InputSpec, MissingSampleError, TaskInfo, register_task
+from ._common import LoaderDataset, bad_sample, first_existing, image_problem, malformed, read_text_file, require_root
 from .mnist import upsample
 from ...errors import UserError
 from ...fields import INT_COUNT
@@ -57,20 +57,35 @@ class MnistMDataset(LoaderDataset):
         self.folder, self.files, self.size = folder, [name for name, _ in entries], size
         self.labels = torch.tensor([label for _, label in entries], dtype=torch.long)
 
+    @property
+    def targets(self) -> Tensor:
+        """One class label per item: the declared way (:func:`~modwire.tasks.base.class_targets`)."""
+        return self.labels
+
     def __len__(self) -> int:
         return len(self.files)
 
+    def sample_path(self, index: int) -> Path:
+        """The image file of item ``index``."""
+        return self.folder / self.files[index]
+
+    def image_files(self) -> list[Path]:
+        """Every image file, in item order (``modwire.tasks.check.check_dataset`` opens them)."""
+        return [self.folder / name for name in self.files]
+
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        from PIL import Image, UnidentifiedImageError
+        from PIL import Image
 
         path = self.folder / self.files[index]
         try:
             with Image.open(path) as im:
                 rgb = np.asarray(im.convert("RGB"), dtype=np.uint8)              # [H, W, 3]
-        except FileNotFoundError:
-            raise FileNotFoundError(f"mnist_m: image {path} is listed in the labels file but missing") from None
-        except (UnidentifiedImageError, OSError) as exc:
-            raise malformed("mnist_m", path, f"not a readable image ({exc})", LAYOUT) from None
+        except Exception as exc:  # missing, an HTML page, a truncated PNG: a BadSampleError naming the file
+            if not path.exists() and not path.is_symlink():
+                problem = "listed in the labels file but missing"
+                raise MissingSampleError(f"mnist_m: image {path} is {problem}", path=path, reason=problem,
+                                         task="mnist_m") from None
+            raise bad_sample("mnist_m", path, image_problem(path, exc), LAYOUT) from None
         x = torch.from_numpy(rgb.copy()).permute(2, 0, 1).float().div_(255.0)   # [3, H, W]
         return self._out(upsample(x, self.size), self.labels[index])
 

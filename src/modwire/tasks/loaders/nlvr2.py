@@ -274,6 +274,11 @@ class NLVR2FeatureDataset(Dataset):
     def __len__(self) -> int:
         return len(self.examples)
 
+    @property
+    def targets(self) -> Tensor:
+        """The class label of every item (declared: ``data.max_samples`` draws a stratified subset)."""
+        return torch.tensor([ex.label for ex in self.examples], dtype=torch.long)
+
     def image(self, key: str) -> Tensor:
         """One image's tokens ``[n, d_img]``."""
         return checked_tokens(self.images.get(key), self.images, key, self.image_dim, self.image_tokens)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..base import TaskInfo, register_task
-from ._common import first_existing, malformed, missing, read_text_file, require_root
+from ._common import first_existing, list_files, malformed, missing, read_text_file, report_placeholders, require_root
 from .images import RESIZED_BOUNDS, RESIZED_CHOICES, ImageListDataset, _pil, _resized_rgb
 
 TASK = "oxford_pet"
@@ -100,6 +100,11 @@ def build_oxford_pet(split: str, root: Any = None, image_size: int = 224, resize
     entries = read_split_list(listing)
     present = set(os.listdir(images))
     absent = [f"{image}.jpg" for image, _ in entries if f"{image}.jpg" not in present]
+    listed = {f"{image}.jpg" for image, _ in entries}
+    _, found = list_files(images, listed.__contains__)       # git-lfs / git-annex placeholders of listed images
+    report_placeholders(TASK, found, len(listed), images, LAYOUT)   # all: an error; some: a warning
+    held = {p.name for paths in found.values() for p in paths}
+    entries = [(image, label) for image, label in entries if f"{image}.jpg" not in held]
     if absent:
         raise missing(TASK, f"{len(absent)} of the {len(entries)} images listed in annotations/{listing.name} are "
                             f"not in images/ (e.g. {absent[:3]}): an incomplete copy?", LAYOUT, images)

@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..base import InputSpec, TaskInfo, register_task
-from ._common import FormatError, LoaderDataset, malformed, missing, require_root, text_problem
+from ..base import BadSampleError, InputSpec, TaskInfo, register_task
+from ._common import FormatError, LoaderDataset, malformed, malformed_reason, missing, require_root, text_problem
 from ...fields import Bounds
 
 PANELS, SIZE = 16, 160          # the files: 16 panels of 160×160
@@ -83,7 +83,17 @@ class PGMDataset(LoaderDataset):
     def meta_target(self, index: int) -> Tensor:
         return torch.from_numpy(np.asarray(self._load(index).get("meta_target", np.zeros(0))).copy())
 
+    def sample_path(self, index: int) -> Path:
+        """The ``.npz`` file of item ``index``."""
+        return self.files[index]
+
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        try:
+            return self._item(index)
+        except FormatError as exc:      # one unreadable file: a BadSampleError (data.bad_samples: skip drops it)
+            raise BadSampleError(str(exc), path=self.files[index], reason=malformed_reason(exc), task="pgm") from None
+
+    def _item(self, index: int) -> tuple[Tensor, Tensor]:
         d, path = self._load(index), self.files[index]
         image, target = d["image"], np.asarray(d["target"]).reshape(-1)
         if image.size != PANELS * SIZE * SIZE:

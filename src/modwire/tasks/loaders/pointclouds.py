@@ -149,6 +149,11 @@ class ModelNetDataset(LoaderDataset):
     def __len__(self) -> int:
         return len(self.samples)
 
+    @property
+    def targets(self) -> Tensor:
+        """The class label of every item (declared: ``data.max_samples`` draws a stratified subset)."""
+        return torch.tensor([label for _, label in self.samples], dtype=torch.long)
+
     def points(self, index: int) -> np.ndarray:
         """The raw (not normalised) points of sample ``index``."""
         path, _ = self.samples[index]

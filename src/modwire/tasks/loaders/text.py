@@ -58,6 +58,11 @@ class ImdbBytesDataset(LoaderDataset):
     def __len__(self) -> int:
         return len(self.samples)
 
+    @property
+    def targets(self) -> Tensor:
+        """The class label of every item (declared: ``data.max_samples`` draws a stratified subset)."""
+        return torch.tensor([label for _, label in self.samples], dtype=torch.long)
+
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
         path, label = self.samples[index]
         with open(path, "rb") as f:
