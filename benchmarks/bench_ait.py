@@ -3,6 +3,7 @@ the same dimensions, the global workspace layers' share of that step, and the co
 bottleneck attention's top-k selection at AiT Table 6 pool sizes.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_ait.py [--batch 32] [--repeats 5] [--quick]
+    python benchmarks/bench_ait.py --device cuda --precision bf16 --compile
 
 1. **AiT vs ViT, train step.** ``ait_small_cifar10`` (AiT §5.1 / Table 6: 2 blocks of 768-d
    self-attention with 12 heads, MLP 3072, then a global workspace layer: 32 memory slots of
@@ -33,10 +34,21 @@ bottleneck attention's top-k selection at AiT Table 6 pool sizes.
 
 Weights are random; only speed is measured. Ratios come from timings taken in the same run
 (``modwire.analysis.time_interleaved``); compare ratios, not seconds, on a shared machine.
+
+``--device cuda`` moves models and inputs to the GPU (refused when CUDA is not available; CUDA is
+synchronised around every timed call, and in section 2 at each hook and stamp, so that the
+workspace's GPU time is what is bracketed). ``--precision bf16`` runs every forward and loss, AiT
+and ViT alike, under ``torch.autocast(device, bfloat16)`` (backward and AdamW outside it).
+``--compile`` times ``torch.compile`` (default mode) of both models' forwards in section 1 and of
+the three attention functions and the bare top-k in section 3, compiled by three untimed warm-up
+calls each; section 2 is not measured then (the compiled step has no workspace boundary to stamp:
+inductor fuses across it; section 1's ``1 - ViT / AiT`` is printed instead). The agreement check
+of section 3 always runs eager, in fp32.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import statistics
@@ -52,6 +64,44 @@ from modwire.nn.attention import attend
 
 TARGET_SHARE = 0.25
 BALANCE_WEIGHT = 0.01
+
+
+# ----------------------------------------------------------------------------- device, precision, compile
+
+def compile_static(fn):
+    """``torch.compile(fn)`` in the default mode with static shapes: each batch size gets its own graph
+    (compiled in the warm-up), none a dynamic one; the recompile limit is raised to hold them all."""
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    return torch.compile(fn, dynamic=False)
+
+
+class Run:
+    """Where and how the models run: ``--device``, ``--precision``, ``--compile``."""
+
+    def __init__(self, device: str = "cpu", precision: str = "fp32", compile: bool = False) -> None:
+        self.device, self.precision, self.compile = device, precision, compile
+        self.warmup = 3 if compile else 1        # compiled: the first calls compile (and may recompile once)
+
+    def cast(self) -> contextlib.AbstractContextManager:
+        """A fresh context per call: bf16 autocast on the device, or nothing."""
+        if self.precision == "bf16":
+            return torch.autocast(self.device, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def compiled(self, fn):
+        return compile_static(fn) if self.compile else fn
+
+    def describe(self) -> str:
+        where = f"cuda ({torch.cuda.get_device_name()})" if self.device == "cuda" else "cpu"
+        return f"device {where}, {self.precision}, {'torch.compile' if self.compile else 'eager'}"
+
+
+EAGER = Run()
+
+
+def _sync() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 # ----------------------------------------------------------------------------- 1. AiT vs ViT
@@ -71,36 +121,40 @@ def build_models(preset: str, **overrides: Any) -> tuple[nn.Module, nn.Module]:
     return ait, vit
 
 
-def images(model: nn.Module, batch: int, seed: int = 0) -> tuple[Tensor, Tensor]:
+def images(model: nn.Module, batch: int, seed: int = 0, device: str = "cpu") -> tuple[Tensor, Tensor]:
     e = model.config.embed
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, e.in_channels, e.image_size, e.image_size, generator=g)
-    return x, torch.randint(model.config.num_classes, (batch,), generator=g)
+    return x.to(device), torch.randint(model.config.num_classes, (batch,), generator=g).to(device)
 
 
-def train_step(model: nn.Module, x: Tensor, y: Tensor) -> Callable[[], None]:
-    """One call to time: forward, cross entropy (+ the weighted balance loss), backward, AdamW."""
+def train_step(model: nn.Module, x: Tensor, y: Tensor, run: Run = EAGER) -> Callable[[], None]:
+    """One call to time: forward, cross entropy (+ the weighted balance loss), backward, AdamW.
+    Forward and loss under ``run.cast()``; the forward is ``run.compiled(model)``."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    forward = run.compiled(model)
 
-    def run() -> None:
+    def step() -> None:
         model.train()
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
-        for name, aux in model.auxiliary_losses().items():
-            loss = loss + (BALANCE_WEIGHT if name == "balance" else 1.0) * aux
+        with run.cast():
+            loss = F.cross_entropy(forward(x), y)
+            for name, aux in model.auxiliary_losses().items():
+                loss = loss + (BALANCE_WEIGHT if name == "balance" else 1.0) * aux
         loss.backward()
         opt.step()
-    return run
+    return step
 
 
-def ait_vs_vit(ait: nn.Module, vit: nn.Module, batch: int, repeats: int) -> float:
-    x, y = images(ait, batch)
+def ait_vs_vit(ait: nn.Module, vit: nn.Module, batch: int, repeats: int, run: Run = EAGER) -> float:
+    x, y = images(ait, batch, device=run.device)
     n = ait.num_parameters() / 1e6, vit.num_parameters() / 1e6
     tokens = ait.embed.num_tokens if hasattr(ait.embed, "num_tokens") else None
     print(f"\n1. AiT vs ViT of the same dimensions, train step (batch {batch}"
           + (f", pool of {batch * tokens} patches" if tokens else "") + ")")
     print(f"  parameters: AiT {n[0]:.2f} M, ViT {n[1]:.2f} M")
-    t = time_interleaved({"AiT": train_step(ait, x, y), "ViT": train_step(vit, x, y)}, iters=repeats)
+    t = time_interleaved({"AiT": train_step(ait, x, y, run), "ViT": train_step(vit, x, y, run)}, iters=repeats,
+                         warmup=run.warmup)
     r = t["AiT"] / t["ViT"]
     print(f"  step s: AiT {t['AiT']:.4f}, ViT {t['ViT']:.4f}")
     print(f"  AiT / ViT train step time: {r:.3f}x")
@@ -119,6 +173,7 @@ class _Stamp(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g: Tensor):  # type: ignore[override]
+        _sync()                                    # CUDA: the GPU work before this node is done
         ctx.box[ctx.key] = time.perf_counter()
         return g, None, None
 
@@ -138,12 +193,14 @@ class WorkspaceTimer:
     def _pre(self, module, args, kwargs):
         box: dict = {}
         self.stamps.append(box)
+        _sync()
         module._bench_t0 = time.perf_counter()
         if args and isinstance(args[0], Tensor) and args[0].requires_grad:
             return (_Stamp.apply(args[0], box, "in"), *args[1:]), kwargs
         return None
 
     def _post(self, module, args, out):
+        _sync()
         self.fwd += time.perf_counter() - module._bench_t0
         box = self.stamps[-1]
         if isinstance(out, Tensor):
@@ -160,22 +217,24 @@ class WorkspaceTimer:
             h.remove()
 
 
-def workspace_share(ait: nn.Module, batch: int, repeats: int) -> tuple[float, float, float]:
+def workspace_share(ait: nn.Module, batch: int, repeats: int, run: Run = EAGER) -> tuple[float, float, float]:
     """Median (share, forward share, backward share) of the workspace layers in an AiT step."""
     from modwire.nn.workspace import GlobalWorkspace
 
     modules = [m for m in ait.modules() if isinstance(m, GlobalWorkspace)]
     if not modules:
         raise RuntimeError(f"{type(ait).__name__} has no GlobalWorkspace module to time")
-    x, y = images(ait, batch, seed=1)
-    step = train_step(ait, x, y)
+    x, y = images(ait, batch, seed=1, device=run.device)
+    step = train_step(ait, x, y, run)
     timer = WorkspaceTimer(modules)
     step()                                               # warm-up
     rows = []
     for _ in range(repeats):
         timer.reset()
+        _sync()
         t0 = time.perf_counter()
         step()
+        _sync()
         total = time.perf_counter() - t0
         rows.append(((timer.fwd + timer.bwd()) / total, timer.fwd / total, timer.bwd() / total))
     timer.remove()
@@ -198,14 +257,16 @@ def gathered_topk(q: Tensor, k: Tensor, v: Tensor, topk: int) -> tuple[Tensor, T
     return out, torch.zeros_like(scores).scatter(-1, idx, w)
 
 
-def topk_inputs(heads: int, slots: int, head_dim: int, pool: int, seed: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+def topk_inputs(heads: int, slots: int, head_dim: int, pool: int, seed: int = 0,
+                device: str = "cpu") -> tuple[Tensor, Tensor, Tensor]:
     g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(heads, n, head_dim, generator=g).requires_grad_()   # type: ignore[return-value]
+    return tuple(torch.randn(heads, n, head_dim, generator=g).to(device).requires_grad_()  # type: ignore[return-value]
                  for n in (slots, pool, pool))
 
 
-def topk_cost(heads: int, slots: int, head_dim: int, pool: int, k: int, repeats: int) -> dict[str, float]:
-    q, kk, v = topk_inputs(heads, slots, head_dim, pool)
+def topk_cost(heads: int, slots: int, head_dim: int, pool: int, k: int, repeats: int,
+              run: Run = EAGER) -> dict[str, float]:
+    q, kk, v = topk_inputs(heads, slots, head_dim, pool, device=run.device)
     scores = (q @ kk.transpose(-1, -2)).detach()
     a_out, a_w = attend(q, kk, v, topk=k, topk_softmax="all", return_weights=True)
     g_out, g_w = gathered_topk(q, kk, v, k)
@@ -215,19 +276,22 @@ def topk_cost(heads: int, slots: int, head_dim: int, pool: int, k: int, repeats:
     print(f"  max |attend top-k - gathered| = {diff:.2e} (outputs and weights)")
 
     def call(fn: Callable[[], tuple[Tensor, Tensor]], backward: bool) -> Callable[[], None]:
-        def run() -> None:
-            out, w = fn()
+        def one() -> None:
+            with run.cast():
+                out, w = fn()
+                loss = out.float().sum() + w.float().sum() if backward else None
             if backward:
                 q.grad = kk.grad = v.grad = None
-                (out.sum() + w.sum()).backward()
-        return run
-    fns = {"attend top-k": lambda: attend(q, kk, v, topk=k, topk_softmax="all", return_weights=True),
-           "dense softmax": lambda: attend(q, kk, v, topk=None, return_weights=True),
-           "gathered top-k": lambda: gathered_topk(q, kk, v, k)}
+                loss.backward()
+        return one
+    fns = {"attend top-k": run.compiled(lambda: attend(q, kk, v, topk=k, topk_softmax="all", return_weights=True)),
+           "dense softmax": run.compiled(lambda: attend(q, kk, v, topk=None, return_weights=True)),
+           "gathered top-k": run.compiled(lambda: gathered_topk(q, kk, v, k))}
     timed = {f"{name}, fwd": call(fn, False) for name, fn in fns.items()}
-    timed["bare torch.topk, fwd"] = lambda: scores.topk(k, dim=-1)
+    bare = run.compiled(lambda: scores.topk(k, dim=-1))
+    timed["bare torch.topk, fwd"] = bare
     timed.update({f"{name}, fwd+bwd": call(fn, True) for name, fn in fns.items()})
-    t = time_interleaved(timed, iters=repeats)
+    t = time_interleaved(timed, iters=repeats, warmup=run.warmup)
     for name, s in t.items():
         print(f"  {name:<26} {s * 1e3:>9.2f} ms")
     for mode in ("fwd", "fwd+bwd"):
@@ -249,25 +313,39 @@ def main() -> None:
     ap.add_argument("--pool", type=int, default=None, help="top-k pool size (default 512 x 64 = 32768)")
     ap.add_argument("--skip-models", action="store_true", help="only section 3 (top-k)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where everything runs (default cpu)")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: torch.autocast(device, bfloat16) around every forward and loss (default fp32)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the timed models and functions (default mode)")
     args = ap.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda asked for, but torch.cuda.is_available() is False "
+                 f"(torch {torch.__version__}: no CUDA build or no visible GPU); run with --device cpu")
+    run = Run(args.device, args.precision, args.compile)
     if args.threads:
         torch.set_num_threads(args.threads)
     repeats = args.repeats or (2 if args.quick else 5)
     batch = args.batch or (8 if args.quick else 32)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), OMP_NUM_THREADS="
-          f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, load average {os.getloadavg()[0]:.2f}")
+          f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, load average {os.getloadavg()[0]:.2f}, {run.describe()}")
     ratio = share = None
     if not args.skip_models:
         ait, vit = build_models(args.preset or ("ait_micro" if args.quick else "ait_small_cifar10"))
-        ratio = ait_vs_vit(ait, vit, batch, repeats)
-        share, fwd, bwd = workspace_share(ait, batch, repeats)
+        ait, vit = ait.to(run.device), vit.to(run.device)
+        ratio = ait_vs_vit(ait, vit, batch, repeats, run)
+    if not args.skip_models and run.compile:
+        print("\n2. workspace layers in the AiT step: not measured under --compile (no module boundary in the "
+              "compiled step)")
+        print(f"  1 - ViT / AiT step time (section 1): {100 * (1 - 1 / ratio):.1f}%")
+    elif not args.skip_models:
+        share, fwd, bwd = workspace_share(ait, batch, repeats, run)
         verdict = "" if args.quick else ("  (target <= 25%: met)" if share <= TARGET_SHARE else "  (target <= 25%: NOT met)")
         print(f"\n2. workspace layers in the AiT step (batch {batch}, median of {repeats} steps)")
         print(f"  forward {100 * fwd:.1f}%, backward {100 * bwd:.1f}% of the step")
         print(f"  workspace share of the AiT step: {100 * share:.1f}%{verdict}")
         print(f"  cross-check, 1 - ViT / AiT step time: {100 * (1 - 1 / ratio):.1f}%")
     pool = args.pool or (2048 if args.quick else 512 * 64)
-    topk_cost(8, 32, 4, pool, 64 if args.quick else 512, repeats)
+    topk_cost(8, 32, 4, pool, 64 if args.quick else 512, repeats, run)
     print(f"load average at end {os.getloadavg()[0]:.2f}")
 
 

@@ -49,10 +49,22 @@ Sections:
    reason (e.g. ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=<large>`` keeps freed
    memory for reuse), and the load average, since other work on a 2-core
    machine skews every timing.
+
+Device, precision, compile (issue 25), for every section and both sides of each comparison:
+``--device cuda`` moves modules and inputs to the GPU (refused when CUDA is not available;
+every timed call is synchronised; page faults print "n/a", the CPU-use line is left out, and
+the peak is measured with an 8192×8192 GEMM on the device, rates in TFLOP/s).
+``--precision bf16`` runs forwards and losses under ``torch.autocast(device, bfloat16)``
+(backwards outside it, as PyTorch recommends) and measures the *bf16* matmul peak for
+"% peak". ``--compile`` wraps the timed modules in ``torch.compile`` (default mode, static
+shapes: one graph per batch size), compiled by three untimed warm-up calls each before the
+interleaved timing. FLOPs are counted on the eager modules and the agreement check of section 2
+runs eager in fp32.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import statistics
@@ -83,9 +95,17 @@ def process_cpu() -> float:
     return t.user + t.system
 
 
+def _sync() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def time_once(fn: Callable[[], object]) -> float:
+    """Wall-clock seconds of one call (CUDA synchronised before and after)."""
+    _sync()
     start = time.perf_counter()
     fn()
+    _sync()
     return time.perf_counter() - start
 
 
@@ -109,13 +129,61 @@ def time_interleaved(fns: dict[str, Callable[[], object]], iters: int, warmup: i
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def matmul_peak(n: int, reps: int) -> float:
-    """fp32 GFLOP/s of an ``n×n @ n×n`` product: best of ``reps`` after two warm-ups."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_peak(n: int, reps: int, device: str = "cpu", dtype: torch.dtype = torch.float32) -> float:
+    """GFLOP/s of an ``n×n @ n×n`` product in ``dtype`` on ``device``: best of ``reps`` after two warm-ups."""
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     for _ in range(2):
         a @ b
     best = min(time_once(lambda: a @ b) for _ in range(reps))
     return 2 * n ** 3 / best / 1e9
+
+
+# ---------------------------------------------------------------------------- device, precision, compile
+
+def add_run_flags(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where everything runs (default cpu)")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: torch.autocast(device, bfloat16) around every timed forward (default fp32)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile every timed module (default mode)")
+
+
+def check_run_flags(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda asked for, but torch.cuda.is_available() is False "
+                 f"(torch {torch.__version__}: no CUDA build or no visible GPU); run with --device cpu")
+
+
+def run_flags(args: argparse.Namespace) -> str:
+    """The flags for the header line."""
+    where = f"cuda ({torch.cuda.get_device_name()})" if args.device == "cuda" else "cpu"
+    return f"device {where}, {args.precision}, {'torch.compile' if args.compile else 'eager'}"
+
+
+def caster(args: argparse.Namespace) -> Callable[[], contextlib.AbstractContextManager]:
+    """A fresh context per call: bf16 autocast on the chosen device, or nothing."""
+    if args.precision == "bf16":
+        return lambda: torch.autocast(args.device, dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
+def compile_static(fn):
+    """``torch.compile(fn)`` in the default mode with static shapes: each batch size gets its own graph
+    (compiled in the warm-up), none a dynamic one; the recompile limit is raised to hold them all."""
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    return torch.compile(fn, dynamic=False)
+
+
+def maybe_compile(fn, args: argparse.Namespace):
+    return compile_static(fn) if args.compile else fn
+
+
+def warmups(args: argparse.Namespace) -> str:
+    return f"{args.warmup} warm-up" + ("s" if args.warmup > 1 else "")
+
+
+def rate_unit(args: argparse.Namespace) -> tuple[str, float]:
+    """The unit of achieved and peak rates: GFLOP/s on the CPU, TFLOP/s on a GPU."""
+    return ("TFLOP/s", 1e12) if args.device == "cuda" else ("GFLOP/s", 1e9)
 
 
 def verdict(value: float, target: float, quick: bool) -> str:
@@ -127,19 +195,29 @@ def verdict(value: float, target: float, quick: bool) -> str:
 # ---------------------------------------------------------------------------- sections
 
 def peak_size(args) -> tuple[int, int]:
+    if args.device == "cuda":
+        return (4096, 5) if args.quick else (8192, 20)
     return (256, 3) if args.quick else (2048, 10)
+
+
+def peak(args) -> float:
+    """The matmul peak in FLOP/s for the chosen device and precision."""
+    n, reps = peak_size(args)
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    return matmul_peak(n, reps, args.device, dtype) * 1e9
 
 
 def section_machine(args) -> float:
     n, reps = peak_size(args)
-    peak = matmul_peak(n, reps)
+    unit, scale = rate_unit(args)
+    best = peak(args)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"python {sys.version.split()[0]}")
+          f"python {sys.version.split()[0]}, {run_flags(args)}")
     alloc = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_") or k == "LD_PRELOAD"}
     print(f"allocator settings: {alloc or 'glibc malloc defaults'}; "
           f"load average (1 min) {os.getloadavg()[0]:.2f} (other work on the machine skews timings)")
-    print(f"fp32 matmul peak ({n}x{n} @ {n}x{n}, best of {reps}): {peak:,.1f} GFLOP/s")
-    return peak
+    print(f"{args.precision} matmul peak ({n}x{n} @ {n}x{n}, best of {reps}): {best / scale:,.1f} {unit}")
+    return best
 
 
 def section_read_in(args) -> None:
@@ -153,23 +231,40 @@ def section_read_in(args) -> None:
     states = torch.randn(modules, dim)            # batch-free, like θ⁰
     x = torch.randn(b, tokens, token_dim)
     codes = torch.randn(modules, code_dim)
+    block, states, x, codes = (t.to(args.device) for t in (block, states, x, codes))
+    cast = caster(args)
+    run = {False: (attn, block), True: (maybe_compile(attn, args), maybe_compile(block, args))}  # timed: True
     print(f"B={b}, U={modules} modules of width {dim}, N={tokens} tokens of width {token_dim}, "
-          f"1 head, d_code {code_dim}; median of {iters} after 1 warm-up")
+          f"1 head, d_code {code_dim}; median of {iters} after {warmups(args)}")
 
-    def attn_fwd(method):
-        return lambda: attn(states, x, code_q=codes, method=method)[0]
+    def attn_fwd(method, timed=False):
+        a = run[timed][0]
 
-    def block_fwd(method):
-        return lambda: block(states, x, codes=codes, method=method)[0]
+        def fwd():
+            with cast():
+                return a(states, x, code_q=codes, method=method)[0]
+        return fwd
 
-    def attn_fwd_bwd(method):
-        def run():
+    def block_fwd(method, timed=False):
+        blk = run[timed][1]
+
+        def fwd():
+            with cast():
+                return blk(states, x, codes=codes, method=method)[0]
+        return fwd
+
+    def attn_fwd_bwd(method, timed=False):
+        a = run[timed][0]
+
+        def fwd_bwd():
             attn.zero_grad(set_to_none=True)
-            attn(states, x, code_q=codes, method=method)[0].square().mean().backward()
-        return run
+            with cast():
+                loss = a(states, x, code_q=codes, method=method)[0].float().square().mean()
+            loss.backward()
+        return fwd_bwd
 
     with torch.inference_mode():
-        out = {m: attn_fwd(m)() for m in ("factorized", "literal")}
+        out = {m: attn(states, x, code_q=codes, method=m)[0] for m in ("factorized", "literal")}   # eager, fp32
     err = (out["factorized"] - out["literal"]).abs().max().item()
     scale = out["literal"].abs().max().item()
 
@@ -182,7 +277,8 @@ def section_read_in(args) -> None:
         ctx = torch.enable_grad if grad else torch.inference_mode
         with ctx():
             # interleave the two methods so noise hits both alike
-            t = time_interleaved({m: make(m) for m in ("factorized", "literal")}, iters)
+            t = time_interleaved({m: make(m, timed=True) for m in ("factorized", "literal")}, iters,
+                                 warmup=args.warmup)
         flops = {m: count_flops(make(m), grad) for m in ("factorized", "literal")}
         ratio = t["literal"] / t["factorized"]
         ratios[what] = ratio
@@ -200,30 +296,45 @@ def section_models(args) -> None:
     models = {n: modwire.create_model(n).eval() for n in names}
     c = models[names[0]].config
     x = torch.randn(args.batch, c.tokenizer.in_channels, c.tokenizer.image_size, c.tokenizer.image_size)
+    models = {n: m.to(args.device) for n, m in models.items()}
+    x = x.to(args.device)
+    timed = {n: maybe_compile(m, args) for n, m in models.items()}
+    cast = caster(args)
+    unit, scale = rate_unit(args)
+    cuda = args.device == "cuda"
+
+    def forward(m):
+        def fwd():
+            with cast():
+                return m(x)
+        return fwd
     print(f"inference forward, eval mode, torch.inference_mode, images {list(x.shape)}; "
-          f"interleaved, median of {args.iters} after 1 warm-up")
+          f"interleaved, median of {args.iters} after {warmups(args)}")
     with torch.inference_mode():
-        fns = {n: (lambda m=m: m(x)) for n, m in models.items()}
+        fns = {n: forward(m) for n, m in timed.items()}
         faults: dict[str, float] = {}
         cpu0, wall0 = process_cpu(), time.perf_counter()
-        t = time_interleaved(fns, args.iters, faults=faults)
+        t = time_interleaved(fns, args.iters, warmup=args.warmup, faults=faults)
         cpu_use = (process_cpu() - cpu0) / (time.perf_counter() - wall0)
-    flops = {n: count_flops(fn) for n, fn in fns.items()}
+    flops = {n: count_flops(lambda m=m: m(x)) for n, m in models.items()}   # eager: the same FLOPs
     # The CPU speed of a shared VM drifts over minutes: re-measure the peak next to the
     # models and take the better of the two, so that "% peak" is not flattered.
-    again = matmul_peak(*peak_size(args))
-    peak = max(args.peak, again)
-    print(f"matmul peak re-measured: {again:,.1f} GFLOP/s; % peak below is of {peak:,.1f} GFLOP/s")
-    print(f"{'model':<30}{'params':>13}{'GFLOP/fwd':>11}{'s/fwd':>9}{'img/s':>9}{'GFLOP/s':>10}{'% peak':>8}"
+    again = peak(args)
+    best = max(args.peak, again)
+    print(f"matmul peak re-measured: {again / scale:,.1f} {unit}; % peak below is of {best / scale:,.1f} {unit}"
+          + (f" ({args.precision})" if args.precision != "fp32" or cuda else ""))
+    print(f"{'model':<30}{'params':>13}{'GFLOP/fwd':>11}{'s/fwd':>9}{'img/s':>9}{unit:>10}{'% peak':>8}"
           f"{'faults/fwd':>12}")
     rates = {}
     for n in names:
         rates[n] = args.batch / t[n]
-        achieved = flops[n] / t[n] / 1e9
+        achieved = flops[n] / t[n]
+        fault = "n/a" if cuda else f"{faults[n]:,.0f}"      # page faults: host memory only
         print(f"{n:<30}{models[n].num_parameters():>13,}{flops[n] / 1e9:>11.1f}{t[n]:>9.2f}"
-              f"{rates[n]:>9.2f}{achieved:>10.1f}{100 * achieved / peak:>7.1f}%{faults[n]:>12,.0f}")
-    print(f"CPU use of this process while timing: {cpu_use:.2f} of {torch.get_num_threads()} threads "
-          f"(clearly less means other work competed for the cores)")
+              f"{rates[n]:>9.2f}{achieved / scale:>10.1f}{100 * achieved / best:>7.1f}%{fault:>12}")
+    if not cuda:
+        print(f"CPU use of this process while timing: {cpu_use:.2f} of {torch.get_num_threads()} threads "
+              f"(clearly less means other work competed for the cores)")
     nac, pio = names
     ratio = rates[nac] / rates[pio]
     print(f"throughput NAC / PIO (inference): {ratio:.2f}   {verdict(ratio, THROUGHPUT_TARGET, args.quick)}")
@@ -231,17 +342,19 @@ def section_models(args) -> None:
 
     if args.train_batch <= 0:
         return
-    xt = torch.randn(args.train_batch, *x.shape[1:])
+    xt = torch.randn(args.train_batch, *x.shape[1:]).to(args.device)
     for m in models.values():
         m.train()
 
-    def fwd_bwd(m):
+    def fwd_bwd(n):
         def run():
-            m.zero_grad(set_to_none=True)
-            m(xt).logsumexp(dim=-1).mean().backward()
+            models[n].zero_grad(set_to_none=True)
+            with cast():
+                loss = timed[n](xt).float().logsumexp(dim=-1).mean()
+            loss.backward()
         return run
 
-    tt = time_interleaved({n: fwd_bwd(m) for n, m in models.items()}, args.iters)
+    tt = time_interleaved({n: fwd_bwd(n) for n in names}, args.iters, warmup=args.warmup)
     print(f"train mode forward+backward (kernel sampling on), batch {args.train_batch}: "
           + ", ".join(f"{n} {args.train_batch / tt[n]:.2f} img/s" for n in names)
           + f"; NAC / PIO {tt[pio] / tt[nac]:.2f}")
@@ -256,7 +369,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--iters", type=int, default=3, help="timed iterations per measurement (default 3)")
     ap.add_argument("--quick", action="store_true",
                     help="tiny sizes (nac_small/perceiver_io_small, small read-in); a smoke test, < 20 s")
+    add_run_flags(ap)
     args = ap.parse_args(argv)
+    check_run_flags(ap, args)
+    args.warmup = 3 if args.compile else 1   # compiled: the first calls compile (and may recompile once)
     if args.quick:  # shrink whatever was left at its default
         for name, small in (("batch", 4), ("readin_batch", 2), ("train_batch", 2), ("iters", 1)):
             if getattr(args, name) == ap.get_default(name):

@@ -1,6 +1,7 @@
 """modwire's ViT blocks vs ``torch.nn.TransformerEncoder`` at equal dimensions (issue 11, item 7).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_vit.py [--repeats 9] [--quick]
+    python benchmarks/bench_vit.py --device cuda --precision bf16 --compile
 
 The body of :class:`modwire.models.vit.ViT` (``ViT.encode``: ``num_layers`` pre-LN
 :class:`~modwire.nn.blocks.ProcessorLayer` blocks, GELU MLP) is timed against the peer built
@@ -21,12 +22,22 @@ a fixed random projection of the output). The two sides alternate (ours, peer, o
 warm-up call each; ``modwire.analysis.time_interleaved``) and each reports its median; the ratio
 ours/peer is in throughput (peer seconds / our seconds), so > 1 means we are faster.
 Target: >= 0.95 for every row (printed PASS/FAIL, not with --quick).
+
+``--device cuda`` moves both sides and the tokens to the GPU (refused when CUDA is not available);
+``--precision bf16`` runs the forward and the loss of BOTH sides under ``torch.autocast(device,
+bfloat16)`` (the backward outside it, as PyTorch recommends: it runs in the forward's dtypes);
+``--compile`` wraps both sides in ``torch.compile`` (default mode, static shapes), compiled by
+three untimed warm-up calls per side before the interleaved timing. The agreement check above
+always runs eager, in fp32. Under CUDA autocast PyTorch turns the peer's inference fast path off
+(``torch.is_autocast_enabled()``), so both sides then run ordinary ops; CPU autocast leaves it on.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import Tensor, nn
@@ -81,6 +92,41 @@ def our_body(ours: ViT):
     return lambda x: ours.encode(x, record=False)[0]
 
 
+# ----------------------------------------------------------------------------- device, precision, compile
+
+def add_run_flags(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where both sides run (default cpu)")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: torch.autocast(device, bfloat16) around both sides' forward (default fp32)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile both sides (default mode) before timing")
+
+
+def check_run_flags(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda asked for, but torch.cuda.is_available() is False "
+                 f"(torch {torch.__version__}: no CUDA build or no visible GPU); run with --device cpu")
+
+
+def run_flags(args: argparse.Namespace) -> str:
+    """The flags for the header line."""
+    where = f"cuda ({torch.cuda.get_device_name()})" if args.device == "cuda" else "cpu"
+    return f"device {where}, {args.precision}, {'torch.compile' if args.compile else 'eager'}"
+
+
+def compile_static(fn):
+    """``torch.compile(fn)`` in the default mode with static shapes: each batch size gets its own graph
+    (compiled in the warm-up), none a dynamic one; the recompile limit is raised to hold them all."""
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    return torch.compile(fn, dynamic=False)
+
+
+def caster(args: argparse.Namespace) -> Callable[[], contextlib.AbstractContextManager]:
+    """A fresh context per call: bf16 autocast on the chosen device, or nothing."""
+    if args.precision == "bf16":
+        return lambda: torch.autocast(args.device, dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
 def max_diff(ours: ViT, peer: nn.TransformerEncoder, x: Tensor) -> tuple[float, float]:
     """Max abs difference of the outputs, fast path (inference) and train-mode path."""
     ours.eval(), peer.eval()
@@ -91,25 +137,32 @@ def max_diff(ours: ViT, peer: nn.TransformerEncoder, x: Tensor) -> tuple[float, 
     return fast, slow
 
 
-def step(mod: nn.Module, fn, x: Tensor, g: Tensor, *, train: bool):
-    """One call to time: an inference forward, or a forward + backward of ``<fn(x), g>``."""
+def step(mod: nn.Module, fn, x: Tensor, g: Tensor, *, train: bool, cast=contextlib.nullcontext):
+    """One call to time: an inference forward, or a forward + backward of ``<fn(x), g>``
+    (forward and loss under ``cast()``)."""
     def run() -> None:
         if train:
             mod.zero_grad(set_to_none=True)
-            (fn(x) * g).sum().backward()
+            with cast():
+                loss = (fn(x) * g).sum()
+            loss.backward()
         else:
-            with torch.no_grad():
+            with torch.no_grad(), cast():
                 fn(x)
     return run
 
 
-def compare(ours: ViT, peer: nn.TransformerEncoder, x: Tensor, *, train: bool,
-            repeats: int) -> tuple[float, float, float]:
-    """Interleaved timings; returns (our median s, peer median s, ours/peer throughput)."""
+def compare(ours: ViT, peer: nn.TransformerEncoder, x: Tensor, *, train: bool, repeats: int,
+            fns: tuple[Callable, Callable] | None = None, cast=contextlib.nullcontext,
+            warmup: int = 1) -> tuple[float, float, float]:
+    """Interleaved timings; returns (our median s, peer median s, ours/peer throughput).
+    ``fns``: the (ours, peer) callables to time (e.g. compiled), default the eager modules."""
+    ours_fn, peer_fn = fns or (our_body(ours), peer)
     g = torch.randn_like(x)
     ours.train(train), peer.train(train)
-    t = time_interleaved({"ours": step(ours, our_body(ours), x, g, train=train),
-                          "peer": step(peer, peer, x, g, train=train)}, iters=repeats)
+    t = time_interleaved({"ours": step(ours, ours_fn, x, g, train=train, cast=cast),
+                          "peer": step(peer, peer_fn, x, g, train=train, cast=cast)},
+                         iters=repeats, warmup=warmup)
     return t["ours"], t["peer"], t["peer"] / t["ours"]
 
 
@@ -119,24 +172,33 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=None, help="timed rounds per side (default 9; 3 quick)")
     ap.add_argument("--batch", type=int, default=None, help="override every shape's batch size")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    add_run_flags(ap)
     args = ap.parse_args()
+    check_run_flags(ap, args)
     if args.threads:
         torch.set_num_threads(args.threads)
     repeats = args.repeats or (3 if args.quick else 9)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), OMP_NUM_THREADS="
-          f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, load average {os.getloadavg()[0]:.2f}")
+          f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, load average {os.getloadavg()[0]:.2f}, "
+          f"{run_flags(args)}")
+    cast, dev = caster(args), torch.device(args.device)
     results = []
     for s in (QUICK if args.quick else SHAPES):
         b = args.batch or s.batch
         torch.manual_seed(0)
         ours, peer = build_pair(s)
         x = torch.randn(b, s.tokens, s.d)
+        ours, peer, x = ours.to(dev), peer.to(dev), x.to(dev)
         fast, slow = max_diff(ours, peer, x[:8])
+        fns = (our_body(ours), peer)
+        if args.compile:
+            fns = (compile_static(fns[0]), compile_static(peer))
         print(f"\n{s.name}: d {s.d}, {s.layers} layers, {s.heads} heads, MLP {s.mlp}, {s.tokens} tokens, batch {b}")
         print(f"  max |ours - peer| = {max(fast, slow):.2e} (inference fast path {fast:.2e}, train path {slow:.2e})")
         print(f"  {'mode':<10} {'ours s':>9} {'peer s':>9} {'ours/peer':>10}")
         for train in (False, True):
-            o, p, r = compare(ours, peer, x, train=train, repeats=repeats)
+            o, p, r = compare(ours, peer, x, train=train, repeats=repeats, fns=fns, cast=cast,
+                              warmup=3 if args.compile else 1)
             mode = "train" if train else "inference"
             results.append((s.name, mode, r))
             print(f"  {mode:<10} {o:>9.4f} {p:>9.4f} {r:>9.3f}x")

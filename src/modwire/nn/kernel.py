@@ -60,8 +60,8 @@ def concrete_log_sample(log_p: Tensor, tau: float, *, generator: torch.Generator
     ``K = σ((logit P + log u - log(1-u)) / τ)``, ``u ~ U(0, 1)``. Same shape as ``log_p``."""
     log_p = log_p.clamp(max=-1e-6)  # P_ii = 1 (d = 0) would give logit P = ∞
     logit_p = log_p - torch.log(-torch.expm1(log_p))  # log P - log(1 - P)
-    u = torch.rand(log_p.shape, generator=generator, device=log_p.device, dtype=log_p.dtype)
-    u = u.clamp_(1e-6, 1 - 1e-6)
+    # (torch.rand's own draw, written so that a dynamic batch size compiles: no shape argument)
+    u = torch.empty_like(log_p).uniform_(generator=generator).clamp_(1e-6, 1 - 1e-6)
     return F.logsigmoid((logit_p + torch.log(u) - torch.log1p(-u)) / tau)
 
 
