@@ -31,7 +31,7 @@ from .errors import UserError
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="modwire",
                                  description="Modular attention networks: train, evaluate, fine-tune, list, analyze.")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{train,eval,finetune,list,analyze}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{train,eval,finetune,list,analyze,data}")
     t = sub.add_parser("train", help="train a model on a task from a YAML config")
     t.add_argument("config", nargs="?", help="YAML file (see configs/); omitted: defaults + --set")
     t.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
@@ -57,6 +57,18 @@ def _parser() -> argparse.ArgumentParser:
                    help="one SIZE×SIZE Cutout box per image, set to 0 (NFM §4.4: 16; modwire.analysis.occlusion)")
     e.add_argument("--occlusion-seed", type=int, default=0, metavar="S", help="seed of the boxes (default 0)")
     _finetune_parser(sub)
+    d = sub.add_parser("data", help="check a dataset's files before training: list every unreadable one")
+    d.add_argument("action", choices=["check"])
+    d.add_argument("config", nargs="?", help="a training config YAML (its data.task and data.params)")
+    d.add_argument("--task", help="the task (default: the config's data.task)")
+    d.add_argument("--split", action="append", help="a split to check (repeatable; default: every split of the task)")
+    d.add_argument("--mode", default="decode", choices=["decode", "verify", "items"],
+                   help="decode every image fully (default, as training does), verify (faster, structure "
+                        "only: a truncated JPEG passes), or read every item through the dataset")
+    d.add_argument("--workers", type=int, default=None, help="threads for image files (default min(8, CPUs))")
+    d.add_argument("--json", action="store_true", help="print the reports as JSON")
+    d.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override, e.g. --set data.params.root=/data/tiny-imagenet-200 (repeatable)")
     l = sub.add_parser("list", help="list model presets or tasks")
     l.add_argument("what", choices=["models", "tasks"])
     a = sub.add_parser("analyze", help="what applies to a trained run's model: drop modules / eliminate edges (NAC, "
@@ -218,6 +230,45 @@ def _int_list(text: str, flag: str) -> list[int]:
     return values
 
 
+def cmd_data(args) -> int:
+    """``modwire data check [CONFIG] [--task T] [--split S]``: every unreadable file of each split
+    (:func:`modwire.tasks.check.check_dataset`); exit 1 when any is found."""
+    from .analysis.runs import task_params
+    from .tasks import get_task
+    from .tasks.check import check_dataset
+    from .training import load_config
+
+    cfg = load_config(args.config, args.overrides)
+    task = args.task or cfg.data.task
+    params = task_params(cfg, task, args.overrides)
+    splits = args.split or list(get_task(task).splits)
+    live = not args.json and sys.stderr.isatty()
+    progress = (lambda done, total: print(f"\r  {done:,} / {total:,} checked", end="", file=sys.stderr)) if live else None
+    reports, missing = {}, {}
+    for split in splits:
+        try:
+            reports[split] = check_dataset(task, split, params, mode=args.mode, workers=args.workers,
+                                           progress=progress)
+        except (UserError, OSError) as e:      # the split's own error: a missing folder is an OSError
+            if args.split:                     # a split asked for by name must exist
+                raise
+            missing[split] = str(e).splitlines()[0]   # e.g. a dataset without a test split
+            continue
+        finally:
+            if live:
+                print("\r", end="", file=sys.stderr)
+        if not args.json:
+            print(reports[split].summary())
+    for split, why in missing.items():
+        if not args.json:
+            print(f"task {task!r}, split {split!r}: not checked: {why}")
+    if args.json:
+        print(json.dumps({"reports": {s: r.to_dict() for s, r in reports.items()}, "not_checked": missing}, indent=1))
+    if not reports:
+        raise UserError(f"task {task!r}: no split could be built: " + "; ".join(f"{s}: {w}" for s, w in missing.items()))
+    return max(r.exit_code for r in reports.values())
+
+
 def cmd_eval(args) -> int:
     import torch
 
@@ -348,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(args) -> int:
     try:
         return {"train": cmd_train, "eval": cmd_eval, "finetune": cmd_finetune, "list": cmd_list,
-                "analyze": cmd_analyze}[args.command](args)
+                "analyze": cmd_analyze, "data": cmd_data}[args.command](args)
     except (UserError, FileNotFoundError) as e:      # what the user gave: one line, exit 2
         print(f"modwire {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -16,7 +16,7 @@ from .sparsify import module_axis
 from ..errors import UserError, UserTypeError
 
 __all__ = ["AnalyzedRun", "evaluate_run", "forward", "load_run", "open_run", "other_analyses", "run_model_class",
-           "timing_batch"]
+           "task_params", "timing_batch"]
 
 
 def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str | None = None,
@@ -48,9 +48,7 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
                                 f"for its parameters) or point at the run directory")
     cfg = load_config(str(run_cfg) if run_cfg else None, list(overrides))
     task = task or cfg.data.task
-    # another task: its defaults plus the data.params.* given here (the run's own params are another task's)
-    params = cfg.data.params if task == cfg.data.task else \
-        load_config(None, [o for o in overrides if o.split("=", 1)[0].startswith("data.params")]).data.params
+    params = task_params(cfg, task, overrides)
     info = describe_task(task, params)  # the class count and inputs of these parameters
     dataset = build_dataset(task, split or cfg.data.val_split, max_samples=cfg.data.max_samples, **params)
     if task == cfg.data.task and (cfg.data.few_shot.shots or cfg.data.few_shot.ways):  # a few-shot run's classes
@@ -63,6 +61,16 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
         check_task_fits(model, info)
     _, dataset, _ = apply_augmentation(cfg, info, dataset, dataset)  # the run's eval transform, if any
     return cfg, model.eval(), info, dataset
+
+
+def task_params(cfg, task: str, overrides: Sequence[str]) -> dict:
+    """The parameters of ``task``: the config's ``data.params`` for its own task; for another task its
+    defaults plus the ``data.params.*`` given in ``overrides`` (the config's params are another task's)."""
+    from ..training import load_config
+
+    if task == cfg.data.task:
+        return cfg.data.params
+    return load_config(None, [o for o in overrides if o.split("=", 1)[0].startswith("data.params")]).data.params
 
 
 # input-layer fields a model may set differently from the task's description: a longer
