@@ -1,22 +1,33 @@
-"""What Neural Function Modules cost: forward + backward of each NFM integration vs its base network
-(issue 13).
+"""What Neural Function Modules cost: train step and eval forward of each NFM integration vs its base
+network, interleaved (issues 13 and 25).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_nfm.py [--repeats 5] [--quick] [--presets GLOB ...]
+        [--width 16 64] [--batch 16] [--soc-batch 16] [--baseline-reader OLD_NFM_PY] [--out RESULT.json]
+        [--device cpu|cuda]
 
 Pairs: every registered preset ``nfm_<base>`` whose ``<base>`` is also registered, matching the
-globs (default ``*micro``: each integration's test-sized pair: PreActResNet, and the relational
-CNN, GAN generator and language model when their presets are registered; absent ones are simply not
-listed), plus the classifier at a CPU size, NFM before every stage (``nfm_modules="stage"``, the presets: the
-paper's ResNet placement) and, as an option, before every residual block (``nfm_modules="block"``):
-PreActResNet-18 (CIFAR-10 layout) at a
-quarter width (``--width 16`` initial channels; the paper's is 64), 32×32 images, ``--batch 16``.
+globs (default ``*micro``: each integration's test-sized pair), plus (not with ``--quick``) the
+classifier, PreActResNet-18 (CIFAR-10 layout) at each ``--width`` (initial channels; the paper's is
+64), 32×32 images, ``--batch``, NFM before every stage (``nfm_modules="stage"``, the presets) and/or
+every residual block (``--modules``), and the Sort-of-CLEVR CNN_MLP pair (``cnn_mlp_sort_of_clevr`` /
+``nfm_cnn_mlp_sort_of_clevr``, 75×75 images, ``--soc-batch``).
 
-Each side runs a train step (train mode; forward, then backward of the mean square of the output);
-the two models alternate (``modwire.analysis.time_interleaved``), medians are printed. Columns:
-``nfm / base`` (NFM with two passes runs every block twice, so ~2 is the floor without the readers)
-and ``nfm / (base × 2)``, the cost of the readers over running the base network twice (measured:
-a function that runs the base step twice). Target (issue 13): ``nfm / (base × 2) <= 1.30`` for the
-classifier; printed PASS / FAIL (not with --quick).
+Each model runs a train step (train mode; forward, then backward of the mean square of the output)
+and an eval forward (eval mode, no gradients); the functions of one pair alternate
+(``modwire.analysis.time_interleaved``, which synchronizes CUDA around each call), medians are
+printed. Columns: ``nfm / base`` (train and eval), ``nfm / (base × 2)`` (train: the readers' cost
+over running the base network twice, measured by a function that runs the base step twice), and
+the minor page faults per train step (``getrusage`` ``ru_minflt`` around each timed call) of each
+side. ``--baseline-reader PATH``: a former ``modwire/nn/nfm.py`` (e.g. ``git show
+HEAD~1:src/modwire/nn/nfm.py > /tmp/old_nfm.py``) whose ``NFMLayer.read`` replaces the reader of a
+second copy of each NFM model, timed in the same interleaved rounds: the ``old ms`` and
+``old / new`` columns (train step).
+
+Goals (issue 25), printed PASS / FAIL (not with ``--quick``): NFM / base ≤ 2.4 (train) and ≤ 2.3
+(eval) for the classifier at width 64, ≤ 3 at width 16; Sort-of-CLEVR CNN_MLP train ≤ 6; page
+faults per train step no more than the base's. Issue 13's target ``nfm / (base × 2) <= 1.30`` for
+the classifier is printed too. ``--out``: the rows and the machine (torch version, threads, CPU
+model, date, git commit) as JSON, written atomically.
 
 Inputs: ``model.example_inputs(batch)`` when a model defines it, else made from the config (image
 CNNs: ``[B, in_channels, image_size, image_size]``; token models: ids ``[B, min(max_len, 64)]``;
@@ -25,16 +36,29 @@ generators: latents ``[B, latent_dim]``); a model none of these fits is skipped 
 from __future__ import annotations
 
 import argparse
+import datetime
 import fnmatch
+import importlib.util
+import json
 import os
+import platform
+import resource
+import subprocess
+import sys
+import types
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 import modwire
 from modwire.analysis import time_interleaved
+from modwire.nn.nfm import NFMLayer
 
-TARGET = 1.30
+TARGET = 1.30                                                    # issue 13: nfm / (base × 2), classifier
+GOALS = {64: (2.4, 2.3), 16: (3.0, 3.0)}                          # issue 25: classifier nfm / base (train, eval)
+SOC_GOAL = 6.0                                                   # issue 25: Sort-of-CLEVR CNN_MLP train nfm / base
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def classifier(width: int, batch: int, modules: str) -> tuple[str, str, str, dict, int]:
@@ -42,6 +66,11 @@ def classifier(width: int, batch: int, modules: str) -> tuple[str, str, str, dic
     modules = stages (``stage``, the presets) or residual blocks (``block``)."""
     return (f"classifier: PreActResNet-18 w{width}, {modules}s", "nfm_preact_resnet18_cifar10",
             "preact_resnet18_cifar10", {"initial_channels": width, "nfm_modules": modules}, batch)
+
+
+def sort_of_clevr(batch: int) -> tuple[str, str, str, dict, int]:
+    """The Sort-of-CLEVR CNN_MLP pair (NFM §4.3, Table 6): the presets as registered."""
+    return ("sort_of_clevr: CNN_MLP", "nfm_cnn_mlp_sort_of_clevr", "cnn_mlp_sort_of_clevr", {}, batch)
 
 
 def example_inputs(model: torch.nn.Module, batch: int) -> tuple[tuple, dict] | None:
@@ -59,6 +88,12 @@ def example_inputs(model: torch.nn.Module, batch: int) -> tuple[tuple, dict] | N
     return None
 
 
+def _to(inputs: tuple[tuple, dict], device: torch.device) -> tuple[tuple, dict]:
+    move = (lambda v: v.to(device) if isinstance(v, torch.Tensor) else v)
+    args, kwargs = inputs
+    return tuple(move(a) for a in args), {k: move(v) for k, v in kwargs.items()}
+
+
 def _first_tensor(out: Any) -> torch.Tensor:
     if isinstance(out, torch.Tensor):
         return out
@@ -70,9 +105,49 @@ def train_step(model: torch.nn.Module, inputs: tuple[tuple, dict]) -> Callable[[
     args, kwargs = inputs
 
     def step() -> None:
+        model.train()
         model.zero_grad(set_to_none=True)
         _first_tensor(model(*args, **kwargs)).float().square().mean().backward()
     return step
+
+
+def eval_forward(model: torch.nn.Module, inputs: tuple[tuple, dict]) -> Callable[[], None]:
+    args, kwargs = inputs
+
+    def forward() -> None:
+        model.eval()
+        with torch.no_grad():
+            model(*args, **kwargs)
+    return forward
+
+
+def counting_faults(fn: Callable[[], None], faults: list[int]) -> Callable[[], None]:
+    """``fn`` that appends its minor page faults (this process, ``ru_minflt``) to ``faults`` at each call."""
+    def call() -> None:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        fn()
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    return call
+
+
+def load_reader(path: str) -> Callable:
+    """``NFMLayer.read`` of a former ``modwire/nn/nfm.py`` (``--baseline-reader``), run with its own helpers."""
+    spec = importlib.util.spec_from_file_location("modwire.nn._bench_old_nfm", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module                               # dataclasses look their module up
+    spec.loader.exec_module(module)
+    old_read = module.NFMLayer.read
+
+    def read(self, h, memory, *, record=False, cache=None):
+        return old_read(self, h, memory, record=record)
+    return read
+
+
+def with_reader(model: torch.nn.Module, read: Callable) -> torch.nn.Module:
+    for m in model.modules():
+        if isinstance(m, NFMLayer):
+            m.read = types.MethodType(read, m)
+    return model
 
 
 def pairs(globs: list[str]) -> list[tuple[str, str, str, dict, int]]:
@@ -83,22 +158,95 @@ def pairs(globs: list[str]) -> list[tuple[str, str, str, dict, int]]:
     return [(n[4:], n, n[4:], {}, 8) for n in found]
 
 
-def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: int, repeats: int) -> dict | None:
+def _median(xs: list[int]) -> float:
+    xs = sorted(xs)
+    return float(xs[len(xs) // 2]) if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
+
+def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: int, repeats: int,
+            device: torch.device, old_read: Callable | None = None) -> dict | None:
     torch.manual_seed(0)
-    nfm = modwire.create_model(nfm_name, **overrides).train()
-    base = modwire.create_model(base_name, **overrides).train()
+    nfm = modwire.create_model(nfm_name, **overrides).to(device)
+    base = modwire.create_model(base_name, **overrides).to(device)
     inputs = example_inputs(base, batch)
     if inputs is None:
         print(f"{label:<40} skipped: no example input for model_type {base.config.model_type!r}")
         return None
+    inputs = _to(inputs, device)
     b, n = train_step(base, inputs), train_step(nfm, inputs)
-    t = time_interleaved({"base": b, "base x2": lambda: (b(), b()), "nfm": n}, iters=repeats)
+    faults: dict[str, list[int]] = {"base": [], "nfm": [], "old": []}
+    fns = {"base": counting_faults(b, faults["base"]), "base x2": lambda: (b(), b()),
+           "nfm": counting_faults(n, faults["nfm"]),
+           "eval base": eval_forward(base, inputs), "eval nfm": eval_forward(nfm, inputs)}
+    if old_read is not None:
+        old = with_reader(modwire.create_model(nfm_name, **overrides).to(device), old_read)
+        old.load_state_dict(nfm.state_dict())
+        fns["old"] = counting_faults(train_step(old, inputs), faults["old"])
+        fns["eval old"] = eval_forward(old, inputs)
+    t = time_interleaved(fns, iters=repeats)
+    timed = {k: v[1:] or v for k, v in faults.items()}            # the warm-up call left out
     row = {"label": label, "batch": batch, "base": t["base"], "base x2": t["base x2"], "nfm": t["nfm"],
+           "eval base": t["eval base"], "eval nfm": t["eval nfm"],
+           "train ratio": t["nfm"] / t["base"], "eval ratio": t["eval nfm"] / t["eval base"],
+           "faults base": _median(timed["base"]), "faults nfm": _median(timed["nfm"]),
            "params": (base.num_parameters(), nfm.num_parameters())}
+    old_cols = ""
+    if old_read is not None:
+        row.update({"old": t["old"], "eval old": t["eval old"], "faults old": _median(timed["old"])})
+        old_cols = (f" {t['old'] * 1e3:>9.1f} {t['old'] / t['nfm']:>7.2f} {t['eval old'] / t['eval nfm']:>7.2f}"
+                    f" {row['faults old']:>9.0f}")
     print(f"{label:<40} {batch:>5} {t['base'] * 1e3:>9.1f} {t['base x2'] * 1e3:>9.1f} {t['nfm'] * 1e3:>9.1f} "
-          f"{t['nfm'] / t['base']:>9.2f} {t['nfm'] / t['base x2']:>11.2f}   "
-          f"{row['params'][0]:,} → {row['params'][1]:,}")
+          f"{row['train ratio']:>9.2f} {t['nfm'] / t['base x2']:>11.2f} {t['eval base'] * 1e3:>9.1f} "
+          f"{t['eval nfm'] * 1e3:>9.1f} {row['eval ratio']:>7.2f} {row['faults base']:>9.0f} "
+          f"{row['faults nfm']:>9.0f}{old_cols}   {row['params'][0]:,} → {row['params'][1]:,}")
     return row
+
+
+def goals(rows: list[dict]) -> list[dict]:
+    """Issue 25's goals (and issue 13's target) over the measured rows: ``{goal, value, limit, pass}``."""
+    out = []
+
+    def check(goal: str, value: float, limit: float) -> None:
+        out.append({"goal": goal, "value": value, "limit": limit, "pass": value <= limit})
+    for r in rows:
+        if r["label"].startswith("classifier"):
+            width = int(r["label"].split(" w")[1].split(",")[0])
+            train, ev = GOALS.get(width, (None, None))
+            if train is not None:
+                check(f"{r['label']}: train nfm/base", r["train ratio"], train)
+                check(f"{r['label']}: eval nfm/base", r["eval ratio"], ev)
+            check(f"{r['label']}: train nfm/(base×2) (issue 13)", r["nfm"] / r["base x2"], TARGET)
+        if r["label"].startswith("sort_of_clevr"):
+            check(f"{r['label']}: train nfm/base", r["train ratio"], SOC_GOAL)
+        check(f"{r['label']}: page faults per train step nfm/base", r["faults nfm"] / max(r["faults base"], 1.0), 1.0)
+    return out
+
+
+def machine(device: torch.device) -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() \
+        else platform.processor()
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                    capture_output=True, text=True).stdout.strip())
+    except (OSError, subprocess.CalledProcessError):
+        commit, dirty = None, None
+    return {"torch": torch.__version__, "threads": torch.get_num_threads(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "cpu": cpu, "device": str(device),
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+            "python": sys.version.split()[0], "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "git_commit": commit, "git_dirty": dirty}
+
+
+def write_json(path: str, data: dict) -> None:
+    """``data`` to ``path`` atomically (a temporary file beside it, then ``os.replace``)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, target)
 
 
 def main() -> None:
@@ -106,23 +254,42 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="micro pairs only, 1 repeat (smoke test)")
     ap.add_argument("--presets", nargs="+", default=["*micro"], help="globs over NFM preset names (default *micro)")
-    ap.add_argument("--width", type=int, default=16, help="classifier's initial channels (default 16; paper 64)")
+    ap.add_argument("--width", type=int, nargs="+", default=[16, 64],
+                    help="classifier's initial channels, one row each (default 16 64; paper 64)")
     ap.add_argument("--batch", type=int, default=16, help="classifier's batch (default 16)")
-    ap.add_argument("--modules", nargs="+", default=["block", "stage"], choices=["block", "stage"],
-                    help="classifier rows: NFM before every stage (the presets) and/or every residual block")
+    ap.add_argument("--soc-batch", type=int, default=16, help="Sort-of-CLEVR CNN_MLP pair's batch (default 16; "
+                    "0: no such row)")
+    ap.add_argument("--modules", nargs="+", default=["stage"], choices=["block", "stage"],
+                    help="classifier rows: NFM before every stage (the presets, default) and/or every residual block")
+    ap.add_argument("--baseline-reader", metavar="PATH",
+                    help="a former modwire/nn/nfm.py: its NFMLayer.read timed beside the current one")
+    ap.add_argument("--out", metavar="PATH", help="write the rows, goals and machine as JSON (atomically)")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     args = ap.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: no CUDA device is available")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    todo = pairs(args.presets) + ([] if args.quick else [classifier(args.width, args.batch, m) for m in args.modules])
+    todo = pairs(args.presets)
+    if not args.quick:
+        todo += [classifier(w, args.batch, m) for w in args.width for m in args.modules]
+        todo += [sort_of_clevr(args.soc_batch)] if args.soc_batch else []
     repeats = 1 if args.quick else args.repeats
-    print(f"threads {torch.get_num_threads()}, train step (forward + backward), median of {repeats}")
+    old_read = load_reader(args.baseline_reader) if args.baseline_reader else None
+    print(f"threads {torch.get_num_threads()}, device {device}, train step (forward + backward) and eval forward, "
+          f"median of {repeats} interleaved rounds")
+    old_head = f" {'old ms':>9} {'old/new':>7} {'ev o/n':>7} {'flt old':>9}" if old_read else ""
     print(f"{'pair':<40} {'batch':>5} {'base ms':>9} {'base×2 ms':>9} {'nfm ms':>9} {'nfm/base':>9} "
-          f"{'nfm/(base×2)':>11}   params base → nfm")
-    rows = [r for r in (measure(*p, repeats=repeats) for p in todo) if r is not None]
-    for r in rows:
-        if not args.quick and r["label"].startswith("classifier"):
-            ratio = r["nfm"] / r["base x2"]
-            print(f"target nfm/(base×2) <= {TARGET:.2f}, {r['label']}: {ratio:.2f} "
-                  f"{'PASS' if ratio <= TARGET else 'FAIL'}")
+          f"{'nfm/(base×2)':>11} {'ev base':>9} {'ev nfm':>9} {'ev n/b':>7} {'flt base':>9} {'flt nfm':>9}{old_head}"
+          f"   params base → nfm")
+    rows = [r for r in (measure(*p, repeats=repeats, device=device, old_read=old_read) for p in todo) if r is not None]
+    checked = [] if args.quick else goals(rows)
+    for g in checked:
+        print(f"goal {g['goal']} <= {g['limit']:.2f}: {g['value']:.2f} {'PASS' if g['pass'] else 'FAIL'}")
+    if args.out:
+        write_json(args.out, {"benchmark": "bench_nfm.py", "argv": sys.argv[1:], "machine": machine(device),
+                              "repeats": repeats, "rows": rows, "goals": checked})
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -53,11 +53,41 @@ size-1 grid): equal size, nothing; coarser source, nearest-neighbour upsampling;
 SpaceToDepth: each of the ``r = ⌈src / dst⌉`` positions of the local window becomes its own key
 (window positions in row-major order); a size that is not a multiple of the query's is first
 resized (nearest) to ``r · dst``. ``rescale="nearest"``: nearest-neighbour downsampling instead
-(the §4.7 ablation). :func:`rescale` builds these keys explicitly; the forward never does: with
-integer ratios, a source's keys ``[B, H, d, *S_src]`` and the queries are viewed as
-``(outer, inner)`` pairs per dimension (``inner`` = the window for a finer source, the query cells
-under one source cell for a coarser one), so the scores and the value sums are broadcast products
-with no upsampled or rearranged copy of the keys (tested against the literal rescaling).
+(the §4.7 ablation). :func:`rescale` builds these keys explicitly; the forward never does.
+
+**The read, as computed.** Per source ``j``, a plan (per spatial dim, from the source's and the
+query's sizes) views the source's ``K̂_j, V̂_j [B, *S_j, H, d]`` and the query ``Q̂ [B, *S, H, d_k]`` as
+``(outer, inner)`` pairs per dim (``inner`` = the window ``r`` for a finer source, the ``u = t / s``
+query cells under one source cell for a coarser one, 1 for an equal one); then, with no upsampled
+or rearranged copy of the keys or values (integer ratios),
+
+    scores_j [B, P, H, R_j] = Σ_d Q̂[b, o, q_in, h, d] · K̂_j[b, o, k_in, h, d]     (a broadcast product over
+    A [B, P, H, d_v]        = Σ_j Σ_r w_j[b, p, h, r] · V̂_j[b, o, k_in, h, :]       the pairs, summed over d / r)
+
+with ``P = prod(S)``, ``R_j = prod(r)`` (window positions row-major); the scores of the null slot
+and of every source are concatenated along the last axis in memory order (``[B, P, H, 1 + S]``,
+contiguous for the softmax), and the coarser and equal sources' value terms accumulate in one
+``addcmul`` each. A source whose ratio to the query is not an integer (or every unequal source under
+``rescale="nearest"``) is first resized (nearest) to the plan's grid ``mid``; a resized ``K̂_j`` or
+``V̂_j`` is kept for the rest of the forward under ``(j, 0 or 1, mid)`` (a dict that :class:`NFM`
+creates per forward and drops after it), so each source is resampled at most once per forward and
+target grid however many readers read it (nothing outlives the forward). Tested against the
+literal rescaling and reader (``tests/reference/nfm.py``).
+
+**Few query channels (exact factored forms).** With ``Q̂_h = h W_q,h + b_q,h`` (``W_q,h [C_q, d_k]``,
+``b_q,h``: head ``h``'s columns) and ``c`` the score scale, ``c·Q̂_h[p]·k̂ = [h_p, 1]·c[W_q,h k̂, b_q,h·k̂]``:
+the keys of every source are mapped per head on their own grid to ``K̃_j [B, *S_j, H, C_q + 1]``
+(then resized to ``mid`` where the plan resizes; a per-position map commutes with the nearest
+resize), and the scores are the same broadcast product with the query ``[h, 1] [B, *S, 1, C_q + 1]``
+(one for all heads) in place of ``Q̂``. Likewise ``A W_o1 = Σ_h Σ_j Σ_r w_j (V̂_j,h W_o1,h)`` with
+``W_o1,h [d_v, hidden]`` head ``h``'s rows (``reader_output="linear"``): the values are mapped per head
+on their grids to ``Ṽ_j [B, *S_j, H, hidden]``, summed as above into ``[B, P, H, hidden]``, then over
+heads, plus ``b_o1``, then BN, ``σ``, ``W_o2`` as before. Each form is taken, per reader, where its
+mapped width is below the head's (``C_q + 1 < d_k``; ``hidden < d_v``) and a multiply count
+from the shapes (map on the source grids, resize, contraction; against the default's ``Q̂``
+projection and ``A W_o1``) favours it; the mapped ``K̃_j``, ``Ṽ_j`` belong to their reader (not
+cached). Neither form is taken by a subclass that replaces :meth:`NFMLayer.project_query` or
+:meth:`NFMLayer.output`. An empty memory (``A = 0``) gives ``A W_o1 + b_o1 = b_o1`` directly.
 
 **Passes.** ``share_blocks=False`` (Alg. 1's ``f_{θ_k}``, the authors' code): pass ``k ≥ 2`` runs its
 own copy of the blocks, initialised as a copy of the first, so with ``γ = 0`` every pass computes
@@ -172,29 +202,40 @@ def _pairs(x: Tensor, outer: tuple[int, ...], inner: tuple[int, ...]) -> Tensor:
     return x.reshape(x.shape[0], *[v for pair in zip(outer, inner) for v in pair], *x.shape[-2:])
 
 
-def _order(plan: _Plan) -> list[int]:
-    """Axes of ``[B, o1, i1, …, H]`` as ``[B, query grid …, key window …, H]``."""
+def _axes(plan: _Plan) -> tuple[list[int], list[int]]:
+    """Axes of ``[B, o1, i1, o2, i2, …, H]``: the query grid's (in row-major order) and the key window's."""
     dims = range(len(plan.outer))
     query = [a for d in dims for a in ([1 + 2 * d] + ([2 + 2 * d] if plan.k_inner[d] == 1 else []))]
-    return [0, *query, *[2 + 2 * d for d in dims if plan.k_inner[d] > 1], 1 + 2 * len(plan.outer)]
+    return query, [2 + 2 * d for d in dims if plan.k_inner[d] > 1]
 
 
 def _source_scores(q: Tensor, key: Tensor, plan: _Plan) -> Tensor:
-    """``q [B, *dst, H, dk]``, one source's ``key [B, *mid, H, dk]`` → ``q̂·k̂`` ``[B, P, R, H]`` of each
-    query position with each key of its window."""
+    """``q [B, *dst, H or 1, d]``, one source's ``key [B, *mid, H, d]`` → ``q·k`` ``[B, P, H, R]`` of each
+    query position with each key of its window (window positions row-major)."""
     prod = (_pairs(q, plan.outer, plan.q_inner) * _pairs(key, plan.outer, plan.k_inner)).sum(-1)
-    return prod.permute(_order(plan)).reshape(q.shape[0], -1, plan.keys, q.shape[-2])
+    query, window = _axes(plan)
+    if window:                                                  # [B, query grid …, H, window …]
+        prod = prod.permute([0, *query, prod.dim() - 1, *window])
+    return prod.reshape(q.shape[0], -1, key.shape[-2], plan.keys)   # q may be [.., 1, d]: one for all heads
 
 
-def _source_values(w: Tensor, value: Tensor, plan: _Plan) -> Tensor:
-    """Weights ``[B, P, R, H]`` of one source, its ``value [B, *mid, H, dv]`` → ``Σ_r w v`` ``[B, P, H, dv]``."""
-    order = _order(plan)
+def _add_source_values(a: Tensor | None, w: Tensor, value: Tensor, plan: _Plan) -> Tensor:
+    """``a [B, P, H, dv]`` (None: zero) plus ``Σ_r w v`` of one source: its weights ``w [B, P, H, R]``,
+    its ``value [B, *mid, H, dv]``."""
+    b, hd, dv = w.shape[0], w.shape[2], value.shape[-1]
+    v = _pairs(value, plan.outer, plan.k_inner)                               # [B, o1, k1, o2, k2, …, H, dv]
+    query, window = _axes(plan)
     sizes = [v for pair in zip(plan.outer, [q * k for q, k in zip(plan.q_inner, plan.k_inner)]) for v in pair]
-    w = w.reshape(w.shape[0], *[sizes[a - 1] for a in order[1:-1]], w.shape[-1]).permute(_inverse(order))
-    prod = w.unsqueeze(-1) * _pairs(value, plan.outer, plan.k_inner)          # [B, o1, i1, …, H, dv]
-    window = [2 + 2 * d for d in range(len(plan.outer)) if plan.k_inner[d] > 1]
-    out = prod.sum(dim=window) if window else prod
-    return out.reshape(w.shape[0], -1, *value.shape[-2:])
+    order = [0, *query, v.dim() - 2, *window]                                  # w's axes, as axes of v's pairs
+    w = w.reshape(b, *[sizes[i - 1] for i in query], hd, *[sizes[i - 1] for i in window])
+    w = w.permute(_inverse(order)).unsqueeze(-1)                               # [B, o1, i1, o2, i2, …, H, 1]
+    if window:
+        part = (w * v).sum(dim=window).reshape(b, -1, hd, dv)
+        return part if a is None else a + part
+    shape = [b, *[n for pair in zip(plan.outer, plan.q_inner) for n in pair], hd, dv]
+    if a is None:
+        return (w * v).reshape(b, -1, hd, dv)
+    return torch.addcmul(a.reshape(shape), w, v).reshape(b, -1, hd, dv)      # coarser source: v broadcast
 
 
 def _inverse(order: list[int]) -> list[int]:
@@ -209,13 +250,35 @@ def _grid(x: Tensor, dims: int) -> Tensor:
     return x if x.dim() - 3 == dims else x.reshape(x.shape[0], *(1,) * dims, *x.shape[-2:])
 
 
-def _resized(x: Tensor, plan: _Plan) -> Tensor:
-    """A source ``[B, *grid, H, d]`` resized (nearest) to ``plan.mid`` when its ratio to the query is not
-    an integer, or for the §4.7 nearest ablation (otherwise untouched: no copy)."""
+def _resize(x: Tensor, mid: tuple[int, ...]) -> Tensor:
+    """``[B, *grid, H, d]`` resized (nearest) to the grid ``mid``."""
+    return F.interpolate(x.flatten(-2).movedim(-1, 1), size=mid, mode="nearest").movedim(1, -1) \
+        .unflatten(-1, x.shape[-2:])
+
+
+def _resampled(memory: list[tuple[Tensor, Tensor]], j: int, part: int, dims: int, plan: _Plan,
+               cache: dict | None) -> Tensor:
+    """Memory entry ``j``'s ``K̂`` (``part`` 0) or ``V̂`` (1) as ``[B, *grid, H, d]`` at ``plan.mid``:
+    untouched (no copy) when its grid is ``plan.mid``, else resized (nearest; a ratio that is not an
+    integer, or the §4.7 nearest ablation), kept in ``cache`` (one forward's) under
+    ``(j, part, plan.mid)`` so that every reader of that grid reuses it."""
+    x = _grid(memory[j][part], dims)
     if tuple(x.shape[1:-2]) == plan.mid:
         return x
-    cf = x.flatten(-2).movedim(-1, 1)                                      # [B, H·d, *grid]
-    return F.interpolate(cf, size=plan.mid, mode="nearest").movedim(1, -1).unflatten(-1, x.shape[-2:])
+    if cache is not None and (j, part, plan.mid) in cache:
+        return cache[(j, part, plan.mid)]
+    out = _resize(x, plan.mid)
+    if cache is not None:
+        cache[(j, part, plan.mid)] = out
+    return out
+
+
+def _mapped(x: Tensor, weight: Tensor, plan: _Plan) -> Tensor:
+    """``x [B, *grid, H, d]`` mapped per head on its own grid, ``x_h W_h`` with ``weight [H, d, c]``,
+    then resized to ``plan.mid`` when that differs (the map is per position: it commutes with the
+    resize)."""
+    y = torch.einsum("...hd,hdc->...hc", x, weight)
+    return y if tuple(y.shape[1:-2]) == plan.mid else _resize(y, plan.mid)
 
 
 # --------------------------------------------------------------------------------------------
@@ -244,7 +307,9 @@ class NFMLayer(nn.Module):
     ``W_o2``, ``γ``; :meth:`read` refuses), the earlier passes of ``read_at="after_last_pass"``.
 
     :meth:`read` ``(h [B, C, *S], memory: list of (K̂, V̂)) → (h + γ·σ(BN(A W_o1)) W_o2, read)``;
-    ``read`` is None, or with ``record`` ``(mass [B, n_sources], null [B])`` (:class:`NFMRecord`).
+    ``read`` is None, or with ``record`` ``(mass [B, n_sources], null [B])`` (:class:`NFMRecord`);
+    ``cache``: a dict shared by the reads of one forward over the same ``memory`` (resized sources,
+    module docstring), or None.
     :meth:`write` ``(h^(i)) → (K̂ [B, H, d_k, *S], V̂ [B, H, d_v, *S])``. ``topk_softmax`` and
     ``reader_output``: module docstring. Subclasses may replace :meth:`project_query`,
     :meth:`project_memory` and :meth:`output` (e.g. a transformer reusing its own attention
@@ -305,17 +370,44 @@ class NFMLayer(nn.Module):
                 raise UserError(f"NFM: reader_output='conv3x3' reads 2-D states [B, C, H, W], got {list(h.shape)}")
             z = a.transpose(1, 2).reshape(h.shape[0], a.shape[2], *h.shape[2:])      # [B, heads·d_v, H, W]
             return h + self.gamma * self.w_o2(self.act(self.norm(self.w_o1(z))))
-        z = self.w_o1(a)                                                              # [B, P, hidden]
-        z = self.act(self.norm(z.flatten(0, 1))).unflatten(0, a.shape[:2])           # BN over batch and positions
+        return self._output_hidden(self.w_o1(a), h)                                  # A W_o1: [B, P, hidden]
+
+    def _output_hidden(self, z: Tensor, h: Tensor) -> Tensor:
+        """``z = A W_o1 [B, P, hidden]`` (bias included) → ``h + γ·σ(BN(z)) W_o2`` (``reader_output="linear"``)."""
+        z = self.act(self.norm(z.flatten(0, 1))).unflatten(0, z.shape[:2])           # BN over batch and positions
         z = self.w_o2(z)                                                              # [B, P, C]
         return h + self.gamma * z.transpose(1, 2).reshape(h.shape)
 
-    def read(self, h: Tensor, memory: list[tuple[Tensor, Tensor]], *, record: bool = False):
+    def _factored(self, c_q: int, p: int, grids: list[tuple[int, ...]], plans: list[_Plan]) -> tuple[bool, bool]:
+        """Whether the scores and the values take their factored forms (module docstring, "Few query
+        channels"): where the mapped width is below the head width (``C_q + 1 < d_k``; ``hidden < d_v``)
+        and a multiply count of each form, from the shapes alone, favours it (the same choice on every
+        call with these shapes); and only where the hooks they replace are this class's own."""
+        hd, dk, dv = self.heads, self.d_k, self.d_v
+        per = [(math.prod(g), math.prod(pl.mid), p * pl.keys) for g, pl in zip(grids, plans)]
+
+        def cost(d: int, mapped: int | None) -> int:   # per head: map each source (d → mapped), resize, contract
+            m = mapped or d
+            return hd * sum((s * d * m if mapped else 0) + (mid if mid != s else 0) * m + pr * m for s, mid, pr in per)
+        cls = type(self)
+        own_query = cls.project_query is NFMLayer.project_query and cls._heads is NFMLayer._heads \
+            and isinstance(self.query, nn.Linear)
+        scores = own_query and c_q + 1 < dk and cost(dk, c_q + 1) < cost(dk, None) + p * c_q * hd * dk   # + Q̂
+        hidden = self.w_o1.out_features if isinstance(self.w_o1, nn.Linear) else 0
+        own_output = cls.output is NFMLayer.output and self.reader_output == "linear" and hidden > 0
+        values = own_output and hidden < dv and \
+            cost(dv, hidden) + p * hd * hidden < cost(dv, None) + p * hd * dv * hidden       # + Σ_h; + A W_o1
+        return bool(scores), bool(values)
+
+    def read(self, h: Tensor, memory: list[tuple[Tensor, Tensor]], *, record: bool = False,
+             cache: dict | None = None):
         if not self.residual:
             raise RuntimeError("NFM: this module only writes (an earlier pass of read_at='after_last_pass')")
         b, p = h.shape[0], math.prod(h.shape[2:])
         if not memory:                                            # only the null slot: A = 0
             read = (h.new_zeros(b, 0), h.new_ones(b)) if record else None
+            if type(self).output is NFMLayer.output and isinstance(self.w_o1, nn.Linear):   # 0 · W_o1 + b_o1
+                return self._output_hidden(self.w_o1.bias.expand(b, p, -1), h), read
             return self.output(h.new_zeros(b, p, self.heads * self.d_v), h), read
         dims = max([h.dim() - 2] + [kk.dim() - 3 for kk, _ in memory])
         for n in [h.dim() - 2] + [kk.dim() - 3 for kk, _ in memory]:
@@ -323,22 +415,41 @@ class NFMLayer(nn.Module):
                 shapes = [list(h.shape[2:])] + [list(kk.shape[1:-2]) for kk, _ in memory]
                 raise UserError(f"NFM: states with spatial shapes {shapes} cannot be read together: expected the "
                                 f"same number of spatial dims ({dims}) for every state, or vectors [B, C]")
-        q = _grid(self.project_query(h), dims) * self.scale                          # [B, *S, H, dk], scaled once
-        dst = tuple(q.shape[1:-2])
-        plans = [_plan(tuple(_grid(kk, dims).shape[1:-2]), dst, self.rescale) for kk, _ in memory]
-        scores = [_source_scores(q, _resized(_grid(kk, dims), pl), pl) for (kk, _), pl in zip(memory, plans)]
-        null = q.new_zeros(b, p, 1, self.heads)                   # the zero key: score 0 ("Default Computation")
-        scores = torch.cat([null, *scores], dim=2).transpose(2, 3)                    # [B, P, H, 1 + S]
-        if self.random_attention:
+        grids = [tuple(_grid(kk, dims).shape[1:-2]) for kk, _ in memory]
+        dst = tuple(h.shape[2:]) or (1,) * dims
+        plans = [_plan(g, dst, self.rescale) for g in grids]
+        fast_scores, fast_values = self._factored(h.shape[1], p, grids, plans)
+        hd = self.heads
+        if fast_scores:      # q̂·k̂ = [h, 1]·[W_q k̂, b_q·k̂] per head, scaled: the keys mapped on their grids
+            wq = torch.cat([self.query.weight.reshape(hd, self.d_k, -1), self.query.bias.reshape(hd, self.d_k, 1)],
+                           dim=-1) * self.scale                                      # [H, d_k, C_q + 1]
+            x = h.reshape(b, h.shape[1], p).transpose(1, 2)
+            q = torch.cat([x, x.new_ones(b, p, 1)], dim=-1).reshape(b, *dst, 1, -1)  # [B, *S, 1, C_q + 1]
+            keys = [_mapped(_grid(kk, dims), wq, pl) for (kk, _), pl in zip(memory, plans)]
+        else:
+            q = _grid(self.project_query(h), dims) * self.scale                      # [B, *S, H, dk], scaled once
+            keys = [_resampled(memory, j, 0, dims, pl, cache) for j, pl in enumerate(plans)]
+        null = q.new_zeros(b, p, hd, 1)                           # the zero key: score 0 ("Default Computation")
+        scores = torch.cat([null, *[_source_scores(q, kk, pl) for kk, pl in zip(keys, plans)]], dim=-1)
+        if self.random_attention:                                                     # [B, P, H, 1 + S]
             if self.training:
                 raise UserError("NFM: random_attention is an evaluation ablation (NFM §4.4); call model.eval() first")
             scores = torch.randn_like(scores)
-        w = sparse_softmax(scores, topk=self.k, topk_softmax=self.topk_softmax).transpose(2, 3)  # [B, P, 1 + S, H]
-        spans = w[:, :, 1:].split([pl.keys for pl in plans], dim=2)
-        a = sum(_source_values(wj, _resized(_grid(vv, dims), pl), pl) for (_, vv), pl, wj in zip(memory, plans, spans))
+        w = sparse_softmax(scores, topk=self.k, topk_softmax=self.topk_softmax)          # [B, P, H, 1 + S]
+        spans = w[..., 1:].split([pl.keys for pl in plans], dim=-1)
+        if fast_values:      # A W_o1 = Σ_h Σ_r w (V̂_h W_o1,h) per head: the values mapped on their grids
+            wo = self.w_o1.weight.reshape(-1, hd, self.d_v).permute(1, 2, 0)        # [H, d_v, hidden]
+            values = [_mapped(_grid(vv, dims), wo, pl) for (_, vv), pl in zip(memory, plans)]
+        else:
+            values = [_resampled(memory, j, 1, dims, pl, cache) for j, pl in enumerate(plans)]
+        a = None
+        for vv, pl, wj in zip(values, plans, spans):
+            a = _add_source_values(a, wj, vv, pl)                                      # [B, P, H, dv or hidden]
         read = None
         if record:
-            read = (torch.stack([wj.sum(2).mean(dim=(1, 2)) for wj in spans], -1), w[:, :, 0].mean(dim=(1, 2)))
+            read = (torch.stack([wj.sum(-1).mean(dim=(1, 2)) for wj in spans], -1), w[..., 0].mean(dim=(1, 2)))
+        if fast_values:
+            return self._output_hidden(a.sum(2) + self.w_o1.bias, h), read
         return self.output(a.reshape(b, p, -1), h), read
 
 
@@ -469,6 +580,7 @@ class NFM(nn.Module):
         tokens, n = self.layout == "tokens", self.num_blocks
         h0 = self._state(x, 0, tokens)
         memory: list[tuple[Tensor, Tensor]] = []                  # (K̂, V̂) of every state written so far
+        cache: dict = {}                                          # this forward's resized sources (_resampled)
         self.records, self.pass_outputs = [], []
         after = self.read_at == "after_last_pass"
         for p in range(self.passes):
@@ -476,20 +588,20 @@ class NFM(nn.Module):
             for i in range(n):
                 module = self.readers[p * n + i]
                 if not after:                                     # Alg. 1: read before the block
-                    h = self._read(module, p, i, h, memory, record)
+                    h = self._read(module, p, i, h, memory, record, cache)
                 out = self.block(p, i)(h.transpose(1, 2) if tokens else h)
                 h = self._state(out, i + 1, tokens)
                 if after or (p, i) != (self.passes - 1, n - 1):
                     memory.append(module.write(h))
                 if after and p == self.passes - 1:                # the authors' code: read after the block
-                    h = self._read(module, p, i, h, memory, record)
+                    h = self._read(module, p, i, h, memory, record, cache)
             if record:
                 self.pass_outputs.append(h.transpose(1, 2) if tokens else h)
         return h.transpose(1, 2) if tokens else h
 
     def _read(self, module: NFMLayer, p: int, i: int, h: Tensor, memory: list[tuple[Tensor, Tensor]],
-              record: bool) -> Tensor:
-        h, read = module.read(h, memory, record=record)
+              record: bool, cache: dict) -> Tensor:
+        h, read = module.read(h, memory, record=record, cache=cache)
         if record:
             self.records.append(NFMRecord(p, i, self.sources_of(p, i), *read))
         return h
