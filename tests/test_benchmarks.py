@@ -113,6 +113,16 @@ def test_bench_vit_quick_runs_and_matches_the_torch_encoder():
     assert [r[0] for r in rows] == ["inference", "train"] and all(float(r[1]) > 0 for r in rows)
 
 
+def test_bench_vit_quick_runs_in_bf16_autocast():
+    # --precision bf16 only: adding --compile takes over a minute on 2 CPU cores (benchmarks/README.md)
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_vit.py"), "--quick", "--precision", "bf16"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "device cpu, bf16, eager" in out.splitlines()[0]
+    assert float(re.search(r"max \|ours - peer\| = ([\d.e+-]+)", out).group(1)) < 1e-5  # checked in fp32
+    rows = re.findall(r"^  tiny, (inference|train): ([\d.]+)x$", out, flags=re.M)
+    assert [r[0] for r in rows] == ["inference", "train"] and all(float(r[1]) > 0 for r in rows)
+
+
 def test_bench_ni_quick_runs_and_the_loop_matches_the_batched_functions():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_ni.py"), "--quick"],
                          capture_output=True, text=True, timeout=120, check=True).stdout
@@ -150,3 +160,24 @@ def test_bench_compile_quick_prints_and_writes_the_ratios_per_family(tmp_path):
     for row in data["rows"]:
         assert "error" not in row and row["train_compiled_over_eager"] > 0 and row["eval_bf16_over_fp32"] > 0
         assert re.search(rf"^{row['preset']} +{row['params']:,} ", out, re.M)
+
+
+def test_bench_train_loop_quick_prints_the_ratio_and_writes_json(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_train_loop.py"), "--quick", "--out",
+                          str(tmp_path / "t.json")], capture_output=True, text=True, timeout=300, check=True).stdout
+    data = json.loads((tmp_path / "t.json").read_text())
+    assert [r["case"] for r in data["rows"]] == ["vit_micro"] and {"machine", "git_commit", "date"} <= set(data)
+    row = data["rows"][0]
+    assert row["step_samples_per_s"] > 0 and row["ratio_w0"] > 0 and row["ratio_wauto"] > 0
+    assert re.search(r"data.num_workers=auto: [\d.]+ samples/s, train / step [\d.]+ (PASS|FAIL)", out)
+    assert [g["task"] for g in data["generators"]] == ["triangle", "sort_of_clevr"]
+
+
+def test_bench_attention_quick_counts_fused_calls_and_writes_json(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_attention.py"), "--quick", "--out",
+                          str(tmp_path / "a.json")], capture_output=True, text=True, timeout=600, check=True).stdout
+    rows = {(r["preset"], r["mode"]): r for r in json.loads((tmp_path / "a.json").read_text())["rows"]}
+    assert set(rows) == {(p, m) for p in ("ni_micro", "nac_micro") for m in ("eval", "train")}
+    assert rows["ni_micro", "eval"]["fused"] == rows["ni_micro", "eval"]["calls"] > 0   # 5-D, augmented: fused
+    assert rows["nac_micro", "train"]["fused"] < rows["nac_micro", "train"]["calls"]   # learned log K̂ on the CPU
+    assert re.search(r"^ni_micro +eval +\d+ +\d+ ", out, re.M)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Optional, Sequence
 
 from ..errors import UserError, UserTypeError
-from ..fields import COUNT, NON_NEGATIVE, POSITIVE, UNIT, Bounds, check_tree, did_you_mean
+from ..fields import COUNT, NON_NEGATIVE, POSITIVE, UNIT, Bounds, Choices, check_tree, did_you_mean
 from .gan_config import GANSection, check_gan_settings
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -22,6 +22,23 @@ SCHEDULES = ("cosine", "linear", "constant", "step")
 DEVICES = ("auto", "cpu", "cuda")
 AUGMENT_CHOICES = (False, True, "deit", "randaugment", "crop_flip", "resized_crop_flip")  # data.augment; True = "deit"
 MIXUP_CHOICES = (False, True, "deit", "input")   # data.mixup; True = "deit"
+COMPILE_CHOICES = Choices((False, True, "default", "reduce-overhead", "max-autotune"),
+                          note="true = 'default'; the mode of torch.compile(mode=...)")
+MAX_AUTO_WORKERS = 4        # data.num_workers: auto never starts more loader processes than this per process
+
+
+@dataclass(frozen=True)
+class WorkerCount(Bounds):
+    """``data.num_workers``: ``"auto"`` or an integer >= 0 (:func:`resolve_num_workers`)."""
+
+    def holds(self, value: Any, owner: Any = None) -> bool:
+        return value == "auto" if isinstance(value, str) else super().holds(value, owner)
+
+    def describe(self, owner: Any = None, integer: bool = False) -> str:
+        return "'auto' or " + super().describe(owner, integer)
+
+
+WORKERS = WorkerCount(lo=0, integer=True, note="auto: loader processes sized to the machine")
 
 
 @dataclass
@@ -49,7 +66,9 @@ class DataSection:
     train_split: str = "train"
     val_split: str = "val"
     batch_size: int = 64                          # global batch (split across processes)
-    num_workers: int = 0
+    num_workers: Any = "auto"                     # DataLoader processes: an integer >= 0 (0 = load in the training
+                                                  # process) | auto = min(4, CPUs per process - 1 on CUDA, - 2 on
+                                                  # the CPU) (resolve_num_workers)
     augment: Any = False                          # false | true = "deit" (NAC App. C regimen) | "randaugment" (NI App. C)
                                                   # | "crop_flip" / "resized_crop_flip" (AiT App. A.1: CIFAR / Pet)
     mixup: Any = False                            # false | true = "deit": mixup/cutmix with label smoothing (NAC
@@ -59,7 +78,7 @@ class DataSection:
     max_samples: int = 0                          # > 0: only the first N samples of each split; 0 = all
     few_shot: FewShotSection = field(default_factory=FewShotSection)  # applied after max_samples
 
-    bounds: ClassVar[dict[str, Bounds]] = {"batch_size": COUNT, "num_workers": NON_NEGATIVE,
+    bounds: ClassVar[dict[str, Bounds]] = {"batch_size": COUNT, "num_workers": WORKERS,
                                            "max_samples": NON_NEGATIVE, "mixup_alpha": POSITIVE}
     choices: ClassVar[dict[str, tuple]] = {"augment": AUGMENT_CHOICES, "mixup": MIXUP_CHOICES}
 
@@ -117,7 +136,9 @@ class TrainConfig:
     max_steps: int = 0                            # > 0 stops early (optimizer steps); a GAN's length (generator steps)
     grad_accum: int = 1
     precision: str = "fp32"                       # fp32 | bf16 | fp16
-    compile: bool = False
+    compile: Any = False                          # false | true = "default" | "default" | "reduce-overhead" | "max-autotune":
+                                                  # torch.compile(model, mode=...); "reduce-overhead" uses CUDA graphs on
+                                                  # CUDA (exact: same kernels, replayed); on the CPU it compiles as "default"
     ema_decay: float = 0.0                        # > 0 keeps an EMA of the weights
     seed: int = 0
     out_dir: str = "runs/default"
@@ -132,7 +153,33 @@ class TrainConfig:
         "aux_loss_weights": NON_NEGATIVE, "epochs": COUNT, "grad_accum": COUNT, "log_every": COUNT,
         "max_steps": NON_NEGATIVE, "checkpoint_every": NON_NEGATIVE, "keep_weights_every": NON_NEGATIVE,
         "seed": NON_NEGATIVE, "ema_decay": UNIT}
-    choices: ClassVar[dict[str, tuple]] = {"precision": PRECISIONS, "device": DEVICES}
+    choices: ClassVar[dict[str, tuple]] = {"precision": PRECISIONS, "device": DEVICES, "compile": COMPILE_CHOICES}
+
+
+def compile_mode(value: Any) -> str | None:
+    """The ``torch.compile`` mode of a ``compile`` setting: None (off), ``"default"`` for ``true``, or
+    the mode named."""
+    if value is False or value is None:
+        return None
+    return "default" if value is True else str(value)
+
+
+def resolve_num_workers(value: Any, local_world: int | None = None, device: Any = None) -> int:
+    """The DataLoader worker processes of a ``data.num_workers`` setting: an integer as given;
+    ``"auto"``: ``min(MAX_AUTO_WORKERS, CPUs per process - reserved)``, the CPUs this process may run
+    on (its affinity) shared among the ``local_world`` processes of this machine (torchrun's
+    ``LOCAL_WORLD_SIZE``), less those the training process keeps: 1 when ``device`` is CUDA, 2 on
+    the CPU, where the model computes on its threads (on a 2-CPU machine one worker gained nothing
+    and cost a small model's run up to 13%: ``benchmarks/results/train_loop_cpu.md``)."""
+    if value != "auto":
+        return int(value)
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:                       # not on Linux
+        cpus = os.cpu_count() or 1
+    local = local_world if local_world is not None else int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    reserved = 1 if getattr(device, "type", device) == "cuda" else 2
+    return max(0, min(MAX_AUTO_WORKERS, cpus // max(1, local) - reserved))
 
 
 class ConfigError(UserError):
@@ -345,6 +392,9 @@ def validate(c: TrainConfig) -> None:
     """Check every field against the ``choices`` / ``bounds`` tables of its section
     (:func:`modwire.fields.check_tree`), then the relations between fields; raise a ``UserError``
     naming the key path, the value and what is expected."""
+    if not isinstance(c.compile, (bool, str)):    # the choices table alone would take 1 for true, 0 for false
+        raise UserError(f"config key 'compile': got {c.compile!r}, expected one of {list(COMPILE_CHOICES)} "
+                        f"({COMPILE_CHOICES.note})")
     check_tree(c)
     if c.optim.schedule == "step" and not c.optim.milestones:
         raise UserError("config key 'optim.milestones': the step schedule needs at least one milestone (steps at "

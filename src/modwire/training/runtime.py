@@ -4,6 +4,7 @@ Public, so ``modwire.analysis`` and the CLI import nothing private from the trai
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, Callable
 
 import torch
@@ -20,8 +21,12 @@ Batch = Tensor | dict[str, Tensor]
 
 
 def to_device(x: Batch, device: torch.device) -> Batch:
-    """A batch's inputs on ``device``: a tensor, or a dict of tensors (multimodal tasks)."""
-    return {k: v.to(device) for k, v in x.items()} if isinstance(x, dict) else x.to(device)
+    """A batch's inputs on ``device``: a tensor, or a dict of tensors (multimodal tasks). Copies to a
+    CUDA device are asynchronous (``non_blocking``; from the pinned memory of :func:`make_loader`)."""
+    non_blocking = device.type == "cuda"
+    if isinstance(x, dict):
+        return {k: v.to(device, non_blocking=non_blocking) for k, v in x.items()}
+    return x.to(device, non_blocking=non_blocking)
 
 
 def call_model(model: torch.nn.Module, x: Batch) -> Tensor:
@@ -40,12 +45,51 @@ def autocast(device: torch.device, precision: str):
     return torch.autocast(device.type, dtype=AUTOCAST[precision])
 
 
-def make_loader(dataset, batch: int, sampler, info, workers: int, drop_last: bool) -> DataLoader:
+PREFETCH_FACTOR = 4         # batches each loader worker keeps ready
+
+
+def release_inherited_locks(worker_id: int = 0) -> None:
+    """A loader worker's first act (``worker_init_fn``): close its copies of the run directory's lock
+    (:data:`~modwire.training.lock.LOCK_FILE`). A forked worker inherits the training process's open
+    files, an ``flock`` is held while any copy is open, and a worker outlives a killed training process
+    by up to seconds (until it sees its parent gone): its copy would keep the run locked, refusing an
+    immediate ``--resume``. Linux (``/proc/self/fd``); elsewhere nothing is closed."""
+    from .lock import LOCK_FILE
+
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return
+    for fd in fds:
+        try:
+            if os.path.basename(os.readlink(f"/proc/self/fd/{fd}")) == LOCK_FILE:
+                os.close(int(fd))
+        except (OSError, ValueError):
+            continue
+
+
+def make_loader(dataset, batch: int, sampler, info, workers: int | str, drop_last: bool, *,
+                device: torch.device | None = None) -> DataLoader:
     """A DataLoader with the task's collation and its own generator: a DataLoader otherwise
     draws a seed from the global RNG at every epoch start, which would make the model's
-    kernel samples depend on where a run resumed."""
+    kernel samples depend on where a run resumed.
+
+    ``workers``: loader processes, or ``"auto"`` (``data.num_workers``; sized to the machine by
+    :func:`~modwire.training.config.resolve_num_workers`). Items are functions of their index (the
+    built-in generators: ``(seed, split, index)``; augmentation: ``(seed, epoch, index)``), so the
+    batches do not depend on the worker count. Workers are kept between epochs
+    (``persistent_workers``) unless the dataset draws by epoch (``set_epoch``: each epoch's
+    workers must start from the epoch just set). ``device`` CUDA: batches in pinned memory, for
+    the asynchronous copies of :func:`to_device`."""
+    from ..tasks.base import EpochDataset
+    from .config import resolve_num_workers
+
+    workers = resolve_num_workers(workers, device=device)
+    extra = {"persistent_workers": not isinstance(dataset, EpochDataset), "prefetch_factor": PREFETCH_FACTOR,
+             "worker_init_fn": release_inherited_locks} if workers > 0 else {}
     return DataLoader(dataset, batch_size=batch, sampler=sampler, drop_last=drop_last, num_workers=workers,
-                      collate_fn=info.collate, generator=torch.Generator().manual_seed(0))
+                      collate_fn=info.collate, generator=torch.Generator().manual_seed(0),
+                      pin_memory=device is not None and device.type == "cuda", **extra)
 
 
 def compute_loss(info, out: Tensor, y: Tensor, label_smoothing: float = 0.0) -> Tensor:

@@ -55,7 +55,7 @@ from ..tasks import build_dataset, describe_task, get_task
 from ..tasks.base import EpochDataset
 from ..tasks.metrics import LOWER_IS_BETTER
 from . import distributed
-from .config import TrainConfig
+from .config import TrainConfig, compile_mode
 from .feedback import Feedback, MetricsLog
 from .finetune_setup import few_shot_splits, pretrained_model, select_trainable
 from .lock import RunLock
@@ -232,8 +232,10 @@ def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path,
     model = model.to(dist_info.device)
     train_set, val_set, mixer = apply_augmentation(cfg, info, *build_datasets(cfg))
     sampler = distributed.EpochSampler(len(train_set), cfg.seed, dist_info.rank, world)
-    train_loader = make_loader(train_set, local_batch, sampler, info, cfg.data.num_workers, drop_last=True)
-    val_loader = make_loader(val_set, local_batch, None, info, cfg.data.num_workers, drop_last=False)
+    train_loader = make_loader(train_set, local_batch, sampler, info, cfg.data.num_workers, drop_last=True,
+                               device=dist_info.device)
+    val_loader = make_loader(val_set, local_batch, None, info, cfg.data.num_workers, drop_last=False,
+                             device=dist_info.device)
     if len(train_loader) < cfg.grad_accum:
         raise UserError(f"the {cfg.data.train_split} split ({len(train_set)} samples) is smaller than one "
                         f"global batch ({cfg.data.batch_size})")
@@ -351,8 +353,9 @@ def start(run: TrainingRun, state: TrainState, *, resumed: bool) -> None:
     if run.dist.world > 1:
         run.net = torch.nn.parallel.DistributedDataParallel(
             state.model, device_ids=[run.device.index] if run.device.type == "cuda" else None)
-    if cfg.compile:
-        run.net = torch.compile(run.net)
+    mode = compile_mode(cfg.compile)
+    if mode is not None:             # "reduce-overhead": CUDA graphs on CUDA; on the CPU as "default"
+        run.net = torch.compile(run.net, mode=mode)
     run.log = MetricsLog(run.dir, main, resume_step=state.step if resumed else None)
     run.feedback = Feedback(title=f"{cfg.model.name} on {cfg.data.task}", total=run.total, start=state.step,
                             enabled=cfg.progress, main=main)
@@ -362,11 +365,21 @@ def start(run: TrainingRun, state: TrainState, *, resumed: bool) -> None:
         "data": lines["data"],
         "parameters": f"{state.model.num_parameters():,} ({state.model.num_parameters(True):,} trainable)",
         "steps": lines["steps"],
-        "device": f"{run.device} × {run.dist.world}, precision {cfg.precision}",
+        "device": f"{run.device} × {run.dist.world}, precision {cfg.precision}"
+                  f"{f', compiled ({mode})' if mode else ''}{_loader_workers(run)}",
         **({"fine-tuning": f"from {cfg.finetune.init}; training {', '.join(cfg.finetune.train)}"
                            f"{'; new task outputs' if cfg.finetune.new_task else ''}"} if cfg.finetune.init else {})})
     state.model.train()
     run.tick = time.perf_counter()
+
+
+def _loader_workers(run: TrainingRun) -> str:
+    """``", 2 data workers"``: the resolved ``data.num_workers`` of the training loader (none for a GAN)."""
+    loader = getattr(run.program, "train_loader", None)
+    if loader is None:
+        return ""
+    n = loader.num_workers
+    return f", {n} data worker{'s' if n != 1 else ''}" + (" (auto)" if run.cfg.data.num_workers == "auto" else "")
 
 
 def finish(run: TrainingRun) -> None:
@@ -392,7 +405,7 @@ def next_batch(run: TrainingRun, state: TrainState) -> tuple[Any, Tensor]:
     check_labels(y, p.info, state.model.num_classes)
     if p.mixer is not None:  # a draw that depends only on (seed, rank, epoch, position)
         x, y = p.mixer(x, y, torch_generator(run.cfg.seed, run.dist.rank, state.epoch, state.micro))
-    return to_device(x, run.device), y.to(run.device)
+    return to_device(x, run.device), to_device(y, run.device)
 
 
 def accumulate(run: TrainingRun, state: TrainState) -> dict[str, Tensor]:

@@ -57,13 +57,26 @@ class GeneratedDataset(Dataset):
     def __len__(self) -> int:
         return self.length
 
-    def __getitem__(self, index: int):
+    def _index(self, index: int) -> int:
         index = int(index)
         if index < 0:
             index += self.length
         if not 0 <= index < self.length:
             raise IndexError(f"index {index} out of range for a split of {self.length} items")
-        return self.item(index)
+        return index
+
+    def __getitem__(self, index: int):
+        return self.item(self._index(index))
+
+    def __getitems__(self, indices) -> list:
+        """The items ``indices`` at once (what a DataLoader asks for a batch): :meth:`items`,
+        equal item by item to ``[self[i] for i in indices]``."""
+        return self.items([self._index(i) for i in indices])
 
     def item(self, index: int):  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def items(self, indices: list[int]) -> list:
+        """Items ``indices`` (checked, non-negative); a generator that renders whole batches at once
+        (vectorised) overrides it."""
+        return [self.item(i) for i in indices]

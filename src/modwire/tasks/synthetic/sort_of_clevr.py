@@ -161,12 +161,13 @@ def answer(centers: np.ndarray, shapes: np.ndarray, color: int, relational: int,
 
 
 def _ambiguous(centers: np.ndarray, shapes: np.ndarray) -> bool:
-    d2 = ((centers[:, None] - centers[None]) ** 2).sum(-1)
-    for k in range(len(centers)):
-        others = np.delete(np.arange(len(centers)), k)
-        for extreme in (d2[k, others].min(), d2[k, others].max()):
-            tied = others[d2[k, others] == extreme]
-            if len(set(shapes[tied].tolist())) > 1:
+    """Whether an object's nearest or farthest other object is tied between a square and a circle
+    (the answer to a nearest / farthest question would not be defined). Integer arithmetic in Python."""
+    pts, kinds = centers.tolist(), shapes.tolist()
+    for k, (x, y) in enumerate(pts):
+        d2 = {j: (x - a) ** 2 + (y - b) ** 2 for j, (a, b) in enumerate(pts) if j != k}
+        for extreme in (min(d2.values()), max(d2.values())):
+            if len({kinds[j] for j, d in d2.items() if d == extreme}) > 1:
                 return True
     return False
 
@@ -183,10 +184,13 @@ def sample_scene(rng: np.random.Generator, holdout: int = 0) -> Scene:
     pairs = np.array(HOLDOUT_ORDER[:holdout], dtype=np.int64).reshape(-1, 2)
     while True:
         centers: list[np.ndarray] = []
+        centers_xy: list[tuple[int, int]] = []
         while len(centers) < len(COLORS):
             c = rng.integers(HALF_SIZE, IMAGE_SIZE - HALF_SIZE, size=2)
-            if all(((c - o) ** 2).sum() >= MIN_CENTER_DIST2 for o in centers):
+            x, y = c.tolist()                                    # integers: exact in Python
+            if all((x - a) ** 2 + (y - b) ** 2 >= MIN_CENTER_DIST2 for a, b in centers_xy):
                 centers.append(c)
+                centers_xy.append((x, y))
         shapes = rng.integers(0, 2, size=len(COLORS))
         flip = shapes[pairs[:, 0]] == pairs[:, 1]
         shapes[pairs[flip, 0]] = 1 - pairs[flip, 1]
@@ -202,8 +206,25 @@ def sample_scene(rng: np.random.Generator, holdout: int = 0) -> Scene:
 _GRID_Y, _GRID_X = np.mgrid[0:IMAGE_SIZE, 0:IMAGE_SIZE]
 
 
+_OFFSET = np.arange(-HALF_SIZE, HALF_SIZE + 1)
+#: The pixels an object covers about its centre, ``[11, 11]`` (row dy, column dx): the square's
+#: ``|dx|, |dy| <= 5``, the circle's ``dx² + dy² <= 25``.
+_STAMPS = (np.ones((2 * HALF_SIZE + 1,) * 2, dtype=bool),
+           _OFFSET[None, :] ** 2 + _OFFSET[:, None] ** 2 <= HALF_SIZE ** 2)
+
+
 def render(scene: Scene) -> np.ndarray:
-    """``[75, 75, 3]`` float32 image in [0, 1] (white background)."""
+    """``[75, 75, 3]`` float32 image in [0, 1] (white background): object ``k`` (a square of side 11 or
+    a disc of radius 5 about its integer centre) painted in colour ``k`` over the earlier ones."""
+    img = np.ones((IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.float32)
+    for k, ((x, y), shape) in enumerate(zip(scene.centers.tolist(), scene.shapes.tolist())):
+        # centres lie in [5, 70): the 11 x 11 window about one is inside the image
+        img[y - HALF_SIZE:y + HALF_SIZE + 1, x - HALF_SIZE:x + HALF_SIZE + 1][_STAMPS[shape]] = RGB[k]
+    return img
+
+
+def render_reference(scene: Scene) -> np.ndarray:
+    """:func:`render` by its definition, over the whole grid (the check of the windowed drawing)."""
     img = np.ones((IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.float32)
     for k, ((x, y), shape) in enumerate(zip(scene.centers, scene.shapes)):
         dx, dy = _GRID_X - x, _GRID_Y - y
@@ -369,6 +390,24 @@ class SortOfClevrDataset(GeneratedDataset):
         img, q, y = self.question(index)
         x = tokens(img, question_vector(*q), self.patch_size)
         return torch.from_numpy(np.ascontiguousarray(x)), y
+
+    def items(self, indices: list[int]) -> list[tuple[Tensor, Tensor]]:
+        """The items of ``indices``, their tokens (:func:`tokens`, pixels ⊕ question ⊕ position)
+        written at once into one ``[B, N, 3 p² + 13]`` array."""
+        if type(self).item is not SortOfClevrDataset.item:      # the conditional / image variants
+            return super().items(indices)
+        got = [self.question(i) for i in indices]
+        if not got:
+            return []
+        p, n = self.patch_size, IMAGE_SIZE // self.patch_size
+        pix = 3 * p * p
+        out = np.empty((len(got), n * n, pix + QUESTION_DIM + POS_DIM), dtype=np.float32)
+        imgs = np.stack([img for img, _, _ in got])                             # [B, H, W, 3]
+        out[:, :, :pix] = (imgs.reshape(len(got), n, p, n, p, 3).transpose(0, 1, 3, 2, 4, 5)
+                           .reshape(len(got), n * n, pix))
+        out[:, :, pix:pix + QUESTION_DIM] = np.stack([question_vector(*q) for _, q, _ in got])[:, None]
+        out[:, :, pix + QUESTION_DIM:] = patch_positions(n)
+        return list(zip(torch.from_numpy(out), (y for _, _, y in got)))
 
 
 class SortOfClevrConditionalDataset(SortOfClevrDataset):

@@ -30,6 +30,7 @@ Items: ``(image, label)``: a float32 ``[1, 64, 64]`` tensor with values in {0, 1
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,21 +68,35 @@ def is_near_equilateral(v: np.ndarray, ratio: float = 1.1) -> bool:
     return bool(s.max() <= ratio * s.min())
 
 
+# cos / sin of the rotation by +60° (True) or -60° (False) of an equilateral triangle's third vertex
+_ROTATIONS = {sign > 0: (np.cos(np.pi / 3 * sign), np.sin(np.pi / 3 * sign)) for sign in (1, -1)}
+
+
+def _side(ax: float, ay: float, bx: float, by: float) -> float:
+    """``|a b|`` as ``np.linalg.norm`` computes it for integer points (exact squares, one rounded sqrt)."""
+    return math.sqrt((bx - ax) ** 2 + (by - ay) ** 2)
+
+
+# The rejection loops below use Python floats on the generator's draws: the same IEEE operations
+# (and the same draws) as numpy arrays of 2-3 points, at a fraction of the overhead.
 def _equilateral(rng: np.random.Generator, min_side: float) -> np.ndarray:
+    shortest = max(min_side, 1.0)
     while True:
-        v1, v2 = rng.integers(LO, HI + 1, size=(2, 2)).astype(np.float64)
-        angle = np.pi / 3 * (1 if rng.random() < 0.5 else -1)
-        c, s = np.cos(angle), np.sin(angle)
-        d = v2 - v1
-        v3 = v1 + np.array([c * d[0] - s * d[1], s * d[0] + c * d[1]])
-        if np.linalg.norm(d) >= max(min_side, 1.0) and np.all((v3 >= LO) & (v3 <= HI)):
-            return np.stack([v1, v2, v3])
+        (x1, y1), (x2, y2) = rng.integers(LO, HI + 1, size=(2, 2)).astype(np.float64).tolist()
+        c, s = _ROTATIONS[rng.random() < 0.5]
+        dx, dy = x2 - x1, y2 - y1
+        x3, y3 = x1 + (c * dx - s * dy), y1 + (s * dx + c * dy)
+        if _side(x1, y1, x2, y2) >= shortest and LO <= x3 <= HI and LO <= y3 <= HI:
+            return np.array([[x1, y1], [x2, y2], [x3, y3]])
 
 
 def _random(rng: np.random.Generator, min_side: float, ratio: float) -> np.ndarray:
+    shortest = max(min_side, 1.0)
     while True:
         v = rng.integers(LO, HI + 1, size=(3, 2)).astype(np.float64)
-        if side_lengths(v).min() >= max(min_side, 1.0) and not is_near_equilateral(v, ratio):
+        (x1, y1), (x2, y2), (x3, y3) = v.tolist()
+        sides = (_side(x1, y1, x2, y2), _side(x2, y2, x3, y3), _side(x3, y3, x1, y1))
+        if min(sides) >= shortest and not max(sides) <= ratio * min(sides):  # not near-equilateral
             return v
 
 
@@ -100,10 +115,32 @@ _GRID_Y, _GRID_X = np.mgrid[0:IMAGE_SIZE, 0:IMAGE_SIZE].astype(np.float64)
 
 
 def render(points: np.ndarray) -> np.ndarray:
-    """``[64, 64]`` float32 image: 1 within ``DISC_RADIUS`` of any point ``(x, y)``, else 0."""
+    """``[64, 64]`` float32 image: 1 within ``DISC_RADIUS`` of any point ``(x, y)``, else 0 (the
+    definition, over the whole grid; items are drawn by :func:`render_batch`, equal pixel for pixel)."""
     p = points.reshape(-1, 2)
     d2 = (_GRID_X[None] - p[:, 0, None, None]) ** 2 + (_GRID_Y[None] - p[:, 1, None, None]) ** 2
     return (d2 <= DISC_RADIUS ** 2).any(0).astype(np.float32)
+
+
+_REACH = int(DISC_RADIUS) + 1                   # a window of ±3 px about each point holds its whole disc
+_WINDOW = np.arange(-_REACH, _REACH + 1)
+
+
+def render_batch(points: np.ndarray) -> np.ndarray:
+    """``[B, 64, 64]`` float32 images of the points ``[B, ..., 2]`` of each sample: :func:`render` of
+    each, pixel for pixel (the same float64 distances, compared alike), vectorised over the batch
+    and evaluated only in a ``7 × 7`` window about each point instead of the whole grid."""
+    p = points.reshape(len(points), -1, 2) if len(points) else np.zeros((0, 1, 2))
+    x, y = p[..., 0], p[..., 1]                                               # [B, P]
+    cols = np.floor(x).astype(np.int64)[..., None] + _WINDOW                  # [B, P, 7]
+    rows = np.floor(y).astype(np.int64)[..., None] + _WINDOW
+    dx2, dy2 = (cols - x[..., None]) ** 2, (rows - y[..., None]) ** 2          # as render: (c - x)², (r - y)²
+    inside = (dx2[..., None, :] + dy2[..., :, None] <= DISC_RADIUS ** 2)       # [B, P, 7 rows, 7 cols]
+    inside &= ((rows >= 0) & (rows < IMAGE_SIZE))[..., :, None] & ((cols >= 0) & (cols < IMAGE_SIZE))[..., None, :]
+    b, k, i, j = np.nonzero(inside)
+    img = np.zeros((len(p), IMAGE_SIZE, IMAGE_SIZE), dtype=np.float32)
+    img[b, rows[b, k, i], cols[b, k, j]] = 1.0
+    return img
 
 
 class TriangleDataset(GeneratedDataset):
@@ -115,8 +152,16 @@ class TriangleDataset(GeneratedDataset):
         return sample_triangle(self.seed, self.split, index, self.min_side, self.ratio)
 
     def item(self, index: int) -> tuple[Tensor, Tensor]:
-        t = self.triangle(index)
-        return torch.from_numpy(render(t.points))[None], torch.tensor(t.label, dtype=torch.long)
+        return self.items([index])[0]
+
+    def items(self, indices: list[int]) -> list[tuple[Tensor, Tensor]]:
+        """The items of ``indices``, their images drawn at once (:func:`render_batch`)."""
+        shapes = [self.triangle(i) for i in indices]
+        if not shapes:
+            return []
+        images = torch.from_numpy(render_batch(np.stack([t.points for t in shapes])))[:, None]
+        labels = torch.tensor([t.label for t in shapes], dtype=torch.long)
+        return list(zip(images, labels))
 
 
 DEFAULT_SIZE = {"train": 50_000, "val": 10_000, "test": 10_000}  # AiT App. A.1: 50k train, 10k test
