@@ -150,7 +150,7 @@ class Job:
         base, _ = finetune_overrides(out / Job(self.model).key, TARGET, train=["all"], shots=self.shots, ways=10,
                                      epochs=1 if self.quick else EPOCHS, lr=self.lr,
                                      batch_size=min(FINETUNE_BATCH, self.shots * 10))
-        pool = 100 if self.quick else POOL
+        pool = max(100, 20 * self.shots) if self.quick else POOL   # quick: twice the shots of each of 10 classes
         extra = [f"data.params={json.dumps(target_params(self.data_root))}", "data.val_split=test", f"data.max_samples={pool}",
                  "progress=false", "log_every=1000"]
 

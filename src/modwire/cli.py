@@ -151,6 +151,7 @@ def cmd_train(args) -> int:
     from .training import load_config, train
     from .files import DiskFullError
     from .training.checkpoint import CheckpointWriteError
+    from .training.divergence import TrainingDiverged
     from .training.feedback import dumps
     from .training.lock import RunLockedError
     from .training.resume import run_config
@@ -169,7 +170,7 @@ def cmd_train(args) -> int:
         raise UserError("--allow-change only applies with --resume")
     try:
         result = train(cfg, resume=bool(resume), allow_change=allow, overwrite=args.overwrite)
-    except (RunLockedError, CheckpointWriteError, DiskFullError, PermissionError) as e:
+    except (RunLockedError, CheckpointWriteError, DiskFullError, TrainingDiverged, PermissionError) as e:
         print(f"modwire train: error: {e}", file=sys.stderr)
         return 1
     print(dumps({k: result[k] for k in ("status", "step", "val", "best", "run_dir")}))
@@ -180,6 +181,7 @@ def cmd_finetune(args) -> int:
     from .training import load_config
     from .files import DiskFullError
     from .training.checkpoint import CheckpointWriteError
+    from .training.divergence import TrainingDiverged
     from .training.finetune import default_out_dir, finetune_overrides, finetune_seeds, summary_table
     from .training.lock import RunLockedError
 
@@ -210,7 +212,7 @@ def cmd_finetune(args) -> int:
     try:
         summary, code = finetune_seeds(config_for, seeds, out, meta={**meta, "seeds": seeds},
                                        log=lambda s: print(f"modwire finetune: {s}", file=sys.stderr))
-    except (RunLockedError, CheckpointWriteError, DiskFullError, PermissionError) as e:
+    except (RunLockedError, CheckpointWriteError, DiskFullError, TrainingDiverged, PermissionError) as e:
         print(f"modwire finetune: error: {e}", file=sys.stderr)
         return 1
     print(summary_table(summary))

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Optional, Sequence
 from ..errors import UserError, UserTypeError
 from ..fields import COUNT, NON_NEGATIVE, POSITIVE, UNIT, Bounds, Choices, check_tree, did_you_mean
 from .gan_config import GANSection, check_gan_settings
+from .divergence import NONFINITE
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "radam", "sgd")
@@ -140,6 +141,8 @@ class TrainConfig:
                                                   # torch.compile(model, mode=...); "reduce-overhead" uses CUDA graphs on
                                                   # CUDA (exact: same kernels, replayed); on the CPU it compiles as "default"
     ema_decay: float = 0.0                        # > 0 keeps an EMA of the weights
+    nonfinite: str = "stop"                       # a NaN/inf loss or gradient: stop (the last finite checkpoint
+                                                  # is kept) | skip that optimizer step (training/divergence.py)
     seed: int = 0
     out_dir: str = "runs/default"
     checkpoint_every: int = 0                     # optimizer steps; 0 = at epoch ends only
@@ -153,7 +156,8 @@ class TrainConfig:
         "aux_loss_weights": NON_NEGATIVE, "epochs": COUNT, "grad_accum": COUNT, "log_every": COUNT,
         "max_steps": NON_NEGATIVE, "checkpoint_every": NON_NEGATIVE, "keep_weights_every": NON_NEGATIVE,
         "seed": NON_NEGATIVE, "ema_decay": UNIT}
-    choices: ClassVar[dict[str, tuple]] = {"precision": PRECISIONS, "device": DEVICES, "compile": COMPILE_CHOICES}
+    choices: ClassVar[dict[str, tuple]] = {"precision": PRECISIONS, "device": DEVICES, "compile": COMPILE_CHOICES,
+                                           "nonfinite": NONFINITE}
 
 
 def compile_mode(value: Any) -> str | None:

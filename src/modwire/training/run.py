@@ -21,6 +21,7 @@ from torch import Tensor
 
 from . import distributed
 from .config import TrainConfig
+from .divergence import NonFiniteGuard
 from .feedback import Feedback, MetricsLog
 from .signals import StopSignals
 from .state import TrainState
@@ -54,6 +55,7 @@ class TrainingRun:
     net: torch.nn.Module | None = None          # the model as called: DDP- and compile-wrapped
     log: MetricsLog | None = None
     feedback: Feedback | None = None
+    guard: NonFiniteGuard | None = None         # non-finite losses and gradients (training/divergence.py)
     seen: int = 0                               # samples since the last log record
     tick: float = 0.0
 

@@ -105,6 +105,10 @@ def compute_loss(info, out: Tensor, y: Tensor, label_smoothing: float = 0.0) -> 
         return F.cross_entropy(out.flatten(0, -2).float(), y.flatten(), ignore_index=IGNORE_INDEX,
                                label_smoothing=label_smoothing)
     if info.loss == "mse":
+        if out.numel() != y.numel():   # e.g. a 20-head model on a one-target layout (fuzzy_boolean's "pair")
+            raise UserError(f"task {info.name!r} gives {tuple(y.shape[1:]) or 'one'} regression target(s) per "
+                            f"sample (targets {list(y.shape)}), but the model outputs {list(out.shape)}: the model's "
+                            f"heads do not match the task's layout (check the task's parameters, e.g. layout)")
         return F.mse_loss(out.float(), y.float().view_as(out))
     if info.loss == "bce":
         if label_smoothing:

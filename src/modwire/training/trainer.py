@@ -56,6 +56,7 @@ from ..tasks.base import EpochDataset
 from ..tasks.metrics import LOWER_IS_BETTER
 from . import distributed
 from .config import TrainConfig, compile_mode
+from .divergence import NonFiniteGuard, TrainingDiverged, grad_norm, last_saved_step
 from .feedback import Feedback, MetricsLog
 from .finetune_setup import few_shot_splits, pretrained_model, select_trainable
 from .lock import RunLock
@@ -101,10 +102,11 @@ def model_overrides_for_task(cfg: TrainConfig) -> dict[str, Any]:
 
 def build_datasets(cfg: TrainConfig) -> tuple[Any, Any]:
     """The run's training and validation datasets (``data.params`` go to the task's build;
-    ``data.max_samples > 0`` keeps the first N samples of each)."""
+    ``data.max_samples > 0`` keeps N samples of each: a class-stratified draw of the run's seed where
+    the dataset declares its labels, else the first N; the header says which)."""
     d = cfg.data
-    train_set = build_dataset(d.task, d.train_split, max_samples=d.max_samples, **d.params)
-    val_set = build_dataset(d.task, d.val_split, max_samples=d.max_samples, **d.params)
+    train_set = build_dataset(d.task, d.train_split, max_samples=d.max_samples, sample_seed=cfg.seed, **d.params)
+    val_set = build_dataset(d.task, d.val_split, max_samples=d.max_samples, sample_seed=cfg.seed, **d.params)
     if d.few_shot.shots or d.few_shot.ways:        # k-shot n-way subset of the run's seed (finetune_setup.py)
         train_set, val_set = few_shot_splits(cfg, describe_task(d.task, d.params), train_set, val_set)
     return train_set, val_set
@@ -194,7 +196,7 @@ class Supervised:
         # ---- micro-steps: forward and backward over grad_accum micro-batches
         losses = accumulate(run, state)
         # ---- clip the gradient, step the optimizer, the schedule (LambdaLR: warm-up, cosine) and the EMA
-        optimizer_step(run, state)
+        optimizer_step(run, state, losses["loss"])
         return losses
 
     def evaluate(self, run: TrainingRun, state: TrainState, stop: StopSignals) -> dict[str, float] | None:
@@ -203,8 +205,9 @@ class Supervised:
 
     def summary(self, run: TrainingRun, state: TrainState) -> dict[str, str]:
         cfg = run.cfg
+        note = getattr(self.train_set, "note", None)      # data.max_samples' subset (tasks/base.py)
         return {"data": f"{len(self.train_set)} {cfg.data.train_split} / {len(self.val_loader.dataset)} "
-                        f"{cfg.data.val_split} samples",
+                        f"{cfg.data.val_split} samples" + (f" (max_samples: {note})" if note else ""),
                 "steps": f"{self.steps_per_epoch} per epoch, {run.total} in all (batch {cfg.data.batch_size} = "
                          f"{run.dist.world} × {cfg.grad_accum} × {self.local_batch})"}
 
@@ -239,6 +242,9 @@ def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path,
     if len(train_loader) < cfg.grad_accum:
         raise UserError(f"the {cfg.data.train_split} split ({len(train_set)} samples) is smaller than one "
                         f"global batch ({cfg.data.batch_size})")
+    if len(val_set) == 0:          # found now, not after the first epoch
+        raise UserError(f"config key 'data.val_split': the {cfg.data.val_split!r} split of task {cfg.data.task!r} "
+                        f"is empty, so the run could never be validated; choose another split or give it samples")
     steps_per_epoch = len(train_loader) // cfg.grad_accum
     total = cfg.epochs * steps_per_epoch if cfg.max_steps <= 0 else min(cfg.max_steps, cfg.epochs * steps_per_epoch)
     program = Supervised(info, train_set, sampler, train_loader, val_loader, mixer, local_batch, steps_per_epoch,
@@ -284,6 +290,7 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
             if resume:
                 record_resume(run_dir, state.step, changes)
         start(run, state, resumed=resume)
+        run.guard = NonFiniteGuard(cfg.nonfinite, run_dir)
         try:
             while not stop.requested:
                 # ---- evaluate and checkpoint when an epoch (or the run) has ended
@@ -302,6 +309,11 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
                     save(run, state, "last")
             if stop.requested:  # SIGINT / SIGTERM: keep everything up to the last finished step
                 save(run, state, "last")
+        except TrainingDiverged as e:                      # recorded; the checkpoints are the last finite ones
+            if run.log is not None and dist_info.main:
+                run.log.log({"step": state.step, "epoch": state.epoch, "event": "diverged",
+                             "first_nonfinite_step": e.step, "kept_checkpoint_step": last_saved_step(run_dir)})
+            raise
         finally:
             finish(run)
     return {"status": "interrupted" if stop.requested else "finished", "step": state.step, "val": state.val,
@@ -459,12 +471,18 @@ def auxiliary_losses(run: TrainingRun, model: torch.nn.Module) -> dict[str, Tens
     return aux
 
 
-def optimizer_step(run: TrainingRun, state: TrainState) -> None:
-    """Clip, step (through the fp16 scaler), schedule, EMA; then advance the counters."""
+def optimizer_step(run: TrainingRun, state: TrainState, loss: Tensor | None = None) -> None:
+    """Clip, step (through the fp16 scaler), schedule, EMA; then advance the counters. ``loss``: the
+    step's task loss, watched with the gradients' norm by the run's :class:`NonFiniteGuard`."""
+    norm = None
     if run.cfg.optim.grad_clip > 0:
         state.scaler.unscale_(state.optimizer)
-        torch.nn.utils.clip_grad_norm_(state.model.parameters(), run.cfg.optim.grad_clip)
-    state.scaler.step(state.optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), run.cfg.optim.grad_clip)
+    elif run.cfg.precision != "fp16":      # fp16: the scaler itself skips steps with inf gradients
+        norm = grad_norm(state.model.parameters())
+    take = True if loss is None or run.guard is None else run.guard.observe(state.step, loss, norm)
+    if take or state.scaler.is_enabled():   # fp16: the scaler skips a step with inf gradients itself
+        state.scaler.step(state.optimizer)
     state.scaler.update()
     state.optimizer.zero_grad(set_to_none=True)
     state.scheduler.step()
@@ -495,8 +513,11 @@ def log_step(run: TrainingRun, state: TrainState, losses: dict[str, Tensor]) -> 
         if run.dist.world > 1:  # the global batch's losses, not rank 0's share (gloo has no AVG)
             torch.distributed.all_reduce(values)
             values /= run.dist.world
+        if run.guard is not None:
+            run.guard.check()                              # a host sync here anyway (the record's values)
         record = {"step": state.step, "epoch": state.epoch, **dict(zip(losses, values.tolist())),
-                  "lr": state.scheduler.get_last_lr()[0], "samples_per_s": rate}
+                  "lr": state.scheduler.get_last_lr()[0], "samples_per_s": rate,
+                  **({"skipped_steps": run.guard.skipped} if run.guard is not None and run.guard.skipped else {})}
         run.log.log(record)
         run.seen, run.tick = 0, time.perf_counter()
     run.feedback.step(record, state.val)
@@ -542,5 +563,9 @@ def keep_weights(run: TrainingRun, state: TrainState) -> None:
 
 
 def save(run: TrainingRun, state: TrainState, tag: str) -> None:
+    """Write checkpoint ``tag``, unless the run diverged (:class:`TrainingDiverged`: nothing is written,
+    ``last`` and ``best`` stay the last finite checkpoints)."""
+    if run.guard is not None:
+        run.guard.check(state.model.parameters())
     if run.dist.main:
         state.save(run.dir, tag)
