@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Optional, Sequence
 from ..errors import UserError, UserTypeError
 from ..fields import COUNT, NON_NEGATIVE, POSITIVE, UNIT, Bounds, Choices, check_tree, did_you_mean
 from .gan_config import GANSection, check_gan_settings
+from ..tasks.base import BAD_SAMPLE_OPTIONS
 from .divergence import NONFINITE
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -76,12 +77,16 @@ class DataSection:
                                                   # App. C) | "input": Input Mixup (Zhang et al. 2018) as in NFM
                                                   # Table 2 / Verma et al.: lam ~ Beta(a, a), random pairs, no cutmix
     mixup_alpha: float = 1.0                      # a of "input" mixup (NFM Table 2: 1.0)
-    max_samples: int = 0                          # > 0: only the first N samples of each split; 0 = all
+    max_samples: int = 0                          # > 0: N samples of each split (class-stratified, the run's seed,
+                                                  # where the dataset declares its labels; else the first N); 0 = all
     few_shot: FewShotSection = field(default_factory=FewShotSection)  # applied after max_samples
+    bad_samples: str = "stop"                     # an unreadable training file: stop (a clear error; the run resumes
+                                                  # from its last checkpoint) | skip it, counted in metrics.jsonl
 
     bounds: ClassVar[dict[str, Bounds]] = {"batch_size": COUNT, "num_workers": WORKERS,
                                            "max_samples": NON_NEGATIVE, "mixup_alpha": POSITIVE}
-    choices: ClassVar[dict[str, tuple]] = {"augment": AUGMENT_CHOICES, "mixup": MIXUP_CHOICES}
+    choices: ClassVar[dict[str, tuple]] = {"augment": AUGMENT_CHOICES, "mixup": MIXUP_CHOICES,
+                                           "bad_samples": BAD_SAMPLE_OPTIONS}
 
 
 @dataclass

@@ -69,7 +69,7 @@ def release_inherited_locks(worker_id: int = 0) -> None:
 
 
 def make_loader(dataset, batch: int, sampler, info, workers: int | str, drop_last: bool, *,
-                device: torch.device | None = None) -> DataLoader:
+                device: torch.device | None = None, collate: Callable | None = None) -> DataLoader:
     """A DataLoader with the task's collation and its own generator: a DataLoader otherwise
     draws a seed from the global RNG at every epoch start, which would make the model's
     kernel samples depend on where a run resumed.
@@ -80,15 +80,17 @@ def make_loader(dataset, batch: int, sampler, info, workers: int | str, drop_las
     batches do not depend on the worker count. Workers are kept between epochs
     (``persistent_workers``) unless the dataset draws by epoch (``set_epoch``: each epoch's
     workers must start from the epoch just set). ``device`` CUDA: batches in pinned memory, for
-    the asynchronous copies of :func:`to_device`."""
-    from ..tasks.base import EpochDataset
+    the asynchronous copies of :func:`to_device`. ``collate``: in place of the task's (e.g. one that
+    drops unreadable samples, :class:`~modwire.tasks.base.SkipBadSamples`)."""
+    from ..tasks.base import EpochDataset, SkipBadSamples
     from .config import resolve_num_workers
 
     workers = resolve_num_workers(workers, device=device)
-    extra = {"persistent_workers": not isinstance(dataset, EpochDataset), "prefetch_factor": PREFETCH_FACTOR,
+    inner = dataset.dataset if isinstance(dataset, SkipBadSamples) else dataset
+    extra = {"persistent_workers": not isinstance(inner, EpochDataset), "prefetch_factor": PREFETCH_FACTOR,
              "worker_init_fn": release_inherited_locks} if workers > 0 else {}
     return DataLoader(dataset, batch_size=batch, sampler=sampler, drop_last=drop_last, num_workers=workers,
-                      collate_fn=info.collate, generator=torch.Generator().manual_seed(0),
+                      collate_fn=collate or info.collate, generator=torch.Generator().manual_seed(0),
                       pin_memory=device is not None and device.type == "cuda", **extra)
 
 

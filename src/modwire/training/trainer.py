@@ -52,7 +52,7 @@ from ..models.config import deep_merge
 from ..models.inputs import named_inputs
 from ..seeding import torch_generator
 from ..tasks import build_dataset, describe_task, get_task
-from ..tasks.base import EpochDataset
+from ..tasks.base import EpochDataset, SkipBadSamples
 from ..tasks.metrics import LOWER_IS_BETTER
 from . import distributed
 from .config import TrainConfig, compile_mode
@@ -235,8 +235,12 @@ def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path,
     model = model.to(dist_info.device)
     train_set, val_set, mixer = apply_augmentation(cfg, info, *build_datasets(cfg))
     sampler = distributed.EpochSampler(len(train_set), cfg.seed, dist_info.rank, world)
-    train_loader = make_loader(train_set, local_batch, sampler, info, cfg.data.num_workers, drop_last=True,
-                               device=dist_info.device)
+    loaded, collate = train_set, None
+    if cfg.data.bad_samples == "skip":          # unreadable files dropped from their batch and counted
+        loaded = SkipBadSamples(train_set)
+        collate = loaded.collate_fn(info.collate)
+    train_loader = make_loader(loaded, local_batch, sampler, info, cfg.data.num_workers, drop_last=True,
+                               device=dist_info.device, collate=collate)
     val_loader = make_loader(val_set, local_batch, None, info, cfg.data.num_workers, drop_last=False,
                              device=dist_info.device)
     if len(train_loader) < cfg.grad_accum:
@@ -387,10 +391,9 @@ def start(run: TrainingRun, state: TrainState, *, resumed: bool) -> None:
 
 def _loader_workers(run: TrainingRun) -> str:
     """``", 2 data workers"``: the resolved ``data.num_workers`` of the training loader (none for a GAN)."""
-    loader = getattr(run.program, "train_loader", None)
-    if loader is None:
+    if not isinstance(run.program, Supervised):
         return ""
-    n = loader.num_workers
+    n = run.program.train_loader.num_workers
     return f", {n} data worker{'s' if n != 1 else ''}" + (" (auto)" if run.cfg.data.num_workers == "auto" else "")
 
 
@@ -413,7 +416,11 @@ def next_batch(run: TrainingRun, state: TrainState) -> tuple[Any, Tensor]:
         if isinstance(p.train_set, EpochDataset):
             p.train_set.set_epoch(state.epoch)
         p.batches = iter(p.train_loader)
-    x, y = next(p.batches)
+    batch = next(p.batches)
+    if batch is None:                            # data.bad_samples: skip, and no item of the batch was readable
+        raise UserError(f"every sample of a training batch was unreadable ({bad_samples_skipped(p)} skipped so "
+                        f"far): run modwire data check on this config to list the files")
+    x, y = batch
     check_labels(y, p.info, state.model.num_classes)
     if p.mixer is not None:  # a draw that depends only on (seed, rank, epoch, position)
         x, y = p.mixer(x, y, torch_generator(run.cfg.seed, run.dist.rank, state.epoch, state.micro))
@@ -515,12 +522,20 @@ def log_step(run: TrainingRun, state: TrainState, losses: dict[str, Tensor]) -> 
             values /= run.dist.world
         if run.guard is not None:
             run.guard.check()                              # a host sync here anyway (the record's values)
+        bad = bad_samples_skipped(run.program)
         record = {"step": state.step, "epoch": state.epoch, **dict(zip(losses, values.tolist())),
                   "lr": state.scheduler.get_last_lr()[0], "samples_per_s": rate,
-                  **({"skipped_steps": run.guard.skipped} if run.guard is not None and run.guard.skipped else {})}
+                  **({"skipped_steps": run.guard.skipped} if run.guard is not None and run.guard.skipped else {}),
+                  **({"bad_samples_skipped": bad} if bad else {})}
         run.log.log(record)
         run.seen, run.tick = 0, time.perf_counter()
     run.feedback.step(record, state.val)
+
+
+def bad_samples_skipped(program) -> int:
+    """Unreadable training samples dropped so far (``data.bad_samples: skip``; 0 otherwise)."""
+    data = program.train_loader.dataset if isinstance(program, Supervised) else None
+    return data.skipped if isinstance(data, SkipBadSamples) else 0
 
 
 def validate_and_save(run: TrainingRun, state: TrainState, stop: StopSignals) -> None:
