@@ -70,3 +70,21 @@ def test_random_attention_without_nfm_is_refused(name):
         modwire.create_model(name, nfm={"random_attention": True})
     with pytest.raises(UserError, match=r"'nfm.random_attention'.*needs NFM readers"):
         modwire.create_model(name).set_eval_options(random_attention=True)
+
+
+def test_nfm_refuses_an_empty_batch_and_batch_one_vector_states_in_training():
+    """Issue 26, item 8: both were a raw RuntimeError / BatchNorm ValueError from deep inside."""
+    from torch import nn
+
+    from modwire.nn.nfm import NFM
+
+    m = NFM([nn.Linear(8, 8), nn.Linear(8, 8)], channels=[8, 8, 8], k=2, passes=2).train()
+    with pytest.raises(UserError, match=r"NFM: expected the input x as a non-empty batch \[B, C, \*spatial\]"):
+        m(torch.randn(0, 8))
+    with pytest.raises(UserError, match=r"BatchNorm .* needs more than one value per channel in training; got "
+                                        r"batch 1 of vector states \[1, 8\]: train with a batch >= 2, or .*norm='none'"):
+        m(torch.randn(1, 8))
+    assert torch.isfinite(m(torch.randn(2, 8))).all()
+    m.eval()
+    assert m(torch.randn(1, 8)).shape == (1, 8)                     # evaluation uses running statistics
+    assert NFM([nn.Linear(8, 8)], channels=[8, 8], k=2, passes=2, norm="none").train()(torch.randn(1, 8)).shape == (1, 8)

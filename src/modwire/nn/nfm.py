@@ -374,6 +374,10 @@ class NFMLayer(nn.Module):
 
     def _output_hidden(self, z: Tensor, h: Tensor) -> Tensor:
         """``z = A W_o1 [B, P, hidden]`` (bias included) → ``h + γ·σ(BN(z)) W_o2`` (``reader_output="linear"``)."""
+        if self.training and isinstance(self.norm, nn.BatchNorm1d) and z.shape[0] * z.shape[1] == 1:
+            raise UserError(f"NFM: the reader's BatchNorm (norm='batch', over batch and positions) needs more than "
+                            f"one value per channel in training; got batch 1 of vector states [1, "
+                            f"{h.shape[1]}]: train with a batch >= 2, or build the NFM with norm='none'")
         z = self.act(self.norm(z.flatten(0, 1))).unflatten(0, z.shape[:2])           # BN over batch and positions
         z = self.w_o2(z)                                                              # [B, P, C]
         return h + self.gamma * z.transpose(1, 2).reshape(h.shape)
@@ -609,10 +613,12 @@ class NFM(nn.Module):
     def _state(self, h: Tensor, index: int, tokens: bool) -> Tensor:
         """A state as channels-first ``[B, C, *S]``, its channel count checked against ``channels``."""
         what = "the input x" if index == 0 else f"block {index - 1}'s output"
+        layout = "[B, N, C]" if tokens else "[B, C, *spatial]"
         if not isinstance(h, Tensor) or h.dim() < 2 or (tokens and h.dim() != 3):
             shape = list(h.shape) if isinstance(h, Tensor) else type(h).__name__
-            layout = "[B, N, C]" if tokens else "[B, C, *spatial]"
             raise UserError(f"NFM: expected {what} as a tensor {layout}, got {shape}")
+        if h.shape[0] == 0:
+            raise UserError(f"NFM: expected {what} as a non-empty batch {layout} (B >= 1), got {list(h.shape)}")
         c = h.shape[2] if tokens else h.shape[1]
         if c != self.channels[index]:
             raise UserError(f"NFM: expected {what} to have {self.channels[index]} channels (channels[{index}]), "
