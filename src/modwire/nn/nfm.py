@@ -87,7 +87,7 @@ mapped width is below the head's (``C_q + 1 < d_k``; ``hidden < d_v``) and a mul
 from the shapes (map on the source grids, resize, contraction; against the default's ``Q̂``
 projection and ``A W_o1``) favours it; the mapped ``K̃_j``, ``Ṽ_j`` belong to their reader (not
 cached). Neither form is taken by a subclass that replaces :meth:`NFMLayer.project_query` or
-:meth:`NFMLayer.output`. An empty memory (``A = 0``) gives ``A W_o1 + b_o1 = b_o1`` directly.
+:meth:`NFMLayer.output`.
 
 **Passes.** ``share_blocks=False`` (Alg. 1's ``f_{θ_k}``, the authors' code): pass ``k ≥ 2`` runs its
 own copy of the blocks, initialised as a copy of the first, so with ``γ = 0`` every pass computes
@@ -410,8 +410,8 @@ class NFMLayer(nn.Module):
         b, p = h.shape[0], math.prod(h.shape[2:])
         if not memory:                                            # only the null slot: A = 0
             read = (h.new_zeros(b, 0), h.new_ones(b)) if record else None
-            if type(self).output is NFMLayer.output and isinstance(self.w_o1, nn.Linear):   # 0 · W_o1 + b_o1
-                return self._output_hidden(self.w_o1.bias.expand(b, p, -1), h), read
+            # through W_o1 although A = 0: its weight then gets a (zero) gradient, as every parameter must
+            # for DistributedDataParallel
             return self.output(h.new_zeros(b, p, self.heads * self.d_v), h), read
         dims = max([h.dim() - 2] + [kk.dim() - 3 for kk, _ in memory])
         for n in [h.dim() - 2] + [kk.dim() - 3 for kk, _ in memory]:
