@@ -237,7 +237,9 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale:
 
     A bias that needs a gradient on the CPU goes to SDPA's math path as it is: the CPU's fused
     kernel has no gradient for a bias, and padding would only add work there."""
-    if bias is not None and bias.requires_grad and q.device.type == "cpu":
+    if (bias is not None and bias.requires_grad and q.device.type == "cpu") or \
+            (q.dim() == 4 and q.shape[:-2] == k.shape[:-2] == v.shape[:-2] and q.shape[-1] == v.shape[-1]
+             and (bias is None or bias.dim() == 4)):   # already the fused kernels' form: no reshaping
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     nq, nk, dv = q.shape[-2], k.shape[-2], v.shape[-1]
