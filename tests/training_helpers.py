@@ -10,8 +10,8 @@ def signal_after_step(monkeypatch, step: int, signum: int = signal.SIGINT) -> No
 
     real = trainer.optimizer_step
 
-    def step_then_signal(run, state):
-        real(run, state)
+    def step_then_signal(run, state, *rest):
+        real(run, state, *rest)
         if state.step == step:
             os.kill(os.getpid(), signum)
 

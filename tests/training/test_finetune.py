@@ -127,8 +127,8 @@ def test_cli_runs_seeds_and_an_interrupted_sweep_resumes_skipping_finished_seeds
 
     real_step, real_train = trainer.optimizer_step, trainer.train
 
-    def step_then_term(run, state):                                   # SIGTERM in seed 1's first step
-        real_step(run, state)
+    def step_then_term(run, state, *rest):                            # SIGTERM in seed 1's first step
+        real_step(run, state, *rest)
         if run.cfg.seed == 1 and state.step == 1:
             os.kill(os.getpid(), signal.SIGTERM)
 
