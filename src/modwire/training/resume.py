@@ -44,8 +44,31 @@ def flat_config(cfg: TrainConfig) -> dict[str, Any]:
     return out
 
 
+def is_data_root(key: str) -> bool:
+    """``data.params.root`` / ``data.params.<name>_root``: a directory the task reads."""
+    return key.startswith("data.params.") and (key.endswith(".root") or key.endswith("_root"))
+
+
+def absolute_roots(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with its data roots (:func:`is_data_root`) as absolute paths, resolved against the
+    current directory: recorded so, a resume started from another directory reads the same data."""
+    import copy
+
+    params = cfg.data.params
+    relative = {k: v for k, v in params.items() if is_data_root(f"data.params.{k}") and isinstance(v, str)
+                and not Path(v).expanduser().is_absolute()}
+    if not relative:
+        return cfg
+    cfg = copy.deepcopy(cfg)
+    for k, v in relative.items():
+        cfg.data.params[k] = str(Path(v).expanduser().resolve())
+    return cfg
+
+
 def config_changes(old: TrainConfig, new: TrainConfig) -> dict[str, tuple[Any, Any]]:
-    a, b = flat_config(old), flat_config(new)
+    """Keys whose values differ (data roots compared as absolute paths: a run recorded with a relative
+    root equals the same root given absolutely)."""
+    a, b = (_roots_resolved(flat_config(c)) for c in (old, new))
     missing = object()
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b))
             if k not in IGNORED and a.get(k, missing) != b.get(k, missing)}
@@ -72,6 +95,11 @@ def run_config(run_dir: str | os.PathLike, overrides: Iterable[str] = ()) -> Tra
     if not path.is_file():
         raise FileNotFoundError(f"--resume {run}: no {path} (expected a run directory written by modwire train)")
     return load_config(str(path), [*recorded_changes(run), *overrides, f"out_dir={json.dumps(str(run))}"])
+
+
+def _roots_resolved(flat: dict[str, Any]) -> dict[str, Any]:
+    return {k: (str(Path(v).expanduser().resolve()) if is_data_root(k) and isinstance(v, str) else v)
+            for k, v in flat.items()}
 
 
 def saved_config_changes(run_dir: str | os.PathLike, cfg: TrainConfig) -> dict[str, tuple[Any, Any]]:

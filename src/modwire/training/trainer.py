@@ -62,7 +62,8 @@ from .finetune_setup import few_shot_splits, pretrained_model, select_trainable
 from .lock import RunLock
 from .gan import build_gan_run, gan_model_overrides, is_adversarial
 from .optim import build_optimizer, build_scheduler
-from .resume import CONFIG_NAME, RESUMES_NAME, check_resume, record_resume, saved_config_changes, write_config_once
+from .resume import (CONFIG_NAME, RESUMES_NAME, absolute_roots, check_resume, record_resume, saved_config_changes,
+                     write_config_once)
 from .runtime import (autocast, batch_len, call_model, check_labels, compute_loss, evaluate, make_loader,
                       to_device)
 from .run import TrainingRun
@@ -279,6 +280,7 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
                             f"got {type(cfg).__name__}")
     # a bad model or task fails here, before the run directory is touched (computed once, used by build_run)
     overrides = None if cfg.finetune.init else model_overrides_for_task(cfg)
+    cfg = absolute_roots(cfg)                  # recorded absolute: a resume from elsewhere reads the same data
     dist_info = distributed.setup(cfg.device)
     run_dir = Path(cfg.out_dir)
     with (RunLock(run_dir) if dist_info.main else contextlib.nullcontext()), StopSignals() as stop:
