@@ -24,9 +24,9 @@ import torch
 from torch import Tensor
 
 from ..base import InputSpec, TaskInfo, register_task
-from ._common import (FormatError, LoaderDataset, found_listing, layout_message, list_files, missing,
+from ._common import (FormatError, found_listing, layout_message, list_files, missing,
                       report_placeholders, require_root)
-from .images import RESIZED_BOUNDS, RESIZED_CHOICES, _pil, class_dirs, decode_rgb
+from .images import RESIZED_BOUNDS, RESIZED_CHOICES, LabelledFiles, _pil, class_dirs, decode_rgb
 from ...fields import Choices
 
 TASK = "image_folder"
@@ -71,29 +71,13 @@ def class_names(path: Path) -> list[str]:
     return classes
 
 
-class ImageFolderDataset(LoaderDataset):
+class ImageFolderDataset(LabelledFiles):
     """``(path, label)`` pairs decoded on access into ``(float [channels, size, size], long)``."""
 
     def __init__(self, samples: list[tuple[Path, int]], classes: list[str], size: int, channels: int,
                  resize: str = "center_crop", transform: Callable | None = None) -> None:
         super().__init__(transform)
         self.samples, self.classes, self.size, self.channels, self.resize = samples, classes, size, channels, resize
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    @property
-    def targets(self) -> Tensor:
-        """The class label of every item (declared: ``data.max_samples`` draws a stratified subset)."""
-        return torch.tensor([label for _, label in self.samples], dtype=torch.long)
-
-    def sample_path(self, index: int) -> Path:
-        """The image file of item ``index``."""
-        return self.samples[index][0]
-
-    def image_files(self) -> list[Path]:
-        """Every image file, in item order (``modwire.tasks.check.check_dataset`` opens them)."""
-        return [p for p, _ in self.samples]
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
         path, label = self.samples[index]

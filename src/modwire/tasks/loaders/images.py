@@ -80,15 +80,11 @@ def load_rgb(path: Path, size: int, resize: str = "center_crop") -> Tensor:
     return torch.from_numpy(arr).permute(2, 0, 1).float().div_(255.0)
 
 
-class ImageListDataset(LoaderDataset):
-    """``(path, label)`` pairs decoded on access into ``([3, size, size] float, long)``."""
+class LabelledFiles(LoaderDataset):
+    """A dataset whose items are image files with a class label, ``samples = [(path, label), …]``: its
+    length, its declared ``targets``, and each item's file (for errors and ``modwire data check``)."""
 
-    def __init__(self, samples: list[tuple[Path, int]], classes: list[str], size: int,
-                 resize: str = "center_crop", transform: Callable | None = None, *, task: str = "images",
-                 layout: str = "<root>/<class>/*.jpg|*.jpeg|*.png") -> None:
-        super().__init__(transform)
-        self.samples, self.classes, self.size, self.resize = samples, classes, size, resize
-        self.task, self.layout = task, layout  # for the error of an unreadable image
+    samples: list[tuple[Path, int]]
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -105,6 +101,17 @@ class ImageListDataset(LoaderDataset):
     def image_files(self) -> list[Path]:
         """Every image file, in item order (``modwire.tasks.check.check_dataset`` opens them)."""
         return [p for p, _ in self.samples]
+
+
+class ImageListDataset(LabelledFiles):
+    """``(path, label)`` pairs decoded on access into ``([3, size, size] float, long)``."""
+
+    def __init__(self, samples: list[tuple[Path, int]], classes: list[str], size: int,
+                 resize: str = "center_crop", transform: Callable | None = None, *, task: str = "images",
+                 layout: str = "<root>/<class>/*.jpg|*.jpeg|*.png") -> None:
+        super().__init__(transform)
+        self.samples, self.classes, self.size, self.resize = samples, classes, size, resize
+        self.task, self.layout = task, layout  # for the error of an unreadable image
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
         path, label = self.samples[index]
