@@ -88,6 +88,30 @@ def build_pair(s: Shape) -> tuple[ViT, nn.TransformerEncoder]:
     return ours, peer
 
 
+def build_timm_peer(ours: ViT, s: Shape) -> nn.Module:
+    """timm's ViT blocks (``timm.models.vision_transformer.Block``, pre-LN, fused SDPA attention)
+    stacked in an ``nn.Sequential``, with our weights copied in (``qkv`` = ``[W_q; W_k; W_v]``,
+    ``proj`` = ``W_o``, ``mlp.fc1/fc2``, ``norm1/2``). timm is imported here only: it is not a
+    dependency of modwire (``--peer timm`` on a machine that has it)."""
+    from timm.models.vision_transformer import Block
+    blocks = [Block(s.d, s.heads, mlp_ratio=s.mlp / s.d, qkv_bias=True) for _ in range(s.layers)]
+    with torch.no_grad():
+        for ob, tb in zip(ours.blocks, blocks, strict=True):
+            a, f = ob.attn.fn, ob.ffn.fn
+            tb.attn.qkv.weight.copy_(torch.cat([a.q.weight, a.k.weight, a.v.weight]))
+            tb.attn.qkv.bias.copy_(torch.cat([a.q.bias, a.k.bias, a.v.bias]))
+            tb.attn.proj.weight.copy_(a.o.weight)
+            tb.attn.proj.bias.copy_(a.o.bias)
+            for tl, ol in ((tb.mlp.fc1, f.fc1), (tb.mlp.fc2, f.fc2)):
+                tl.weight.copy_(ol.weight)
+                tl.bias.copy_(ol.bias)
+            for tn, on in ((tb.norm1, ob.attn.norm), (tb.norm2, ob.ffn.norm)):
+                tn.weight.copy_(on.weight)
+                tn.bias.copy_(on.bias)
+                tn.eps = on.eps
+    return nn.Sequential(*blocks)
+
+
 def our_body(ours: ViT):
     return lambda x: ours.encode(x, record=False)[0]
 
@@ -127,7 +151,7 @@ def caster(args: argparse.Namespace) -> Callable[[], contextlib.AbstractContextM
     return contextlib.nullcontext
 
 
-def max_diff(ours: ViT, peer: nn.TransformerEncoder, x: Tensor) -> tuple[float, float]:
+def max_diff(ours: ViT, peer: nn.Module, x: Tensor) -> tuple[float, float]:
     """Max abs difference of the outputs, fast path (inference) and train-mode path."""
     ours.eval(), peer.eval()
     with torch.no_grad():
@@ -152,7 +176,7 @@ def step(mod: nn.Module, fn, x: Tensor, g: Tensor, *, train: bool, cast=contextl
     return run
 
 
-def compare(ours: ViT, peer: nn.TransformerEncoder, x: Tensor, *, train: bool, repeats: int,
+def compare(ours: ViT, peer: nn.Module, x: Tensor, *, train: bool, repeats: int,
             fns: tuple[Callable, Callable] | None = None, cast=contextlib.nullcontext,
             warmup: int = 1) -> tuple[float, float, float]:
     """Interleaved timings; returns (our median s, peer median s, ours/peer throughput).
@@ -172,6 +196,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=None, help="timed rounds per side (default 9; 3 quick)")
     ap.add_argument("--batch", type=int, default=None, help="override every shape's batch size")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--peer", choices=("torch", "timm"), default="torch",
+                    help="torch: nn.TransformerEncoder (default); timm: timm's ViT Block (needs timm installed)")
     add_run_flags(ap)
     args = ap.parse_args()
     check_run_flags(ap, args)
@@ -180,13 +206,15 @@ def main() -> None:
     repeats = args.repeats or (3 if args.quick else 9)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), OMP_NUM_THREADS="
           f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, load average {os.getloadavg()[0]:.2f}, "
-          f"{run_flags(args)}")
+          f"{run_flags(args)}, peer {args.peer}")
     cast, dev = caster(args), torch.device(args.device)
     results = []
     for s in (QUICK if args.quick else SHAPES):
         b = args.batch or s.batch
         torch.manual_seed(0)
         ours, peer = build_pair(s)
+        if args.peer == "timm":
+            peer = build_timm_peer(ours, s)
         x = torch.randn(b, s.tokens, s.d)
         ours, peer, x = ours.to(dev), peer.to(dev), x.to(dev)
         fast, slow = max_diff(ours, peer, x[:8])

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The GPU checks in one go (issue 25's GPU goals), each step under its own time limit so that one slow
+# step cannot eat the others. About 8 minutes on one H100/H200.
+#
+#   PYTHONPATH=src bash benchmarks/gpu_checks.sh OUT_DIR
+#
+# Writes OUT_DIR/<step>.txt (the step's whole output and its exit status) and the JSON of the scripts
+# that write one. Steps: the CUDA tests; ViT vs timm's blocks (fp32, bf16, bf16 compiled); compiled/eager
+# and bf16/fp32 per family; fused attention; NAC vs Perceiver IO at Table 4 sizes (bf16, compiled).
+set -u
+out=${1:?usage: gpu_checks.sh OUT_DIR}
+mkdir -p "$out"
+py=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+
+step() {    # step NAME SECONDS COMMAND...: run it, keep its output, go on whatever it returns
+    local name=$1 limit=$2; shift 2
+    echo "== $name (limit ${limit}s): $*"
+    local t0=$SECONDS
+    timeout "$limit" "$@" >"$out/$name.txt" 2>&1
+    local rc=$?
+    echo "exit $rc after $((SECONDS - t0)) s" >>"$out/$name.txt"
+    tail -n 25 "$out/$name.txt"
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+$py -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+step cuda_tests 100 $py -m pytest -q -p no:cacheprovider tests/training/test_precision_and_compile.py \
+    tests/nn/test_fused_attention.py tests/training/test_loader_defaults.py
+step vit_timm 150 bash -c "$py benchmarks/bench_vit.py --device cuda --peer timm && \
+    $py benchmarks/bench_vit.py --device cuda --peer timm --precision bf16 && \
+    $py benchmarks/bench_vit.py --device cuda --peer timm --precision bf16 --compile"
+step compile 150 $py benchmarks/bench_compile.py --device cuda --batch 64 --out "$out/compile_cuda.json"
+step attention 45 $py benchmarks/bench_attention.py --device cuda --batch 32 --out "$out/attention_cuda.json"
+step nac 90 $py benchmarks/bench_nac.py --device cuda --precision bf16 --compile --train-batch 0
