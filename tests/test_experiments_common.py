@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 common = experiment_script.load("common")
+from modwire.analysis import study  # noqa: E402  (the one results format)
 
 
 # ----------------------------------------------------------------------------- the results file
@@ -38,7 +39,7 @@ def test_commit_is_null_without_git(monkeypatch):
     def no_git(*args, **kwargs):
         raise FileNotFoundError("git")
 
-    monkeypatch.setattr(common.subprocess, "run", no_git)
+    monkeypatch.setattr(study.subprocess, "run", no_git)
     assert common.git_commit() is None
 
 
@@ -50,7 +51,7 @@ def test_a_failed_write_leaves_the_previous_file_whole_and_no_partial_file(tmp_p
     def boom(*args):
         raise OSError(f"simulated {failure} failure")
 
-    monkeypatch.setattr(common.os, failure, boom)
+    monkeypatch.setattr(study.os, failure, boom)
     with pytest.raises(OSError, match="simulated"):
         common.write_json_atomic(path, {"results": [3]})
     assert path.read_text() == before and sorted(p.name for p in tmp_path.iterdir()) == ["study.json"]
