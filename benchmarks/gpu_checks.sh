@@ -17,7 +17,7 @@ step() {    # step NAME SECONDS COMMAND...: run it, keep its output, go on whate
     local name=$1 limit=$2; shift 2
     echo "== $name (limit ${limit}s): $*"
     local t0=$SECONDS
-    timeout "$limit" "$@" >"$out/$name.txt" 2>&1
+    timeout -k 10 "$limit" "$@" >"$out/$name.txt" 2>&1   # -k: training code catches SIGTERM to stop cleanly
     local rc=$?
     echo "exit $rc after $((SECONDS - t0)) s" >>"$out/$name.txt"
     tail -n 25 "$out/$name.txt"
@@ -25,11 +25,11 @@ step() {    # step NAME SECONDS COMMAND...: run it, keep its output, go on whate
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 $py -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
-step cuda_tests 100 $py -m pytest -q -p no:cacheprovider tests/training/test_precision_and_compile.py \
-    tests/nn/test_fused_attention.py tests/training/test_loader_defaults.py
 step vit_timm 150 bash -c "$py benchmarks/bench_vit.py --device cuda --peer timm && \
     $py benchmarks/bench_vit.py --device cuda --peer timm --precision bf16 && \
     $py benchmarks/bench_vit.py --device cuda --peer timm --precision bf16 --compile"
 step compile 150 $py benchmarks/bench_compile.py --device cuda --batch 64 --out "$out/compile_cuda.json"
 step attention 45 $py benchmarks/bench_attention.py --device cuda --batch 32 --out "$out/attention_cuda.json"
 step nac 90 $py benchmarks/bench_nac.py --device cuda --precision bf16 --compile --train-batch 0
+step cuda_tests 150 $py -m pytest -q -rf -p no:cacheprovider --timeout 60 tests/training/test_precision_and_compile.py \
+    tests/nn/test_fused_attention.py tests/training/test_loader_defaults.py

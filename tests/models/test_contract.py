@@ -31,7 +31,7 @@ BATCH = 2
 def make_input(tok, batch, *, device="cpu", seed=0):
     """A valid input for a tokenizer config: images ``[B, C, S, S]`` (conv), sets ``[B, N, input_dim]``
     (linear) or ids ``[B, N]`` < vocab_size (embedding); ``N`` within ``max_len`` when positions are learned."""
-    g = None if device == "meta" else torch.Generator().manual_seed(seed)
+    g = None if device == "meta" else torch.Generator(device).manual_seed(seed)
     n = min(5, tok.max_len) if tok.max_len > 0 else 5
     if tok.kind == "conv":
         return torch.randn(batch, tok.in_channels, tok.image_size, tok.image_size, generator=g, device=device)
@@ -45,7 +45,7 @@ def make_input(tok, batch, *, device="cpu", seed=0):
 def make_set_input(embed, batch, *, device="cpu", seed=0):
     """A valid ``x`` for a set model's embedding (ViT, NI): images / PGM panels ``[B, C, S, S]`` or
     vectors ``[B, N, input_dim]``."""
-    g = None if device == "meta" else torch.Generator().manual_seed(seed)
+    g = None if device == "meta" else torch.Generator(device).manual_seed(seed)
     if embed.kind in ("patches", "panels"):
         return torch.rand(batch, embed.in_channels, embed.image_size, embed.image_size, generator=g, device=device)
     n = min(5, embed.max_len) if embed.max_len > 0 else 5
@@ -69,24 +69,24 @@ def expected_shape(config, batch=BATCH):
 def make_inputs(config, batch=BATCH, *, device="cpu", seed=0):
     """``(x, kwargs)`` for ``model(x, **kwargs)``."""
     if config.model_type == "cnn_mlp":                       # CNN_MLP (NFM §4.3): an image and a question vector
-        g = None if device == "meta" else torch.Generator().manual_seed(seed)
+        g = None if device == "meta" else torch.Generator(device).manual_seed(seed)
         x = torch.rand(batch, config.in_channels, config.image_size, config.image_size, generator=g, device=device)
         q = torch.rand(batch, 1, config.question_dim, generator=g, device=device) if config.question_dim else None
         return x, ({"question": q} if q is not None else {})
     if config.model_type == "transformer_lm":                # token ids [B, T]
-        g = None if device == "meta" else torch.Generator().manual_seed(seed)
+        g = None if device == "meta" else torch.Generator(device).manual_seed(seed)
         return torch.randint(0, config.vocab_size, (batch, min(5, config.max_len)), generator=g, device=device), {}
     if config.model_type == "gan":                           # latents z [B, latent_dim] (models/gan.py)
-        g = None if device == "meta" else torch.Generator().manual_seed(seed)
+        g = None if device == "meta" else torch.Generator(device).manual_seed(seed)
         return torch.randn(batch, config.latent_dim, generator=g, device=device), {}
     if getattr(config, "embed", None) is not None:          # a set model (ViT, NI, AiT)
         kwargs = {"task": torch.arange(batch, device=device) % config.num_cls_tokens} if config.task_input else {}
         if config.question_dim:                              # AiT §5.8's question token
-            g = None if device == "meta" else torch.Generator().manual_seed(seed + 1)
+            g = None if device == "meta" else torch.Generator(device).manual_seed(seed + 1)
             kwargs["question"] = torch.randn(batch, 1, config.question_dim, generator=g, device=device)
         return make_set_input(config.embed, batch, device=device, seed=seed), kwargs
     if getattr(config, "tokenizer", None) is None and hasattr(config, "image_size"):   # a CNN (PreActResNet)
-        g = None if device == "meta" else torch.Generator().manual_seed(seed)
+        g = None if device == "meta" else torch.Generator(device).manual_seed(seed)
         size = (batch, config.in_channels, config.image_size, config.image_size)
         return torch.rand(*size, generator=g, device=device), {}
     kwargs = {}

@@ -107,3 +107,35 @@ def test_a_model_whose_heads_do_not_fit_the_task_layout_is_a_clear_error(tmp_pat
     with pytest.raises(ValueError, match=r"task 'fuzzy_boolean' gives \(1,\) regression target.*model outputs "
                                          r"\[\d+, 20\]: the model's heads do not match the task's layout"):
         train(c)
+
+
+def test_fp16_overflowing_gradients_are_the_scalers_to_skip_not_a_divergence():
+    """Found on an H200: an fp16 run with grad_clip stopped as 'diverged' at step 0, where the loss scaler's
+    first scale (65536) overflows the gradients by design. The scaler skips that step and lowers its scale;
+    the guard must not count it. (A CPU GradScaler stands in for CUDA's: the same unscale / found-inf logic.)"""
+    from types import SimpleNamespace
+
+    from modwire.training.divergence import NonFiniteGuard
+    from modwire.training.state import TrainState
+    from modwire.training.trainer import optimizer_step
+
+    w = torch.nn.Parameter(torch.ones(3))
+    model = torch.nn.Module()
+    model.w = w
+    opt = torch.optim.SGD([w], lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+    state = TrainState(model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0), scaler)
+    program = SimpleNamespace(micro_used=10, batches=None)
+    run = SimpleNamespace(cfg=SimpleNamespace(optim=SimpleNamespace(grad_clip=1.0), precision="fp16"),
+                          guard=NonFiniteGuard("stop"), program=program, total=10)
+    scaler.scale(torch.zeros(()))                            # (what the backward's scaler.scale(loss) does first)
+    w.grad = torch.full((3,), float("inf"))                  # an overflowed scaled gradient
+    optimizer_step(run, state, torch.tensor(0.7))
+    run.guard.check([w])                                     # no TrainingDiverged
+    assert torch.equal(w.detach(), torch.ones(3)) and scaler.get_scale() == 2.0 ** 15   # skipped, scale halved
+    w.grad = torch.full((3,), 2.0 ** 16)                     # a finite scaled gradient: the step is taken
+    optimizer_step(run, state, torch.tensor(0.7))
+    assert not torch.equal(w.detach(), torch.ones(3))
+    run.guard.observe(2, torch.tensor(float("nan")), None)   # a non-finite loss is still a divergence
+    with pytest.raises(TrainingDiverged, match="step 2"):
+        run.guard.check()

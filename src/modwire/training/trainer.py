@@ -489,7 +489,10 @@ def optimizer_step(run: TrainingRun, state: TrainState, loss: Tensor | None = No
         norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), run.cfg.optim.grad_clip)
     elif run.cfg.precision != "fp16":      # fp16: the scaler itself skips steps with inf gradients
         norm = grad_norm(state.model.parameters())
-    take = True if loss is None or run.guard is None else run.guard.observe(state.step, loss, norm)
+    # fp16: inf gradients are the loss scaler's to skip (it lowers the scale), not a divergence; its
+    # first steps overflow by design. The guard then watches the loss (and, at checkpoints, the weights).
+    watched = None if state.scaler.is_enabled() else norm
+    take = True if loss is None or run.guard is None else run.guard.observe(state.step, loss, watched)
     if take or state.scaler.is_enabled():   # fp16: the scaler skips a step with inf gradients itself
         state.scaler.step(state.optimizer)
     state.scaler.update()
