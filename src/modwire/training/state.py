@@ -37,6 +37,7 @@ class TrainState:
     val: dict[str, float] | None = None
     val_step: int | None = None                     # the step ``val`` was measured at
     val_pending: bool = False
+    run_id: str | None = None                       # the run's identity, written into each checkpoint (resume.py)
 
     @property
     def eval_model(self) -> torch.nn.Module:
@@ -47,12 +48,12 @@ class TrainState:
         """Write ``<run_dir>/checkpoints/<tag>`` (atomic, checksummed; see ``checkpoint.py``)."""
         full = {k: getattr(self, k) for k in COUNTERS}
         full.update(optimizer=self.optimizer.state_dict(), scheduler=self.scheduler.state_dict(),
-                    scaler=self.scaler.state_dict(), rng=rng_state(), **self.extra_state())
+                    scaler=self.scaler.state_dict(), rng=rng_state(), run_id=self.run_id, **self.extra_state())
         if self.ema is not None:
             full["ema_n_averaged"] = self.ema.n_averaged
         ema = self.ema.module.state_dict() if self.ema is not None else None
         summary = {"tag": tag, **{k: getattr(self, k) for k in ("step", "epoch", "val", "val_step", "val_pending",
-                                                               "best")}}
+                                                               "best", "run_id")}}
         return save_checkpoint(run_dir, tag, self.model, full, ema, summary=summary)
 
     def load(self, ckpt_dir: str | os.PathLike) -> "TrainState":

@@ -62,8 +62,8 @@ from .finetune_setup import few_shot_splits, pretrained_model, select_trainable
 from .lock import RunLock
 from .gan import build_gan_run, gan_model_overrides, is_adversarial
 from .optim import build_optimizer, build_scheduler
-from .resume import (CONFIG_NAME, RESUMES_NAME, absolute_roots, check_resume, record_resume, saved_config_changes,
-                     write_config_once)
+from .resume import (CONFIG_NAME, RESUMES_NAME, RUN_ID_NAME, absolute_roots, check_checkpoint_owner, check_resume,
+                     record_resume, run_id, saved_config_changes, write_config_once)
 from .runtime import (autocast, batch_len, call_model, check_labels, compute_loss, evaluate, make_loader,
                       to_device)
 from .run import TrainingRun
@@ -290,9 +290,12 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
         if overwrite and dist_info.main:
             discard_previous_run(run_dir)                  # only once the new run is known to build
         if resume:
+            if dist_info.main:                      # a checkpoint of another run is refused (resume.py)
+                state.run_id = check_checkpoint_owner(run_dir, run_dir / "checkpoints" / "last")
             state.load(run_dir / "checkpoints" / "last")
         if dist_info.main:
             write_config_once(run_dir, cfg)        # never replaced (resume.py)
+            state.run_id = run_id(run_dir, state.run_id)   # created with the run; each checkpoint carries it
             if resume:
                 record_resume(run_dir, state.step, changes)
         start(run, state, resumed=resume)
@@ -329,7 +332,7 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
 def discard_previous_run(run_dir: Path) -> None:
     """``--overwrite``: delete an earlier run's checkpoints, config record and metrics."""
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-    for name in (CONFIG_NAME, RESUMES_NAME, "metrics.jsonl"):
+    for name in (CONFIG_NAME, RESUMES_NAME, RUN_ID_NAME, "metrics.jsonl"):
         (run_dir / name).unlink(missing_ok=True)
 
 
