@@ -48,7 +48,6 @@ of section 3 always runs eager, in fp32.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
 import statistics
@@ -59,44 +58,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from runflags import EAGER, Run, add_run_flags
 from modwire.analysis import time_interleaved
 from modwire.nn.attention import attend
 
 TARGET_SHARE = 0.25
 BALANCE_WEIGHT = 0.01
-
-
-# ----------------------------------------------------------------------------- device, precision, compile
-
-def compile_static(fn):
-    """``torch.compile(fn)`` in the default mode with static shapes: each batch size gets its own graph
-    (compiled in the warm-up), none a dynamic one; the recompile limit is raised to hold them all."""
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-    return torch.compile(fn, dynamic=False)
-
-
-class Run:
-    """Where and how the models run: ``--device``, ``--precision``, ``--compile``."""
-
-    def __init__(self, device: str = "cpu", precision: str = "fp32", compile: bool = False) -> None:
-        self.device, self.precision, self.compile = device, precision, compile
-        self.warmup = 3 if compile else 1        # compiled: the first calls compile (and may recompile once)
-
-    def cast(self) -> contextlib.AbstractContextManager:
-        """A fresh context per call: bf16 autocast on the device, or nothing."""
-        if self.precision == "bf16":
-            return torch.autocast(self.device, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
-
-    def compiled(self, fn):
-        return compile_static(fn) if self.compile else fn
-
-    def describe(self) -> str:
-        where = f"cuda ({torch.cuda.get_device_name()})" if self.device == "cuda" else "cpu"
-        return f"device {where}, {self.precision}, {'torch.compile' if self.compile else 'eager'}"
-
-
-EAGER = Run()
 
 
 def _sync() -> None:
@@ -313,15 +280,9 @@ def main() -> None:
     ap.add_argument("--pool", type=int, default=None, help="top-k pool size (default 512 x 64 = 32768)")
     ap.add_argument("--skip-models", action="store_true", help="only section 3 (top-k)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where everything runs (default cpu)")
-    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                    help="bf16: torch.autocast(device, bfloat16) around every forward and loss (default fp32)")
-    ap.add_argument("--compile", action="store_true", help="torch.compile the timed models and functions (default mode)")
+    add_run_flags(ap)
     args = ap.parse_args()
-    if args.device == "cuda" and not torch.cuda.is_available():
-        ap.error("--device cuda asked for, but torch.cuda.is_available() is False "
-                 f"(torch {torch.__version__}: no CUDA build or no visible GPU); run with --device cpu")
-    run = Run(args.device, args.precision, args.compile)
+    run = Run.from_args(ap, args)
     if args.threads:
         torch.set_num_threads(args.threads)
     repeats = args.repeats or (2 if args.quick else 5)

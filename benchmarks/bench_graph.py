@@ -28,7 +28,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
 import torch

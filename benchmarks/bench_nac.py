@@ -64,7 +64,6 @@ runs eager in fp32.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import resource
 import statistics
@@ -77,6 +76,7 @@ import torch
 import modwire
 from modwire.nn import ModulationSpec, ReadIn
 from modwire.analysis.flops import count_flops  # FlopCounterMode + a CPU SDPA formula
+from runflags import Run, add_run_flags
 
 READIN_TARGET = 30.0   # literal / factorized, attention forward
 THROUGHPUT_TARGET = 0.8  # NAC / PIO images per second, inference
@@ -140,50 +140,22 @@ def matmul_peak(n: int, reps: int, device: str = "cpu", dtype: torch.dtype = tor
 
 # ---------------------------------------------------------------------------- device, precision, compile
 
-def add_run_flags(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where everything runs (default cpu)")
-    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                    help="bf16: torch.autocast(device, bfloat16) around every timed forward (default fp32)")
-    ap.add_argument("--compile", action="store_true", help="torch.compile every timed module (default mode)")
 
 
-def check_run_flags(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.device == "cuda" and not torch.cuda.is_available():
-        ap.error("--device cuda asked for, but torch.cuda.is_available() is False "
-                 f"(torch {torch.__version__}: no CUDA build or no visible GPU); run with --device cpu")
 
 
-def run_flags(args: argparse.Namespace) -> str:
-    """The flags for the header line."""
-    where = f"cuda ({torch.cuda.get_device_name()})" if args.device == "cuda" else "cpu"
-    return f"device {where}, {args.precision}, {'torch.compile' if args.compile else 'eager'}"
 
 
-def caster(args: argparse.Namespace) -> Callable[[], contextlib.AbstractContextManager]:
-    """A fresh context per call: bf16 autocast on the chosen device, or nothing."""
-    if args.precision == "bf16":
-        return lambda: torch.autocast(args.device, dtype=torch.bfloat16)
-    return contextlib.nullcontext
 
 
-def compile_static(fn):
-    """``torch.compile(fn)`` in the default mode with static shapes: each batch size gets its own graph
-    (compiled in the warm-up), none a dynamic one; the recompile limit is raised to hold them all."""
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-    return torch.compile(fn, dynamic=False)
 
 
-def maybe_compile(fn, args: argparse.Namespace):
-    return compile_static(fn) if args.compile else fn
 
 
 def warmups(args: argparse.Namespace) -> str:
     return f"{args.warmup} warm-up" + ("s" if args.warmup > 1 else "")
 
 
-def rate_unit(args: argparse.Namespace) -> tuple[str, float]:
-    """The unit of achieved and peak rates: GFLOP/s on the CPU, TFLOP/s on a GPU."""
-    return ("TFLOP/s", 1e12) if args.device == "cuda" else ("GFLOP/s", 1e9)
 
 
 def verdict(value: float, target: float, quick: bool) -> str:
@@ -209,10 +181,10 @@ def peak(args) -> float:
 
 def section_machine(args) -> float:
     n, reps = peak_size(args)
-    unit, scale = rate_unit(args)
+    unit, scale = args.run.unit()
     best = peak(args)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"python {sys.version.split()[0]}, {run_flags(args)}")
+          f"python {sys.version.split()[0]}, {args.run.describe()}")
     alloc = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_") or k == "LD_PRELOAD"}
     print(f"allocator settings: {alloc or 'glibc malloc defaults'}; "
           f"load average (1 min) {os.getloadavg()[0]:.2f} (other work on the machine skews timings)")
@@ -232,8 +204,8 @@ def section_read_in(args) -> None:
     x = torch.randn(b, tokens, token_dim)
     codes = torch.randn(modules, code_dim)
     block, states, x, codes = (t.to(args.device) for t in (block, states, x, codes))
-    cast = caster(args)
-    run = {False: (attn, block), True: (maybe_compile(attn, args), maybe_compile(block, args))}  # timed: True
+    cast = args.run.cast
+    run = {False: (attn, block), True: (args.run.compiled(attn), args.run.compiled(block))}  # timed: True
     print(f"B={b}, U={modules} modules of width {dim}, N={tokens} tokens of width {token_dim}, "
           f"1 head, d_code {code_dim}; median of {iters} after {warmups(args)}")
 
@@ -298,9 +270,9 @@ def section_models(args) -> None:
     x = torch.randn(args.batch, c.tokenizer.in_channels, c.tokenizer.image_size, c.tokenizer.image_size)
     models = {n: m.to(args.device) for n, m in models.items()}
     x = x.to(args.device)
-    timed = {n: maybe_compile(m, args) for n, m in models.items()}
-    cast = caster(args)
-    unit, scale = rate_unit(args)
+    timed = {n: args.run.compiled(m) for n, m in models.items()}
+    cast = args.run.cast
+    unit, scale = args.run.unit()
     cuda = args.device == "cuda"
 
     def forward(m):
@@ -371,8 +343,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="tiny sizes (nac_small/perceiver_io_small, small read-in); a smoke test, < 20 s")
     add_run_flags(ap)
     args = ap.parse_args(argv)
-    check_run_flags(ap, args)
-    args.warmup = 3 if args.compile else 1   # compiled: the first calls compile (and may recompile once)
+    args.run = Run.from_args(ap, args)
+    args.warmup = args.run.warmup
     if args.quick:  # shrink whatever was left at its default
         for name, small in (("batch", 4), ("readin_batch", 2), ("train_batch", 2), ("iters", 1)):
             if getattr(args, name) == ap.get_default(name):

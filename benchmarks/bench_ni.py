@@ -50,8 +50,8 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
+from runflags import EAGER, Run, add_run_flags
 from modwire.analysis import count_flops, time_interleaved
-from modwire.analysis.flops import time_once
 from modwire.models.neural_interpreter import NeuralInterpreter, NeuralInterpreterConfig, Script
 from modwire.models.registry import get_config
 from modwire.models.vit import ViT, ViTConfig
@@ -113,52 +113,6 @@ def set_loop(model: NeuralInterpreter, on: bool) -> None:
             script.interpret = types.MethodType(interpret_loop, script)
         else:
             script.__dict__.pop("interpret", None)
-
-
-# ----------------------------------------------------------------------------- device, precision, compile
-
-def compile_static(fn):
-    """``torch.compile(fn)`` in the default mode with static shapes: each batch size gets its own graph
-    (compiled in the warm-up), none a dynamic one; the recompile limit is raised to hold them all."""
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-    return torch.compile(fn, dynamic=False)
-
-
-class Run:
-    """Where and how the models run: ``--device``, ``--precision``, ``--compile``."""
-
-    def __init__(self, device: str = "cpu", precision: str = "fp32", compile: bool = False) -> None:
-        self.device, self.precision, self.compile = device, precision, compile
-        self.warmup = 3 if compile else 1        # compiled: the first calls compile (and may recompile once)
-
-    def cast(self) -> contextlib.AbstractContextManager:
-        """A fresh context per call: bf16 autocast on the device, or nothing."""
-        if self.precision == "bf16":
-            return torch.autocast(self.device, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
-
-    def compiled(self, model: nn.Module) -> nn.Module:
-        return compile_static(model) if self.compile else model
-
-    def describe(self) -> str:
-        where = f"cuda ({torch.cuda.get_device_name()})" if self.device == "cuda" else "cpu"
-        return f"device {where}, {self.precision}, {'torch.compile' if self.compile else 'eager'}"
-
-    def unit(self) -> tuple[str, float]:
-        return ("TFLOP/s", 1e12) if self.device == "cuda" else ("GFLOP/s", 1e9)
-
-    def peak(self, quick: bool) -> tuple[float, str]:
-        """The matmul peak in FLOP/s in this precision on this device, and how it was measured."""
-        n, reps = ((4096, 5) if quick else (8192, 20)) if self.device == "cuda" else ((256, 3) if quick else (2048, 10))
-        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
-        a, b = (torch.randn(n, n, device=self.device, dtype=dtype) for _ in range(2))
-        for _ in range(2):
-            a @ b
-        best = min(time_once(lambda: a @ b) for _ in range(reps))
-        return 2 * n ** 3 / best, f"{self.precision} {n}x{n} GEMM, best of {reps}"
-
-
-EAGER = Run()
 
 
 # ----------------------------------------------------------------------------- timing helpers
@@ -281,18 +235,12 @@ def main() -> None:
     ap.add_argument("--train-batch", type=int, default=None, help="section 1's train step batch (default 8; 0 skips)")
     ap.add_argument("--repeats", type=int, default=None, help="timed rounds per side (default 5; 2 quick)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the models run (default cpu)")
-    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                    help="bf16: torch.autocast(device, bfloat16) around every model's forward (default fp32)")
-    ap.add_argument("--compile", action="store_true", help="torch.compile every timed model (default mode)")
+    add_run_flags(ap)
     ap.add_argument("--sections", default="123", help="which sections to run, e.g. 2 or 12 (default 123)")
     args = ap.parse_args()
-    if args.device == "cuda" and not torch.cuda.is_available():
-        ap.error("--device cuda asked for, but torch.cuda.is_available() is False "
-                 f"(torch {torch.__version__}: no CUDA build or no visible GPU); run with --device cpu")
     if not set(args.sections) <= set("123") or not args.sections:
         ap.error(f"--sections takes digits from 1, 2, 3, got {args.sections!r}")
-    run = Run(args.device, args.precision, args.compile)
+    run = Run.from_args(ap, args)
     if args.threads:
         torch.set_num_threads(args.threads)
     q = args.quick

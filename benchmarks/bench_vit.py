@@ -43,6 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from modwire.analysis import time_interleaved
+from runflags import Run, add_run_flags
 from modwire.models.tokenizer_config import TokenizerConfig
 from modwire.models.vit import ViT, ViTConfig
 
@@ -116,41 +117,6 @@ def our_body(ours: ViT):
     return lambda x: ours.encode(x, record=False)[0]
 
 
-# ----------------------------------------------------------------------------- device, precision, compile
-
-def add_run_flags(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where both sides run (default cpu)")
-    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                    help="bf16: torch.autocast(device, bfloat16) around both sides' forward (default fp32)")
-    ap.add_argument("--compile", action="store_true", help="torch.compile both sides (default mode) before timing")
-
-
-def check_run_flags(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.device == "cuda" and not torch.cuda.is_available():
-        ap.error("--device cuda asked for, but torch.cuda.is_available() is False "
-                 f"(torch {torch.__version__}: no CUDA build or no visible GPU); run with --device cpu")
-
-
-def run_flags(args: argparse.Namespace) -> str:
-    """The flags for the header line."""
-    where = f"cuda ({torch.cuda.get_device_name()})" if args.device == "cuda" else "cpu"
-    return f"device {where}, {args.precision}, {'torch.compile' if args.compile else 'eager'}"
-
-
-def compile_static(fn):
-    """``torch.compile(fn)`` in the default mode with static shapes: each batch size gets its own graph
-    (compiled in the warm-up), none a dynamic one; the recompile limit is raised to hold them all."""
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-    return torch.compile(fn, dynamic=False)
-
-
-def caster(args: argparse.Namespace) -> Callable[[], contextlib.AbstractContextManager]:
-    """A fresh context per call: bf16 autocast on the chosen device, or nothing."""
-    if args.precision == "bf16":
-        return lambda: torch.autocast(args.device, dtype=torch.bfloat16)
-    return contextlib.nullcontext
-
-
 def max_diff(ours: ViT, peer: nn.Module, x: Tensor) -> tuple[float, float]:
     """Max abs difference of the outputs, fast path (inference) and train-mode path."""
     ours.eval(), peer.eval()
@@ -200,14 +166,14 @@ def main() -> None:
                     help="torch: nn.TransformerEncoder (default); timm: timm's ViT Block (needs timm installed)")
     add_run_flags(ap)
     args = ap.parse_args()
-    check_run_flags(ap, args)
+    run = Run.from_args(ap, args)
     if args.threads:
         torch.set_num_threads(args.threads)
     repeats = args.repeats or (3 if args.quick else 9)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), OMP_NUM_THREADS="
           f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, load average {os.getloadavg()[0]:.2f}, "
-          f"{run_flags(args)}, peer {args.peer}")
-    cast, dev = caster(args), torch.device(args.device)
+          f"{run.describe()}, peer {args.peer}")
+    dev = torch.device(args.device)
     results = []
     for s in (QUICK if args.quick else SHAPES):
         b = args.batch or s.batch
@@ -219,14 +185,13 @@ def main() -> None:
         ours, peer, x = ours.to(dev), peer.to(dev), x.to(dev)
         fast, slow = max_diff(ours, peer, x[:8])
         fns = (our_body(ours), peer)
-        if args.compile:
-            fns = (compile_static(fns[0]), compile_static(peer))
+        fns = (run.compiled(fns[0]), run.compiled(peer))
         print(f"\n{s.name}: d {s.d}, {s.layers} layers, {s.heads} heads, MLP {s.mlp}, {s.tokens} tokens, batch {b}")
         print(f"  max |ours - peer| = {max(fast, slow):.2e} (inference fast path {fast:.2e}, train path {slow:.2e})")
         print(f"  {'mode':<10} {'ours s':>9} {'peer s':>9} {'ours/peer':>10}")
         for train in (False, True):
-            o, p, r = compare(ours, peer, x, train=train, repeats=repeats, fns=fns, cast=cast,
-                              warmup=3 if args.compile else 1)
+            o, p, r = compare(ours, peer, x, train=train, repeats=repeats, fns=fns, cast=run.cast,
+                              warmup=run.warmup)
             mode = "train" if train else "inference"
             results.append((s.name, mode, r))
             print(f"  {mode:<10} {o:>9.4f} {p:>9.4f} {r:>9.3f}x")
