@@ -25,12 +25,18 @@ the run's batch size (the squashed pool competes within a batch; ``--batch-size`
 on the CPU, in eval mode. Seconds for the micro / CPU configs. Usage::
 
     python experiments/ait_analysis.py RUNS/ait_run --vit RUNS/vit_run [--samples 256] [--head 0]
+    python experiments/ait_analysis.py --report --out experiments/results/ait_analysis
+
+``--report`` loads no model: it rebuilds ``OUT/study.json`` from the ``summary.json`` of each analysed
+run under ``OUT`` (``OUT/<name>/summary.json``, as ``experiments/results/ait_analysis/paper/``) and, where
+the run's own logs were kept beside it (``OUT/<name>/run/metrics.jsonl``), its last validation metrics.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +98,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-ait-sparsity", dest="ait_sparsity", action="store_false",
                     help="skip the AiT's own self-attention sparsity")
     ap.add_argument("--no-plots", dest="plots", action="store_false", help="numbers only (no matplotlib)")
+    ap.add_argument("--report", action="store_true",
+                    help="rebuild OUT/study.json from the summary.json files under OUT (no model is loaded)")
     args = ap.parse_args(argv)
-    if args.ait is None and args.vit is None:
+    if args.ait is None and args.vit is None and not args.report:
         ap.error("give an AiT run directory, a --vit run directory, or both")
     for name in ("samples", "batch_size", "images"):
         value = getattr(args, name)
@@ -107,6 +115,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     out = Path(args.out)
+    if args.report:
+        return report_study(out, args, argv)
     out.mkdir(parents=True, exist_ok=True)
     if args.plots:
         from modwire.analysis.plots import require_plotting
@@ -123,6 +133,58 @@ def main(argv: list[str] | None = None) -> int:
     (out / "summary.json").write_text(json.dumps(finite(summary), indent=1) + "\n")
     print(report(summary))
     return 0
+
+
+def report_study(out: Path, args: argparse.Namespace, argv: list[str] | None) -> int:
+    """``--report``: one record per analysed run under ``out`` into ``out/study.json``."""
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import common
+
+    summaries = sorted(out.glob("*/summary.json"))
+    if not summaries:
+        raise SystemExit(f"ait_analysis.py --report: no <name>/summary.json under {out}; analyse a run first")
+    results = [analysis_record(path) for path in summaries]
+    for r in results:
+        print(f"{r['name']}: slot cosine {r.get('slot_cosine')}, final validation {r.get('final_val')}")
+    logs = [*summaries, *(p.parent / "run" / "metrics.jsonl" for p in summaries)]
+    common.finish_study(out, "ait_analysis", results, args=args, started=time.perf_counter(), seeds=[0],
+                        logs=[p for p in logs if p.is_file()], script=__file__, argv=argv)
+    return 0
+
+
+def analysis_record(path: Path) -> dict:
+    """The numbers of one run's analysis (``summary.json``) that the README states: mean slot cosine
+    per layer, patch diversity per checkpoint, Hopfield energy before / after retrieval, the heads'
+    median sparsity; and the run's last validation metrics where its ``run/metrics.jsonl`` is kept."""
+    summary = json.loads(path.read_text())
+    ait, vit = summary.get("ait") or {}, summary.get("vit") or {}
+    record: dict[str, Any] = {"name": path.parent.name, "run": ait.get("run") or vit.get("run")}
+    if ait:
+        record.update(slot_cosine=ait.get("slot_cosine"), memory_unchanged=ait.get("memory_unchanged"),
+                      diversity=[{"step": d["step"], "mean": d["mean"]} for d in ait.get("diversity", [])],
+                      energy=[{k: e[k] for k in ("mean_before", "mean_after", "fraction_decreased")}
+                              for e in ait.get("energy", [])],
+                      ait_sparsity_median_per_head=(ait.get("sparsity") or {}).get("median_per_head"))
+    if vit:
+        record["vit_sparsity_median_per_head"] = vit.get("median_per_head")
+    metrics = path.parent / "run" / "metrics.jsonl"
+    if metrics.is_file():
+        from modwire.files import read_lines
+
+        vals = [r for r in map(json.loads, read_lines(metrics)) if "val_loss" in r]
+        if vals:
+            record["final_val"] = {k.removeprefix("val_"): v for k, v in vals[-1].items() if k != "epoch"}
+            record["val_split"] = _val_split(path.parent / "run" / "config.yaml")
+    return record
+
+
+def _val_split(config: Path) -> str | None:
+    """The validation split of a run's ``config.yaml`` (``data.val_split``), ``None`` without one."""
+    if not config.is_file():
+        return None
+    import yaml
+
+    return ((yaml.safe_load(config.read_text()) or {}).get("data") or {}).get("val_split")
 
 
 def report(summary: dict) -> str:

@@ -29,7 +29,8 @@ first 2000 test images and the number of distinct patches the slots select. Resu
 study run's record to ``OUT/study.json`` (``experiments/common.py``).
 
 Run: ``python experiments/ait_memory_collapse.py`` (300 steps, about 1.5 minutes a variant on one
-core); ``--task triangle --steps 150``; ``--quick``.
+core); ``--task triangle --steps 150``; ``--quick``; ``--report`` reprints the table and rebuilds
+``OUT/study.json`` from ``OUT/results.json`` (no training).
 """
 from __future__ import annotations
 
@@ -127,14 +128,15 @@ def plot(results: list[dict], path: Path) -> Path | None:
                 ax.plot(steps, [c["slot_cos"][layer] for c in r["curve"]], style,
                         label=f"{r['variant']} (layer {layer + 1})")
         ax.set(xlabel="training step", ylabel="mean cosine between memory slots", ylim=(-0.05, 1.05),
-               title=f"AiT memory collapse ({results[0]['task']})")
+               title=f"AiT memory collapse ({results[0].get('task', 'task not recorded')})")   # early runs lack it
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     return common.save_figure(path, draw)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = common.parser(__doc__, DEFAULT_OUT, "6 steps, 256 images")
+    ap = common.parser(__doc__, DEFAULT_OUT, "6 steps, 256 images",
+                       report="reprint the table from OUT/results.json and rebuild OUT/study.json (no training)")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--task", choices=sorted(TASKS), default="fashion_mnist")
@@ -143,6 +145,18 @@ def main(argv: list[str] | None = None) -> int:
                                                        "where Debian's dataset-fashion-mnist installs them)")
     args = ap.parse_args(argv)
     started = time.perf_counter()
+    results = common.read_log(args.out / "results.json", __file__) if args.report else train_variants(args)
+    table = format_table(results)
+    (args.out / "table.md").write_text(table + "\n")
+    plot(results, args.out / "slot_similarity.png")
+    common.finish_study(args.out, "ait_memory_collapse", results, args=args, started=started, seeds=[0],
+                        logs=[args.out / "results.json"], script=__file__, argv=argv)
+    print(table)
+    return 0
+
+
+def train_variants(args) -> list[dict]:
+    """Train every variant of ``args.variants`` on one seed; the records also go to ``OUT/results.json``."""
     steps, every = (6, 2) if args.quick else (args.steps, args.every)
     try:
         tensors = data(512 if args.quick else 20000, 256 if args.quick else 2000, args.data_root, args.task)
@@ -154,13 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         results.append(train_variant(name, steps, every, tensors, task=args.task))
         print(f"{name}: slot cosine {results[-1]['curve'][-1]['slot_cos']}, test top-1 {results[-1]['test_top1']:.3f} "
               f"({results[-1]['seconds']:.0f} s)", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     common.write_json_atomic(args.out / "results.json", results)
-    table = format_table(results)
-    (args.out / "table.md").write_text(table + "\n")
-    plot(results, args.out / "slot_similarity.png")
-    common.write_study(args.out, "ait_memory_collapse", results, config=args, seeds=[0], started=started)
-    print(table)
-    return 0
+    return results
 
 
 if __name__ == "__main__":

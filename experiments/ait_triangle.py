@@ -26,7 +26,9 @@ table (next to the paper's) goes to ``OUT/table.md``, the validation curves to `
 the study run's record to ``OUT/study.json`` (``experiments/common.py``).
 
 Run: ``python experiments/ait_triangle.py`` (rows ``ait,vit,without_bottleneck``);
-``--rows all`` for all of Table 2; ``--quick`` is a smoke test; ``--report`` reprints the table.
+``--rows all`` for all of Table 2; ``--quick`` is a smoke test; ``--report`` reprints the table and
+rebuilds ``OUT/study.json`` from ``OUT/results.jsonl`` (no training; a record of an early run without a
+``seed`` is seed 0, as the table counts it).
 """
 from __future__ import annotations
 
@@ -195,8 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     failed = [] if args.report else run_rows(args.rows, args.steps, args.out, args.workers, args.quick, args.seeds)
     print(report(args.out, args.rows, args.steps, args.quick))
-    results = [r for r in load(args.out, args.steps, args.quick).values() if r.get("row") in args.rows]
-    common.write_study(args.out, "ait_triangle", results, config=args, seeds=range(args.seeds), started=started)
+    results = [{"seed": 0, **r} for r in load(args.out, args.steps, args.quick).values() if r.get("row") in args.rows]
+    seeds = common.seeds_of(results) if args.report else range(args.seeds)
+    common.finish_study(args.out, "ait_triangle", results, args=args, started=started, seeds=seeds,
+                        logs=[args.out / "results.jsonl"], script=__file__, argv=argv)
     return 1 if failed else 0
 
 

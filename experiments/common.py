@@ -4,10 +4,12 @@ seeds, Markdown tables and figures. A study script keeps what is its own: the pa
 table it reproduces, its grid, its metric and its figure's specifics.
 
 Every study run writes ``OUT/study.json`` (:func:`write_study`): ``{"study", "config", "seeds",
-"commit", "wall_time_s", "machine", "results"}``, written atomically (a temporary file, then
+"commit", "wall_time_s", "machine", "source", "results"}``, written atomically (a temporary file, then
 :func:`os.replace`), so a study killed while writing leaves the previous file whole. A study's
 per-run log (``OUT/results.jsonl``, :mod:`modwire.analysis.results_log`) is what lets a rerun skip
-finished runs; ``study.json`` is the run's record of what it found.
+finished runs; ``study.json`` is the run's record of what it found. A study's ``--report`` rebuilds
+``study.json`` from the logs alone (:func:`finish_study`; no training), so every committed number
+stays traceable to the runs that produced it.
 
 The studies are scripts: each puts this file's directory on ``sys.path`` and imports ``common``.
 """
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shlex
+import sys
 import functools
 import io
 import json
@@ -24,7 +28,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from modwire.analysis.study import RESULTS_FILE, git_commit, machine, write_json_atomic, write_study  # noqa: F401
+from modwire.analysis.study import (RESULTS_FILE, git_commit, machine, write_json_atomic,  # noqa: F401
+                                    write_study, write_study_from_logs)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -168,3 +173,29 @@ def save_figure(path: Path, draw: Callable[[Any, Any], None], *, figsize: tuple[
 
 # ----------------------------------------------------------------------------- the results file
 # one format for every study and the demo: modwire.analysis.study
+
+
+def finish_study(out: Path, study: str, results: list[dict], *, args: argparse.Namespace, started: float,
+                 seeds: Iterable[int], logs: Iterable[Path], script: str, argv: Sequence[str] | None) -> Path:
+    """The study's ``OUT/study.json``: after training, :func:`write_study` (commit, machine, wall
+    time); with ``--report``, :func:`write_study_from_logs` from ``logs`` (the files the results
+    were read from), recording the command that rebuilt it (``script`` run with ``argv``)."""
+    if not getattr(args, "report", False):
+        return write_study(out, study, results, config=args, seeds=seeds, started=started)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = " ".join(["python", f"experiments/{Path(script).name}", *map(shlex.quote, argv)])
+    return write_study_from_logs(out, study, results, seeds=seeds, logs=logs, command=command)
+
+
+def read_log(path: Path, script: str) -> Any:
+    """A study's JSON log of an earlier run (``OUT/results.json``) for its ``--report``; a clear
+    error when the study has not run there."""
+    if not path.is_file():
+        raise SystemExit(f"{Path(script).name} --report: {path} does not exist; run the study first (without "
+                         f"--report)")
+    return json.loads(path.read_text())
+
+
+def seeds_of(results: Iterable[dict]) -> list[int]:
+    """The seeds of a study's records (``seed``, 0 where an early record has none)."""
+    return sorted({int(r.get("seed", 0)) for r in results})

@@ -19,7 +19,8 @@ slot, top-down share for the second pass; heatmap ``OUT/read_map_<variant>.png``
 
 Run: ``OMP_NUM_THREADS=1 python experiments/nfm_lm_synthetic.py`` (about 3 minutes on one core);
 ``--quick`` for a smoke test. Writes ``OUT/results.json``, ``OUT/table.md`` and the study run's
-record ``OUT/study.json`` (``experiments/common.py``).
+record ``OUT/study.json`` (``experiments/common.py``); ``--report`` reprints the table and rebuilds
+``OUT/study.json`` from ``OUT/results.json`` (no training).
 """
 from __future__ import annotations
 
@@ -145,7 +146,8 @@ def format_table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = common.parser(__doc__, DEFAULT_OUT, "4 steps, 60 paragraphs")
+    ap = common.parser(__doc__, DEFAULT_OUT, "4 steps, 60 paragraphs",
+                       report="reprint the table from OUT/results.json and rebuild OUT/study.json (no training)")
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--paragraphs", type=int, default=2000)
     args = ap.parse_args(argv)
@@ -153,6 +155,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.steps, args.paragraphs = 4, 60
     args.out.mkdir(parents=True, exist_ok=True)
+    rows = common.read_log(args.out / "results.json", __file__) if args.report else train_variants(args)
+    table = format_table(rows)
+    (args.out / "table.md").write_text(table + "\n")
+    common.finish_study(args.out, "nfm_lm_synthetic", rows, args=args, started=started, seeds=[0],
+                        logs=[args.out / "results.json"], script=__file__, argv=argv)
+    print(table)
+    return 0
+
+
+def train_variants(args) -> list[dict]:
+    """Every variant trained on a freshly written corpus (seed 0); the rows also go to ``OUT/results.json``."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         data = write_corpus(Path(tmp) / "data", args.paragraphs)
@@ -160,11 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(run_variant(name, data, Path(tmp) / "runs", args.steps, args.out))
             print(json.dumps(rows[-1]), flush=True)
     common.write_json_atomic(args.out / "results.json", rows)
-    table = format_table(rows)
-    (args.out / "table.md").write_text(table + "\n")
-    common.write_study(args.out, "nfm_lm_synthetic", rows, config=args, seeds=[0], started=started)
-    print(table)
-    return 0
+    return rows
 
 
 if __name__ == "__main__":

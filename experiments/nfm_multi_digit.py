@@ -25,7 +25,8 @@ runs go to ``OUT/results.jsonl`` and are skipped by a rerun; the table next to T
 ``OUT/table.md``, the study run's record to ``OUT/study.json`` (``experiments/common.py``).
 
 Run: ``python experiments/nfm_multi_digit.py`` (both regimes, both models, one seed);
-``--quick`` is a smoke test; ``--report`` reprints the table.
+``--quick`` is a smoke test; ``--report`` reprints the table and rebuilds ``OUT/study.json`` from
+``OUT/results.jsonl`` (no training).
 """
 from __future__ import annotations
 
@@ -194,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.out.is_dir():
         results = [r for r in load(args.out, args.steps, args.quick).values()
                    if r["regime"] in args.regimes and r["model"] in args.models]
-        common.write_study(args.out, "nfm_multi_digit", results, config=args, seeds=range(args.seeds), started=started)
+        seeds = common.seeds_of(results) if args.report else range(args.seeds)
+        common.finish_study(args.out, "nfm_multi_digit", results, args=args, started=started, seeds=seeds,
+                            logs=[args.out / "results.jsonl"], script=__file__, argv=argv)
     return 1 if failed else 0
 
 

@@ -30,7 +30,8 @@ bar plot, ``OUT/study.json`` the study run's record (``experiments/common.py``).
 (checkpoints) stay under ``OUT/runs/`` (not meant to be committed).
 
 Run: ``python experiments/nfm_sort_of_clevr.py`` (3 seeds of both rows); ``--quick`` is a smoke
-test; ``--report`` reprints the table (with the same size arguments). The committed results
+test; ``--report`` reprints the table and rebuilds ``OUT/study.json`` from ``OUT/results.jsonl`` (with
+the same size arguments; no training). The committed results
 (``experiments/results/nfm_sort_of_clevr/``) come from::
 
     python experiments/nfm_sort_of_clevr.py --rows nfm,cnn --seeds 3 --steps 1600 --batch 32 \
@@ -120,8 +121,13 @@ def sizes(a: argparse.Namespace) -> dict:
 
 
 def comparable(a: argparse.Namespace):
-    """Which records of the results log were trained with ``a``'s sizes and holdout."""
-    return lambda r: r.get("sizes") == sizes(a) and r.get("holdout", 0) == a.holdout
+    """Which records of the results log were trained with ``a``'s sizes and holdout. A record from
+    before ``block_order`` was recorded trained the Conv → BN → ReLU blocks of that time."""
+    def keep(r: dict) -> bool:
+        got = r.get("sizes")
+        got = {**got, "block_order": got.get("block_order", "conv_bn_relu")} if isinstance(got, dict) else got
+        return got == sizes(a) and r.get("holdout", 0) == a.holdout
+    return keep
 
 
 def load(a: argparse.Namespace) -> dict[str, dict]:
@@ -238,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = [] if a.report else run_all(a)
     print(report(a))
     results = [r for r in load(a).values() if r["row"] in a.rows]
-    common.write_study(a.out, "nfm_sort_of_clevr", results, config=a, seeds=range(a.seeds), started=started)
+    seeds = common.seeds_of(results) if a.report else range(a.seeds)
+    common.finish_study(a.out, "nfm_sort_of_clevr", results, args=a, started=started, seeds=seeds,
+                        logs=[a.out / "results.jsonl"], script=__file__, argv=argv)
     return 1 if failed else 0
 
 

@@ -32,7 +32,8 @@ seeds per k, next to the paper's claim) is printed and written to ``OUT/table.md
 ``OUT/fewshot.png``, the study run's record to ``OUT/study.json`` (``experiments/common.py``).
 
 Run: ``python experiments/ni_fewshot.py``; ``--lr-check`` fine-tunes seed 0 at a few learning
-rates; ``--quick`` is a smoke test; ``--report`` reprints the table. ``experiments/results/ni_fewshot/``
+rates; ``--quick`` is a smoke test; ``--report`` reprints the table and rebuilds ``OUT/study.json`` from
+``OUT/results.jsonl`` (no training). ``experiments/results/ni_fewshot/``
 holds the run reported in the README (``--report --out experiments/results/ni_fewshot``; its table
 records the minutes each part took); what it found is stated in the README next to its numbers.
 """
@@ -383,8 +384,10 @@ def main(argv: list[str] | None = None) -> int:
             failed = run_jobs(ft, out, args.workers)
         print(f"ran in {(time.perf_counter() - started) / 60:.1f} minutes")
     print(report(out, models, lrs))
-    common.write_study(out, "ni_fewshot", [r for r in load_results(out / "results.jsonl").values()
-                                           if r["model"] in models], config=args, seeds=range(args.seeds), started=started)
+    results = [r for r in load_results(out / "results.jsonl").values() if r["model"] in models]
+    seeds = sorted({int(s) for r in results for s in r.get("values", {})}) if args.report else range(args.seeds)
+    common.finish_study(out, "ni_fewshot", results, args=args, started=started, seeds=seeds,
+                        logs=[out / "results.jsonl"], script=__file__, argv=argv)
     if failed:
         print(f"{len(failed)} jobs failed (not in the table):\n  " + "\n  ".join(failed))
     return 1 if failed else 0

@@ -21,7 +21,8 @@ The three fine-tuning settings run in parallel worker processes (one thread each
 Output (``--out``, default ``experiments/results/ni_fuzzy_boolean``): ``pretrain/`` (the run),
 ``finetune-<setting>/`` (one run per seed, ``summary.json``), ``table.md``, ``table1.png`` and the
 study run's record ``study.json`` (``experiments/common.py``; not written by ``--residual-growth``).
-``--report`` reprints the table from those files; ``--quick`` is a smoke test (seconds).
+``--report`` reprints the table from those files and rebuilds ``study.json`` from them (no training);
+``--quick`` is a smoke test (seconds).
 
 Table 1's parameter sets are the paper's: the 10 new CLS tokens feed the pre-trained shared
 regression head, which ``new_task`` keeps, so ``cls`` trains the CLS tokens alone ("all parameters
@@ -199,13 +200,19 @@ def residual_growth_table(out: Path) -> str:
 
 def setting_results(out: Path, setting: str) -> list[dict]:
     """Per seed: the validation metrics at the end of fine-tuning (``r2``: mean over the 10
-    functions of each function's R²; ``r2_std``: their std)."""
-    summary = out / f"finetune-{setting.replace(',', '+')}" / "summary.json"
-    if not summary.is_file():
+    functions of each function's R²; ``r2_std``: their std). Each seed's run is read from
+    ``seed-<s>/`` next to the summary (the summary's ``seed_runs`` name the directories the runs
+    trained in, which a copied or committed study no longer has)."""
+    return [json.loads(f.read_text())["val"] for f in seed_files(out, setting)]
+
+
+def seed_files(out: Path, setting: str) -> list[Path]:
+    """The ``result.json`` of each finished seed of a fine-tuning setting, in seed order."""
+    folder = out / f"finetune-{setting.replace(',', '+')}"
+    if not (folder / "summary.json").is_file():
         return []
-    runs = json.loads(summary.read_text())["seed_runs"]
-    return [json.loads((Path(p) / "result.json").read_text())["val"] for p in runs.values()
-            if (Path(p) / "result.json").is_file()]
+    seeds = sorted(int(s) for s in json.loads((folder / "summary.json").read_text())["seed_runs"])
+    return [f for s in seeds if (f := folder / f"seed-{s}" / "result.json").is_file()]
 
 
 def rows(out: Path) -> list[tuple[str, str, tuple | None, tuple]]:
@@ -275,9 +282,20 @@ def report(out: Path) -> tuple[str, list[dict]]:
     (out / "table.md").write_text(text + "\n")
     plot(table, out / "table1.png")
     results = [{"setting": key, "label": label, "paper": paper,
-                **({} if ours is None else dict(zip(("r2", "r2_std_functions", "r2_std_seeds", "seeds"), ours)))}
+                **({} if ours is None else dict(zip(("r2", "r2_std_functions", "r2_std_seeds", "seeds"), ours))),
+                "r2_per_seed": [r["r2"] for r in setting_results(out, key)] if key in SETTINGS else
+                [ours[0]] if ours else []}
                for key, label, ours, paper in table]
     return text, results + ([{"setting": "dynamic_inference", **dynamic}] if dynamic is not None else [])
+
+
+def logs(out: Path) -> list[Path]:
+    """The files the report reads: the pre-training's result and dynamic-inference files, each
+    setting's summary and per-seed results."""
+    files = [out / "pretrain" / "result.json", out / "pretrain" / "dynamic.json"]
+    for setting in SETTINGS:
+        files += [out / f"finetune-{setting.replace(',', '+')}" / "summary.json", *seed_files(out, setting)]
+    return [f for f in files if f.is_file()]
 
 
 # ----------------------------------------------------------------------------- the command
@@ -326,8 +344,10 @@ def main(argv: list[str] | None = None) -> int:
             return max(codes)
     text, results = report(out)
     print(text)
-    common.write_study(out, "ni_fuzzy_boolean", results, config=args,
-                       seeds=[int(s) for s in args.seeds.split(",") if s], started=started)
+    seeds = sorted({int(f.parent.name.split("-")[1]) for key in SETTINGS for f in seed_files(out, key)}) \
+        if args.report else [int(s) for s in args.seeds.split(",") if s]
+    common.finish_study(out, "ni_fuzzy_boolean", results, args=args, started=started, seeds=seeds, logs=logs(out),
+                        script=__file__, argv=argv)
     return 0
 
 

@@ -28,9 +28,9 @@ Run: ``python experiments/table1_ladder.py`` (the default set: Table 1's four ru
 + ModFC, + frozen sparse graph, NAC with the scale-free prior, on both tasks with 3 seeds; about
 40 minutes on 2 cores); ``--rows`` picks rows (e.g. the in-between ones), ``--full`` runs every
 row with 5 seeds (about 4 hours); ``--sweep`` adds the learning-rate sweep (30 minutes a task);
-``--quick`` is a smoke test. ``--report`` reprints the table from ``OUT/results.jsonl``.
-``experiments/results/table1_ladder/`` holds the study reported in the README
-(``--report --out experiments/results/table1_ladder``).
+``--quick`` is a smoke test. ``--report`` reprints the table from ``OUT/results.jsonl`` and rebuilds
+``OUT/study.json`` from it (no training). ``experiments/results/table1_ladder/`` holds the study reported
+in the README (``--report --out experiments/results/table1_ladder``; ``modwire reproduce table1_ladder``).
 """
 from __future__ import annotations
 
@@ -427,8 +427,9 @@ def main(argv: list[str] | None = None) -> int:
         failed = run_jobs(plan(args, image), out, args.workers)
         print(f"trained in {(time.perf_counter() - started) / 60:.1f} minutes")
     print(report(out, tasks))
-    common.write_study(out, "table1_ladder", [r for r in load_results(out / "results.jsonl").values()
-                                              if r["task"] in tasks], config=args, seeds=range(args.seeds), started=started)
+    results = [r for r in load_results(out / "results.jsonl").values() if r["task"] in tasks]
+    common.finish_study(out, "table1_ladder", results, args=args, started=started, seeds=common.seeds_of(results),
+                        logs=[out / "results.jsonl"], script=__file__, argv=argv)
     if failed:
         print(f"{len(failed)} runs failed (not in the table):\n  " + "\n  ".join(failed))
     return 1 if failed else 0

@@ -42,6 +42,18 @@ def test_quick_run_writes_results_and_table(tmp_path):
     for r in results:                     # each row carries its run's numbers
         row = next(line for line in table.splitlines() if line.startswith(f"| {r['variant']} |"))
         assert row.endswith(f"| {100 * r['test_top1']:.1f} |") and f"{r['curve'][-1]['balance']:.0f}" in row
+    fresh = json.loads((tmp_path / "study.json").read_text())
+    assert fresh["source"] is None and fresh["results"] == results
+    (tmp_path / "table.md").unlink()
+    assert collapse.main(["--report", "--out", str(tmp_path)]) == 0              # from results.json, no training
+    rebuilt = json.loads((tmp_path / "study.json").read_text())
+    assert rebuilt["results"] == results and (tmp_path / "table.md").read_text() == table
+    assert rebuilt["source"]["logs"] == [str((tmp_path / "results.json").resolve())] and rebuilt["commit"] is None
+
+
+def test_report_without_a_run_says_to_run_the_study_first(tmp_path):
+    with pytest.raises(SystemExit, match=r"results.json does not exist; run the study first"):
+        collapse.main(["--report", "--out", str(tmp_path)])
 
 
 def test_unreadable_data_is_a_clear_error(tmp_path):

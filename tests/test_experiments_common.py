@@ -24,7 +24,8 @@ def test_study_file_round_trips_with_the_run_and_machine(tmp_path):
     path = common.write_study(tmp_path / "out", "toy_study", results, config=config, seeds=range(2), started=0.0)
     assert path == tmp_path / "out" / "study.json"
     got = json.loads(path.read_text())
-    assert list(got) == ["study", "config", "seeds", "commit", "wall_time_s", "machine", "results"]
+    assert list(got) == ["study", "config", "seeds", "commit", "wall_time_s", "machine", "source", "results"]
+    assert got["source"] is None                                # a run that trained: no logs it was rebuilt from
     assert got["study"] == "toy_study" and got["seeds"] == [0, 1]
     assert got["config"] == {"out": str(tmp_path / "out"), "quick": True, "rows": ["ait", "vit"]}
     assert got["results"] == [{"key": "ait-seed0", "top1": 0.5, "steps": 8, "dir": str(tmp_path / "ait")}]
@@ -33,6 +34,53 @@ def test_study_file_round_trips_with_the_run_and_machine(tmp_path):
     assert got["machine"]["cpu_count"] == os.cpu_count() and got["machine"]["torch"]
     assert common.write_study(tmp_path, "s", [], config={})         # not timed: wall_time_s is null
     assert json.loads((tmp_path / "study.json").read_text())["wall_time_s"] is None
+
+
+def test_study_rebuilt_from_logs_names_them_and_claims_no_commit_machine_or_time(tmp_path):
+    log = tmp_path / "results.jsonl"
+    log.write_text('{"key": "a", "seed": 1}\n')
+    args = argparse.Namespace(out=tmp_path, report=True)
+    path = common.finish_study(tmp_path, "toy", [{"key": "a", "seed": 1}], args=args, started=0.0, seeds=[1, 1],
+                               logs=[log], script="/somewhere/experiments/toy.py", argv=["--report", "--out", "x y"])
+    got = json.loads(path.read_text())
+    assert list(got) == list(study.KEYS)
+    assert (got["commit"], got["machine"], got["wall_time_s"], got["seeds"]) == (None, None, None, [1])
+    assert got["source"]["logs"] == [str(log.resolve())]          # outside the checkout: as given
+    assert got["source"]["logs_commit"] is None                   # not in git
+    assert got["source"]["command"] == "python experiments/toy.py --report --out 'x y'"
+    assert got["results"] == [{"key": "a", "seed": 1}] and study.read_study(path) == got
+    assert got["config"] is None                                  # no run's config.yaml: the arguments are not known
+    (tmp_path / "run-a").mkdir()
+    (tmp_path / "run-a" / "config.yaml").write_text("seed: 1\n")
+    again = common.finish_study(tmp_path, "toy", [], args=args, started=0.0, seeds=[1], logs=[log],
+                                script="toy.py", argv=["--report"])
+    assert json.loads(again.read_text())["config"] == {"run_configs": [str((tmp_path / "run-a" / "config.yaml")
+                                                                            .resolve())]}
+    fresh = common.finish_study(tmp_path, "toy", [], args=argparse.Namespace(report=False), started=0.0, seeds=[0],
+                                logs=[log], script="toy.py", argv=[])
+    assert json.loads(fresh.read_text())["source"] is None and json.loads(fresh.read_text())["machine"]
+
+
+def test_paths_in_the_checkout_are_recorded_relative_to_it(tmp_path):
+    inside = common.ROOT / "experiments" / "results" / "x"
+    path = common.write_study(tmp_path, "s", [], config={"out": inside, "other": tmp_path})
+    got = json.loads(path.read_text())["config"]
+    assert got == {"out": "experiments/results/x", "other": str(tmp_path.resolve())}
+
+
+def test_a_file_that_is_not_a_study_is_named_with_what_was_expected(tmp_path):
+    bad = tmp_path / "study.json"
+    bad.write_text('{"study": "x", "results": []}')
+    with pytest.raises(ValueError, match=r"study.json: expected a study.json with keys \['study', 'config'.*got "
+                                         r"\['results', 'study'\]"):
+        study.read_study(bad)
+    bad.write_text("{oops")
+    with pytest.raises(ValueError, match="study.json: not JSON"):
+        study.read_study(bad)
+
+
+def test_seeds_of_records_count_an_unseeded_record_as_seed_0():
+    assert common.seeds_of([{"seed": 2}, {}, {"seed": 2}]) == [0, 2]
 
 
 def test_commit_is_null_without_git(monkeypatch):

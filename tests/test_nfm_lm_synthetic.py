@@ -30,3 +30,6 @@ def test_quick_run_writes_every_variant(tmp_path):
     assert rows[0]["reads"] == {} and 0 <= rows[1]["reads"]["null_mass"] <= 1
     assert rows[2]["reads"]["top_down_share"] == rows[2]["reads"]["top_down_share"]    # not NaN: pass 2 reads pass 1
     assert (tmp_path / "read_map_nfm_2pass.png").stat().st_size > 0
+    assert exp.main(["--report", "--out", str(tmp_path)]) == 0                   # from results.json, no training
+    study = json.loads((tmp_path / "study.json").read_text())
+    assert json.dumps(study["results"]) == json.dumps(rows) and study["source"]["logs"][0].endswith("results.json")

@@ -81,9 +81,33 @@ def test_residual_growth_of_the_eq11_readings():
 
 
 def test_committed_residual_growth_matches_the_documented_numbers():
-    """The numbers the NI docstring and README quote come from the committed measurement."""
+    """The numbers the NI docstring and docs/ni.md quote come from the committed measurement."""
     result = json.loads((ROOT / "experiments" / "results" / "ni_fuzzy_boolean" / "residual_growth.json").read_text())
     digits = result["ni_digits"]
     assert len(digits["identity"]["growth"]) == 8 and 250 < digits["identity"]["growth"][-1] < 260
     assert 1.0 < digits["update"]["growth"][-1] < 1.1 and digits["update"]["iterations_50"] == "finite"
     assert result["ni_fuzzy_boolean"]["identity"]["iterations_50"].startswith("refused:")
+
+
+def test_report_reads_each_seed_next_to_its_summary_and_rebuilds_the_study_file(tmp_path):
+    """A committed study's summaries name the directories the runs trained in (elsewhere): the
+    seeds are read from ``seed-<s>/`` beside the summary, and --report records the files it read."""
+    (tmp_path / "pretrain").mkdir()
+    (tmp_path / "pretrain" / "result.json").write_text(json.dumps({"val": {"r2": 0.99, "r2_std": 0.01}}))
+    (tmp_path / "pretrain" / "dynamic.json").write_text(json.dumps({
+        "checkpoint": {"r2": 0.995, "r2_std": 0.002, "path": "best-00000010"}, "iterations": {"1": 0.5, "2": 0.995},
+        "dropped": {"0": 0.4}}))
+    _write_setting(tmp_path, "cls", [(0.90, 0.02), (0.92, 0.04)])
+    summary = tmp_path / "finetune-cls" / "summary.json"
+    summary.write_text(json.dumps({"seed_runs": {"0": "/elsewhere/seed-0", "1": "/elsewhere/seed-1"}}))
+    assert [r["r2"] for r in fz.setting_results(tmp_path, "cls")] == [0.90, 0.92]
+    assert fz.main(["--report", "--out", str(tmp_path)]) == 0
+    got = json.loads((tmp_path / "study.json").read_text())
+    assert got["seeds"] == [0, 1] and got["commit"] is None and got["machine"] is None
+    by = {r["setting"]: r for r in got["results"]}
+    assert by["pretrain"]["r2_per_seed"] == [0.995] and by["cls"]["r2_per_seed"] == [0.90, 0.92]
+    assert "r2_per_seed" in by["all"] and by["all"]["r2_per_seed"] == []          # not run
+    logs = {Path(p).relative_to(tmp_path).as_posix() for p in got["source"]["logs"]}
+    assert logs == {"pretrain/result.json", "pretrain/dynamic.json", "finetune-cls/summary.json",
+                    "finetune-cls/seed-0/result.json", "finetune-cls/seed-1/result.json"}
+    assert got["source"]["command"] == f"python experiments/ni_fuzzy_boolean.py --report --out {tmp_path}"

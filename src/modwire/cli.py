@@ -9,6 +9,11 @@
     modwire list models|tasks
     modwire analyze RUN_DIR [--baseline RUN_DIR ...] [--out DIR] [--drop FRACTIONS] [--edges FRACTIONS] [--block-size N]
                     [--split SPLIT] [--batch N] [--max-samples N] [--set key=value ...] [--no-plots]
+    modwire reproduce NAME [--quick] [--out DIR] [--dry-run]    |    modwire reproduce --list
+    modwire results [--write FILE | --check FILE | --rebuild [NAME ...]]
+
+``reproduce`` and ``results`` run the studies of ``experiments/`` (``experiments/registry.py``,
+``experiments/report.py``), which live in a clone of the repository, not in the installed package.
 
 Also ``python -m modwire ...`` and ``torchrun --nproc-per-node N -m modwire train ...``.
 Misuse exits with code 2 and a usage message; bad configs, names and files exit 2
@@ -30,8 +35,10 @@ from .errors import UserError
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="modwire",
-                                 description="Modular attention networks: train, evaluate, fine-tune, list, analyze.")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{train,eval,finetune,list,analyze,data}")
+                                 description="Modular attention networks: train, evaluate, fine-tune, list, analyze; "
+                                             "reproduce the papers' studies and their results table.")
+    sub = ap.add_subparsers(dest="command", required=True,
+                            metavar="{train,eval,finetune,list,analyze,data,reproduce,results}")
     t = sub.add_parser("train", help="train a model on a task from a YAML config")
     t.add_argument("config", nargs="?", help="YAML file (see configs/); omitted: defaults + --set")
     t.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
@@ -99,7 +106,23 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="config overrides for every run, e.g. data.params.root=/data/tiny-imagenet")
     a.add_argument("--no-plots", action="store_true", help="write CSV/JSON only (no matplotlib needed)")
+    _reproduce_parsers(sub)
     return ap
+
+
+def _reproduce_parsers(sub) -> None:
+    r = sub.add_parser("reproduce", help="run a study of experiments/ at CPU scale (--list: which there are)",
+                       description="Run one study of experiments/ (experiments/registry.py) at CPU scale, or its "
+                                   "minutes-long --quick version; it writes OUT/study.json (and its plot), which "
+                                   "`modwire results` reads from experiments/results/NAME/. Needs a clone of the "
+                                   "repository.")
+    r.add_argument("name", nargs="?", help="the study (modwire reproduce --list)")
+    r.add_argument("--list", action="store_true", help="list the studies: the paper claim, CPU-scale and quick time")
+    r.add_argument("--quick", action="store_true", help="the minutes-long version (default out: runs/reproduce/NAME)")
+    r.add_argument("--out", help="output folder (default experiments/results/NAME, where the report reads it)")
+    r.add_argument("--dry-run", action="store_true", help="print the commands without running them")
+    sub.add_parser("results", add_help=False, help="the README's results table from experiments/results/*/study.json "
+                                                   "(print; --write FILE; --check FILE; modwire results --help)")
 
 
 FINETUNE_HELP = """\
@@ -388,20 +411,107 @@ def cmd_list(args) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- reproduce, results
+
+def package_root() -> Path:
+    """The folder two levels above this package: the repository's root when it runs from a clone
+    (``src/modwire``), ``site-packages``' parent when installed."""
+    return Path(__file__).resolve().parents[2]
+
+
+def checkout(command: str) -> Path:
+    """The repository clone whose ``experiments/`` holds the studies: the one this package was
+    installed from (``pip install -e .``), else the current directory; a clear error without one."""
+    for root in (package_root(), Path.cwd()):
+        if (root / "experiments" / "registry.py").is_file() and (root / "experiments" / "report.py").is_file():
+            return root
+    raise UserError(f"modwire {command} runs the studies of experiments/, which are in a clone of the modwire "
+                    f"repository, not in the installed package: clone the repository, install it from there "
+                    f"(pip install -e .) and run `modwire {command}` inside the clone (found no "
+                    f"experiments/registry.py in {package_root()} or in {Path.cwd()})")
+
+
+def _experiments_module(root: Path, name: str):
+    """``experiments/<name>.py`` of the clone, imported by path (the studies are scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"modwire_experiments_{name}", root / "experiments" / f"{name}.py")
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)   # dataclasses look the module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def cmd_results(args, rest: list[str]) -> int:
+    """``modwire results ...``: ``experiments/report.py`` with the same arguments."""
+    return _experiments_module(checkout("results"), "report").main(rest, prog="modwire results")
+
+
+def cmd_reproduce(args) -> int:
+    """Run a study's commands (``experiments/registry.py``) from the clone's root with this Python."""
+    import shlex
+    import subprocess
+
+    root = checkout("reproduce")
+    registry = _experiments_module(root, "registry")
+    if args.list:
+        print(reproduce_list(registry))
+        return 0
+    known = ", ".join(registry.STUDY)
+    if not args.name:
+        raise UserError(f"give the NAME of a study (one of {known}) or --list")
+    study = registry.STUDY.get(args.name)
+    if study is None:
+        raise UserError(f"unknown study {args.name!r}; the studies are: {known} (modwire reproduce --list)")
+    if study.missing:
+        raise UserError(f"{args.name} ({study.claim}): {study.missing}")
+    default = Path("runs", "reproduce", study.name) if args.quick else Path("experiments", "results", study.results)
+    out = Path(args.out).resolve() if args.out else root / default
+    if not args.quick and not args.out and (out / "study.json").is_file():
+        print(f"modwire reproduce: {out} holds a committed result: the study resumes from its logs (finished runs "
+              f"are not trained again); --out DIR trains afresh", file=sys.stderr)
+    for step in study.quick if args.quick else study.steps:
+        argv = [a.replace(registry.OUT, str(out)) for a in step]
+        print(f"modwire reproduce {study.name}: {shlex.join(['python', *argv])}", file=sys.stderr, flush=True)
+        if not args.dry_run and (code := subprocess.run([sys.executable, *argv], cwd=root).returncode):
+            print(f"modwire reproduce: error: the step above exited {code}; rerun the same command to resume",
+                  file=sys.stderr)
+            return 1
+    if not args.dry_run:
+        print(f"result: {out / 'study.json'}")
+    return 0
+
+
+def reproduce_list(registry) -> str:
+    """One line per study: its name, the paper claim, the CPU-scale and quick times (or why it has no script)."""
+    width = max(map(len, registry.STUDY)) + 2
+    lines = [f"{'study':<{width}}paper claim; CPU-scale time (2 cores); --quick time"]
+    for s in registry.STUDIES:
+        when = f"no study script yet ({s.missing.split(': ', 1)[-1]})" if s.missing else \
+            f"full: {s.time}; quick: {s.quick_time}"
+        lines.append(f"{s.name:<{width}}{s.claim}\n{'':<{width}}{when}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = _parser()
-    args = ap.parse_args(argv)
+    args, rest = ap.parse_known_args(argv)
+    if rest and args.command != "results":       # only `results` passes its arguments on
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
+        if args.command == "results":
+            return _dispatch(args, rest)
         return _dispatch(args)
     except BrokenPipeError:               # `modwire list models | head`: the reader has gone, not an error
         sys.stdout = open(os.devnull, "w")
         return 0
 
 
-def _dispatch(args) -> int:
+def _dispatch(args, rest: list[str] | None = None) -> int:
     try:
+        if args.command == "results":
+            return cmd_results(args, rest or [])
         return {"train": cmd_train, "eval": cmd_eval, "finetune": cmd_finetune, "list": cmd_list,
-                "analyze": cmd_analyze, "data": cmd_data}[args.command](args)
+                "analyze": cmd_analyze, "data": cmd_data, "reproduce": cmd_reproduce}[args.command](args)
     except (UserError, FileNotFoundError) as e:      # what the user gave: one line, exit 2
         print(f"modwire {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -63,7 +63,7 @@ residual write keeps the slots apart on real images, which is why it is the defa
 with ``normalize_update=True`` (:data:`modwire.models.ait.NO_COLLAPSE`) is a modwire-only
 alternative. The measurements (``experiments/ait_memory_collapse.py``, ``experiments/ait_analysis.py``)
 are in ``experiments/results/ait_memory_collapse_*/`` and ``experiments/results/ait_analysis/``
-and in the README's AiT section.
+and in docs/ait.md.
 """
 from __future__ import annotations
 

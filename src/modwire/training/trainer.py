@@ -17,7 +17,7 @@ part-way through an epoch. With an EMA, the EMA model takes the live model's buf
 memory, BatchNorm statistics). ``keep_weights_every`` keeps the weights every N steps
 (analyses over training). No model-specific code here.
 
-Resume and faults (see the README, "Resuming and stopping runs"):
+Resume and faults (see docs/training.md, "Runs you do not lose"):
 
 - ``train(config, resume=True)`` continues exactly where the last checkpoint left off:
   data order and mixup draws are functions of ``(seed, epoch, position)``

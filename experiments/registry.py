@@ -1,0 +1,335 @@
+"""What modwire reproduces of the five papers, and where each number comes from.
+
+Two tables, read beside the papers:
+
+* :data:`STUDIES`: every study ``modwire reproduce NAME`` runs. A study is one script of
+  ``experiments/`` (or the demo) with the arguments of its CPU-scale run and of its ``--quick``
+  version; it writes ``OUT/study.json`` (:mod:`modwire.analysis.study`; ``OUT`` defaults to
+  ``experiments/results/NAME``). ``rebuild`` is the command that rebuilt the committed
+  ``study.json`` from the committed run logs (the study's ``--report``: no training). A study with
+  ``missing`` set has no script yet: it is listed, and ``modwire reproduce`` refuses it saying so.
+  :data:`ARCHIVE` holds the committed results ``modwire reproduce`` does not write under their own
+  name: runs of earlier code kept for the record (rebuilt from their logs, not reproducible) and
+  the Triangle AiTs' workspace analysis (``modwire reproduce ait_triangle`` writes it).
+* :data:`CLAIMS`: one row of the README's results table per paper claim: the paper's number as
+  printed, and the measures that give modwire's number: which study, which of its records
+  (``where``: the fields a record must have), which value in each (``path``, dotted, list indices
+  allowed) and how they are aggregated (:class:`Seeds`: one value per training seed, mean ± sample
+  std here; :class:`Reported`: a mean and std the study computed itself, e.g. over random draws).
+
+``experiments/report.py`` turns :data:`CLAIMS` and the ``study.json`` files into the table.
+Times are wall times on 2 CPU cores. A CPU-scale time says where it was measured (the committed run
+logs, a script's docstring); the quick times were measured with ``modwire reproduce NAME --quick`` on
+this project's shared 2-core machine while other jobs ran (load average 2-6), so a quiet machine is
+faster.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# ----------------------------------------------------------------------------- the studies
+
+OUT = "{out}"      # replaced by the study's output folder
+
+
+@dataclass(frozen=True)
+class Study:
+    """A study ``modwire reproduce NAME`` runs: ``steps`` are the argv (after ``python``) of each
+    command, run in order from the checkout's root; ``quick`` those of the ``--quick`` version."""
+
+    name: str
+    claim: str                                  # the paper claim it reproduces
+    steps: tuple[tuple[str, ...], ...] = ()
+    quick: tuple[tuple[str, ...], ...] = ()
+    rebuild: tuple[str, ...] | None = None      # rebuilds experiments/results/NAME/study.json from the logs
+    time: str = ""                              # the CPU-scale run's wall time, and where it was measured
+    quick_time: str = ""
+    missing: str = ""                           # why there is no study script yet (then steps are empty)
+    folder: str = ""                            # results folder under experiments/results (default: name)
+
+    @property
+    def results(self) -> str:
+        return self.folder or self.name
+
+
+def _script(name: str, *args: str) -> tuple[str, ...]:
+    """``experiments/NAME.py ARGS --out {out}``."""
+    return (f"experiments/{name}.py", *args, "--out", OUT)
+
+
+QUICK_1 = ("--quick", "--seeds", "1")      # the quick version of a study over seeds: one seed (the last --seeds wins)
+
+
+def _one(name: str, *args: str, quick: tuple[str, ...] = ("--quick",)) -> dict:
+    """A study of one script: its run, its quick run (``quick`` added), its rebuild (``--report``)."""
+    return {"steps": (_script(name, *args),), "quick": (_script(name, *args, *quick),),
+            "rebuild": _script(name, *args, "--report")}
+
+
+AIT_ROWS = "ait,vit,without_bottleneck,ait_no_collapse,without_bottleneck_no_collapse"
+CLEVR = ("--rows", "nfm,cnn", "--steps", "1600", "--batch", "32", "--train-images", "2500", "--val-images", "100",
+         "--test-images", "200", "--stem", "2", "--lr", "2e-3", "--workers", "2")
+COLLAPSE_VARIANTS = ("--variants", "paper", "residual", "biased", "authors")
+AIT_FASHION = "configs/cpu/ait_fashion_mnist.yaml"
+NO_COLLAPSE = ("model.overrides.bottleneck_softmax=kept", "model.overrides.normalize_update=true")
+
+
+def _ait_analysis(quick: bool) -> tuple[tuple[str, ...], ...]:
+    """Train the CPU AiT on Fashion-MNIST with the defaults and with NO_COLLAPSE, analyse each, and
+    collect both analyses into study.json (``ait_analysis.py --report``)."""
+    small = ("max_steps=6", "data.max_samples=256", "keep_weights_every=3") if quick else ()
+    samples = ("--samples", "16", "--no-plots") if quick else ()
+    steps = []
+    for name, sets in (("paper", ()), ("no_collapse", NO_COLLAPSE)):
+        run = f"{OUT}/{name}/run"
+        steps += [("-m", "modwire", "train", AIT_FASHION, "--overwrite", "--set", f"out_dir={run}", "progress=false",
+                   *sets, *small),
+                  ("experiments/ait_analysis.py", run, "--out", f"{OUT}/{name}", *samples)]
+    return (*steps, ("experiments/ait_analysis.py", "--report", "--out", OUT))
+
+
+def _ait_triangle(quick: bool) -> tuple[tuple[str, ...], ...]:
+    """Train Table 2's rows, then analyse seed 0's AiT runs (their workspace: ``OUT/analysis``)."""
+    flags = QUICK_1 if quick else ()
+    analyse = [("experiments/ait_analysis.py", f"{OUT}/{row}", "--no-plots", "--out", f"{OUT}/analysis/{row}",
+                *(("--samples", "16") if quick else ())) for row in ("ait", "ait_no_collapse")]
+    return (_script("ait_triangle", "--rows", AIT_ROWS, "--seeds", "3", *flags), *analyse,
+            ("experiments/ait_analysis.py", "--report", "--out", f"{OUT}/analysis"))
+
+
+STUDIES: list[Study] = [
+    Study("table1_ladder", "NAC Table 1: Perceiver IO → + ModFC → + sparse graph → NAC, IID and OOD",
+          **_one("table1_ladder", quick=QUICK_1),
+          time="~40 min (24 runs, 84 run-minutes on 2 workers: the committed results.jsonl)",
+          quick_time="102 s"),
+    Study("demo", "NAC Fig. 5a / 15: accuracy as modules (NAC) / latents (Perceiver IO) are dropped",
+          steps=(("-m", "modwire.demo", "--out-dir", OUT, "--no-progress"),),
+          quick=(("-m", "modwire.demo", "--out-dir", OUT, "--no-progress", "--dataset", "digits", "--steps", "5",
+                  "--max-samples", "64", "--drop", "0,0.5,0.875", "--draws", "2", "--no-plots"),),
+          time="≤ 5 min (docs/demo.md)", quick_time="156 s"),
+    Study("nac_fewshot", "NAC Fig. 4: few-shot adaptation, NAC vs Perceiver IO (8-way, 1-16 shots)",
+          missing="no study script yet: `modwire finetune RUN --ways 8 --shots K --train all` runs one setting "
+                  "(docs), the study over shots, models and seeds is not written"),
+    Study("conditional_nac", "NAC Fig. 6: a conditional NAC's circuits (P) separate question types",
+          steps=(_script("conditional_nac", "--overwrite"),),
+          quick=(_script("conditional_nac", "--overwrite", "--quick"),),
+          time="~6 min (conditional_nac.py docstring)", quick_time="13 s"),
+    Study("graph_align", "NAC App. A, Eq. 6-9: the graph regularizer with and without degree alignment",
+          steps=(_script("graph_align"),), quick=(_script("graph_align", "--quick"),),
+          time="a few minutes (graph_align.py docstring)", quick_time="9 s"),
+    Study("ni_fuzzy_boolean", "NI Table 1: re-wiring learned functions for new fuzzy Boolean functions",
+          **_one("ni_fuzzy_boolean"),
+          time="~21-25 min (ni_fuzzy_boolean.py docstring; the README's run)", quick_time="47 s"),
+    Study("ni_fewshot", "NI Fig. 5a: few-shot adaptation, Neural Interpreter vs ViT",
+          **_one("ni_fewshot", quick=QUICK_1),
+          time="~11 min (10.6 min measured on 2 quiet cores; the README's run)", quick_time="58 s"),
+    Study("ait_triangle", "AiT Tables 1-2: AiT vs ViT and W/O bottleneck on Triangle; seed 0's workspace",
+          steps=_ait_triangle(False), quick=_ait_triangle(True),
+          rebuild=_script("ait_triangle", "--rows", AIT_ROWS, "--seeds", "3", "--report"),
+          time="~2.5 h (15 runs of 12-19 min, 2 at a time: the committed results.jsonl)", quick_time="52 s"),
+    Study("ait_memory_collapse_digits", "AiT Eq. 3-4: which part of the write keeps memory slots apart (digits)",
+          **_one("ait_memory_collapse", "--task", "digits", "--steps", "150", *COLLAPSE_VARIANTS),
+          time="~11 min (663 s of training in the committed results.json)", quick_time="53 s"),
+    Study("ait_memory_collapse_triangle", "AiT Eq. 3-4: the memory slots on Triangle",
+          **_one("ait_memory_collapse", "--task", "triangle", "--steps", "120", *COLLAPSE_VARIANTS),
+          time="~6 min (377 s of training in the committed results.json)", quick_time="75 s"),
+    Study("ait_analysis", "AiT Fig. 2, 10, 11: slot maps, patch diversity, Hopfield energy (Fashion-MNIST)",
+          steps=_ait_analysis(False), quick=_ait_analysis(True),
+          rebuild=("experiments/ait_analysis.py", "--report", "--out", OUT),
+          time="not measured: two 600-step CPU runs and their analyses", quick_time="41 s"),
+    Study("nfm_sort_of_clevr", "NFM Table 6: NFM(CNN) vs CNN_MLP on Sort-of-CLEVR",
+          **_one("nfm_sort_of_clevr", *CLEVR, "--seeds", "3", quick=QUICK_1),
+          time="~12 min (6 runs, 23 run-minutes on 2 workers: the committed results.jsonl)", quick_time="13 s"),
+    Study("nfm_multi_digit", "NFM Table 5: multi-digit images, trained on 1 and 5 digits",
+          **_one("nfm_multi_digit", "--regimes", "1_5", "--seeds", "3", quick=QUICK_1),
+          time="~21 min (6 runs of 1.8 / 4.8 min, one at a time: the committed results.jsonl)",
+          quick_time="19 s"),
+    Study("nfm_lm_synthetic", "NFM Table 8: a transformer LM with and without NFM (generated corpus)",
+          **_one("nfm_lm_synthetic"),
+          time="~3 min (158 s of training in the committed results.json)", quick_time="88 s"),
+    Study("gan_fashion_mnist", "NFM Table 4: NFM in a GAN's generator (classifier-FID, Fashion-MNIST 16x16)",
+          **_one("gan_fashion_mnist", quick=QUICK_1),
+          time="~5 min (3 × (66 + 120) s of CPU time in the committed table.md, 2 at a time)",
+          quick_time="18 s"),
+    Study("nfm_preact_resnet", "NFM Table 2: PreActResNet classifiers with NFM (CIFAR, Tiny-ImageNet)",
+          missing="no study script yet: Table 2 is 2000-epoch GPU runs; `modwire train "
+                  "configs/nfm_preact_resnet18_cifar10.yaml` trains one (docs)"),
+]
+STUDY = {s.name: s for s in STUDIES}
+
+# Committed results not written under their own name by `modwire reproduce`: runs of earlier code
+# (rebuilt from their logs with --report, not reproduced by the current code), and the Triangle
+# AiTs' workspace analysis (`modwire reproduce ait_triangle` writes it, into OUT/analysis).
+ARCHIVE: list[Study] = [
+    Study("ni_fuzzy_boolean_eq11_printed", "NI Table 1 with Eq. 11 as printed (before issue 23)",
+          rebuild=_script("ni_fuzzy_boolean", "--report")),
+    Study("ni_fewshot_eq11_printed", "NI Fig. 5a with Eq. 11 as printed (before issue 23)",
+          rebuild=_script("ni_fewshot", "--report")),
+    Study("ait_triangle_pre23", "AiT Tables 1-2 with the former workspace (before issue 23)",
+          rebuild=_script("ait_triangle", "--rows", AIT_ROWS, "--report")),
+    Study("ait_triangle_6000", "AiT on Triangle, 6000 steps, former workspace",
+          rebuild=_script("ait_triangle", "--rows", "ait", "--steps", "6000", "--report")),
+    Study("ait_triangle_12000", "AiT on Triangle, 12000 steps, former workspace",
+          rebuild=_script("ait_triangle", "--rows", "ait", "--steps", "12000", "--report")),
+    Study("ait_triangle_analysis", "the trained Triangle AiTs' workspace (seed 0)", folder="ait_triangle/analysis",
+          rebuild=("experiments/ait_analysis.py", "--report", "--out", OUT)),
+    Study("ait_memory_collapse_pre23", "the memory collapse of the former workspace (Fashion-MNIST)",
+          rebuild=_script("ait_memory_collapse", "--report")),
+    Study("nfm_sort_of_clevr_long", "NFM Table 6, 4000 steps, one seed, the first NFM core",
+          rebuild=_script("nfm_sort_of_clevr", "--rows", "cnn,nfm", "--seeds", "1", "--steps", "4000", "--batch", "32",
+                          "--train-images", "5000", "--val-images", "100", "--test-images", "200", "--stem", "2",
+                          "--lr", "2e-3", "--block-order", "conv_bn_relu", "--report")),
+]
+
+
+# ----------------------------------------------------------------------------- the claims
+
+@dataclass(frozen=True)
+class Seeds:
+    """One value per training seed: ``path`` in each record that has the fields ``where`` (one
+    record per seed), or, with ``per_seed``, a dict / list of per-seed values at ``path`` in the one
+    matching record. Aggregated as mean ± sample std (n - 1) over the seeds."""
+
+    label: str
+    where: dict
+    path: str
+    per_seed: bool = False
+    scale: float = 100.0
+    digits: int | None = None        # None: the claim's
+
+
+@dataclass(frozen=True)
+class Reported:
+    """A mean and std the study computed itself (``mean`` / ``std`` paths in the one record with
+    ``where``), over ``n_path``'s count of ``n_what`` (e.g. random drop subsets)."""
+
+    label: str
+    where: dict
+    mean: str
+    std: str
+    n_path: str
+    n_what: str
+    scale: float = 100.0
+    digits: int | None = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One row of the results table: the paper's claim and number, modwire's measures of it."""
+
+    paper: str                       # "NAC Table 1"
+    claim: str                       # what is compared
+    paper_value: str                 # the paper's number(s), as printed
+    study: str                       # the STUDIES / ARCHIVE entry whose study.json holds the records
+    measures: tuple = ()
+    setting: str = ""                # modwire's data and scale (what differs from the paper's)
+    digits: int = 1
+    compare: bool = True             # a comparison between models: ≥ 3 seeds asked for
+    reproduce: str = ""              # the study that reproduces it, where not ``study`` itself
+
+
+def _ladder(task: str, row: str, lr: float, warmup: int, steps: int) -> dict:
+    return {"task": task, "row": row, "lr": lr, "warmup": warmup, "steps": steps}
+
+
+LISTOPS = {"NAC": _ladder("listops", "nac_scale_free", 5e-4, 200, 600),
+           "Perceiver IO": _ladder("listops", "pio", 1e-3, 50, 600)}
+FASHION = {"NAC": _ladder("fashion_mnist", "nac_scale_free", 1e-3, 100, 200),
+           "Perceiver IO": _ladder("fashion_mnist", "pio", 1e-3, 100, 200)}
+
+
+def _pair(models: dict, path: str) -> tuple[Seeds, ...]:
+    return tuple(Seeds(label, where, path) for label, where in models.items())
+
+
+NI_SETTINGS = {"CLS only": "cls", "+ type inference": "cls,type_inference", "+ all": "all"}
+
+
+def _fewshot(k: int) -> Claim:
+    return Claim("NI Fig. 5a", f"few-shot top-1 %, k = {k} per class: NI vs ViT", "NI ahead at low k (no numbers)",
+                 "ni_fewshot", (Seeds("NI", {"model": "ni", "shots": k, "lr": 0.05, "check": False}, "values", True),
+                                Seeds("ViT", {"model": "vit", "shots": k, "lr": 0.03, "check": False}, "values", True)),
+                 "Fashion-MNIST 32×32 for K-MNIST, 86 k / 149 k parameters")
+
+
+MULTI_DIGIT_PAPER = {1: "99.22 vs 99.16", 2: "74.69 vs 84.01", 3: "57.11 vs 66.58", 4: "75.90 vs 79.04",
+                     5: "68.87 vs 71.76"}
+
+
+def _digits(n: int) -> Claim:
+    trained = " (trained)" if n in (1, 5) else ""
+    return Claim("NFM Table 5", f"exact match %, {n}-digit images{trained}: baseline vs NFM", MULTI_DIGIT_PAPER[n],
+                 "nfm_multi_digit", tuple(Seeds(label, {"regime": "1_5", "model": model}, f"test.{n}.exact_match")
+                                          for label, model in (("baseline", "baseline"), ("NFM", "nfm"))),
+                 "sklearn digits in 32×32, 400 steps")
+
+
+DEMO_LEVEL = {"record": "headline"}
+CLAIMS: list[Claim] = [
+    Claim("NAC Table 1", "IID top-1 %: NAC (scale-free prior) vs Perceiver IO", "60.76 vs 58.89", "table1_ladder",
+          _pair(LISTOPS, "iid"), "ListOps (depth ≤ 3), 600 steps"),
+    Claim("NAC Table 1", "OOD top-1 %: NAC vs Perceiver IO", "19.52 vs 17.57 (Tiny-ImageNet-R)", "table1_ladder",
+          _pair(LISTOPS, "ood"), "ListOps nested 3-5 deep"),
+    Claim("NAC Table 1", "IID top-1 %: NAC vs Perceiver IO", "60.76 vs 58.89", "table1_ladder", _pair(FASHION, "iid"),
+          "Fashion-MNIST, 200 steps"),
+    Claim("NAC Table 1", "OOD top-1 %: NAC vs Perceiver IO", "19.52 vs 17.57 (Tiny-ImageNet-R)", "table1_ladder",
+          _pair(FASHION, "ood"), "Fashion-MNIST rotated 30°"),
+    Claim("NAC Fig. 5a / 15", "points lost with 87.5% of modules / latents dropped: NAC vs Perceiver IO",
+          "NAC < 3; Perceiver IO much more", "demo",
+          (Reported("NAC", DEMO_LEVEL, "models.nac_small.lost", "models.nac_small.lost_std", "draws",
+                    "random drop subsets"),
+           Reported("Perceiver IO", DEMO_LEVEL, "models.perceiver_io_small.lost", "models.perceiver_io_small.lost_std",
+                    "draws", "random drop subsets")),
+          "`make demo`, one training seed", compare=False),
+    Claim("NAC Fig. 4", "few-shot top-1 %, 8-way: NAC vs Perceiver IO", "NAC ahead by ~10 at 1-4 shots",
+          "nac_fewshot"),
+    Claim("NAC Fig. 6", "question type from P (held-out accuracy %): trained vs at initialisation",
+          "types cluster (t-SNE, NLVR2)", "conditional_nac",
+          (Seeds("trained", {}, "separation_trained.accuracy"), Seeds("untrained", {}, "separation_init.accuracy")),
+          "Sort-of-CLEVR, 936 steps", compare=False),
+    Claim("NI Table 1", "pre-training R² (20 functions)", "0.9983", "ni_fuzzy_boolean",
+          (Seeds("R²", {"setting": "pretrain"}, "r2_per_seed", True, 1.0),), "64-d, 14 epochs", 4, compare=False),
+    Claim("NI Table 1", "R² on 10 new functions: " + " / ".join(NI_SETTINGS), "0.9202 / 0.9857 / 0.9953",
+          "ni_fuzzy_boolean", tuple(Seeds(label, {"setting": key}, "r2_per_seed", True, 1.0)
+                                    for label, key in NI_SETTINGS.items()), "¼ of the adaptation data", 4),
+    *(_fewshot(k) for k in (1, 2, 5, 10, 20)),
+    Claim("AiT Table 1", "test top-1 %: AiT vs ViT", "99.47 vs 99.47", "ait_triangle",
+          (Seeds("AiT", {"row": "ait"}, "test.top1"), Seeds("ViT", {"row": "vit"}, "test.top1")),
+          "Triangle, 128-d, 3000 steps", 2),
+    Claim("AiT Table 2", "test top-1 %: AiT vs W/O bottleneck", "99.47 vs 93.33", "ait_triangle",
+          (Seeds("AiT", {"row": "ait"}, "test.top1"),
+           Seeds("W/O bottleneck", {"row": "without_bottleneck"}, "test.top1")), "Triangle, 128-d, 3000 steps", 2),
+    Claim("AiT Fig. 2", "mean cosine between memory slots, layer 1 / 2 (1: collapsed)", "slots specialise",
+          "ait_triangle_analysis", (Seeds("layer 1", {"name": "ait"}, "slot_cosine.0", scale=1.0),
+                                    Seeds("layer 2", {"name": "ait"}, "slot_cosine.1", scale=1.0)),
+          "Triangle, seed 0 of AiT Table 1", 3, compare=False, reproduce="ait_triangle"),
+    Claim("AiT Fig. 2", "mean cosine between memory slots, layer 1 / 2; test top-1 %", "slots specialise",
+          "ait_analysis", (Seeds("layer 1", {"name": "paper"}, "slot_cosine.0", scale=1.0),
+                           Seeds("layer 2", {"name": "paper"}, "slot_cosine.1", scale=1.0),
+                           Seeds("top-1", {"name": "paper"}, "final_val.top1", digits=1)),
+          "Fashion-MNIST, 600 steps", 3, compare=False),
+    Claim("AiT Eq. 3-4", "slot cosine at the end, layer 1: as printed vs residual write", "(no collapse reported)",
+          "ait_memory_collapse_digits", (Seeds("as printed", {"variant": "paper"}, "curve.-1.slot_cos.0", scale=1.0),
+                                         Seeds("residual", {"variant": "residual"}, "curve.-1.slot_cos.0", scale=1.0)),
+          "sklearn digits, 150 steps", 2),
+    Claim("NFM Table 6", "relational test %: CNN vs NFM(CNN)", "68.26 vs 74.95", "nfm_sort_of_clevr",
+          (Seeds("CNN", {"row": "cnn"}, "test.top1_relational"), Seeds("NFM", {"row": "nfm"}, "test.top1_relational")),
+          "2,500 images, 1600 steps", 2),
+    Claim("NFM Table 6", "non-relational test %: CNN vs NFM(CNN)", "71.78 vs 79.37", "nfm_sort_of_clevr",
+          (Seeds("CNN", {"row": "cnn"}, "test.top1_non_relational"),
+           Seeds("NFM", {"row": "nfm"}, "test.top1_non_relational")), "2,500 images, 1600 steps", 2),
+    *(_digits(n) for n in (1, 2, 3, 4, 5)),
+    Claim("NFM Table 8", "validation perplexity: no NFM vs NFM", "31.12 vs 30.78 (WikiText-2)", "nfm_lm_synthetic",
+          (Seeds("base", {"variant": "base"}, "val.perplexity", scale=1.0),
+           Seeds("NFM", {"variant": "nfm"}, "val.perplexity", scale=1.0)), "generated corpus, 400 steps", 3),
+    Claim("NFM Table 4", "FID: InfoMax-GAN vs NFM(InfoMax-GAN)", "15.12 vs 13.15 (CIFAR-10)", "gan_fashion_mnist",
+          (Seeds("base", {"model": "gan"}, "final_classifier_fid", scale=1.0),
+           Seeds("NFM", {"model": "nfm_gan"}, "final_classifier_fid", scale=1.0)),
+          "classifier-FID, Fashion-MNIST 16×16, 400 steps", 2),
+    Claim("NFM Table 2", "CIFAR-10 test %: PreActResNet-18 vs + NFM", "96.27 vs 96.56", "nfm_preact_resnet"),
+]
+
+
+def every_study() -> dict[str, Study]:
+    """The studies and the archived runs, by name."""
+    return {s.name: s for s in (*STUDIES, *ARCHIVE)}
