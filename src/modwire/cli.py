@@ -7,7 +7,7 @@
     modwire finetune RUN --task T [--train SETS] [--shots K --ways N] [--seeds 0,1,2] [--epochs E] [--lr LR]
                      [--batch-size B] [--out DIR] [--set key=value ...]
     modwire list models|tasks
-    modwire analyze RUN_DIR [--baseline RUN_DIR ...] [--out DIR] [--drop FRACTIONS] [--edges FRACTIONS] [--block-size N]
+    modwire analyze RUN_DIR [--baseline RUN_DIR ...] [--out DIR] [--drop FRACTIONS] [--draws N] [--edges FRACTIONS] [--block-size N]
                     [--split SPLIT] [--batch N] [--max-samples N] [--set key=value ...] [--no-plots]
     modwire reproduce NAME [--quick] [--out DIR] [--dry-run]    |    modwire reproduce --list
     modwire results [--write FILE | --check FILE | --rebuild [NAME ...]]
@@ -93,6 +93,11 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--drop", metavar="FRACTIONS",
                    help="comma-separated fractions of modules to drop, each in [0, 1) "
                         "(default 0,.25,.5,.625,.75,.8125,.875,.9375); module-dropping runs only")
+    a.add_argument("--draws", type=int, default=0, metavar="N",
+                   help="also drop N random subsets per fraction (N >= 2; the same subsets for every run with as "
+                        "many modules) and write their mean and std; module-dropping runs only (default 0: each "
+                        "model's own order only)")
+    a.add_argument("--draw-seed", type=int, default=0, help="seed of the random subsets of --draws (default 0)")
     a.add_argument("--edges", metavar="FRACTIONS",
                    help="comma-separated fractions of edges to remove, each in [0, 1]; NAC runs only "
                         "(default for a NAC: 0,.5,.8,.9,.92,.94,.96,.98,1)")
@@ -368,7 +373,8 @@ def cmd_analyze(args) -> int:
             return 0
         analyze(args.path, args.baseline, out_dir=args.out, drop=drop, edges=edges, split=args.split,
                 batch=args.batch, max_samples=args.max_samples, overrides=args.overrides,
-                plots=not args.no_plots, iters=args.iters, block_size=args.block_size)
+                plots=not args.no_plots, iters=args.iters, block_size=args.block_size, draws=args.draws,
+                draw_seed=args.draw_seed)
     except ImportError as e:  # matplotlib / networkx missing: say which extra to install
         if "modwire[analysis]" not in str(e):
             raise

@@ -72,7 +72,8 @@ def test_analyze_nac_with_pio_baseline_end_to_end(runs, tmp_path, capsys):
 
     rows = _rows(out / "modules_dropped.csv")
     assert list(rows[0])[:4] == ["run", "model", "fraction_dropped", "modules_kept"]
-    assert list(rows[0])[4] == "top1" and list(rows[0])[-2:] == ["samples_per_s", "gflops_per_sample"]
+    assert list(rows[0])[4:7] == ["order", "draw", "top1"]
+    assert list(rows[0])[-3:] == ["samples_per_s", "gflops_per_sample", "dropped"]
     assert {"loss", "top1_relational", "top1_non_relational"} <= set(rows[0])   # every metric of the task
     assert len(rows) == 2 * len(drops)
     by_model = {m: [r for r in rows if r["model"] == m] for m in ("nac_micro", "perceiver_io_micro")}
@@ -83,6 +84,11 @@ def test_analyze_nac_with_pio_baseline_end_to_end(runs, tmp_path, capsys):
         gflops = [float(r["gflops_per_sample"]) for r in got]
         assert all(a > b for a, b in zip(gflops, gflops[1:])), gflops   # fewer modules, fewer FLOPs
         assert all(float(r["samples_per_s"]) > 0 for r in got)
+        # without --draws each model's own order: the NAC's least important modules, the PIO's last latents
+        assert {r["order"] for r in got} == {"importance" if model == "nac_micro" else "last"}
+        assert {r["draw"] for r in got} == {""}
+        if model == "perceiver_io_micro":
+            assert [r["dropped"] for r in got] == [" ".join(map(str, range(U - round(f * U), U))) for f in drops]
         ref = _reference(run, n)                      # the undropped model, same samples
         assert float(got[0]["top1"]) == pytest.approx(ref["top1"])
         assert float(got[0]["loss"]) == pytest.approx(ref["loss"], rel=1e-5)

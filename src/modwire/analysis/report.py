@@ -9,10 +9,11 @@ three parts, one file each:
 
 * **Dropping modules** (Fig. 5a/b, 15; :mod:`modwire.analysis.dropping`): for each fraction ``f`` the run's model loses
   ``round(f·U)`` processor modules — for a NAC those with the smallest importance
-  ``q_i = Σ_j P_ij`` (App. F Eq. 10), for a Perceiver IO latents
-  (:func:`~modwire.analysis.sparsify.drop_modules`) — and the copy is evaluated on the
-  validation split (every metric of the task), timed (samples/s, eval mode,
-  ``torch.inference_mode``, median of a few batches, all models interleaved) and its
+  ``q_i = Σ_j P_ij`` (App. F Eq. 10), for a Perceiver IO its last latents
+  (:func:`~modwire.analysis.sparsify.drop_modules`), and with ``draws=N`` (``--draws N``) also
+  ``N`` random subsets, the same index subsets for every run with as many modules — and the
+  copy is evaluated on the validation split (every metric of the task), timed (samples/s, eval
+  mode, ``torch.inference_mode``, median of a few batches, all models interleaved) and its
   FLOPs counted (:func:`~modwire.analysis.flops.count_flops` on one batch / batch size).
 * **Eliminating edges** (Fig. 10, NAC runs; :mod:`modwire.analysis.edges`): for each fraction the smallest off-diagonal
   ``P_ij`` are set to 0 (:func:`~modwire.analysis.sparsify.eliminate_edges`) and the copy
@@ -25,8 +26,10 @@ three parts, one file each:
   heatmap of ``P`` — in the frame of the run's graph prior (modules ordered by the
   matching to ``P0``) next to ``P0``, or, without a prior, by descending ``q_i``.
 
-Outputs (``OUT``, default ``RUN_DIR/analysis``): ``modules_dropped.csv``,
-``edges_removed.csv``, ``summary.json`` and PNGs (:mod:`modwire.analysis.plots`).
+Outputs (``OUT``, default ``RUN_DIR/analysis``): ``modules_dropped.csv`` (one row per dropped
+copy: its ``order``, ``draw`` and ``dropped`` indices), with draws ``modules_dropped_stats.csv``
+(mean and std over the draws), ``edges_removed.csv``, ``summary.json`` and PNGs
+(:mod:`modwire.analysis.plots`).
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ from typing import Any
 
 import torch
 
-from .dropping import check_drop_fractions, module_dropping_curve
+from .dropping import Progress, check_drop_fractions, check_draws, drop_stats, module_dropping_curve
 from .edges import GRAPH_THRESHOLD, edge_curve, graph_frame, graph_summary, link_probs
 from .runs import AnalyzedRun, load_run, open_run, output_dir, run_model_class
 from ..models.capabilities import ModuleSurgery
@@ -87,14 +90,16 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
             out_dir: str | os.PathLike | None = None, drop: Sequence[float] | None = None,
             edges: Sequence[float] | None = None, split: str | None = None, batch: int | None = None,
             max_samples: int | None = None, overrides: Sequence[str] = (), plots: bool = True,
-            iters: int | None = None, block_size: int | None = None,
-            log: Callable[[str], None] | None = print) -> dict[str, Any]:
+            iters: int | None = None, block_size: int | None = None, draws: int = 0, draw_seed: int = 0,
+            progress: Progress | None = None, log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Run the analysis (see the module docstring) and write its files to ``out_dir``
     (default ``run_dir/analysis``). ``drop=None``: :data:`DEFAULT_DROP_FRACTIONS`;
     ``edges=None``: the default fractions for a NAC run, none for a Perceiver IO; explicit
     fractions need a NAC with link probabilities. Returns the summary (also written to
     ``summary.json``). ``batch`` / ``iters`` (None: 64 / 3) and ``block_size`` set the throughput
-    and FLOP measurements of module dropping.
+    and FLOP measurements of module dropping. ``draws`` (0, or >= 2) random drop orders from
+    ``draw_seed`` are scored besides each model's own order (:mod:`modwire.analysis.dropping`);
+    ``progress(done, total)`` follows the dropped copies as they are scored.
 
     A run whose model does not describe its modules (no
     :class:`~modwire.models.capabilities.ModuleSurgery`) gets what applies to it instead
@@ -106,13 +111,15 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
 
         refuse = [flag for flag, given in (("--baseline", bool(list(baselines))), ("--drop", drop is not None),
                                            ("--edges", edges is not None), ("--batch", batch is not None),
-                                           ("--iters", iters is not None), ("--block-size", block_size is not None))
+                                           ("--iters", iters is not None), ("--block-size", block_size is not None),
+                                           ("--draws", bool(draws)))
                   if given]
         return analyze_model(run_dir, out_dir=out_dir, split=split, max_samples=max_samples, overrides=overrides,
                              plots=plots, refuse=refuse, log=log)
     batch, iters = 64 if batch is None else batch, 3 if iters is None else iters
     drop, edges = _check_options(DEFAULT_DROP_FRACTIONS if drop is None else drop, edges, batch=batch,
                                  max_samples=max_samples, iters=iters, block_size=block_size, plots=plots)
+    draws, draw_seed = check_draws(draws, draw_seed)
     say = log or (lambda s: None)
     # load every run first: bad paths and kinds fail before any long computation
     names: set[str] = set()
@@ -137,12 +144,13 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
         f"{split_name!r}, {len(main.dataset)} samples, device {device.type}"
         + (f"; baselines: {', '.join(r.label for r in runs[1:])}" if runs[1:] else ""))
 
-    drop_rows = module_dropping_curve(runs, drop, batch=batch, iters=iters, device=device)
+    drop_rows = module_dropping_curve(runs, drop, batch=batch, iters=iters, device=device, draws=draws,
+                                      draw_seed=draw_seed, progress=progress)
     edge_rows = edge_curve(runs, list(DEFAULT_EDGE_FRACTIONS) if edges is None else edges, batch=batch,
                            iters=iters, block_size=block_size, device=device)
     summary = write_outputs(out, runs, drop_rows, edge_rows, split=split_name, batch=batch, iters=iters,
-                            device=device, plots=plots)
-    say(_table(drop_rows, edge_rows, summary["metric"]))
+                            device=device, plots=plots, draws=draws, draw_seed=draw_seed)
+    say(_table(drop_rows, edge_rows, summary["metric"], summary["modules_dropped_stats"]))
     say("wrote:\n" + "\n".join(f"  {p}" for p in summary["files"]))
     return summary
 
@@ -171,17 +179,22 @@ def _check_options(drop, edges, *, batch: int, max_samples: int | None, iters: i
 # ----------------------------------------------------------------------------- writing
 
 def write_outputs(out: Path, runs: list[AnalyzedRun], drop_rows: list[dict[str, Any]], edge_rows: list[dict[str, Any]],
-                  *, split: str, batch: int, iters: int, device: torch.device, plots: bool) -> dict[str, Any]:
-    """Write ``modules_dropped.csv``, ``edges_removed.csv`` (if any rows), the PNGs and
-    ``summary.json`` into ``out``; return the summary (its ``files`` lists them all)."""
+                  *, split: str, batch: int, iters: int, device: torch.device, plots: bool, draws: int = 0,
+                  draw_seed: int = 0) -> dict[str, Any]:
+    """Write ``modules_dropped.csv``, ``modules_dropped_stats.csv`` (with random draws),
+    ``edges_removed.csv`` (if any rows), the PNGs and ``summary.json`` into ``out``; return the
+    summary (its ``files`` lists them all)."""
     main, others = runs[0], runs[1:]
     keys: list[str] = []
     for row in drop_rows + edge_rows:
         metrics = {k: v for k, v in row.items() if k not in _NON_METRIC}
         keys += [k for k in _metric_keys(metrics, main.info) if k not in keys]
     files = [_write_csv(out / "modules_dropped.csv", drop_rows,
-                        ["run", "model", "fraction_dropped", "modules_kept", *keys, "samples_per_s",
-                         "gflops_per_sample"])]
+                        ["run", "model", "fraction_dropped", "modules_kept", "order", "draw", *keys, "samples_per_s",
+                         "gflops_per_sample", "dropped"])]
+    stats = drop_stats(drop_rows, keys)
+    if stats:
+        files.append(_write_csv(out / "modules_dropped_stats.csv", stats, list(stats[0])))
     if edge_rows:
         files.append(_write_csv(out / "edges_removed.csv", edge_rows,
                                 ["run", "fraction_removed", "edges_kept", *keys, "samples_per_s_dense_masked",
@@ -190,14 +203,15 @@ def write_outputs(out: Path, runs: list[AnalyzedRun], drop_rows: list[dict[str, 
     graphs = {r.name: graph_summary(r) for r in runs if r.has_graph}
     metric = main.info.metrics[0]
     if plots:
-        files += _plots(out, runs, drop_rows, edge_rows, metric, split, main)
+        files += _plots(out, runs, drop_rows, edge_rows, metric, split, main, stats)
     summary = {
         "run": str(main.path), "model": main.cfg.model.name, "model_type": main.kind, "task": main.cfg.data.task,
         "split": split, "num_samples": len(main.dataset), "metric": metric, "num_modules": main.num_modules,
         "batch": batch, "timing_iters": iters, "device": device.type, "torch_threads": torch.get_num_threads(),
         "baselines": [{"run": str(r.path), "name": r.name, "model": r.cfg.model.name, "model_type": r.kind,
                        "num_modules": r.num_modules} for r in others],
-        "modules_dropped": drop_rows, "edges_removed": edge_rows, "graphs": graphs,
+        "drop_draws": draws, "drop_seed": draw_seed if draws else None,
+        "modules_dropped": drop_rows, "modules_dropped_stats": stats, "edges_removed": edge_rows, "graphs": graphs,
     }
     summary_path = out / "summary.json"
     files.append(summary_path)
@@ -206,9 +220,9 @@ def write_outputs(out: Path, runs: list[AnalyzedRun], drop_rows: list[dict[str, 
     return summary
 
 
-_NON_METRIC = {"run", "model", "fraction_dropped", "modules_kept", "samples_per_s", "gflops_per_sample",
-               "fraction_removed", "edges_kept", "samples_per_s_dense_masked", "samples_per_s_block_sparse",
-               "block_size", "block_density", "block_sparse_max_abs_diff"}
+_NON_METRIC = {"run", "model", "fraction_dropped", "modules_kept", "order", "draw", "dropped", "samples_per_s",
+               "gflops_per_sample", "fraction_removed", "edges_kept", "samples_per_s_dense_masked",
+               "samples_per_s_block_sparse", "block_size", "block_density", "block_sparse_max_abs_diff"}
 
 
 def _metric_keys(metrics: dict[str, float], info) -> list[str]:
@@ -217,21 +231,35 @@ def _metric_keys(metrics: dict[str, float], info) -> list[str]:
     return first + rest + (["loss"] if "loss" in metrics else [])
 
 
+def _cell(v: Any) -> Any:
+    """A CSV cell: floats exactly (``repr``), index lists space-separated, None empty."""
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, list):
+        return " ".join(map(str, v))
+    return "" if v is None else v
+
+
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> Path:
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         w.writeheader()
         for row in rows:
-            w.writerow({k: repr(v) if isinstance(v, float) else v for k, v in row.items()})
+            w.writerow({k: _cell(v) for k, v in row.items()})
     return path
 
 
-def _table(drop_rows, edge_rows, metric: str) -> str:
-    lines = [f"{'run':<24}{'dropped':>9}{'kept':>7}{metric:>10}{'samples/s':>12}{'GFLOPs/sample':>15}"]
-    for r in drop_rows:
+def _table(drop_rows, edge_rows, metric: str, stats) -> str:
+    lines = [f"{'run':<24}{'dropped':>9}{'kept':>7}{metric:>10}{'samples/s':>12}{'GFLOPs/sample':>15}  order"]
+    for r in (r for r in drop_rows if r["order"] != "random"):
         lines.append(f"{r['run'][:23]:<24}{r['fraction_dropped']:>9.4g}{r['modules_kept']:>7}"
                      f"{r.get(metric, float('nan')):>10.4f}{r['samples_per_s']:>12.1f}"
-                     f"{r['gflops_per_sample']:>15.4g}")
+                     f"{r['gflops_per_sample']:>15.4g}  {r['order']}")
+    if stats:
+        lines.append(f"{'run':<24}{'dropped':>9}{'kept':>7}{metric + ' mean ± std over random draws':>40}")
+        for r in stats:
+            lines.append(f"{r['run'][:23]:<24}{r['fraction_dropped']:>9.4g}{r['modules_kept']:>7}"
+                         f"{r[metric + '_mean']:>29.4f} ± {r[metric + '_std']:.4f} ({r['draws']})")
     if edge_rows:
         lines.append(f"{'run':<24}{'edges removed':>14}{'kept':>7}{metric:>10}{'dense/s':>10}{'block/s':>10}"
                      f"{'density':>9}")
@@ -242,28 +270,36 @@ def _table(drop_rows, edge_rows, metric: str) -> str:
     return "\n".join(lines)
 
 
-def _plots(out: Path, runs: list[AnalyzedRun], drop_rows, edge_rows, metric: str, split: str, main: AnalyzedRun) -> list[Path]:
+def _plots(out: Path, runs: list[AnalyzedRun], drop_rows, edge_rows, metric: str, split: str, main: AnalyzedRun,
+           stats) -> list[Path]:
     from .plots import plot_curves, plot_graph, plot_link_probs
 
-    def series(rows, x, y, group=lambda r: r["run"]):
+    labels = {r.name: r.label for r in runs}
+
+    def series(rows, x, y, name=lambda row: labels[row["run"]]):
         by: dict[str, tuple[list, list]] = {}
-        labels = {r.name: r.label for r in runs}
         for row in rows:
-            xs, ys = by.setdefault(labels[group(row)], ([], []))
+            xs, ys = by.setdefault(name(row), ([], []))
             xs.append(x(row))
             ys.append(row.get(y, float("nan")))
         return by
 
     u_of = {r.name: r.num_modules for r in runs}
     dropped = lambda row: u_of[row["run"]] - row["modules_kept"]  # noqa: E731
+    own = [row for row in drop_rows if row["order"] != "random"]
+    accuracy = series(own, dropped, metric)
+    if stats:   # each model's own order labelled as such, next to the mean over the random draws
+        accuracy = {**series(own, dropped, metric, lambda row: f"{labels[row['run']]} ({row['order']} order)"),
+                    **series(stats, dropped, f"{metric}_mean",
+                             lambda row: f"{labels[row['run']]} (random, mean of {row['draws']})")}
     files = [
-        plot_curves(series(drop_rows, dropped, metric), out / "accuracy_vs_modules_dropped.png",
+        plot_curves(accuracy, out / "accuracy_vs_modules_dropped.png",
                     "modules (NAC) / latents (PIO) dropped", f"{split} {metric}",
                     "dropping modules at inference time (NAC Fig. 5a, 15)"),
-        plot_curves(series(drop_rows, dropped, "samples_per_s"), out / "throughput_vs_modules_dropped.png",
+        plot_curves(series(own, dropped, "samples_per_s"), out / "throughput_vs_modules_dropped.png",
                     "modules (NAC) / latents (PIO) dropped", "samples / s (inference)",
                     "inference speed as modules are dropped (NAC Fig. 5b)"),
-        plot_curves(series(drop_rows, lambda row: row["gflops_per_sample"], metric), out / "accuracy_vs_gflops.png",
+        plot_curves(series(own, lambda row: row["gflops_per_sample"], metric), out / "accuracy_vs_gflops.png",
                     "GFLOPs / sample", f"{split} {metric}", "accuracy vs compute (NAC Fig. 15)"),
     ]
     if edge_rows:
