@@ -85,7 +85,10 @@ def write_json_atomic(path: Path, obj: Any) -> Path:
 def _plain(obj: Any) -> Any:
     """JSON for what :mod:`json` cannot write: arrays and scalars of numpy and torch as numbers, the
     rest (paths) as text."""
-    return obj.tolist() if hasattr(obj, "tolist") else str(obj)
+    import numpy as np
+    import torch
+
+    return obj.tolist() if isinstance(obj, (np.ndarray, np.generic, torch.Tensor)) else str(obj)
 
 
 def write_study(out: Path, study: str, results: Iterable, *, config: argparse.Namespace | dict,
