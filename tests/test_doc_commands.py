@@ -214,7 +214,7 @@ RULES: tuple[Rule, ...] = (
     Rule(r"modwire reproduce \S+ --dry-run", "as written", "prints the study's commands, runs none",
          expect=r"experiments/"),
     Rule(r"modwire results( --check README\.md)?", "as written",
-         "reads the committed result files (README.md is linked in)", expect=r"results:begin|Paper"),
+         "reads the committed result files (README.md is linked in)", expect=r"results:begin|Paper|the results section matches the result files"),
     Rule(r"modwire list (models|tasks)", "as written", "prints the registry", expect=r"nac_small|fashion_mnist"),
     Rule(r"modwire data check configs/cpu/\S+", "as written", "reads the fixture dataset",
          expect=r"all readable"),
