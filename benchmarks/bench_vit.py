@@ -1,4 +1,4 @@
-"""modwire's ViT blocks vs ``torch.nn.TransformerEncoder`` at equal dimensions (issue 11, item 7).
+"""modwire's ViT blocks vs a peer of equal dimensions: torch's TransformerEncoder, or timm's blocks (issue 11).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_vit.py [--repeats 9] [--quick]
     python benchmarks/bench_vit.py --device cuda --precision bf16 --compile

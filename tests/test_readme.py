@@ -191,3 +191,18 @@ def test_the_guarantee_table_names_existing_tests_and_counts_their_cases():
     for row in rows:
         cases = sum(collected.count(i) for i in set(named[row[0]]))
         assert cases == int(row[2]), f"{row[0]}: the table says {row[2]} cases, pytest collects {cases}"
+
+
+def test_speed_gpu_vit_table_is_the_committed_h200_output():
+    """docs/speed.md's GPU table: each cell is the ratio bench_vit.py printed on the H200
+    (benchmarks/results/gpu/vit_timm_h200_{fp32,bf16}.txt)."""
+    text = (ROOT / "docs" / "speed.md").read_text()
+    printed = {}
+    for precision in ("fp32", "bf16"):
+        out = (ROOT / "benchmarks" / "results" / "gpu" / f"vit_timm_h200_{precision}.txt").read_text()
+        for name, mode, ratio in re.findall(r"^  (.+?), (inference|train): ([\d.]+)x", out, re.M):
+            printed[(name, precision, mode)] = ratio
+    for name in ("NI Table 5 ViT", "AiT ViT-Small"):
+        row = next(line for line in text.splitlines() if line.startswith(f"| {name} ("))
+        cells = [c.strip() for c in row.strip("|").split("|")][1:]
+        assert cells == [printed[(name, p, m)] for p in ("fp32", "bf16") for m in ("inference", "train")]
