@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.files import atomic_write_text
 import common  # noqa: E402
 
 ROOT = common.ROOT
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     results = common.read_log(args.out / "results.json", __file__) if args.report else train_variants(args)
     table = format_table(results)
-    (args.out / "table.md").write_text(table + "\n")
+    atomic_write_text(args.out / "table.md", table + "\n")
     plot(results, args.out / "slot_similarity.png")
     common.finish_study(args.out, "ait_memory_collapse", results, args=args, started=started, seeds=[0],
                         logs=[args.out / "results.json"], script=__file__, argv=argv)

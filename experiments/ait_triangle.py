@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.files import atomic_write_text
 import common  # noqa: E402
 
 ROOT = common.ROOT
@@ -170,7 +171,7 @@ def plot(out: Path, rows: list[str]) -> Path | None:
 
 def report(out: Path, rows: list[str], steps: int, quick: bool = False) -> str:
     table = format_table(load(out, steps, quick), rows)
-    (out / "table.md").write_text(table + "\n")
+    atomic_write_text(out / "table.md", table + "\n")
     plot(out, rows)
     return table
 

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.files import atomic_write_text
 import common  # noqa: E402
 
 ROOT = common.ROOT
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     results = load(args.out, args.models, args.seeds)
     table = format_table(results)
     if not args.report:      # the committed table.md also holds notes on the run that no log records: kept
-        (args.out / "table.md").write_text(table + "\n")
+        atomic_write_text(args.out / "table.md", table + "\n")
     print(table)
     logs = [args.out / run_name(r["model"], r["seed"]) / "metrics.jsonl" for r in results]
     common.finish_study(args.out, "gan_fashion_mnist", results, args=args, started=started,

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.files import atomic_write_text
 import common  # noqa: E402
 
 ROOT = common.ROOT
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     rows = common.read_log(args.out / "results.json", __file__) if args.report else train_variants(args)
     table = format_table(rows)
-    (args.out / "table.md").write_text(table + "\n")
+    atomic_write_text(args.out / "table.md", table + "\n")
     common.finish_study(args.out, "nfm_lm_synthetic", rows, args=args, started=started, seeds=[0],
                         logs=[args.out / "results.json"], script=__file__, argv=argv)
     print(table)

@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.files import atomic_write_text
 import common  # noqa: E402
 
 ROOT = common.ROOT
@@ -158,7 +159,7 @@ def report(out: Path, regimes: list[str], steps: int, quick: bool = False) -> st
     results = load(out, steps, quick)
     text = format_table(results, regimes) + "\n\n" + footer(results)
     if out.is_dir():
-        (out / "table.md").write_text(text + "\n")
+        atomic_write_text(out / "table.md", text + "\n")
     return text
 
 

@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.files import atomic_write_text
 import common  # noqa: E402
 
 # ----------------------------------------------------------------------------- the models
@@ -321,7 +322,7 @@ def plot(results: dict[str, dict], models: list[str], lrs: dict[str, float], pat
 def report(out: Path, models: list[str], lrs: dict[str, float]) -> str:
     results = load_results(out / "results.jsonl")
     table = format_table(results, models, lrs)
-    (out / "table.md").write_text("# NI Fig. 5a at CPU scale (experiments/ni_fewshot.py)\n" + table + "\n")
+    atomic_write_text(out / "table.md", "# NI Fig. 5a at CPU scale (experiments/ni_fewshot.py)\n" + table + "\n")
     figure = plot(results, models, lrs, out / "fewshot.png")
     return table + f"\n\ntable: {out / 'table.md'}" + (f", plot: {figure}" if figure else
                                                          " (no plot: no curve yet, or no matplotlib)")

@@ -45,6 +45,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.files import atomic_write_text
 import common  # noqa: E402
 
 ROOT = common.ROOT
@@ -279,7 +280,7 @@ def report(out: Path) -> tuple[str, list[dict]]:
     text = format_table(table)
     if dynamic is not None:
         text += "\n" + format_dynamic(dynamic)
-    (out / "table.md").write_text(text + "\n")
+    atomic_write_text(out / "table.md", text + "\n")
     plot(table, out / "table1.png")
     results = [{"setting": key, "label": label, "paper": paper,
                 **({} if ours is None else dict(zip(("r2", "r2_std_functions", "r2_std_seeds", "seeds"), ours))),

@@ -47,6 +47,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.files import atomic_write_text
 import common  # noqa: E402
 
 # ----------------------------------------------------------------------------- the ladder
@@ -378,7 +379,7 @@ def plan(args: argparse.Namespace, image: str) -> list[Job]:
 def report(out: Path, tasks: list[str]) -> str:
     groups = aggregate(load_results(out / "results.jsonl").values())
     table = format_table(groups, tasks)
-    (out / "table.md").write_text("# NAC Table 1 at CPU scale (experiments/table1_ladder.py)\n" + table + "\n")
+    atomic_write_text(out / "table.md", "# NAC Table 1 at CPU scale (experiments/table1_ladder.py)\n" + table + "\n")
     figure = plot(groups, tasks, out / "ladder.png")
     return table + f"\n\ntable: {out / 'table.md'}" + (f", plot: {figure}" if figure else " (no matplotlib: no plot)")
 

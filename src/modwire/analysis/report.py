@@ -34,6 +34,7 @@ copy: its ``order``, ``draw`` and ``dropped`` indices), with draws ``modules_dro
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -48,6 +49,7 @@ from .edges import GRAPH_THRESHOLD, edge_curve, graph_frame, graph_summary, link
 from .runs import AnalyzedRun, load_run, open_run, output_dir, run_model_class
 from ..models.capabilities import ModuleSurgery
 from ..errors import UserError
+from ..files import atomic_write_text
 
 __all__ = ["DEFAULT_DROP_FRACTIONS", "DEFAULT_EDGE_FRACTIONS", "analyze", "check_fractions", "load_run",
            "parse_fractions"]
@@ -216,7 +218,7 @@ def write_outputs(out: Path, runs: list[AnalyzedRun], drop_rows: list[dict[str, 
     summary_path = out / "summary.json"
     files.append(summary_path)
     summary["files"] = [str(p) for p in files]
-    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    atomic_write_text(summary_path, json.dumps(summary, indent=2) + "\n")
     return summary
 
 
@@ -241,12 +243,13 @@ def _cell(v: Any) -> Any:
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> Path:
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
-        w.writeheader()
-        for row in rows:
-            w.writerow({k: _cell(v) for k, v in row.items()})
-    return path
+    """The rows as CSV, written atomically (a rerun's kill leaves the previous file whole)."""
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=columns, extrasaction="ignore")
+    w.writeheader()
+    for row in rows:
+        w.writerow({k: _cell(v) for k, v in row.items()})
+    return atomic_write_text(path, text.getvalue())
 
 
 def _table(drop_rows, edge_rows, metric: str, stats) -> str:
