@@ -205,16 +205,25 @@ def check(path: Path, results: Path = RESULTS) -> list[str]:
                                      "what experiments/results/*/study.json give", lineterm="", n=0))
 
 
+def rebuildable(results: Path = RESULTS) -> list[str]:
+    """The studies whose committed ``study.json`` was rebuilt from committed logs (``source`` set):
+    the ones ``--rebuild`` can rebuild. A study that trained here keeps only its study.json."""
+    every = registry.every_study()
+    return [n for n, s in every.items() if s.rebuild is not None and (results / s.results / "study.json").is_file()
+            and json.loads((results / s.results / "study.json").read_text())["source"]]
+
+
 def rebuild(names: Sequence[str], log=print) -> int:
     """Run each named study's ``rebuild`` command (its ``--report``: study.json from the committed
     logs, no training) with this Python, from the checkout's root; the number that failed."""
-    every = registry.every_study()
-    unknown = [n for n in names if n not in every or every[n].rebuild is None]
+    every, known = registry.every_study(), rebuildable()
+    unknown = [n for n in names if n not in known]
     if unknown:
-        known = sorted(n for n, s in every.items() if s.rebuild is not None)
-        raise SystemExit(f"report.py --rebuild: no rebuild command for {unknown}; known: {', '.join(known)}")
+        raise SystemExit(f"report.py --rebuild: {unknown} cannot be rebuilt: only a study.json rebuilt from "
+                         f"committed logs can (a study that trained here commits only its study.json); "
+                         f"those: {', '.join(sorted(known))}")
     failed = 0
-    for name in names or [n for n, s in every.items() if s.rebuild is not None]:
+    for name in names or known:
         argv = [a.replace(registry.OUT, f"experiments/results/{every[name].results}") for a in every[name].rebuild]
         log(f"{name}: python {' '.join(argv)}")
         run = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True)
@@ -231,7 +240,7 @@ def main(argv: list[str] | None = None, prog: str = "experiments/report.py") -> 
     what.add_argument("--write", type=Path, metavar="FILE", help="rewrite FILE's section between the markers")
     what.add_argument("--check", type=Path, metavar="FILE", help="exit 1 when FILE's section differs from the files")
     what.add_argument("--rebuild", nargs="*", metavar="NAME",
-                      help="rebuild the committed study.json files from their logs (all, or the NAMEs)")
+                      help="rebuild the study.json files rebuilt from committed logs, from them (all, or the NAMEs)")
     ap.add_argument("--results", type=Path, default=RESULTS, help="the results folder (default experiments/results)")
     args = ap.parse_args(argv)
     try:
