@@ -22,15 +22,21 @@ holding the four idx files); where Fashion-MNIST is not at hand, ``--task digits
 bundled 8×8 digits upsampled to 32×32, the same model; 1.2k training images) or ``--task triangle``
 (the built-in generated Triangle task, 64×64 in 8×8 patches: the same 64 tokens per image and pool).
 
-Per variant it records, every ``--every`` steps, the mean cosine similarity between the slots of
-each layer's memory, the balance loss and the task loss, and at the end the test accuracy on the
-first 2000 test images and the number of distinct patches the slots select. Results go to
-``OUT/results.json``, the table to ``OUT/table.md``, the curves to ``OUT/slot_similarity.png``, the
-study run's record to ``OUT/study.json`` (``experiments/common.py``).
+Per variant and training seed (``--seeds N``: seeds 0 .. N-1, default 3; the seed sets the
+initialisation and the batch order, the data are the same for every seed) it records, every
+``--every`` steps, the mean cosine similarity between the slots of each layer's memory, the balance
+loss and the task loss, and at the end the test accuracy on the first 2000 test images, the number
+of distinct patches the slots select and the run's wall time (``seconds``). Results go to
+``OUT/results.json`` (one record per variant and seed, rewritten after each run), the table to
+``OUT/table.md`` (per variant the mean ± sample std over the seeds and each seed's end cosine, then
+one line per run), the curves to ``OUT/slot_similarity.png`` (the mean over the seeds, the band
+their range), the study run's record to ``OUT/study.json`` (``experiments/common.py``). A record
+without ``seed`` (the one-seed runs of earlier code) is seed 0.
 
-Run: ``python experiments/ait_memory_collapse.py`` (300 steps, about 1.5 minutes a variant on one
-core); ``--task triangle --steps 150``; ``--quick``; ``--report`` reprints the table and rebuilds
-``OUT/study.json`` from ``OUT/results.json`` (no training).
+Run: ``python experiments/ait_memory_collapse.py`` (300 steps, about 1.5 minutes a variant and seed
+on one core); ``--task triangle --steps 150``; ``--quick`` (one seed unless ``--seeds`` says
+otherwise); ``--report`` reprints the table and rebuilds ``OUT/study.json`` from
+``OUT/results.json`` (no training).
 """
 from __future__ import annotations
 
@@ -103,74 +109,110 @@ def train_variant(name: str, steps: int, every: int, tensors, seed: int = 0, tas
     with torch.no_grad():
         correct = sum(int((model(xt[i:i + 256]).argmax(-1) == yt[i:i + 256]).sum()) for i in range(0, len(xt), 256))
         diversity = model_patch_diversity(model, [xt[:128]]).mean(dim=-1).tolist()
-    return {"variant": name, "task": task, "overrides": VARIANTS[name], "steps": steps, "curve": curve, "test_top1": correct / len(xt),
-            "patch_diversity": diversity, "seconds": round(time.perf_counter() - start, 1)}
+    return {"variant": name, "seed": seed, "task": task, "overrides": VARIANTS[name], "steps": steps, "curve": curve,
+            "test_top1": correct / len(xt), "patch_diversity": diversity,
+            "seconds": round(time.perf_counter() - start, 1)}
+
+
+def _by_variant(results: list[dict]) -> dict[str, list[dict]]:
+    """The records by variant (in the order they first appear), each variant's in seed order (a
+    record without ``seed`` is seed 0)."""
+    out: dict[str, list[dict]] = {}
+    for r in results:
+        out.setdefault(r["variant"], []).append(r)
+    return {k: sorted(v, key=lambda r: r.get("seed", 0)) for k, v in out.items()}
 
 
 def format_table(results: list[dict]) -> str:
-    """One line per variant: slot cosine at the start and end (AiT Fig. 2: slots that specialise stay
-    apart), the balance loss, the patch diversity and the test accuracy."""
-    rows = []
+    """Per variant, mean ± sample std over the seeds: the slot cosine at the end per layer (AiT Fig. 2:
+    slots that specialise stay apart) and each seed's for layer 1, the balance loss, the patch
+    diversity, the test accuracy and each seed's wall time; then one line per run."""
+    ms = common.format_mean_std
+    summary = []
+    for name, runs in _by_variant(results).items():
+        end = [r["curve"][-1] for r in runs]
+        cos = [ms([c["slot_cos"][layer] for c in end]) for layer in (0, 1)]
+        summary.append([name, len(runs), f"{cos[0]} / {cos[1]}",
+                        ", ".join(f"{c['slot_cos'][0]:.2f}" for c in end), ms([c["balance"] for c in end], 0),
+                        f"{ms([r['patch_diversity'][0] for r in runs], 3)} / "
+                        f"{ms([r['patch_diversity'][1] for r in runs], 3)}",
+                        ms([100 * r["test_top1"] for r in runs], 1), ", ".join(str(r["seconds"]) for r in runs)])
+    per_run = []
     for r in results:
         a, b = r["curve"][0]["slot_cos"], r["curve"][-1]["slot_cos"]
-        rows.append([r["variant"], f"{a[0]:.2f} / {a[1]:.2f} → {b[0]:.2f} / {b[1]:.2f}",
-                     f"{r['curve'][-1]['balance']:.0f}",
-                     f"{r['patch_diversity'][0]:.3f} / {r['patch_diversity'][1]:.3f}", f"{100 * r['test_top1']:.1f}"])
-    return common.markdown_table(["variant", "slot cosine, layer 1 / 2 (start → end)", "balance loss (end)",
-                                  "distinct / selected patches (layer 1 / 2)", "test top-1 %"], rows)
+        per_run.append([r["variant"], r.get("seed", 0), f"{a[0]:.2f} / {a[1]:.2f} → {b[0]:.2f} / {b[1]:.2f}",
+                        f"{r['curve'][-1]['balance']:.0f}",
+                        f"{r['patch_diversity'][0]:.3f} / {r['patch_diversity'][1]:.3f}", f"{100 * r['test_top1']:.1f}",
+                        r["seconds"]])
+    return (common.markdown_table(["variant", "seeds", "slot cosine at the end, layer 1 / 2", "layer 1 per seed",
+                                   "balance loss (end)", "distinct / selected patches (layer 1 / 2)", "test top-1 %",
+                                   "seconds per seed"], summary) + "\n\n" +
+            common.markdown_table(["variant", "seed", "slot cosine, layer 1 / 2 (start → end)", "balance loss (end)",
+                                   "distinct / selected patches (layer 1 / 2)", "test top-1 %", "seconds"], per_run))
 
 
 def plot(results: list[dict], path: Path) -> Path | None:
-    """Slot cosine over training, per variant and layer."""
+    """Slot cosine over training, per variant and layer: the mean over the seeds, the band their range."""
+    import numpy as np
+
     def draw(fig, ax):
-        for r in results:
-            steps = [c["step"] for c in r["curve"]]
+        for name, runs in _by_variant(results).items():
+            steps = [c["step"] for c in runs[0]["curve"]]
             for layer, style in ((0, "-"), (1, "--")):
-                ax.plot(steps, [c["slot_cos"][layer] for c in r["curve"]], style,
-                        label=f"{r['variant']} (layer {layer + 1})")
+                cos = np.array([[c["slot_cos"][layer] for c in r["curve"]] for r in runs])
+                line, = ax.plot(steps, cos.mean(0), style, label=f"{name} (layer {layer + 1})")
+                if len(runs) > 1:
+                    ax.fill_between(steps, cos.min(0), cos.max(0), color=line.get_color(), alpha=0.15, lw=0)
+        seeds = common.seeds_of(results)
         ax.set(xlabel="training step", ylabel="mean cosine between memory slots", ylim=(-0.05, 1.05),
-               title=f"AiT memory collapse ({results[0].get('task', 'task not recorded')})")   # early runs lack it
+               title=f"AiT memory collapse ({results[0].get('task', 'task not recorded')}, "   # early runs lack it
+                     f"{len(seeds)} seed{'s' * (len(seeds) > 1)})")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     return common.save_figure(path, draw)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = common.parser(__doc__, DEFAULT_OUT, "6 steps, 256 images",
+    ap = common.parser(__doc__, DEFAULT_OUT, "6 steps, 256 images, one seed unless --seeds",
                        report="reprint the table from OUT/results.json and rebuild OUT/study.json (no training)")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--every", type=int, default=10)
+    ap.add_argument("--seeds", type=common.positive, default=None, help="training seeds 0 .. N-1 (default 3; 1 with "
+                                                                       "--quick)")
     ap.add_argument("--task", choices=sorted(TASKS), default="fashion_mnist")
     ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     ap.add_argument("--data-root", default=None, help="the directory of Fashion-MNIST's four idx files (default: "
                                                        "where Debian's dataset-fashion-mnist installs them)")
     args = ap.parse_args(argv)
     started = time.perf_counter()
+    args.seeds = args.seeds or (1 if args.quick else 3)
     results = common.read_log(args.out / "results.json", __file__) if args.report else train_variants(args)
     table = format_table(results)
     atomic_write_text(args.out / "table.md", table + "\n")
     plot(results, args.out / "slot_similarity.png")
-    common.finish_study(args.out, "ait_memory_collapse", results, args=args, started=started, seeds=[0],
-                        logs=[args.out / "results.json"], script=__file__, argv=argv)
+    common.finish_study(args.out, "ait_memory_collapse", results, args=args, started=started,
+                        seeds=common.seeds_of(results), logs=[args.out / "results.json"], script=__file__, argv=argv)
     print(table)
     return 0
 
 
 def train_variants(args) -> list[dict]:
-    """Train every variant of ``args.variants`` on one seed; the records also go to ``OUT/results.json``."""
+    """Train every variant of ``args.variants`` for each of ``args.seeds`` seeds (seed-major) on the same
+    data; the records go to ``OUT/results.json`` after each run, so a killed study keeps its runs."""
     steps, every = (6, 2) if args.quick else (args.steps, args.every)
     try:
         tensors = data(512 if args.quick else 20000, 256 if args.quick else 2000, args.data_root, args.task)
     except (FileNotFoundError, ValueError) as e:     # the loader's message shows the expected layout
         raise SystemExit(f"ait_memory_collapse.py: the {args.task} data is not readable: {e}\n(on Debian: "
                          f"apt-get install dataset-fashion-mnist, or pass --data-root DIR, or --task digits)") from None
-    results = []
-    for name in args.variants:
-        results.append(train_variant(name, steps, every, tensors, task=args.task))
-        print(f"{name}: slot cosine {results[-1]['curve'][-1]['slot_cos']}, test top-1 {results[-1]['test_top1']:.3f} "
-              f"({results[-1]['seconds']:.0f} s)", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    common.write_json_atomic(args.out / "results.json", results)
+    results = []
+    for seed in range(args.seeds):
+        for name in args.variants:
+            results.append(train_variant(name, steps, every, tensors, seed=seed, task=args.task))
+            print(f"{name}, seed {seed}: slot cosine {results[-1]['curve'][-1]['slot_cos']}, test top-1 "
+                  f"{results[-1]['test_top1']:.3f} ({results[-1]['seconds']:.0f} s)", flush=True)
+            common.write_json_atomic(args.out / "results.json", results)
     return results
 
 

@@ -13,14 +13,20 @@ Models: 4 causal pre-LN layers of 64-d, 4 heads, FFN 128, contexts of 32 tokens,
 no dropout; ``nfm`` adds the Table 8 reader (one pass, top-5, one γ per layer: +4 parameters) and
 ``nfm_2pass`` two passes over the same blocks (+8 parameters, twice the compute). Each trains with
 the library's trainer (AdamW 3e-3, 30 warm-up steps, cosine, batch 32) for ``--steps`` steps on
-one thread; validation perplexity is reported per variant and, for the NFM variants, what the
-readers read on 4 validation batches (:mod:`modwire.analysis.nfm`: mean attention mass on the null
-slot, top-down share for the second pass; heatmap ``OUT/read_map_<variant>.png``).
+one thread, once per training seed (``--seeds N``: seeds 0 .. N-1, default 3; the trainer's
+``seed=`` sets the initialisation and the batch order). The corpus is generated once, from seed 0,
+for every seed, so the seeds vary only the training, not the data. Validation perplexity is
+reported per variant as mean ± sample std over the seeds, with each seed's value, and, for the NFM
+variants, what the readers read on 4 validation batches (:mod:`modwire.analysis.nfm`: mean
+attention mass on the null slot, top-down share for the second pass; seed 0's heatmap
+``OUT/read_map_<variant>.png``).
 
-Run: ``OMP_NUM_THREADS=1 python experiments/nfm_lm_synthetic.py`` (about 3 minutes on one core);
-``--quick`` for a smoke test. Writes ``OUT/results.json``, ``OUT/table.md`` and the study run's
-record ``OUT/study.json`` (``experiments/common.py``); ``--report`` reprints the table and rebuilds
-``OUT/study.json`` from ``OUT/results.json`` (no training).
+Run: ``OMP_NUM_THREADS=1 python experiments/nfm_lm_synthetic.py`` (about 3 minutes a seed on one
+core); ``--quick`` for a smoke test (one seed unless ``--seeds`` says otherwise). Writes
+``OUT/results.json`` (one record per variant and seed, with its ``seed`` and its wall time
+``seconds``; rewritten after each run), ``OUT/table.md`` and the study run's record
+``OUT/study.json`` (``experiments/common.py``); ``--report`` reprints the table and rebuilds
+``OUT/study.json`` from ``OUT/results.json`` (no training; a record without ``seed`` is seed 0).
 """
 from __future__ import annotations
 
@@ -101,14 +107,16 @@ def write_corpus(root: Path, paragraphs: int, seed: int = 0) -> Path:
     return root
 
 
-def run_variant(name: str, data: Path, out: Path, steps: int, plots: Path | None = None) -> dict:
+def run_variant(name: str, data: Path, out: Path, steps: int, plots: Path | None = None, seed: int = 0) -> dict:
+    """One variant trained with training seed ``seed`` on the corpus at ``data``: its record (validation
+    metrics, parameters, the readers' γ and reads, the run's wall time ``seconds``)."""
     from modwire.training import load_config, train
 
     preset, extra = VARIANTS[name]
-    overrides = [f"out_dir={out / name}", f"model.name={preset}", "data.task=wikitext2",
+    overrides = [f"out_dir={out / f'{name}-seed{seed}'}", f"model.name={preset}", "data.task=wikitext2",
                  f"data.params.root={data}", "data.params.seq_len=32", "data.batch_size=32", "epochs=1000",
                  f"max_steps={steps}", "optim.lr=3e-3", "optim.warmup_steps=30", "optim.weight_decay=0.01",
-                 "progress=false", f"log_every={max(steps // 10, 1)}", "checkpoint_every=0", "seed=0"]
+                 "progress=false", f"log_every={max(steps // 10, 1)}", "checkpoint_every=0", f"seed={seed}"]
     overrides += [f"model.overrides.{k}={v}" for k, v in MODEL.items()]
     overrides += [f"model.overrides.nfm.{k}={str(v).lower()}" for k, v in extra["nfm"].items()]
     start = time.perf_counter()
@@ -117,8 +125,8 @@ def run_variant(name: str, data: Path, out: Path, steps: int, plots: Path | None
     seconds = round(time.perf_counter() - start, 1)
     gammas = [round(r.gamma.item(), 4) for r in getattr(model.body, "readers", [])]
     reads = _reads(model, data, name, plots) if gammas else {}
-    return {"variant": name, "steps": result["step"], "val": result["val"], "parameters": model.num_parameters(),
-            "gammas": gammas, "reads": reads, "seconds": seconds}
+    return {"variant": name, "seed": seed, "steps": result["step"], "val": result["val"],
+            "parameters": model.num_parameters(), "gammas": gammas, "reads": reads, "seconds": seconds}
 
 
 def _reads(model, data: Path, name: str, plots: Path | None) -> dict:
@@ -135,45 +143,74 @@ def _reads(model, data: Path, name: str, plots: Path | None) -> dict:
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in rm.summary().items()}
 
 
+def _spread(rows: list[dict], value, digits: int = 3) -> str:
+    """``value(record)``'s mean ± sample std over ``rows`` (``-`` where no record has a number; NaN,
+    e.g. one pass's top-down share, is left out)."""
+    got = [v for v in map(value, rows) if isinstance(v, (int, float)) and v == v]
+    return common.format_mean_std(got, digits, empty="-")
+
+
 def format_table(rows: list[dict]) -> str:
-    """Per variant: parameters, validation perplexity and token top-1, the learned γ and what the
-    readers read (NFM §4.6's reader; not Table 8's data)."""
-    return common.markdown_table(
-        ["variant", "parameters", "val perplexity", "val token top-1", "γ after training", "null mass",
-         "top-down share", "seconds"],
-        [[r["variant"], f"{r['parameters']:,}", f"{r['val']['perplexity']:.3f}", f"{r['val']['token_top1']:.3f}",
+    """Per variant, mean ± sample std over the seeds: validation perplexity (and each seed's), token
+    top-1, what the readers read, each seed's wall time; then one line per run with the learned γ
+    (NFM §4.6's reader; not Table 8's data)."""
+    variants = {r["variant"]: [s for s in rows if s["variant"] == r["variant"]] for r in rows}
+    summary = common.markdown_table(
+        ["variant", "parameters", "seeds", "val perplexity", "per seed", "val token top-1", "null mass",
+         "top-down share", "seconds per seed"],
+        [[name, f"{runs[0]['parameters']:,}", len(runs), _spread(runs, lambda r: r["val"]["perplexity"]),
+          ", ".join(f"{r['val']['perplexity']:.3f}" for r in _by_seed(runs)),
+          _spread(runs, lambda r: r["val"]["token_top1"]), _spread(runs, lambda r: r["reads"].get("null_mass")),
+          _spread(runs, lambda r: r["reads"].get("top_down_share")),
+          ", ".join(str(r["seconds"]) for r in _by_seed(runs))] for name, runs in variants.items()])
+    per_run = common.markdown_table(
+        ["variant", "seed", "val perplexity", "val token top-1", "γ after training", "null mass", "top-down share",
+         "seconds"],
+        [[r["variant"], r.get("seed", 0), f"{r['val']['perplexity']:.3f}", f"{r['val']['token_top1']:.3f}",
           ", ".join(map(str, r["gammas"])) or "-", r["reads"].get("null_mass", "-"),
           r["reads"].get("top_down_share", "-"), r["seconds"]] for r in rows])
+    return summary + "\n\n" + per_run
+
+
+def _by_seed(runs: list[dict]) -> list[dict]:
+    """``runs`` in seed order (a record without ``seed`` is seed 0)."""
+    return sorted(runs, key=lambda r: r.get("seed", 0))
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = common.parser(__doc__, DEFAULT_OUT, "4 steps, 60 paragraphs",
+    ap = common.parser(__doc__, DEFAULT_OUT, "4 steps, 60 paragraphs, one seed unless --seeds",
                        report="reprint the table from OUT/results.json and rebuild OUT/study.json (no training)")
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--paragraphs", type=int, default=2000)
+    ap.add_argument("--seeds", type=common.positive, default=None,
+                    help="training seeds 0 .. N-1 (default 3; 1 with --quick); the corpus stays seed 0's")
     args = ap.parse_args(argv)
     started = time.perf_counter()
     if args.quick:
         args.steps, args.paragraphs = 4, 60
+    args.seeds = args.seeds or (1 if args.quick else 3)
     args.out.mkdir(parents=True, exist_ok=True)
     rows = common.read_log(args.out / "results.json", __file__) if args.report else train_variants(args)
     table = format_table(rows)
     atomic_write_text(args.out / "table.md", table + "\n")
-    common.finish_study(args.out, "nfm_lm_synthetic", rows, args=args, started=started, seeds=[0],
+    common.finish_study(args.out, "nfm_lm_synthetic", rows, args=args, started=started, seeds=common.seeds_of(rows),
                         logs=[args.out / "results.json"], script=__file__, argv=argv)
     print(table)
     return 0
 
 
 def train_variants(args) -> list[dict]:
-    """Every variant trained on a freshly written corpus (seed 0); the rows also go to ``OUT/results.json``."""
+    """Every variant for each of ``args.seeds`` training seeds (seed-major) on one corpus written from
+    seed 0; the records go to ``OUT/results.json`` after each run, so a killed study keeps its runs."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        data = write_corpus(Path(tmp) / "data", args.paragraphs)
-        for name in VARIANTS:
-            rows.append(run_variant(name, data, Path(tmp) / "runs", args.steps, args.out))
-            print(json.dumps(rows[-1]), flush=True)
-    common.write_json_atomic(args.out / "results.json", rows)
+        data = write_corpus(Path(tmp) / "data", args.paragraphs, seed=0)
+        for seed in range(args.seeds):
+            for name in VARIANTS:
+                rows.append(run_variant(name, data, Path(tmp) / "runs", args.steps,
+                                        args.out if seed == 0 else None, seed=seed))
+                print(json.dumps(rows[-1]), flush=True)
+                common.write_json_atomic(args.out / "results.json", rows)
     return rows
 
 

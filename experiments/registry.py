@@ -126,13 +126,13 @@ STUDIES: list[Study] = [
     Study("ait_triangle", "AiT Tables 1-2: AiT vs ViT and W/O bottleneck on Triangle; seed 0's workspace",
           steps=_ait_triangle(False), quick=_ait_triangle(True),
           rebuild=_script("ait_triangle", "--rows", AIT_ROWS, "--seeds", "3", "--report"),
-          time="~2.5 h (15 runs of 12-19 min, 2 at a time: the committed results.jsonl)", quick_time="52 s"),
+          time="~2.5 h (15 runs of 12-19 min on quiet cores, 2 at a time: the committed results.jsonl)", quick_time="52 s"),
     Study("ait_memory_collapse_digits", "AiT Eq. 3-4: which part of the write keeps memory slots apart (digits)",
           **_one("ait_memory_collapse", "--task", "digits", "--steps", "150", *COLLAPSE_VARIANTS),
-          time="~11 min (663 s of training in the committed results.json)", quick_time="53 s"),
+          time="~35 min on a quiet core (3 seeds × ~11 min; 59 min measured with other studies running: its results)", quick_time="53 s"),
     Study("ait_memory_collapse_triangle", "AiT Eq. 3-4: the memory slots on Triangle",
           **_one("ait_memory_collapse", "--task", "triangle", "--steps", "120", *COLLAPSE_VARIANTS),
-          time="~6 min (377 s of training in the committed results.json)", quick_time="75 s"),
+          time="~20 min on a quiet core (3 seeds × ~6 min; 34 min measured with other studies running: its results)", quick_time="75 s"),
     Study("ait_analysis", "AiT Fig. 2, 10, 11: slot maps, patch diversity, Hopfield energy (Fashion-MNIST)",
           steps=_ait_analysis(False), quick=_ait_analysis(True),
           rebuild=("experiments/ait_analysis.py", "--report", "--out", OUT),
@@ -146,14 +146,16 @@ STUDIES: list[Study] = [
           quick_time="19 s"),
     Study("nfm_lm_synthetic", "NFM Table 8: a transformer LM with and without NFM (generated corpus)",
           **_one("nfm_lm_synthetic"),
-          time="~3 min (158 s of training in the committed results.json)", quick_time="88 s"),
+          time="~10 min on a quiet core (3 seeds × ~3 min; 29 min measured on 2 cores with other studies running, load average ~9: its results)", quick_time="88 s"),
     Study("gan_fashion_mnist", "NFM Table 4: NFM in a GAN's generator (classifier-FID, Fashion-MNIST 16x16)",
           **_one("gan_fashion_mnist", quick=QUICK_1),
           time="~7 min (7.1 min measured with the test suite running beside it: its study.json)",
           quick_time="18 s"),
-    Study("nfm_preact_resnet", "NFM Table 2: PreActResNet classifiers with NFM (CIFAR, Tiny-ImageNet)",
-          missing="no study script yet: Table 2 is 2000-epoch GPU runs; `modwire train "
-                  "configs/nfm_preact_resnet18_cifar10.yaml` trains one (docs)"),
+    Study("nfm_preact_resnet", "NFM Table 2 / §4.4: PreActResNet with and without NFM, clean and one 16×16 box "
+          "(Fashion-MNIST)",
+          **_one("nfm_preact_resnet", "--seeds", "3", quick=QUICK_1),
+          time="~44 min (2625 s measured on 2 cores with other studies running, load average ~9: its study.json)",
+          quick_time="78 s"),
 ]
 STUDY = {s.name: s for s in STUDIES}
 
@@ -326,7 +328,13 @@ CLAIMS: list[Claim] = [
           (Seeds("base", {"model": "gan"}, "final_classifier_fid", scale=1.0),
            Seeds("NFM", {"model": "nfm_gan"}, "final_classifier_fid", scale=1.0)),
           "classifier-FID, Fashion-MNIST 16×16, 400 steps", 2),
-    Claim("NFM Table 2", "CIFAR-10 test %: PreActResNet-18 vs + NFM", "96.27 vs 96.56", "nfm_preact_resnet"),
+    Claim("NFM Table 2", "test top-1 %: PreActResNet vs NFM(PreActResNet)", "96.27 vs 96.56 (CIFAR-10, PreActResNet-18)",
+          "nfm_preact_resnet", (Seeds("base", {"model": "base"}, "test.top1"), Seeds("NFM", {"model": "nfm"}, "test.top1")),
+          "Fashion-MNIST 32×32, 8/16/32 channels, 200 steps", 2),
+    Claim("NFM §4.4", "test top-1 % with one 16×16 occluding box: PreActResNet vs NFM", "82.46 vs 84.11 (CIFAR-10)",
+          "nfm_preact_resnet", (Seeds("base", {"model": "base"}, "occluded.top1"),
+                                Seeds("NFM", {"model": "nfm"}, "occluded.top1")),
+          "Fashion-MNIST 32×32, 200 steps, box seed 0", 2),
 ]
 
 

@@ -38,10 +38,14 @@ def test_quick_run_writes_results_and_table(tmp_path):
     assert [r["variant"] for r in results] == list(collapse.VARIANTS)
     assert all(len(r["curve"][-1]["slot_cos"]) == 2 and 0 <= r["test_top1"] <= 1 for r in results)
     table = (tmp_path / "table.md").read_text()
-    assert table.count("\n") == 2 + len(collapse.VARIANTS)
-    for r in results:                     # each row carries its run's numbers
-        row = next(line for line in table.splitlines() if line.startswith(f"| {r['variant']} |"))
-        assert row.endswith(f"| {100 * r['test_top1']:.1f} |") and f"{r['curve'][-1]['balance']:.0f}" in row
+    summary, per_run = table.split("\n\n")
+    assert summary.count("\n") == 1 + len(collapse.VARIANTS) and per_run.count("\n") == 2 + len(results)
+    for r in results:                     # each run's line carries its numbers; one seed: the summary the same
+        row = next(line for line in per_run.splitlines() if line.startswith(f"| {r['variant']} | 0 |"))
+        assert row.endswith(f"| {100 * r['test_top1']:.1f} | {r['seconds']} |")
+        assert f"{r['curve'][-1]['balance']:.0f}" in row
+        line = next(line for line in summary.splitlines() if line.startswith(f"| {r['variant']} | 1 |"))
+        assert line.endswith(f"| {100 * r['test_top1']:.1f} | {r['seconds']} |")
     fresh = json.loads((tmp_path / "study.json").read_text())
     assert fresh["source"] is None and fresh["results"] == results
     (tmp_path / "table.md").unlink()
@@ -61,8 +65,35 @@ def test_unreadable_data_is_a_clear_error(tmp_path):
         collapse.main(["--quick", "--out", str(tmp_path), "--data-root", str(tmp_path / "nowhere")])
 
 
-def test_quick_run_on_the_generated_triangle_task(tmp_path):
-    assert collapse.main(["--quick", "--task", "triangle", "--variants", "paper", "residual",
+def test_seeds_give_one_record_per_variant_and_seed_and_report_rebuilds_them(tmp_path):
+    """--seeds 2 on the generated Triangle task: a record per (variant, seed), seeds-major, each seed its
+    own numbers; the table gives mean ± std over the two; --report rebuilds the same study.json results."""
+    assert collapse.main(["--quick", "--seeds", "2", "--task", "triangle", "--variants", "paper", "residual",
                           "--out", str(tmp_path)]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
-    assert [(r["variant"], r["task"]) for r in results] == [("paper", "triangle"), ("residual", "triangle")]
+    assert [(r["variant"], r["seed"], r["task"]) for r in results] == [
+        ("paper", 0, "triangle"), ("residual", 0, "triangle"), ("paper", 1, "triangle"), ("residual", 1, "triangle")]
+    for name in ("paper", "residual"):     # the seed changes the initialisation: different curves
+        a, b = (r["curve"][-1]["slot_cos"] for r in results if r["variant"] == name)
+        assert a != b
+    fresh = json.loads((tmp_path / "study.json").read_text())
+    assert fresh["seeds"] == [0, 1] and fresh["config"]["seeds"] == 2 and fresh["results"] == results
+    paper = [r["curve"][-1]["slot_cos"][0] for r in results if r["variant"] == "paper"]
+    table = (tmp_path / "table.md").read_text()
+    assert f"| paper | 2 | {collapse.common.format_mean_std(paper)} / " in table
+    assert collapse.main(["--report", "--out", str(tmp_path)]) == 0
+    rebuilt = json.loads((tmp_path / "study.json").read_text())
+    assert rebuilt["results"] == results and rebuilt["seeds"] == [0, 1] and (tmp_path / "table.md").read_text() == table
+
+
+def test_report_reads_one_seed_records_without_a_seed_field(tmp_path):
+    """The archived runs of earlier code have no ``seed``: seed 0, and the table is theirs unchanged."""
+    record = {"variant": "paper", "steps": 2, "test_top1": 0.5, "patch_diversity": [0.1, 0.2], "seconds": 3.0,
+              "curve": [{"step": 1, "loss": 2.0, "balance": 9.0, "slot_cos": [0.01, 0.02]},
+                        {"step": 2, "loss": 1.0, "balance": 8.0, "slot_cos": [0.9, 0.8]}]}
+    (tmp_path / "results.json").write_text(json.dumps([record]))
+    assert collapse.main(["--report", "--out", str(tmp_path)]) == 0
+    study = json.loads((tmp_path / "study.json").read_text())
+    assert study["seeds"] == [0] and study["results"] == [record]
+    table = (tmp_path / "table.md").read_text()
+    assert "| paper | 1 | 0.90 / 0.80 | 0.90 | 8 | 0.100 / 0.200 | 50.0 | 3.0 |" in table

@@ -29,7 +29,7 @@ def test_study_file_round_trips_with_the_run_and_machine(tmp_path):
     assert got["study"] == "toy_study" and got["seeds"] == [0, 1]
     assert got["config"] == {"out": str(tmp_path / "out"), "quick": True, "rows": ["ait", "vit"]}
     assert got["results"] == [{"key": "ait-seed0", "top1": 0.5, "steps": 8, "dir": str(tmp_path / "ait")}]
-    assert got["commit"] is None or re.fullmatch(r"[0-9a-f]{40}", got["commit"])
+    assert got["commit"] is None or re.fullmatch(r"[0-9a-f]{40}(-dirty)?", got["commit"])
     assert got["wall_time_s"] > 0                               # since perf_counter() == 0.0
     assert got["machine"]["cpu_count"] == os.cpu_count() and got["machine"]["torch"]
     assert common.write_study(tmp_path, "s", [], config={})         # not timed: wall_time_s is null
@@ -89,6 +89,29 @@ def test_commit_is_null_without_git(monkeypatch):
 
     monkeypatch.setattr(study.subprocess, "run", no_git)
     assert common.git_commit() is None
+
+
+def test_the_commit_is_marked_dirty_when_the_code_differs_from_it(tmp_path):
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "experiments" / "results").mkdir(parents=True)
+    (tmp_path / "src" / "a.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "c")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    (tmp_path / "experiments" / "results" / "log.json").write_text("{}")       # a result: not code
+    assert study.git_commit(tmp_path) == head
+    (tmp_path / "experiments" / "new_study.py").write_text("")                 # an uncommitted script
+    assert study.git_commit(tmp_path) == f"{head}-dirty"
+    (tmp_path / "experiments" / "new_study.py").unlink()
+    (tmp_path / "src" / "a.py").write_text("x = 2\n")                          # a changed module
+    assert study.git_commit(tmp_path / "src") == f"{head}-dirty"
 
 
 @pytest.mark.parametrize("failure", ["fsync", "replace"])

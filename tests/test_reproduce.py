@@ -17,7 +17,7 @@ registry = report.registry
 REQUIRED = {"table1_ladder", "demo", "nac_fewshot", "conditional_nac", "ni_fuzzy_boolean", "ni_fewshot",
             "ait_triangle", "ait_memory_collapse_digits", "ait_analysis", "nfm_sort_of_clevr", "nfm_multi_digit",
             "nfm_lm_synthetic", "gan_fashion_mnist", "nfm_preact_resnet"}
-NO_SCRIPT = {"nac_fewshot", "nfm_preact_resnet"}
+NO_SCRIPT = {"nac_fewshot"}
 
 
 def test_registry_covers_the_issues_studies_with_runnable_scripts():

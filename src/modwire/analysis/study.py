@@ -48,9 +48,19 @@ def _git(args: list[str], root: Path) -> str | None:
     return run.stdout.strip() or None
 
 
+CODE = ("src", "configs", "experiments/*.py")     # what a study's numbers depend on, for ``-dirty``
+
+
 def git_commit(root: Path = _HERE) -> str | None:
-    """``git rev-parse HEAD`` of the checkout, or ``None`` (no git, not a checkout)."""
-    return _git(["rev-parse", "HEAD"], root)
+    """``git rev-parse HEAD`` of the checkout, with ``-dirty`` appended when the code (:data:`CODE`,
+    untracked files included) differs from that commit, so the record never names a commit that did
+    not hold the code that ran; ``None``: no git, not a checkout."""
+    head = _git(["rev-parse", "HEAD"], root)
+    if head is None:
+        return None
+    top = Path(_git(["rev-parse", "--show-toplevel"], root) or root)
+    changed = _git(["status", "--porcelain", "--untracked-files=all", "--", *CODE], top)
+    return f"{head}-dirty" if changed else head
 
 
 def last_commit_of(paths: Iterable[Path]) -> str | None:
