@@ -43,10 +43,8 @@ Run: ``python experiments/nfm_preact_resnet.py`` (3 seeds of both rows, 200 step
 ``--quick`` is a smoke test; ``--report`` reprints the table and rebuilds ``OUT/study.json`` from
 ``OUT/results.jsonl`` (with the same size arguments; no training). The committed results
 (``experiments/results/nfm_preact_resnet/study.json``) come from
-``python experiments/nfm_preact_resnet.py --seeds 3 --workers 2``: 44 minutes of wall time on the 2
-cores with other studies running beside it (load average about 9): an NFM run took 14-24 minutes of
-training (its readers dominate at this width; the one validation included) and 2-3.5 minutes more under
-occlusion, a base run about one minute in all.
+``python experiments/nfm_preact_resnet.py --seeds 3 --workers 2`` (each run's wall time is the
+``seconds`` of its record; the NFM's readers dominate it at this width).
 """
 from __future__ import annotations
 

@@ -154,7 +154,7 @@ STUDIES: list[Study] = [
     Study("nfm_preact_resnet", "NFM Table 2 / §4.4: PreActResNet with and without NFM, clean and one 16×16 box "
           "(Fashion-MNIST)",
           **_one("nfm_preact_resnet", "--seeds", "3", quick=QUICK_1),
-          time="~44 min (2625 s measured on 2 cores with other studies running, load average ~9: its study.json)",
+          time="~45 min with other studies running (NFM runs 16-27 min, base runs 1-1.5, 2 at a time: its study.json)",
           quick_time="78 s"),
 ]
 STUDY = {s.name: s for s in STUDIES}
