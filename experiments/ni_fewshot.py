@@ -44,14 +44,14 @@ import json
 import os
 import shutil
 import sys
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
 from modwire.files import atomic_write_text
 import common  # noqa: E402
+import fewshot as shared  # noqa: E402
 
 # ----------------------------------------------------------------------------- the models
 
@@ -193,43 +193,26 @@ def _finetune(job: Job, out: Path) -> dict:
             "batch_size": summary["batch_size"], "epochs": summary["epochs"]}
 
 
-def load_results(path: Path) -> dict[str, dict]:
-    """Finished jobs by key (``modwire.analysis.results_log``: a last line cut short is dropped)."""
-    from modwire.analysis.results_log import load_results as read
-
-    return read(path)
+load_results = shared.load_results
 
 
 def _done(job: Job, done: dict[str, dict]) -> bool:
-    r = done.get(job.key)
-    return r is not None and (job.pretrain or r.get("n", 0) >= job.seeds) and r.get("quick", False) == job.quick
+    return shared.finished(done.get(job.key), pretrain=job.pretrain, seeds=job.seeds, quick=job.quick)
 
 
 def run_jobs(jobs: list[Job], out: Path, workers: int, log: Callable[[str], None] = print) -> list[str]:
     """Run the jobs not yet in ``out/results.jsonl`` on ``workers`` processes (0: in this one),
     appending each record as it finishes. Returns the failures."""
     return common.run_grid(run_job, [(j, str(out)) for j in jobs], out / "results.jsonl", key=lambda a: a[0].key,
-                           finished=lambda a, done: _done(a[0], done), workers=workers, describe=_brief,
+                           finished=lambda a, done: _done(a[0], done), workers=workers, describe=shared.brief,
                            noun="jobs", verb="run", log=log)
-
-
-def _brief(r: dict) -> str:
-    if r["shots"] < 0:
-        return f"val top-1 {r['val']['top1']:.3f}"
-    return f"top-1 {r['mean']:.3f} ± {r['std'] or 0:.3f} over {r['n']} seed(s)"
 
 
 # ----------------------------------------------------------------------------- the plan
 
 def plan(args: argparse.Namespace) -> tuple[list[Job], list[Job]]:
     """``(pre-training jobs, fine-tuning jobs)``: NI's longest first, so the pool ends together."""
-    models = args.models.split(",")
-    unknown = [m for m in models if m not in MODELS]
-    if unknown:
-        raise SystemExit(f"ni_fewshot.py: unknown model {unknown}; models: {list(MODELS)}")
-    shots = [int(s) for s in args.shots.split(",")]
-    if not shots or min(shots) < 1:
-        raise SystemExit(f"ni_fewshot.py: --shots expects whole numbers >= 1, got {args.shots!r}")
+    models, shots = shared.parse_plan(args, MODELS, "ni_fewshot.py")
     pre = [Job(m, quick=args.quick) for m in models]
     ft: list[Job] = []
     root = args.data_root
@@ -244,26 +227,10 @@ def plan(args: argparse.Namespace) -> tuple[list[Job], list[Job]]:
 
 
 def lr_of(model: str, args: argparse.Namespace) -> float:
-    return getattr(args, f"{model}_lr") or MODELS[model].finetune_lr
+    return shared.lr_of(model, args, lambda m: MODELS[m].finetune_lr)
 
 
 # ----------------------------------------------------------------------------- the report
-
-def curves(results: Iterable[dict], *, check: bool = False) -> dict[tuple[str, float], dict[int, dict]]:
-    """Fine-tuning records (of the lr check when ``check``) by (model, lr), then by shots."""
-    out: dict[tuple[str, float], dict[int, dict]] = {}
-    for r in results:
-        if r["shots"] >= 0 and r.get("check", False) == check:
-            out.setdefault((r["model"], r["lr"]), {})[r["shots"]] = r
-    return out
-
-
-def _cell(r: dict | None) -> str:
-    if r is None:
-        return ""
-    std = r["std"]
-    return f"{100 * r['mean']:.1f} ± {100 * std:.1f}" if std is not None else f"{100 * r['mean']:.1f}"
-
 
 def format_table(results: dict[str, dict], models: list[str], lrs: dict[str, float]) -> str:
     """Markdown: the pre-trained models, then top-1 per k for NI and ViT side by side (NI Fig. 5a),
@@ -273,50 +240,25 @@ def format_table(results: dict[str, dict], models: list[str], lrs: dict[str, flo
             f"{r['seconds'] / 60:.1f}"] for m in models if (r := results.get(Job(m).key))]
     lines = ["\n### Pre-training on digits_multitask_offline (validation top-1 %)\n", common.markdown_table(
         ["model", "parameters", "steps", "top-1", "SVHN-like", "MNIST-M-like", "MNIST-like", "minutes"], pre)]
-    cur = curves(results.values())
-    main = {m: cur.get((m, lrs[m]), {}) for m in models}
-    shots = sorted({k for c in main.values() for k in c})
-    if shots:
-        rows = []
-        for k in shots:
-            rs = [main[m].get(k) for m in models]
-            gap = f"{100 * (rs[0]['mean'] - rs[1]['mean']):+.1f}" if len(rs) == 2 and all(rs) else ""
-            rows.append([k, *(_cell(r) for r in rs), gap, min((r["n"] for r in rs if r), default=0)])
+    rows = shared.shot_rows(results, models, lrs)
+    if rows:
         lines += [f"\n### Few-shot fine-tuning on {TARGET} 32×32 RGB, 10 ways, all parameters, {EPOCHS} epochs, "
                   f"RAdam at a constant lr ({', '.join(f'{MODELS[m].label} {lrs[m]:g}' for m in models)}); "
                   f"top-1 % on the first {POOL} test images, mean ± std over seeds\n",
                   common.markdown_table(["samples per class", *(MODELS[m].label for m in models), "NI − ViT", "seeds"],
                                         rows), f"\npaper: {PAPER}."]
-    check_rows = sorted(((key, k, r) for key, c in curves(results.values(), check=True).items()
-                         for k, r in c.items()), key=lambda t: (t[0][0], t[1], -t[0][1]))
-    if check_rows:
-        lines += ["\n### Learning-rate check (seed 0; top-1 %)\n", common.markdown_table(
-            ["model", "samples per class", "lr", "top-1"],
-            [[MODELS[m].label, k, f"{lr:g}", f"{100 * r['mean']:.1f}"] for (m, lr), k, r in check_rows])]
+    checks = shared.check_rows(results, {m: MODELS[m].label for m in MODELS}, lr_descending=True)
+    if checks:
+        lines += ["\n### Learning-rate check (seed 0; top-1 %)\n",
+                  common.markdown_table(["model", "samples per class", "lr", "top-1"], checks)]
     return "\n".join(lines)
 
 
 def plot(results: dict[str, dict], models: list[str], lrs: dict[str, float], path: Path) -> Path | None:
     """Top-1 vs samples per class (log x), both models, error bars = std over seeds (NI Fig. 5a)."""
-    cur = curves(results.values())
-    lines = {m: sorted(cur.get((m, lrs[m]), {}).items()) for m in models}
-    if not any(lines.values()):
-        return None
-
-    def draw(fig, ax):
-        for m, pts in lines.items():
-            if pts:
-                ax.errorbar([k for k, _ in pts], [100 * r["mean"] for _, r in pts],
-                            yerr=[100 * (r["std"] or 0) for _, r in pts], marker="o", capsize=3,
-                            label=f"{MODELS[m].label} (lr {lrs[m]:g})")
-        ax.set_xscale("log")
-        ks = sorted({k for pts in lines.values() for k, _ in pts})
-        ax.set_xticks(ks, [str(k) for k in ks])
-        ax.set(xlabel="training samples per class (10 classes)", ylabel=f"{TARGET} test top-1 (%)")
-        ax.set_title("Few-shot adaptation after digits pre-training (NI Fig. 5a, CPU)", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    return common.save_figure(path, draw, figsize=(5.5, 4))
+    return shared.plot(results, models, {m: MODELS[m].label for m in MODELS}, lrs, path,
+                       xlabel="training samples per class (10 classes)", ylabel=f"{TARGET} test top-1 (%)",
+                       title="Few-shot adaptation after digits pre-training (NI Fig. 5a, CPU)")
 
 
 def report(out: Path, models: list[str], lrs: dict[str, float]) -> str:
@@ -350,48 +292,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = common.parser(__doc__, "runs/experiments/ni_fewshot", "micro models, 3 pre-training steps",
                        workers=max(1, min(2, os.cpu_count() or 1)),
                        report="print the table of what OUT/results.jsonl holds")
-    ap.add_argument("--models", default="ni,vit")
-    ap.add_argument("--shots", default=",".join(map(str, SHOTS)), help="samples per class, comma-separated")
-    ap.add_argument("--seeds", type=common.positive, default=3)
-    ap.add_argument("--ni-lr", type=float, default=None,
-                    help=f"NI's fine-tuning lr (default {MODELS['ni'].finetune_lr})")
-    ap.add_argument("--vit-lr", type=float, default=None,
-                    help=f"the ViT's fine-tuning lr (default {MODELS['vit'].finetune_lr})")
-    ap.add_argument("--lr-check", action="store_true", help=f"also fine-tune seed 0 at lrs {LR_CHECK}, k = "
-                                                              f"{LR_CHECK_SHOTS}")
-    ap.add_argument("--lr-check-only", action="store_true", help="the lr check without the curve")
-    ap.add_argument("--data-root", default=None, help="the directory of Fashion-MNIST's four idx files (default: "
-                                                       "where Debian's dataset-fashion-mnist installs them)")
-    args = ap.parse_args(argv)
-    if args.data_root:                   # absolute: the worker processes and a resume read the same files
-        args.data_root = os.path.abspath(os.path.expanduser(args.data_root))
-    args.lr_check |= args.lr_check_only
-    if args.workers < 0:
-        ap.error(f"--workers: expected 0 (in this process) or more, got {args.workers}")
-    return args
+    shared.add_arguments(ap, {m: MODELS[m].finetune_lr for m in MODELS}, {m: MODELS[m].label for m in MODELS},
+                         SHOTS, check_help=f"also fine-tune seed 0 at lrs {LR_CHECK}, k = {LR_CHECK_SHOTS}")
+    return shared.parse_arguments(ap, argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    started = time.perf_counter()
-    out, models = args.out, args.models.split(",")
-    lrs = {m: lr_of(m, args) for m in MODELS}
-    failed: list[str] = []
-    if not args.report:
-        check_target(args.data_root)
-        pre, ft = plan(args)
-        failed = run_jobs(pre, out, args.workers)
-        if not failed:                   # fine-tuning needs both pre-trained models
-            failed = run_jobs(ft, out, args.workers)
-        print(f"ran in {(time.perf_counter() - started) / 60:.1f} minutes")
-    print(report(out, models, lrs))
-    results = [r for r in load_results(out / "results.jsonl").values() if r["model"] in models]
-    seeds = sorted({int(s) for r in results for s in r.get("values", {})}) if args.report else range(args.seeds)
-    common.finish_study(out, "ni_fewshot", results, args=args, started=started, seeds=seeds,
-                        logs=[out / "results.jsonl"], script=__file__, argv=argv)
-    if failed:
-        print(f"{len(failed)} jobs failed (not in the table):\n  " + "\n  ".join(failed))
-    return 1 if failed else 0
+    return shared.run_study(args, "ni_fewshot", check_data=lambda: check_target(args.data_root), plan=plan,
+                            run_jobs=run_jobs, report=report, lrs={m: lr_of(m, args) for m in MODELS},
+                            script=__file__, argv=argv)
 
 
 if __name__ == "__main__":

@@ -114,8 +114,6 @@ def value_cell(claim: Claim, study: dict | None) -> str:
     """modwire's number(s) for a claim: each measure's mean ± std, n once when all share it, and a
     flag on a comparison between models with fewer than :data:`MIN_SEEDS` seeds."""
     entry = registry.every_study()[claim.study]
-    if entry.missing:
-        return "no study script yet"
     if study is None:
         return f"not run (no experiments/results/{entry.results}/study.json)"
     cells = [measure_cell(study, m, claim.digits) for m in claim.measures]
@@ -131,10 +129,8 @@ def value_cell(claim: Claim, study: dict | None) -> str:
 
 
 def reproduce_cell(claim: Claim) -> str:
-    """The command that reproduces a claim's number (``—`` without a study script)."""
+    """The command that reproduces a claim's number."""
     entry = registry.every_study()[claim.reproduce or claim.study]
-    if entry.missing:
-        return "—"
     if entry.name not in registry.STUDY:
         raise ValueError(f"claim {claim.paper}, {claim.claim!r}: {entry.name} is not a study modwire reproduce runs")
     return f"`modwire reproduce {entry.name}`"

@@ -119,11 +119,10 @@ def test_a_mean_the_study_computed_says_over_what(tmp_path):
         "NAC 1.9 ± 0.4; Perceiver IO 3.6 ± 3.0 (5 random drop subsets)"
 
 
-def test_not_run_and_no_script_are_said_so():
+def test_a_study_not_run_is_said_so_and_each_claim_names_its_command():
     assert report.value_cell(claim("NAC Fig. 6", "question type"), None) == \
         "not run (no experiments/results/conditional_nac/study.json)"
-    assert report.value_cell(claim("NAC Fig. 4", "few-shot"), None) == "no study script yet"
-    assert report.reproduce_cell(claim("NAC Fig. 4", "few-shot")) == "—"
+    assert report.reproduce_cell(claim("NAC Fig. 4", "few-shot")) == "`modwire reproduce nac_fewshot`"
     assert report.reproduce_cell(claim("AiT Fig. 2", "mean cosine between memory slots, layer 1 / 2 (1")) == \
         "`modwire reproduce ait_triangle`"
 
