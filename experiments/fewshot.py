@@ -101,6 +101,17 @@ def plot(results: dict[str, dict], models: list[str], labels: dict[str, str], lr
     return common.save_figure(path, draw, figsize=(5.5, 4))
 
 
+def require_readable(script: str, what: str, task: str, params: dict) -> None:
+    """Fail early, with the fix, when the study's Fashion-MNIST (``task`` with ``params``) is not installed."""
+    from modwire.tasks import build_dataset
+
+    try:
+        build_dataset(task, "test", **params)
+    except (FileNotFoundError, OSError, ValueError) as e:
+        raise SystemExit(f"{script}: {what} {task} is not readable ({e}); on Debian: apt-get install "
+                         f"dataset-fashion-mnist, or pass --data-root DIR") from None
+
+
 def add_arguments(ap: argparse.ArgumentParser, default_lrs: dict[str, float], labels: dict[str, str],
                   shots: Iterable[int], check_help: str) -> None:
     """The options both studies take: ``--models``, ``--shots``, ``--seeds``, ``--<model>-lr``,

@@ -293,17 +293,6 @@ def report(out: Path, models: list[str], lrs: dict[str, float]) -> str:
 
 # ----------------------------------------------------------------------------- the command
 
-def check_pretraining_data(data_root: str | None) -> None:
-    """Fail early, with the fix, when Fashion-MNIST is not installed."""
-    from modwire.tasks import build_dataset
-
-    try:
-        build_dataset(PRETRAIN_TASK, "test", **({"root": data_root} if data_root else {}))
-    except (FileNotFoundError, OSError, ValueError) as e:
-        raise SystemExit(f"nac_fewshot.py: the pre-training set {PRETRAIN_TASK} is not readable ({e}); on Debian: "
-                         f"apt-get install dataset-fashion-mnist, or pass --data-root DIR") from None
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = common.parser(__doc__, "runs/experiments/nac_fewshot", "3 pre-training steps, 1 fine-tuning epoch",
                        workers=max(1, min(2, os.cpu_count() or 1)),
@@ -315,9 +304,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    return shared.run_study(args, "nac_fewshot", check_data=lambda: check_pretraining_data(args.data_root), plan=plan,
-                            run_jobs=run_jobs, report=report, lrs={m: lr_of(m, args) for m in MODELS},
-                            script=__file__, argv=argv)
+    params = {"root": args.data_root} if args.data_root else {}
+
+    def check_data() -> None:
+        shared.require_readable("nac_fewshot.py", "the pre-training set", PRETRAIN_TASK, params)
+    return shared.run_study(args, "nac_fewshot", check_data=check_data, plan=plan, run_jobs=run_jobs, report=report,
+                            lrs={m: lr_of(m, args) for m in MODELS}, script=__file__, argv=argv)
 
 
 if __name__ == "__main__":

@@ -277,17 +277,6 @@ def target_params(data_root: str | None) -> dict:
     return {**TARGET_PARAMS, **({"root": data_root} if data_root else {})}
 
 
-def check_target(data_root: str | None) -> None:
-    """Fail early, with the fix, when Fashion-MNIST is not installed."""
-    from modwire.tasks import build_dataset
-
-    try:
-        build_dataset(TARGET, "test", **target_params(data_root))
-    except (FileNotFoundError, OSError, ValueError) as e:
-        raise SystemExit(f"ni_fewshot.py: the few-shot target {TARGET} is not readable ({e}); on Debian: "
-                         f"apt-get install dataset-fashion-mnist, or pass --data-root DIR") from None
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = common.parser(__doc__, "runs/experiments/ni_fewshot", "micro models, 3 pre-training steps",
                        workers=max(1, min(2, os.cpu_count() or 1)),
@@ -299,9 +288,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    return shared.run_study(args, "ni_fewshot", check_data=lambda: check_target(args.data_root), plan=plan,
-                            run_jobs=run_jobs, report=report, lrs={m: lr_of(m, args) for m in MODELS},
-                            script=__file__, argv=argv)
+    params = target_params(args.data_root)
+
+    def check_data() -> None:
+        shared.require_readable("ni_fewshot.py", "the few-shot target", TARGET, params)
+    return shared.run_study(args, "ni_fewshot", check_data=check_data, plan=plan, run_jobs=run_jobs, report=report,
+                            lrs={m: lr_of(m, args) for m in MODELS}, script=__file__, argv=argv)
 
 
 if __name__ == "__main__":
