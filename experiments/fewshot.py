@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -37,6 +38,20 @@ def brief(r: dict) -> str:
     if r["shots"] < 0:
         return f"val top-1 {r['val']['top1']:.3f}"
     return f"top-1 {r['mean']:.3f} ± {r['std'] or 0:.3f} over {r['n']} seed(s)"
+
+
+def finetune(config_for: Callable, seeds: list[int], out: Path) -> dict:
+    """Fine-tune every seed (``modwire finetune``'s ``finetune_seeds``: each a resumable run in
+    ``out/seed-<s>``), drop their checkpoints (their result.json, config and metrics stay) and
+    return the summary's ``values``, ``mean``, ``std``, ``n``, ``batch_size``, ``epochs`` and ``ways``."""
+    from modwire.training.finetune import finetune_seeds
+
+    summary, code = finetune_seeds(config_for, seeds, out, log=lambda s: None)
+    if code != 0:
+        raise RuntimeError(f"interrupted (exit code {code}); rerun to resume")
+    for seed in seeds:
+        shutil.rmtree(out / f"seed-{seed}" / "checkpoints", ignore_errors=True)
+    return {k: summary[k] for k in ("values", "mean", "std", "n", "batch_size", "epochs", "ways")}
 
 
 def curves(results: Iterable[dict], *, check: bool = False) -> dict[tuple[str, float], dict[int, dict]]:

@@ -49,7 +49,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -173,17 +172,8 @@ def _pretrain(job: Job, out: Path) -> dict:
 
 
 def _finetune(job: Job, out: Path) -> dict:
-    from modwire.training.finetune import finetune_seeds
-
     config_for, ft_out = job.finetune_config_for(out)
-    summary, code = finetune_seeds(config_for, job.seed_list, ft_out, log=lambda s: None)
-    if code != 0:
-        raise RuntimeError(f"interrupted (exit code {code}); rerun to resume")
-    for seed in job.seed_list:           # ~2 MB a seed; result.json, config and metrics stay
-        shutil.rmtree(ft_out / f"seed-{seed}" / "checkpoints", ignore_errors=True)
-    return {"values": summary["values"], "mean": summary["mean"], "std": summary["std"], "n": summary["n"],
-            "batch_size": summary["batch_size"], "epochs": summary["epochs"], "ways": summary["ways"],
-            "subsets": drawn_subsets(config_for, job.seed_list)}
+    return {**shared.finetune(config_for, job.seed_list, ft_out), "subsets": drawn_subsets(config_for, job.seed_list)}
 
 
 def drawn_subsets(config_for: Callable, seeds: Iterable[int]) -> dict[str, dict]:
