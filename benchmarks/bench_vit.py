@@ -77,7 +77,7 @@ def build_pair(s: Shape) -> tuple[ViT, nn.TransformerEncoder]:
         for ob, pb in zip(ours.blocks, peer.layers, strict=True):
             a, f = ob.attn.fn, ob.ffn.fn
             pb.self_attn.in_proj_weight.copy_(torch.cat([a.q.weight, a.k.weight, a.v.weight]))
-            pb.self_attn.in_proj_bias.copy_(torch.cat([a.q.bias, a.k.bias, a.v.bias]))
+            pb.self_attn.in_proj_bias.copy_(torch.cat([a.q.bias, torch.zeros_like(a.q.bias), a.v.bias]))  # no key bias (the softmax cancels it)
             pb.self_attn.out_proj.weight.copy_(a.o.weight)
             pb.self_attn.out_proj.bias.copy_(a.o.bias)
             for pl, ol in ((pb.linear1, f.fc1), (pb.linear2, f.fc2)):
@@ -100,7 +100,7 @@ def build_timm_peer(ours: ViT, s: Shape) -> nn.Module:
         for ob, tb in zip(ours.blocks, blocks, strict=True):
             a, f = ob.attn.fn, ob.ffn.fn
             tb.attn.qkv.weight.copy_(torch.cat([a.q.weight, a.k.weight, a.v.weight]))
-            tb.attn.qkv.bias.copy_(torch.cat([a.q.bias, a.k.bias, a.v.bias]))
+            tb.attn.qkv.bias.copy_(torch.cat([a.q.bias, torch.zeros_like(a.q.bias), a.v.bias]))  # no key bias (the softmax cancels it)
             tb.attn.proj.weight.copy_(a.o.weight)
             tb.attn.proj.bias.copy_(a.o.bias)
             for tl, ol in ((tb.mlp.fc1, f.fc1), (tb.mlp.fc2, f.fc2)):

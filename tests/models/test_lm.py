@@ -39,7 +39,7 @@ def test_causal_block_equals_torch_encoder_layer_with_causal_mask():
     a = block.attn
     with torch.no_grad():
         peer.self_attn.in_proj_weight.copy_(torch.cat([a.q.weight, a.k.weight, a.v.weight]))
-        peer.self_attn.in_proj_bias.copy_(torch.cat([a.q.bias, a.k.bias, a.v.bias]))
+        peer.self_attn.in_proj_bias.copy_(torch.cat([a.q.bias, torch.zeros_like(a.q.bias), a.v.bias]))  # no key bias (the softmax cancels it)
         peer.self_attn.out_proj.weight.copy_(a.o.weight)
         peer.self_attn.out_proj.bias.copy_(a.o.bias)
         peer.linear1.weight.copy_(block.ffn.fc1.weight), peer.linear1.bias.copy_(block.ffn.fc1.bias)

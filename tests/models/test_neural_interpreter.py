@@ -131,7 +131,8 @@ def _vit_from_ni(ni: NeuralInterpreter) -> ViT:
                      (block.attn.fn.o, loc.attn.fn.o), (block.ffn.fn.fc1, loc.ffn.fn.fc1), (block.ffn.fn.fc2, loc.ffn.fn.fc2)]
             for plain, mod in pairs:
                 plain.weight.copy_(mod.weight * mod.modulation_factor(code))
-                plain.bias.copy_(torch.zeros_like(plain.bias) if mod.bias is None else mod.bias)
+                if plain.bias is not None:                               # the ViT's keys have no bias
+                    plain.bias.copy_(torch.zeros_like(plain.bias) if mod.bias is None else mod.bias)
     return vit.eval()
 
 

@@ -61,7 +61,7 @@ different codes:
 
   so the read-in is one attention of the folded queries over the raw tokens, followed by a
   per-module value projection (``method="factorized"``, exact). ``q_u·b_k,h`` is constant
-  over ``j`` and cancels in the softmax, so these layers have no key bias. ``Σ_j a_uj`` is 1,
+  over ``j`` and cancels in the softmax, so no attention here has a key bias. ``Σ_j a_uj`` is 1,
   or 0 for a module that may read no token: it is read off a column of ones appended to the
   values, so the "no allowed key → zero message" rule of :func:`attend` carries through.
   The literal form is kept as ``method="literal"`` (reference and benchmark baseline).
@@ -320,9 +320,9 @@ class ModulatedAttention(nn.Module):
         kv_dim = dim if kv_dim is None else kv_dim
         self.num_heads, self.head_dim, self.kv_code = num_heads, dim // num_heads, kv_code
         self.q, self.v, self.o = mod.linear(dim, dim), mod.linear(kv_dim, dim), mod.linear(dim, dim)
-        # A key bias with receiver-conditioned keys adds q_u·b_k to every score of row u: it
-        # cancels in the softmax and never gets a gradient (which DDP rejects): left out.
-        self.k = mod.linear(kv_dim, dim, bias=kv_code == "sender")
+        # No key bias: it adds q_i·b_k to every score of row i, which the softmax cancels (a
+        # parameter that changes no output and gets no gradient, which DDP rejects).
+        self.k = mod.linear(kv_dim, dim, bias=False)
 
     def forward(self, x_q: Tensor, x_kv: Tensor, *, code_q: Tensor | None = None,
                 code_kv: Tensor | None = None, bias: Tensor | AttentionPattern | None = None,

@@ -83,8 +83,9 @@ class ReadOut(nn.Module):
         self.attn = PreNorm(dim, ModulatedAttention(dim, num_heads, mod=mod), context_dim=dim, residual=False)
         self.ffn = PreNorm(dim, ModulatedFFN(dim, hidden_dim, mod=mod, activation=activation))
         self.norm = nn.LayerNorm(dim)
-        # One output slot needs no confidence: softmax over a single module is 1.
-        self.confidence = nn.Linear(dim, 1) if num_outputs > 1 else None
+        # One output slot needs no confidence: softmax over a single module is 1. No bias: a shift
+        # shared by every output module cancels in the softmax over them.
+        self.confidence = nn.Linear(dim, 1, bias=False) if num_outputs > 1 else None
         self.head = nn.Linear(dim, num_classes)
 
     def forward(self, queries: Tensor, states: Tensor, *, out_codes: Tensor | None = None,
