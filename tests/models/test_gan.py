@@ -31,8 +31,9 @@ def test_cifar10_preset_sizes_match_infomax_gan():
     with torch.device("meta"):
         model = modwire.create_model("gan_resnet_cifar10")
     g = sum(p.numel() for p in model.generator.parameters())
-    # stem 128→4·4·256, 3 up-blocks (2 conv3×3 + 1×1 shortcut + 2 BN), BN + conv3×3 → 3
-    block = 2 * (256 * 256 * 9 + 256) + (256 * 256 + 256) + 2 * 2 * 256
+    # stem 128→4·4·256, 3 up-blocks (2 conv3×3 + 1×1 shortcut, no biases: BatchNorm cancels them; 2 BN),
+    # BN + conv3×3 → 3
+    block = 2 * (256 * 256 * 9) + (256 * 256) + 2 * 2 * 256
     assert g == (128 * 4096 + 4096) + 3 * block + 2 * 256 + (256 * 3 * 9 + 3)
     assert model.config.discriminator.channels == 128 and model.config.latent_dim == 128
 

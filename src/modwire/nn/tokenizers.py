@@ -226,7 +226,8 @@ class PanelEncoder(nn.Module):
     ``[B, P, S, S]`` (P = num_context + K panels, context first) → ``[B·K, num_context + 1, dim]``:
     per set the context embeddings then the candidate's, each plus a learned slot embedding
     (the position of a panel in the 3×3 matrix). CNN: four 3×3 stride-2 convolutions with
-    ``channels`` filters, BatchNorm and ReLU (WReN), then a linear map to ``dim``.
+    ``channels`` filters, BatchNorm and ReLU (WReN), then a linear map to ``dim``. The convolutions
+    have no bias: the BatchNorm after each cancels a per-channel constant (a bias there never trains).
     ``groups = K``: the set model folds its ``[B·K]`` scores back to ``[B, K]``.
     """
 
@@ -239,7 +240,8 @@ class PanelEncoder(nn.Module):
         self.groups, self.out_dim, self.grid = num_panels - num_context, dim, None
         layers, c_in, side = [], 1, panel_size
         for _ in range(4):
-            layers += [nn.Conv2d(c_in, channels, 3, stride=2, padding=1), nn.BatchNorm2d(channels), nn.ReLU()]
+            layers += [nn.Conv2d(c_in, channels, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(channels),
+                       nn.ReLU()]
             c_in, side = channels, (side + 1) // 2
         self.cnn = nn.Sequential(*layers, nn.Flatten(), nn.Linear(channels * side * side, dim))
         self.slots = nn.Parameter(0.02 * torch.randn(num_context + 1, dim))
