@@ -285,8 +285,7 @@ class GAN(PretrainedModel):
         self.config = self.config.replace(nfm={"random_attention": random_attention})   # type-checked field
         set_random_attention(self.generator.body, self.config.nfm.random_attention)
 
-    def no_weight_decay(self) -> tuple[str, ...]:
-        return ()
+    decay_exempt = ()    # biases, norms and ≤1-D parameters only (each network has its own optimizer)
 
 
 register_model_type(GAN)

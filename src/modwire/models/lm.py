@@ -275,8 +275,7 @@ class TransformerLM(PretrainedModel):
     def num_classes(self) -> int:
         return self.config.vocab_size
 
-    def no_weight_decay(self) -> tuple[str, ...]:
-        return self.existing_names("positions")
+    decay_exempt = ("positions",)    # the learned positional embedding
 
     def set_eval_options(self, *, random_attention: bool) -> None:
         """NFM §4.4's ablation: every reader's scores drawn from N(0, 1) (evaluation only)."""

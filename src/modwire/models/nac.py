@@ -424,10 +424,9 @@ class NAC(ReadOutHeadFineTuning, PretrainedModel):
                           link_probs=self.kernel is not None and not conditional,
                           fixed="a conditional NAC designs its modules per sample" if conditional else None)
 
-    def no_weight_decay(self) -> tuple[str, ...]:
-        """NAC App. C: no weight decay on signatures, codes and positional encodings (and the
-        conditional generator's module queries, which play the role of free codes)."""
-        return self.existing_names("signatures", "codes", "tokenizer.pos", "generator.queries")
+    # NAC App. C: no weight decay on signatures and codes; positional encodings as the authors' configs
+    # (their ``grid``); the conditional generator's module queries, which play the role of free codes
+    decay_exempt = ("signatures", "codes", "tokenizer.pos", "generator.queries")
 
 
 def _kernel_args(kernel_out) -> dict[str, Any]:

@@ -291,5 +291,6 @@ class SetModel(PretrainedModel):
             self.cls_tokens.data = self.cls_tokens.data.to(like)
         self.heads.to(like)
 
-    def no_weight_decay(self) -> tuple[str, ...]:
-        return self.existing_names("cls_tokens", "embed.pos", "embed.slots", "relative")
+    # Learned tokens and positions: the CLS tokens, the embedding's positions and PGM slots, the relative
+    # position modules (their tables and maps)
+    decay_exempt = ("cls_tokens", "embed.pos", "embed.slots", "relative")

@@ -36,7 +36,8 @@ scores of each row, the null slot competing like any key, enter a softmax renorm
 kept keys. ``topk_softmax="subtract"`` is the authors' code (Ke et al. 2018's ``SparseAttention``):
 the softmax over all keys minus its (k+1)-th largest weight, clipped at 0 and renormalised
 (:func:`modwire.nn.attention.sparse_softmax`). The configured ``k`` is always used (the authors'
-code silently uses 3). "We use linear operations (separate per module) to
+Sort-of-CLEVR code configures 5 but silently runs 3; ``AUTHORS_NFM_CNN`` of
+:mod:`modwire.models.relational_cnn` sets 3). "We use linear operations (separate per module) to
 compute the key, value, and query for each module": module ``(k, i)`` owns ``W_q`` (applied to its
 query ``h^(i-1)``) and ``W_k``, ``W_v`` (applied to its output ``h^(i)`` when it is written to the
 memory), so each state is projected once, by the module that wrote it, whatever its channel count
