@@ -199,7 +199,8 @@ def test_the_authors_nfm_network_can_be_built():
     total, unused = _authors_parameter_count()
     assert (total, unused) == (6_892_754, 2_226_500)
     model = modwire.create_model("nfm_cnn_mlp_sort_of_clevr", **AUTHORS_NFM_CNN)
-    assert model.num_parameters() == total - unused == 4_666_254
+    dead = 48 + 96 + 192 + 384                       # their W_o1 biases before a BatchNorm: not built here
+    assert model.num_parameters() == total - unused - dead == 4_665_534
     c, body = model.config, model.body
     assert c.widths() == [48, 96, 192, 384] and c.block_order == "conv_relu_bn"
     assert body.read_at == "after_last_pass" and [r.gamma is not None for r in body.readers] == [False] * 4 + [True] * 4
@@ -239,6 +240,10 @@ def _in_the_authors_layout(model: CNNMLP, grid: int) -> tuple[dict, set]:
             put(f"conv.ad.query_layers.{slot}", f"{r}.query", conv1x1=True)
             for theirs, ours in ((".0", ".w_o1"), (".1", ".norm"), (".3", ".w_o2")):
                 put(f"conv.ad.out_layers.{slot}{theirs}", f"{r}{ours}")
+            # their W_o1 has a bias before the BatchNorm (modwire's has none: training cancels it); in
+            # evaluation it is the same network with the bias folded into the running mean
+            bias = p[f"conv.ad.out_layers.{slot}.0.bias"]
+            p[f"conv.ad.out_layers.{slot}.1.running_mean"] = sd[f"{r}.norm.running_mean"] + bias
             p[f"conv.ad.gammas.{slot}"] = copied[f"{r}.gamma"] = sd[f"{r}.gamma"]
     for theirs, ours in (("conv1", "project"), ("fc1", "mlp.0"), ("fcout.fc2", "mlp.2"), ("fcout.fc3", "mlp.5")):
         put(theirs, ours)
