@@ -264,7 +264,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 NO_COLLAPSE: dict[str, Any] = {"bottleneck_softmax": "kept", "normalize_update": True}
 # The network the authors released (their vit_hn.py, ait.py, MHA.py; a static Hopfield layer of hflayers),
 # as overrides of a preset: create_model("ait_small", **AUTHORS_AIT) (tested equal to their forward, the memory
-# written, the balance loss and the gradients in float64: tests/reference/test_authors_ait.py). Not copied:
+# written, the balance loss and the gradients in float64: tests/models/test_ait_authors.py). Not copied:
 # their memory update during evaluation (the paper freezes it, §4.2), and the in-place memory write that
 # makes their W^Q gradient use the updated memory (docs/ait.md).
 AUTHORS_AIT: dict[str, Any] = {"write_residual": True, "bottleneck_softmax": "kept", "write_grad": False}

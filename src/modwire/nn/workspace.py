@@ -248,8 +248,9 @@ class GlobalWorkspace(nn.Module):
         return pool
 
     def write(self, pool: Tensor, gamma: Tensor, *, need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        """Eq. 3: ``pool [P, L, E]``, ``γ^t [M, D]`` → ``(γ̂^t [P, M, D], A [P, H, M, L] or None)``;
-        the softmax scale is ``1/√d_h`` (``1/√D`` as Eq. 3 prints, or ``1/√(D/A)`` with ``head_split``)."""
+        """Eq. 3: ``pool [P, L, E]``, ``γ^t [M, D]`` → ``(γ̂^t [P, M, D], A [P, H, M, L] or None)``,
+        ``γ̂ = LN(Dropout(Concat(heads) W^O))`` (``write_residual``: ``LN(γ + Dropout(...))``); the
+        softmax scale is ``1/√d_h`` (``1/√D`` as Eq. 3 prints, or ``1/√(D/A)`` with ``head_split``)."""
         p, h = pool.shape[0], self.num_heads
         q = split_heads(self.q(gamma), h).expand(p, -1, -1, -1)             # [P, A, M, d_h]
         k, v = split_heads(self.k(pool), h), split_heads(self.v(pool), h)   # [P, A, L, d_h]
