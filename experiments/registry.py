@@ -64,7 +64,8 @@ def _one(name: str, *args: str, quick: tuple[str, ...] = ("--quick",)) -> dict:
             "rebuild": _script(name, *args, "--report")}
 
 
-AIT_ROWS = "ait,vit,without_bottleneck,ait_no_collapse,without_bottleneck_no_collapse"
+AIT_ROWS = "ait,vit,without_bottleneck,ait_authors"      # modwire's AiT, the ViT, W/O bottleneck, the authors' AiT
+AIT_ROWS_PRE35 = "ait,vit,without_bottleneck,ait_no_collapse,without_bottleneck_no_collapse"   # the archived runs' rows
 CLEVR = ("--rows", "nfm,cnn", "--steps", "1600", "--batch", "32", "--train-images", "2500", "--val-images", "100",
          "--test-images", "200", "--stem", "2", "--lr", "2e-3", "--workers", "2")
 COLLAPSE_VARIANTS = ("--variants", "paper", "residual", "biased", "authors")
@@ -90,7 +91,7 @@ def _ait_triangle(quick: bool) -> tuple[tuple[str, ...], ...]:
     """Train Table 2's rows, then analyse seed 0's AiT runs (their workspace: ``OUT/analysis``)."""
     flags = QUICK_1 if quick else ()
     analyse = [("experiments/ait_analysis.py", f"{OUT}/{row}", "--no-plots", "--out", f"{OUT}/analysis/{row}",
-                *(("--samples", "16") if quick else ())) for row in ("ait", "ait_no_collapse")]
+                *(("--samples", "16") if quick else ())) for row in ("ait", "ait_authors")]
     return (_script("ait_triangle", "--rows", AIT_ROWS, "--seeds", "3", *flags), *analyse,
             ("experiments/ait_analysis.py", "--report", "--out", f"{OUT}/analysis"))
 
@@ -166,7 +167,7 @@ ARCHIVE: list[Study] = [
     Study("ni_fewshot_eq11_printed", "NI Fig. 5a with Eq. 11 as printed (before issue 23)",
           rebuild=_script("ni_fewshot", "--report")),
     Study("ait_triangle_pre23", "AiT Tables 1-2 with the former workspace (before issue 23)",
-          rebuild=_script("ait_triangle", "--rows", AIT_ROWS, "--report")),
+          rebuild=_script("ait_triangle", "--rows", AIT_ROWS_PRE35, "--report")),
     Study("ait_triangle_6000", "AiT on Triangle, 6000 steps, former workspace",
           rebuild=_script("ait_triangle", "--rows", "ait", "--steps", "6000", "--report")),
     Study("ait_triangle_12000", "AiT on Triangle, 12000 steps, former workspace",

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 import modwire
-from modwire.nn import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer
+from modwire.nn import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer, NormLinearNorm, PatchEmbedding
 
 
 def test_conv_tokenizer_app_c_shapes_and_concatenated_positions():
@@ -32,6 +32,33 @@ def test_linear_tokenizer_with_and_without_positions():
     with pytest.raises(ValueError, match="sequence length 11 exceeds max_len 10"):
         tok(torch.randn(1, 11, 5))
     assert LinearTokenizer(5, 7).pos is None
+
+
+def test_patch_embedding_linear_map_or_the_ait_authors_layernorm_linear_layernorm():
+    """The conv is a linear map of each patch; ``norm=True`` (``embed.patch_norm``) flattens each patch
+    row by row, channels innermost (the AiT authors' ``(p1 p2 c)``), then LayerNorm → Linear →
+    LayerNorm: :class:`NormLinearNorm`, the module of AiT §5.8's question embedding too."""
+    from modwire.models.set_model import QuestionEmbedding
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 6, 6, generator=g, dtype=torch.float64)
+    conv = PatchEmbedding(6, 3, 2, 5, absolute_positions=False).double()
+    w = conv.proj.weight                                                  # [5, C, p, p]
+    patch = x[1, :, 2:4, 4:6]                                             # row 1, column 2: token 1·3 + 2
+    torch.testing.assert_close(conv(x)[1, 5], (w * patch).sum(dim=(1, 2, 3)) + conv.proj.bias)
+    tok = PatchEmbedding(6, 3, 2, 5, absolute_positions=False, norm=True).double()
+    with torch.no_grad():
+        for norm in (tok.proj.norm_in, tok.proj.norm_out):
+            norm.weight.add_(torch.randn(norm.weight.shape, generator=g, dtype=torch.float64))
+    flat = torch.stack([patch[:, i, j] for i in range(2) for j in range(2)]).flatten()    # (p1 p2 c)
+    ln = torch.nn.functional.layer_norm
+    want = ln(tok.proj.proj(ln(flat, (12,), tok.proj.norm_in.weight, tok.proj.norm_in.bias)), (5,),
+              tok.proj.norm_out.weight, tok.proj.norm_out.bias)
+    torch.testing.assert_close(tok(x)[1, 5], want)
+    assert isinstance(tok.proj, NormLinearNorm) and issubclass(QuestionEmbedding, NormLinearNorm)
+    assert tok.pos is None and PatchEmbedding(6, 3, 2, 5, norm=True).pos.shape == (9, 5)
+    with pytest.raises(ValueError, match=r"expects images \[B, 3, 6, 6\]"):
+        tok(torch.randn(2, 3, 8, 8, dtype=torch.float64))
 
 
 def test_embedding_tokenizer_for_bytes():

@@ -38,9 +38,11 @@ class TokenizerConfig(ConfigBase):
 
     ``conv``: NAC App. C preprocessor for ``[B, in_channels, image_size, image_size]`` images;
     tokens are ``conv_channels + pos_dim`` wide. ``patches``: the same images cut into
-    ``patch_size`` patches (ViT); ``positions``: ``absolute`` (learned, added), ``relative`` (NI
-    App. C.2.3: a bias on the attention logits, built by the model's attention layers) or
-    ``none``. ``panels``: PGM puzzles ``[B, in_channels, image_size, image_size]`` whose
+    ``patch_size`` patches (ViT), each mapped linearly (a strided conv), or with ``patch_norm``
+    flattened and embedded by LayerNorm → Linear → LayerNorm (the AiT authors' ``vit_hn.py``);
+    ``positions``: ``absolute`` (learned, added), ``relative`` (NI App. C.2.3: a bias on the
+    attention logits, built by the model's attention layers) or ``none`` (the AiT authors' code
+    creates positions and never adds them). ``panels``: PGM puzzles ``[B, in_channels, image_size, image_size]`` whose
     ``in_channels`` panels are ``num_context`` context panels and then the candidates (NI §4.3),
     each read by a CNN of ``panel_channels`` filters. ``linear``: sets/sequences ``[B, N,
     input_dim]`` mapped linearly. ``embedding``: ids ``[B,
@@ -64,6 +66,7 @@ class TokenizerConfig(ConfigBase):
     token_dim: int = 384
     max_len: int = 0
     pad_id: int = -1          # embedding: this id is padding (-1: none)
+    patch_norm: bool = False  # patches: LayerNorm → Linear → LayerNorm (the AiT authors'); False: a strided conv
 
     choices = {"kind": KINDS, "positions": POSITIONS}
     bounds = {"in_channels": COUNT, "conv_channels": COUNT, "pos_dim": COUNT, "patch_size": COUNT,
@@ -72,7 +75,7 @@ class TokenizerConfig(ConfigBase):
               "pad_id": Bounds(lo=-1, hi="vocab_size", hi_open=True, note="-1: no padding id")}
     uses: ClassVar[dict[str, tuple[str, ...]]] = {
         "conv": ("image_size", "in_channels", "conv_channels", "pos_dim"),
-        "patches": ("image_size", "in_channels", "patch_size"),
+        "patches": ("image_size", "in_channels", "patch_size", "patch_norm"),
         "panels": ("image_size", "in_channels", "num_context", "panel_channels"),
         "linear": ("input_dim", "token_dim", "max_len"),
         "embedding": ("vocab_size", "token_dim", "max_len", "pad_id")}
@@ -150,7 +153,7 @@ def build_tokenizer(cfg: TokenizerConfig, dim: int | None = None) -> nn.Module:
         return ConvTokenizer(cfg.image_size, cfg.in_channels, cfg.conv_channels, cfg.pos_dim)
     if cfg.kind == "patches":
         return PatchEmbedding(cfg.image_size, cfg.in_channels, cfg.patch_size, dim,
-                              absolute_positions=cfg.positions == "absolute")
+                              absolute_positions=cfg.positions == "absolute", norm=cfg.patch_norm)
     if cfg.kind == "panels":
         return PanelEncoder(cfg.image_size, cfg.in_channels, cfg.num_context, dim, channels=cfg.panel_channels)
     if cfg.kind == "linear":

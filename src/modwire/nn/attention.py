@@ -307,11 +307,13 @@ class ModulatedAttention(nn.Module):
     Queries and the output projection are conditioned on the receiver's code; keys and values
     on the sender's (``kv_code="sender"``) or the receiver's (``kv_code="receiver"``, the
     factorized read-in) code. ``dim``: query width and attention width (heads split it);
-    ``kv_dim``: width of the key/value inputs (default ``dim``); ``mod``: the conditioning.
+    ``kv_dim``: width of the key/value inputs (default ``dim``); ``mod``: the conditioning;
+    ``qv_bias``: biases on the query and value projections (False: the AiT authors' attention,
+    ``vit_hn.py``'s ``to_qkv`` has none). The output projection always has one, the key never.
     """
 
     def __init__(self, dim: int, num_heads: int, *, mod: ModulationSpec = PLAIN, kv_dim: int | None = None,
-                 kv_code: Literal["sender", "receiver"] = "sender") -> None:
+                 kv_code: Literal["sender", "receiver"] = "sender", qv_bias: bool = True) -> None:
         super().__init__()
         if dim % num_heads:
             raise UserError(f"dim ({dim}) must be divisible by num_heads ({num_heads})")
@@ -319,7 +321,8 @@ class ModulatedAttention(nn.Module):
             raise UserError(f"kv_code must be 'sender' or 'receiver', got {kv_code!r}")
         kv_dim = dim if kv_dim is None else kv_dim
         self.num_heads, self.head_dim, self.kv_code = num_heads, dim // num_heads, kv_code
-        self.q, self.v, self.o = mod.linear(dim, dim), mod.linear(kv_dim, dim), mod.linear(dim, dim)
+        self.q, self.v = mod.linear(dim, dim, bias=qv_bias), mod.linear(kv_dim, dim, bias=qv_bias)
+        self.o = mod.linear(dim, dim)
         # No key bias: it adds q_i·b_k to every score of row i, which the softmax cancels (a
         # parameter that changes no output and gets no gradient, which DDP rejects).
         self.k = mod.linear(kv_dim, dim, bias=False)
@@ -357,8 +360,9 @@ class ModulatedAttention(nn.Module):
         mass = None if key_mask is None else z[..., d_in:].transpose(1, 2)  # Σ_j a_uj  [B, U, H, 1]
         z = z[..., :d_in] * self.v.modulation_factor(code).unsqueeze(-3)  # (Σ_j a_uj x_j) ⊙ m^v_u
         y = torch.einsum("bhui,hei->buhe", z, self.v.weight.view(h, dh, d_in))
-        b_v = self.v.bias.view(h, dh)
-        y = y + (b_v if mass is None else mass * b_v)                     # [B, U, H, dh]
+        if self.v.bias is not None:
+            b_v = self.v.bias.view(h, dh)
+            y = y + (b_v if mass is None else mass * b_v)                 # [B, U, H, dh]
         return self.o(y.flatten(-2), code), w
 
     def _receiver_literal(self, x_q, x, code, bias, key_mask, return_weights):

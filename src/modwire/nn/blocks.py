@@ -54,12 +54,13 @@ class SelfAttention(ModulatedAttention):
 
 class ProcessorLayer(nn.Module):
     """One propagator (NAC §2.1): SKMDPA among modules (``bias = log K̂``, Eq. 3), then U
-    copies of a ModFFN. Shapes: x ``[B, U, dim]``, codes ``[(B,) U, d_code]``."""
+    copies of a ModFFN. Shapes: x ``[B, U, dim]``, codes ``[(B,) U, d_code]``. ``qv_bias``: as
+    :class:`~modwire.nn.attention.ModulatedAttention`'s."""
 
     def __init__(self, dim: int, num_heads: int, hidden_dim: int, *, mod: ModulationSpec = PLAIN,
-                 activation: str = "geglu") -> None:
+                 activation: str = "geglu", qv_bias: bool = True) -> None:
         super().__init__()
-        self.attn = PreNorm(dim, SelfAttention(dim, num_heads, mod=mod))
+        self.attn = PreNorm(dim, SelfAttention(dim, num_heads, mod=mod, qv_bias=qv_bias))
         self.ffn = PreNorm(dim, ModulatedFFN(dim, hidden_dim, mod=mod, activation=activation))
 
     def forward(self, x: Tensor, codes: Tensor | None = None, *, bias: Bias = None,

@@ -7,6 +7,9 @@
   optional learned positions (added). Without positions it is permutation-equivariant.
 * :class:`EmbeddingTokenizer`: discrete sequences (bytes, ListOps symbols), learned
   positions added.
+* :class:`PatchEmbedding`: ViT patches, mapped linearly (a strided conv) or by
+  :class:`NormLinearNorm` (LayerNorm → Linear → LayerNorm, the AiT authors' patch embedding,
+  which is also AiT §5.8's question embedding), with optional learned positions.
 
 Every tokenizer exposes ``out_dim`` and returns ``[B, N, out_dim]``; ``grid`` is ``(rows, cols)``
 of tokens that lie on an image grid in row-major order (conv, patches), else None.
@@ -188,22 +191,43 @@ def _positions(table: nn.Embedding, n: int) -> Tensor:
     return table.weight[:n]
 
 
+class NormLinearNorm(nn.Module):
+    """LayerNorm(d_in) → Linear(d_in, d_out) → LayerNorm(d_out), ``[..., d_in] → [..., d_out]``:
+    AiT §5.8's question embedding ("a learnable linear projection and layer normalization before
+    and after the linear projection") and the AiT authors' patch embedding (``vit_hn.py``'s
+    ``to_patch_embedding``)."""
+
+    def __init__(self, d_in: int, d_out: int) -> None:
+        super().__init__()
+        self.norm_in = nn.LayerNorm(d_in)
+        self.proj = nn.Linear(d_in, d_out)
+        self.norm_out = nn.LayerNorm(d_out)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.norm_out(self.proj(self.norm_in(x)))
+
+
 class PatchEmbedding(nn.Module):
     """ViT patch embedding (Dosovitskiy et al. 2021; NI §4.2, AiT §5.1): non-overlapping
     ``patch × patch`` patches, each mapped linearly to ``dim`` (a strided conv is that linear
     map), with optional learned absolute positions (added).
+
+    ``norm=True``: each patch flattened in ``(row, column, channel)`` order (``patch²·C``
+    values), then :class:`NormLinearNorm` (the AiT authors' ``vit_hn.py``: LayerNorm → Linear
+    → LayerNorm; AiT §3 says only "mapped to embeddings with the linear projection").
 
     ``[B, C, S, S] → [B, G, dim]`` with ``G = (S / patch)²`` tokens in row-major order;
     ``grid = (S / patch, S / patch)`` is what a relative positional bias (NI App. C.2.3) reads.
     """
 
     def __init__(self, image_size: int, in_channels: int, patch_size: int, dim: int, *,
-                 absolute_positions: bool = True) -> None:
+                 absolute_positions: bool = True, norm: bool = False) -> None:
         super().__init__()
         if image_size % patch_size:
             raise UserError(f"image_size ({image_size}) must be a multiple of patch_size ({patch_size})")
-        self.image_size, self.in_channels, self.out_dim = image_size, in_channels, dim
-        self.proj = nn.Conv2d(in_channels, dim, patch_size, stride=patch_size)
+        self.image_size, self.in_channels, self.patch_size, self.out_dim = image_size, in_channels, patch_size, dim
+        self.proj = NormLinearNorm(in_channels * patch_size ** 2, dim) if norm else \
+            nn.Conv2d(in_channels, dim, patch_size, stride=patch_size)
         side = image_size // patch_size
         self.grid = (side, side)
         self.pos = nn.Parameter(0.02 * torch.randn(side * side, dim)) if absolute_positions else None
@@ -211,11 +235,23 @@ class PatchEmbedding(nn.Module):
     def check_input(self, x: Tensor, *, name: str = "x") -> Tensor:
         """Refuse what this embedding cannot read (module docstring of :mod:`modwire.nn.tokenizers`)."""
         expected = (self.in_channels, self.image_size, self.image_size)
-        return check_images(x, name, "PatchEmbedding", expected, self.proj.weight)
+        weight = self.proj.proj.weight if isinstance(self.proj, NormLinearNorm) else self.proj.weight
+        return check_images(x, name, "PatchEmbedding", expected, weight)
 
     def forward(self, x: Tensor, *, name: str = "x") -> Tensor:
-        h = self.proj(self.check_input(x, name=name)).flatten(2).transpose(1, 2)   # [B, G, dim]
+        x = self.check_input(x, name=name)
+        if isinstance(self.proj, NormLinearNorm):
+            h = self.proj(self.patches(x))                                          # [B, G, dim]
+        else:
+            h = self.proj(x).flatten(2).transpose(1, 2)                             # [B, G, dim]
         return h if self.pos is None else h + self.pos
+
+    def patches(self, x: Tensor) -> Tensor:
+        """``[B, C, S, S] → [B, G, p·p·C]``: each patch flattened row by row, channels innermost."""
+        b, c, s, _ = x.shape
+        p, side = self.patch_size, s // self.patch_size
+        x = x.reshape(b, c, side, p, side, p).permute(0, 2, 4, 3, 5, 1)            # [B, rows, cols, p, p, C]
+        return x.reshape(b, side * side, p * p * c)
 
 
 class PanelEncoder(nn.Module):
