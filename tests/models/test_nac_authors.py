@@ -49,8 +49,10 @@ def _ln(ours: str, theirs: str) -> dict[str, str]:
 def _block(ours: str, theirs: str, attention: str, sender_ln: str | None) -> dict[str, str]:
     """A modwire ReadIn / ProcessorLayer / ReadOut from their read-in / propagator / read-out."""
     a = f"{theirs}.{attention}"
-    names = {**_ln(ours + ".attn.norm", a + ".receiver_layernorm"), **_ln(ours + ".ffn.norm", theirs + ".ffn.layernorm"),
-             **_modfc(ours + ".ffn.fn.fc1", theirs + ".ffn.ffn.0"), **_modfc(ours + ".ffn.fn.fc2", theirs + ".ffn.ffn.2")}
+    names = {**_ln(ours + ".attn.norm", a + ".receiver_layernorm"),
+             **_ln(ours + ".ffn.norm", theirs + ".ffn.layernorm"),
+             **_modfc(ours + ".ffn.fn.fc1", theirs + ".ffn.ffn.0"),
+             **_modfc(ours + ".ffn.fn.fc2", theirs + ".ffn.ffn.2")}
     if sender_ln is not None:
         names.update(_ln(ours + ".attn.norm_context", f"{a}.{sender_ln}"))
     for ours_proj, theirs_proj in (("q", "query"), ("k", "key"), ("v", "value")):
@@ -168,8 +170,10 @@ PIO_DIMS = PIODims(latent=8, token=6, latents=6, depth=2, latent_heads=3, cross_
 def pio_names(depth: int) -> dict[str, str]:
     """modwire parameter name → their name (``to_kv`` is split into k and v below)."""
     def attn(ours, theirs, context):
-        names = {**_ln(ours + ".attn.norm", theirs + ".norm"), ours + ".attn.fn.q.weight": theirs + ".fn.to_q.weight",
-                 ours + ".attn.fn.o.weight": theirs + ".fn.to_out.weight", ours + ".attn.fn.o.bias": theirs + ".fn.to_out.bias"}
+        names = {**_ln(ours + ".attn.norm", theirs + ".norm"),
+                 ours + ".attn.fn.q.weight": theirs + ".fn.to_q.weight",
+                 ours + ".attn.fn.o.weight": theirs + ".fn.to_out.weight",
+                 ours + ".attn.fn.o.bias": theirs + ".fn.to_out.bias"}
         if context:
             names.update(_ln(ours + ".attn.norm_context", theirs + ".norm_context"))
         return names

@@ -46,7 +46,8 @@ def authors_tokenizer(d: int, in_channels: int = 3, pos_dim: int = 64, grid: int
     layer-scale γ), LN + conv 2/2, a positional grid ``[pos_dim, grid, grid]``."""
     d1, d2 = d // 4, d // 2
     block = 49 * d1 + d1 + layer_norm(d1) + linear(d1, 4 * d1) + linear(4 * d1, d1) + d1
-    return 16 * in_channels * d1 + d1 + layer_norm(d1) + block + layer_norm(d1) + 4 * d1 * d2 + d2 + pos_dim * grid * grid
+    stem, down = 16 * in_channels * d1 + d1 + layer_norm(d1), layer_norm(d1) + 4 * d1 * d2 + d2
+    return stem + block + down + pos_dim * grid * grid
 
 
 def modwire_counts(c) -> dict[str, int]:
@@ -111,7 +112,8 @@ def model_counts(name: str, **overrides) -> tuple[dict[str, int], int, object]:
     with torch.device("meta"):
         model = modwire.create_model(name, **overrides)
     named = {n: p.numel() for n, p in model.named_parameters()}
-    layers = [sum(v for n, v in named.items() if n.startswith(f"propagators.{i}.")) for i in range(model.config.num_layers)]
+    layers = [sum(v for n, v in named.items() if n.startswith(f"propagators.{i}."))
+              for i in range(model.config.num_layers)]
     assert len(set(layers)) == 1                            # every propagator the same size
     return grouped(named, MODWIRE_PREFIXES), sum(named.values()), model.config
 
@@ -146,7 +148,8 @@ def authors_nac_formula(d: NACDims) -> dict[str, int]:
         return norms + 2 * modfc(kv, inner, c, False) + modfc(s, inner, c, False) + modfc(inner, s, c)
 
     ffn = layer_norm(s) + modfc(s, 2 * d.hidden, c) + modfc(d.hidden, s, c)
-    return {"tokenizer": authors_tokenizer(s), "read-in": attention(d.token, 1, layer_norm(s) + layer_norm(d.token)) + ffn,
+    return {"tokenizer": authors_tokenizer(s),
+            "read-in": attention(d.token, 1, layer_norm(s) + layer_norm(d.token)) + ffn,
             "propagator (each)": attention(s, d.heads, layer_norm(s)) + ffn,
             "read-out": attention(s, 1, 2 * layer_norm(s)) + ffn,
             "pooling and head": linear(s, 1) + linear(s, d.classes),
@@ -161,8 +164,8 @@ def authors_pio_formula(d: PIODims) -> dict[str, int]:
 
     def attention(kv, heads, context):     # to_q, to_kv without bias, to_out with bias
         inner = heads * d.dim_head
-        return layer_norm(s) + (layer_norm(kv) if context else 0) + linear(s, inner, False) + linear(kv, 2 * inner, False) \
-            + linear(inner, s)
+        norms = layer_norm(s) + (layer_norm(kv) if context else 0)
+        return norms + linear(s, inner, False) + linear(kv, 2 * inner, False) + linear(inner, s)
 
     ffn = layer_norm(s) + linear(s, 2 * d.ffn_mult * s) + linear(d.ffn_mult * s, s)
     return {"tokenizer": authors_tokenizer(s), "latents": d.latents * s, "read-in": attention(d.token, 1, True) + ffn,
