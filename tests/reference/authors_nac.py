@@ -4,8 +4,10 @@ pair at a time, written from reading their code (``mweiss17/NeuralAttentiveCircu
 ``model/external/perceiver_io.py``), never copied from it and importing nothing from modwire.
 
 **NAC** (:func:`nac_forward`) in the configuration of their final templates
-(``templates/INET-110E-NC-*-BARAL-X/Configurations/train_config.yml``; their Tiny-ImageNet macros
-``nc_*_tiny_imnet.yml`` share every setting used here):
+(``templates/INET-110E-NC-*-BARAL-X/Configurations/train_config.yml``: ImageNet, 110 epochs, the
+scale-free prior; no released Tiny-ImageNet config has Table 4's 320 + 64 modules: ``TINY-INET-NC-X``
+and ``nc_full_tiny_imnet.yml`` are an earlier design with 64 input and 256 mediator latents, layer
+scale and code noise), at any sizes:
 
 * ``LatentGraph`` with ``use_input_states_as_mediator_states``: the processor modules are their
   "mediator latents" (signature, code); a second group, the "input latents", has its own codes,
