@@ -88,16 +88,16 @@ def test_tokenizer_config_errors_name_the_field():
 def test_padding_is_hidden_from_the_read_in(name):
     torch.manual_seed(0)
     kw = dict(kind="embedding", vocab_size=16, max_len=32)
-    model = modwire.create_model(name, tokenizer={**kw, "pad_id": 0}).eval()
+    model = modwire.create_model(name, tokenizer={**kw, "pad_id": 0}).double().eval()
     seq = torch.randint(1, 16, (1, 9))
     padded = torch.cat([seq, torch.zeros(1, 7, dtype=torch.long)], dim=1)
-    torch.testing.assert_close(model(padded), model(seq), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(model(padded), model(seq), atol=1e-12, rtol=1e-12)
     # a batch of different lengths gives each sequence its own output
     batch = torch.cat([padded, torch.randint(1, 16, (1, 16))])
-    torch.testing.assert_close(model(batch)[:1], model(seq), atol=1e-5, rtol=1e-5)
-    unmasked = modwire.create_model(name, tokenizer=kw).eval()
+    torch.testing.assert_close(model(batch)[:1], model(seq), atol=1e-12, rtol=1e-12)
+    unmasked = modwire.create_model(name, tokenizer=kw).double().eval()
     unmasked.load_state_dict(model.state_dict())
-    assert not torch.allclose(unmasked(padded), unmasked(seq), atol=1e-4)  # without pad_id, pads are read
+    assert (unmasked(padded) - unmasked(seq)).abs().max() > 1e-8  # without pad_id, pads are read
 
 
 def test_pad_id_is_validated():

@@ -43,21 +43,26 @@ def skmdpa_weights(q: Tensor, k: Tensor, K: Tensor, delta: float) -> Tensor:
     return W
 
 
+def _bias(layer) -> Tensor | float:
+    return 0.0 if layer.bias is None else layer.bias
+
+
 def read_in(attn, theta0: Tensor, x: Tensor, codes: Tensor) -> Tensor:
     """NAC Eq. 4-5 (the read-in attention) with a loop over modules u, using the weights of
-    a ``ModulatedAttention`` (q, k, v, o are ModFC layers). theta0 [U, d], x [B, N, d_in],
-    codes [U, d_code]. Returns y [B, U, d] (before the residual and the ModFFN)."""
+    a ``ModulatedAttention`` (q, k, v, o are ModFC layers; H heads of the width its projections
+    give, H·head_dim, which need not be d). theta0 [U, d], x [B, N, d_in], codes [U, d_code].
+    Returns y [B, U, d] (before the residual and the ModFFN)."""
     H = attn.num_heads
     outs = []
     for u in range(theta0.shape[0]):
         c = codes[u]
-        q = modfc(theta0[u], c, attn.q.weight, attn.q.bias, attn.q.code_proj, attn.q.alpha)   # [d]
-        k = modfc(x, c, attn.k.weight, 0.0, attn.k.code_proj, attn.k.alpha)                  # [B, N, d], no key bias
-        v = modfc(x, c, attn.v.weight, attn.v.bias, attn.v.code_proj, attn.v.alpha)
+        q = modfc(theta0[u], c, attn.q.weight, _bias(attn.q), attn.q.code_proj, attn.q.alpha)   # [H·dh]
+        k = modfc(x, c, attn.k.weight, 0.0, attn.k.code_proj, attn.k.alpha)            # [B, N, H·dh], no key bias
+        v = modfc(x, c, attn.v.weight, _bias(attn.v), attn.v.code_proj, attn.v.alpha)
         heads = []
         for h, (qh, kh, vh) in enumerate(zip(q.chunk(H, -1), k.chunk(H, -1), v.chunk(H, -1))):
             a = torch.softmax(kh @ qh / math.sqrt(qh.shape[-1]), dim=-1)                    # [B, N]
             heads.append(torch.einsum("bn,bne->be", a, vh))
-        y_hat = torch.cat(heads, -1)                                                        # [B, d]
+        y_hat = torch.cat(heads, -1)                                                        # [B, H·dh]
         outs.append(modfc(y_hat, c, attn.o.weight, attn.o.bias, attn.o.code_proj, attn.o.alpha))
     return torch.stack(outs, dim=1)
