@@ -38,6 +38,7 @@ Run: ``python experiments/conditional_nac.py`` (about 3.5 minutes per seed on a 
 from __future__ import annotations
 
 import collections
+import math
 import sys
 import time
 from pathlib import Path
@@ -208,7 +209,8 @@ def one_seed(args, seed: int) -> dict:
     info = get_task(cfg.data.task)
     torch.manual_seed(cfg.seed)
     untrained = build_model_for_task(cfg)                       # the same init as train() draws
-    result = train(cfg, overwrite=args.overwrite)
+    # --overwrite: train afresh; else a finished run in OUT/seed_S is reused (an interrupted one resumed)
+    result = train(cfg, overwrite=True) if args.overwrite else common.train_or_resume(cfg)
     _, model, _, test_set = load_run(out, split="test")
     metrics = evaluate(model, make_loader(test_set, 64, None, info, 0, drop_last=False), info, torch.device("cpu"))
     base, base_by_type = question_baselines(build_dataset(cfg.data.task, "train", **cfg.data.params), test_set)
@@ -235,7 +237,8 @@ def _ms(records: list[dict], get, digits: int = 3) -> str:
             return get(r)
         except TypeError:                     # a score left out (None): too few samples of a class
             return None
-    return common.format_mean_std([v for v in map(value, records) if v is not None], digits, empty="-")
+    values = [v for v in map(value, records) if v is not None and math.isfinite(v)]   # NaN: nothing varied
+    return common.format_mean_std(values, digits, empty="-")
 
 
 def _row(name: str, cells: list[str], first: int = 22, width: int = 16) -> str:
@@ -292,15 +295,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = common.parser(__doc__, "runs/experiments/conditional_nac", "a few steps on a tiny split")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds (one run each)")
-    ap.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out (else refused)")
+    ap.add_argument("--overwrite", action="store_true",
+                    help="train every seed afresh (else a finished run in OUT/seed_S is measured again, not retrained)")
     args = ap.parse_args(argv)
     started = time.perf_counter()
     torch.set_num_threads(1)
-    records = [one_seed(args, s) for s in args.seeds]
-    print_summary(records)
-    print(f"plots: {args.out}/seed_*/analysis")
+    from modwire.analysis.conditional import finite
+
+    records = [finite(one_seed(args, s)) for s in args.seeds]    # NaN (a statistic that never varied): null
     common.write_json_atomic(args.out / "experiment.json", {"seeds": records})
     common.write_study(args.out, "conditional_nac", records, config=args, seeds=args.seeds, started=started)
+    print_summary(records)
+    print(f"plots: {args.out}/seed_*/analysis")
     return 0
 
 

@@ -37,7 +37,7 @@ from torch import Tensor
 from .plots import _HINT, _pyplot, _save, draw_link_graph
 from ..errors import UserError
 
-__all__ = ["additive_fit", "conditional_report", "embed_link_probs", "graph_statistics", "lower_triangle",
+__all__ = ["additive_fit", "conditional_report", "embed_link_probs", "finite", "graph_statistics", "lower_triangle",
            "pca_link_probs", "plot_link_prob_embedding", "plot_sample_graphs", "remove_group_means", "separation_by",
            "separation_score", "summarize_by", "variance_decomposition"]
 
@@ -320,14 +320,14 @@ def _representatives(emb: np.ndarray, labels: np.ndarray, per_class: int) -> lis
     return chosen
 
 
-def _finite(x: Any) -> Any:
+def finite(x: Any) -> Any:
     """``x`` with every non-finite float replaced by ``None`` (strict JSON has no NaN)."""
     if isinstance(x, float):
         return x if math.isfinite(x) else None
     if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
+        return {k: finite(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
+        return [finite(v) for v in x]
     return x
 
 
@@ -362,7 +362,7 @@ def conditional_report(P: Tensor | np.ndarray, labels: Sequence[Any] | Tensor | 
                            "perplexity": default_perplexity(X.shape[0]),
                            "edge_threshold": EDGE_THRESHOLD, "seed": seed, "samples_shown": shown},
               "files": ["link_prob_embedding.png", "sample_graphs.png", "conditional.json"]}
-    result = _finite(result)
+    result = finite(result)
     out.mkdir(parents=True, exist_ok=True)
     (out / "conditional.json").write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
     return result
