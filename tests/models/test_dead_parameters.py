@@ -128,5 +128,5 @@ def test_the_check_finds_a_bias_the_softmax_cancels_and_keeps_a_live_tensor_at_a
 def test_nfm_gates_start_at_zero_and_are_the_stated_exception():
     model = modwire.create_model("nfm_cnn_mlp_micro")
     gates = [p for n, p in model.named_parameters() if n.split(".")[-1] == "gamma"]
-    assert gates and all(float(g) == 0.0 for g in gates)          # NFM Algorithm 1: γ = 0 at the start
-    assert _nfm_gates_off_zero(model) == len(gates) and all(float(g) == 0.5 for g in gates)
+    assert gates and all(float(g.detach()) == 0.0 for g in gates)  # NFM Algorithm 1: γ = 0 at the start
+    assert _nfm_gates_off_zero(model) == len(gates) and all(float(g.detach()) == 0.5 for g in gates)
