@@ -83,6 +83,7 @@ BASE = {"model.name": "ait_small_triangle", "model.overrides.d_model": 128, "mod
         "model.overrides.embed": "{kind: patches, image_size: 64, in_channels: 1, patch_size: 16}",
         "data.task": "triangle", "data.params.size": "{train: 50000, val: 2000, test: 10000}",
         "data.batch_size": 128, "optim.name": "adamw", "optim.lr": 1e-3, "optim.weight_decay": 0.01,
+        "optim.filter_bias_and_norm": "false",                  # the AiT authors' AdamW decays every parameter
         "optim.warmup_steps": 100, "optim.min_lr": 1e-6, "epochs": 1000, "checkpoint_every": 200,
         "log_every": 50, "progress": "false"}
 

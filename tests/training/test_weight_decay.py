@@ -5,6 +5,7 @@ full parameter names, so timm's optimizer factory (exact-name matching) forms th
 
 Every registered preset is checked on the ``meta`` device (construction only)."""
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -110,3 +111,21 @@ def test_frozen_parameters_are_in_no_group():
     decay, no_decay = _groups(model)
     assert "generator.processors.signatures" not in decay | no_decay
     assert {"generator.processors.codes", "generator.outputs.codes"} <= no_decay
+
+
+def test_filter_bias_and_norm_false_decays_every_trainable_parameter():
+    """``optim.filter_bias_and_norm: false``: one decayed group with every trainable parameter (the AiT
+    authors' ``AdamW(net.parameters(), weight_decay=0.01)``); the AiT paper's configs set it."""
+    from modwire.training import load_config
+    from modwire.training.optim import build_optimizer
+
+    model = modwire.create_model("ait_micro")
+    decay, no_decay = param_groups(model, 0.01, filter_bias_and_norm=False)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert len(decay["params"]) == len(trainable) and no_decay["params"] == []
+    assert len(param_groups(model, 0.01)[1]["params"]) > 0                    # the default filters biases and norms
+    configs = Path(__file__).resolve().parents[2] / "configs"
+    for path in ("ait_small_cifar10.yaml", "cpu/ait_triangle.yaml", "cpu/vit_triangle.yaml"):
+        assert load_config(str(configs / path)).optim.filter_bias_and_norm is False, path
+    opt = build_optimizer(model, load_config(str(configs / "cpu" / "ait_fashion_mnist.yaml")).optim)
+    assert [len(g["params"]) for g in opt.param_groups] == [len(trainable), 0]
