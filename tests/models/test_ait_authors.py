@@ -131,6 +131,7 @@ def test_a_training_step_gives_their_logits_memory_balance_loss_and_gradients(sp
         got = [grads[n] for n in ours]
         if ref[theirs].grad is None:                                      # their detached write: W^V, W^O, its LN
             assert all(g is None for g in got), f"{ours} got a gradient, {theirs} has none"
+            assert not any(model.get_parameter(n).requires_grad for n in ours), f"{ours} trainable, never trained"
             continue
         assert all(g is not None for g in got), f"{ours} has no gradient, {theirs} has one"
         want_g = ref[theirs].grad

@@ -48,7 +48,9 @@ choice or option; docs/ait.md's departures table):
   retrieval of the current batch uses ``γ^{t+1}`` with its graph, so ``W^Q, W^K, W^V, W^O``
   and the LayerNorm of Eq. 3 learn from the task loss, as the end-to-end training of §1 / §4
   describes. The authors' code detaches the write (``write_grad=False``): there ``W^V``, ``W^O``
-  and the write's LayerNorm never train and ``W^Q, W^K`` learn only from the balance loss.
+  and the write's LayerNorm never train and ``W^Q, W^K`` learn only from the balance loss; here
+  they are then built frozen (``requires_grad=False``: the same training, and no parameter that
+  never gets a gradient, which DistributedDataParallel rejects).
 * ``write_residual=True``: the authors' ``γ̂ = LN(γ^t + Dropout(Concat(heads) W^O))``, a residual
   over the current memory that Eq. 3 does not print (default False: Eq. 3 as printed).
 * ``bottleneck_softmax="kept"``: each slot's weights renormalised over its ``k`` kept patches
@@ -203,6 +205,9 @@ class GlobalWorkspace(nn.Module):
         self.retrieve = ModulatedAttention(dim, retrieval_heads, qv_bias=qv_bias) if retrieval == "attention" \
             else None
         self.register_buffer("memory", init_memory(memory_init, num_slots, slot_dim))
+        if not write_grad:          # the detached write: no path from any loss to these (they stay as drawn)
+            for p in (*self.v.parameters(), *self.o.parameters(), *self.write_norm.parameters()):
+                p.requires_grad_(False)
 
     @torch.no_grad()
     def reset_memory(self, generator: torch.Generator | None = None) -> None:
