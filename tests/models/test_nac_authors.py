@@ -14,12 +14,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+import modwire
 from modwire.models import NACConfig, PerceiverIOConfig
 from modwire.models.base import TokenizerConfig
+from modwire.models.tokenizer_config import build_tokenizer
+from modwire.nn.init import single_thread
 from modwire.models.nac import NAC, KernelConfig
 from modwire.models.perceiver_io import PerceiverIO
-from reference.authors_nac import (NACDims, PIODims, is_buffer, nac_forward, nac_parameters, pio_forward,
-                                   pio_parameters)
+from reference.authors_nac import (NACDims, PIODims, TokenizerDims, is_buffer, nac_forward, nac_parameters,
+                                   pio_forward, pio_parameters, tokenizer_forward, tokenizer_parameters)
 
 TOL = dict(atol=1e-10, rtol=1e-10)
 DIMS = NACDims(state=8, code=8, sig=5, token=6, hidden=10, processors=6, outputs=3, layers=2, heads=3,
@@ -231,3 +234,38 @@ def test_perceiver_io_equals_the_authors_perceiver_io():
     torch.testing.assert_close(inter.logits, ref["logits"], **TOL)
     normed, _ = _pio(read_out_norm=True)                                # the option changes the logits
     assert (normed.eval()(x) - ref["logits"]).abs().min() > 1e-3
+
+
+def tokenizer_names(grid: int) -> dict[str, str]:
+    """modwire ``ConvTokenizer`` (``conv_down_norm: before``) parameter name → theirs
+    (``ConvNeXtImageTokenizer``); the positions ``[g², pos_dim]`` are their grid ``[pos_dim, g, g]``."""
+    bb, blk = "backbone.downsample_layers", "backbone.stages.0.0"
+    names = {"pos": "positional_grid.grid", "block.layer_scale": blk + ".gamma"}
+    for ours, theirs in (("stem.0", bb + ".0.0"), ("stem.1", bb + ".0.1"), ("block.dwconv", blk + ".dwconv"),
+                         ("block.norm1", blk + ".norm"), ("block.fc1", blk + ".pwconv1"),
+                         ("block.fc2", blk + ".pwconv2"), ("down.0", bb + ".1.0"), ("down.1", bb + ".1.1")):
+        names.update({ours + ".weight": theirs + ".weight", ours + ".bias": theirs + ".bias"})
+    return names
+
+
+@pytest.mark.parametrize("preset", ["nac_tiny_imagenet", "perceiver_io_tiny_imagenet", "nac_imagenet"])
+def test_conv_tokenizer_equals_the_authors_convnext_tokenizer(preset):
+    """The preset's tokenizer (its widths, layer scale, eps) with the authors' LayerNorm placement
+    (``conv_down_norm: before``, ``conv_block_norms: 1``) and their weights copied across equals
+    their ``ConvNeXtImageTokenizer`` at ``repr_dim = d_model`` (``femto``, 2 stages) to ≤ 1e-10, on
+    16×16 images (2×2 tokens; their grid sized to match)."""
+    config = modwire.get_config(preset)
+    dims = TokenizerDims(repr_dim=config.d_model, in_channels=3, pos_dim=config.tokenizer.pos_dim, grid=2)
+    cfg = config.tokenizer.merged({"image_size": 16, "conv_down_norm": "before", "conv_block_norms": 1})
+    assert (cfg.stem_channels, cfg.conv_channels) == (dims.repr_dim // 4, dims.repr_dim // 2)  # their widths
+    tok = build_tokenizer(cfg).double()
+    theirs = tokenizer_parameters(dims, seed=4)
+    names = tokenizer_names(dims.grid)
+    state = {n: theirs[names[n]].reshape(v.shape) if n != "pos" else
+             theirs[names[n]].flatten(1).T for n, v in tok.state_dict().items()}
+    tok.load_state_dict(state, strict=True)
+    assert set(names.values()) == set(theirs)                      # every parameter of theirs is used
+    x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    with single_thread():   # torch's float64 depthwise conv stalls for seconds on busy cores with 2 threads
+        ours = tok(x)
+    torch.testing.assert_close(ours, tokenizer_forward(theirs, x), **TOL)

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import modwire
-from reference.authors_nac import NACDims, PIODims, is_buffer, nac_parameters, pio_parameters
+from reference.authors_nac import (NACDims, PIODims, TokenizerDims, is_buffer, nac_parameters, pio_parameters,
+                                   tokenizer_parameters)
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "nac.md"
 
@@ -32,12 +33,15 @@ def layer_norm(d: int) -> int:
 
 
 def conv_tokenizer(c) -> int:
-    """modwire's App. C preprocessor: conv 4/4 + LN, ConvNeXt block (7×7 depthwise, LN, C→4C, GELU,
-    LN, 4C→C), conv 2/2 + LN, learned positions."""
-    t, ch = c.tokenizer, c.tokenizer.conv_channels
-    block = 49 * ch + ch + layer_norm(ch) + linear(ch, 4 * ch) + layer_norm(4 * ch) + linear(4 * ch, ch)
-    return (16 * t.in_channels * ch + ch + layer_norm(ch) + block + 4 * ch * ch + ch + layer_norm(ch)
-            + (t.image_size // 8) ** 2 * t.pos_dim)
+    """modwire's App. C preprocessor: conv 4/4 to C₁ + LN, ConvNeXt block at C₁ (7×7 depthwise, LN,
+    C₁→4C₁, GELU, LN unless ``conv_block_norms`` is 1, 4C₁→C₁, a layer scale unless 0), conv 2/2 to
+    C₂ with a LN after it (at C₂) or before it (at C₁), learned positions."""
+    t = c.tokenizer
+    c1, c2 = t.stem_channels, t.conv_channels
+    block = (49 * c1 + c1 + layer_norm(c1) + linear(c1, 4 * c1) + linear(4 * c1, c1)
+             + (layer_norm(4 * c1) if t.conv_block_norms == 2 else 0) + (c1 if t.conv_layer_scale > 0 else 0))
+    down = 4 * c1 * c2 + c2 + layer_norm(c2 if t.conv_down_norm == "after" else c1)
+    return 16 * t.in_channels * c1 + c1 + layer_norm(c1) + block + down + (t.image_size // 8) ** 2 * t.pos_dim
 
 
 def authors_tokenizer(d: int, in_channels: int = 3, pos_dim: int = 64, grid: int = 8) -> int:
@@ -125,6 +129,7 @@ TABLE4_NAC = NACDims(state=384, code=384, sig=64, token=256, hidden=1536, proces
 TABLE4_PIO = PIODims(latent=384, token=256, latents=320, depth=8, latent_heads=6, cross_heads=1, dim_head=64,
                      ffn_mult=4, classes=200)
 AUTHORS_NAC_PREFIXES = {
+    "tokenizer": ("input_tokenizer.",),
     "read-in": ("latent_graphs.0.read_in.",), "propagator (each)": ("latent_graphs.0.propagators.0.",),
     "read-out": ("latent_graphs.0.read_out.",), "pooling and head": ("output_tokenizer.",),
     "processor signatures": ("latent_graphs.0.mediator_latents.signatures_",),
@@ -134,6 +139,7 @@ AUTHORS_NAC_PREFIXES = {
     "output signatures": ("latent_graphs.0.output_latents.signatures_",),
     "output codes": ("latent_graphs.0.output_latents.codes_",)}
 AUTHORS_PIO_PREFIXES = {
+    "tokenizer": ("tokenizer.",),
     "latents": ("latents",), "read-in": ("cross_attend_blocks.",), "propagator (each)": ("layers.0.",),
     "read-out": ("decoder_cross_attn.", "decoder_ff."), "pooling and head": ("to_logits.",),
     "output queries": ("classification_query",)}
@@ -177,10 +183,19 @@ def authors_counts(params: dict, prefixes: dict) -> dict[str, int]:
     return grouped({n: v.numel() for n, v in params.items() if not is_buffer(n)}, prefixes)
 
 
+def with_tokenizer(params: dict, prefix: str, state: int) -> dict:
+    """Their model's parameters and their ``ConvNeXtImageTokenizer``'s at ``repr_dim = state``, 8×8."""
+    return {**params, **{prefix + n: v for n, v in tokenizer_parameters(TokenizerDims(state), seed=None).items()}}
+
+
 # ----------------------------------------------------------------------------- tests
+
+AUTHORS_LAYER_NORMS = {"tokenizer": {"conv_down_norm": "before", "conv_block_norms": 1}}
+
 
 @pytest.mark.parametrize("name, overrides", [
     ("nac_tiny_imagenet", {}), ("nac_imagenet", {}), ("perceiver_io_tiny_imagenet", {}),
+    ("nac_tiny_imagenet", AUTHORS_LAYER_NORMS), ("perceiver_io_tiny_imagenet", {"tokenizer": {"conv_layer_scale": 0}}),
     ("nac_micro", {}), ("nac_small", {}), ("perceiver_io_micro", {}), ("perceiver_io_small", {}),
     ("nac_micro", {"initial_state": "code", "d_code": 32, "read_in_codes": "separate", "qv_bias": False,
                    "read_out_norm": True, "head_dim": None, "read_out_heads": 2}),
@@ -194,10 +209,21 @@ def test_modwire_counts_per_component_match_the_formulas(name, overrides):
 
 
 def test_authors_counts_per_component_match_their_layout():
-    theirs = authors_counts(nac_parameters(TABLE4_NAC, seed=None), AUTHORS_NAC_PREFIXES)
-    assert theirs == {k: v for k, v in authors_nac_formula(TABLE4_NAC).items() if k != "tokenizer"}
-    pio = authors_counts(pio_parameters(TABLE4_PIO, seed=None), AUTHORS_PIO_PREFIXES)
-    assert pio == {k: v for k, v in authors_pio_formula(TABLE4_PIO).items() if k != "tokenizer"}
+    nac = with_tokenizer(nac_parameters(TABLE4_NAC, seed=None), "input_tokenizer.", TABLE4_NAC.state)
+    assert authors_counts(nac, AUTHORS_NAC_PREFIXES) == authors_nac_formula(TABLE4_NAC)
+    pio = with_tokenizer(pio_parameters(TABLE4_PIO, seed=None), "tokenizer.", TABLE4_PIO.latent)
+    assert authors_counts(pio, AUTHORS_PIO_PREFIXES) == authors_pio_formula(TABLE4_PIO)
+
+
+@pytest.mark.parametrize("name", ["nac_tiny_imagenet", "perceiver_io_tiny_imagenet", "nac_imagenet"])
+def test_tokenizer_with_their_layer_norms_has_their_count(name):
+    """The presets' tokenizers are the authors' widths and details: with their LayerNorm placement
+    (``conv_down_norm: before``, ``conv_block_norms: 1``) the count is theirs at ``repr_dim = d_model``
+    and the tokens are as wide as theirs (``repr_dim / 2 + 64``)."""
+    counts, _, config = model_counts(name, **AUTHORS_LAYER_NORMS)
+    grid = config.tokenizer.image_size // 8
+    assert counts["tokenizer"] == authors_tokenizer(config.d_model, grid=grid)
+    assert config.tokenizer.conv_channels + config.tokenizer.pos_dim == config.d_model // 2 + 64
 
 
 ROWS = ["tokenizer", "processor signatures", "processor codes", "processor read-in codes",

@@ -3,21 +3,103 @@ import torch
 
 import modwire
 from modwire.nn import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer, NormLinearNorm, PatchEmbedding
+from reference.nac import app_c_preprocessor
 
 
 def test_conv_tokenizer_app_c_shapes_and_concatenated_positions():
-    tok = ConvTokenizer(image_size=64, in_channels=3, channels=320, pos_dim=64)
+    tok = ConvTokenizer(image_size=64, in_channels=3)                      # the authors' widths at d = 384
     out = tok(torch.randn(2, 3, 64, 64))
-    assert out.shape == (2, 64, 384) and tok.out_dim == 384  # 64×64 → 8×8 tokens
+    assert out.shape == (2, 64, 256) and tok.out_dim == 256  # 64×64 → 8×8 tokens of 192 + 64
     for b in range(2):  # learned 64-d positions are concatenated, the same for every sample
-        torch.testing.assert_close(out[b, :, 320:], tok.pos)
+        torch.testing.assert_close(out[b, :, 192:], tok.pos)
     assert [m.stride for m in (tok.stem[0], tok.down[0])] == [(4, 4), (2, 2)]
-    assert tok.block.dwconv.kernel_size == (7, 7)
-    assert ConvTokenizer(image_size=224, channels=448).num_tokens == 28 * 28  # ImageNet (App. C)
+    assert (tok.stem[0].out_channels, tok.down[0].in_channels, tok.down[0].out_channels) == (96, 96, 192)
+    assert tok.block.dwconv.kernel_size == (7, 7) and tok.block.dwconv.groups == 96
+    assert ConvTokenizer(image_size=224, stem_channels=128, channels=256).num_tokens == 28 * 28  # ImageNet (App. C)
+
+
+CONV_FORMS = {  # ConvTokenizer keywords: the default (App. C's LayerNorms, the authors' details), the authors'
+    "default": {},  # LayerNorms, modwire's tokenizer before issue 35 (the CPU presets')
+    "authors": {"down_norm": "before", "block_norms": 1},
+    "before_issue_35": {"stem_channels": 6, "layer_scale": 0.0, "eps": 1e-5, "init": "torch", "pos_std": 0.02}}
+
+
+@pytest.mark.parametrize("form", CONV_FORMS)
+def test_conv_tokenizer_equals_the_literal_app_c_preprocessor(form):
+    """Every form against ``tests/reference/nac.py``'s pixel-by-pixel App. C preprocessor in float64,
+    with random LayerNorm affines, biases and layer scales (so each one counts)."""
+    kw = {"stem_channels": 4, **CONV_FORMS[form]}
+    torch.manual_seed(0)
+    tok = ConvTokenizer(image_size=16, in_channels=2, channels=6, pos_dim=3, **kw).double()
+    with torch.no_grad():
+        for m in tok.modules():
+            for name, v in m.named_parameters(recurse=False):     # LayerNorm weights around 1
+                v.copy_(0.4 * torch.randn_like(v) + float(isinstance(m, torch.nn.LayerNorm) and name == "weight"))
+    x = torch.randn(2, 2, 16, 16, dtype=torch.float64)
+    expected = app_c_preprocessor(dict(tok.named_parameters()), x, eps=kw.get("eps", 1e-6),
+                                  down_norm=kw.get("down_norm", "after"), block_norms=kw.get("block_norms", 2))
+    torch.testing.assert_close(tok(x), expected, rtol=0, atol=1e-12)
+    assert ("block.layer_scale" in dict(tok.named_parameters())) == (form != "before_issue_35")
+    assert ("block.norm2.weight" in dict(tok.named_parameters())) == (form != "authors")
+
+
+def test_conv_tokenizer_initialisation_convnext_or_torch():
+    """``init="convnext"`` (default): the authors' ``ConvNeXt._init_weights``, conv and linear weights
+    ``N(0, 0.02²)`` (timm's absolute ±2 bounds cut nothing at that scale), zero biases; layer scale
+    1e-6; positions ``N(0, 1)`` (their grid). ``"torch"``: PyTorch's layer defaults (nonzero biases)."""
+    torch.manual_seed(0)
+    tok = ConvTokenizer(image_size=64, channels=192, stem_channels=96)
+    layers = [m for m in tok.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    weights = torch.cat([m.weight.flatten() for m in layers])
+    assert abs(weights.std().item() - 0.02) < 5e-4 and abs(weights.mean().item()) < 2e-4
+    assert all(not m.bias.any() for m in layers)
+    assert torch.equal(tok.block.layer_scale, torch.full((96,), 1e-6))
+    assert abs(tok.pos.std().item() - 1.0) < 0.05
+    assert all(m.eps == 1e-6 for m in tok.modules() if isinstance(m, torch.nn.LayerNorm))
+    legacy = ConvTokenizer(image_size=64, channels=192, stem_channels=96, init="torch")
+    assert legacy.stem[0].bias.abs().min() > 0 and legacy.stem[0].weight.abs().max() <= (1 / 48) ** 0.5
+
+
+def test_conv_tokenizer_before_issue_35_draws_the_same_network():
+    """The CPU presets' form (one width, ``CONV_BEFORE_ISSUE_35``) is the network modwire built before
+    the two widths existed: the same layers in the same order, drawn from the same random stream."""
+    from modwire.models.tokenizer_config import CONV_BEFORE_ISSUE_35, TokenizerConfig, build_tokenizer
+
+    cfg = TokenizerConfig(kind="conv", image_size=32, stem_channels=8, conv_channels=8, pos_dim=4,
+                          **CONV_BEFORE_ISSUE_35)
+    torch.manual_seed(3)
+    tok = build_tokenizer(cfg)
+    torch.manual_seed(3)                       # the layers of the former ConvTokenizer, in its order
+    nn = torch.nn
+    layers = [nn.Conv2d(3, 8, 4, stride=4), nn.LayerNorm(8), nn.Conv2d(8, 8, 7, padding=3, groups=8),
+              nn.LayerNorm(8), nn.Linear(8, 32), nn.LayerNorm(32), nn.Linear(32, 8), nn.Conv2d(8, 8, 2, stride=2),
+              nn.LayerNorm(8)]
+    former = [0.02 * torch.randn(16, 4)] + [t for layer in layers for t in layer.parameters()]  # positions drawn last
+    ours = list(tok.parameters())                                                       # (listed first)
+    assert len(ours) == len(former) and all(torch.equal(a, b) for a, b in zip(ours, former))
+    assert all(m.eps == 1e-5 for m in tok.modules() if isinstance(m, nn.LayerNorm))
+
+
+def test_a_saved_config_without_the_two_widths_loads_as_the_former_tokenizer():
+    """``config.json`` written before ``stem_channels`` existed (one conv width, the details of
+    ``CONV_BEFORE_ISSUE_35``) rebuilds that network; a current one keeps what it says."""
+    from modwire.models import NACConfig
+
+    saved = modwire.create_model("nac_small").config.to_dict()
+    for key in ("stem_channels", "conv_down_norm", "conv_block_norms", "conv_layer_scale", "conv_norm_eps",
+                "conv_init", "pos_std"):
+        del saved["tokenizer"][key]
+    old = NACConfig.from_dict(saved)
+    assert old == modwire.create_model("nac_small").config
+    saved["tokenizer"]["conv_channels"] = 40
+    tokenizer = NACConfig.from_dict(saved).tokenizer
+    assert (tokenizer.stem_channels, tokenizer.conv_channels, tokenizer.pos_std) == (40, 40, 0.02)
+    table4 = modwire.get_config("nac_tiny_imagenet")
+    assert NACConfig.from_json(table4.to_json()) == table4
 
 
 def test_conv_tokenizer_is_local_a_pixel_change_moves_only_nearby_tokens():
-    tok = ConvTokenizer(image_size=64, channels=16, pos_dim=4)
+    tok = ConvTokenizer(image_size=64, stem_channels=8, channels=16, pos_dim=4)
     x = torch.randn(1, 3, 64, 64)
     y = x.clone()
     y[0, :, 0, 0] += 1.0  # top-left pixel: token (0,0), and its 7×7 neighbourhood at stride 4

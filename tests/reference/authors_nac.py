@@ -40,6 +40,17 @@ scale and code noise), at any sizes:
 * The tokenizer is bypassed through their ``tokenized_inputs`` path (``core.py``): the forward
   takes tokens ``[B, N, input_dim]``.
 
+**Tokenizer** (:func:`tokenizer_forward`): their ``ConvNeXtImageTokenizer`` (``model/nc/tokenizers.py``,
+``model/external/convnext.py``, ``model/nc/utils.py``'s ``PositionalGrid``) as App. C describes it and
+their templates build it for 8×8 tokens (``capacity_preset: femto``, ``num_stages: 2``:
+``templates/INET-110E-*``, ``TINET-PIOLIKE-X``, ``macros/models/backbones/nc_convnext2s_tiny_imnet.yml``):
+widths ``repr_dim // 4`` then ``repr_dim // 2`` (``repr_dim``: their state width); stem conv 4×4/4 then
+LayerNorm; one ConvNeXt ``Block`` (7×7 depthwise conv, LayerNorm, ``pwconv1`` to 4×, GELU (erf),
+``pwconv2``, layer scale ``gamma``, residual; drop-path 0); the downsampling layer LayerNorm *then*
+conv 2×2/2; no block after it (``femto``: depths ``[1, 0]``), no final norm or head (``num_classes=None``);
+every LayerNorm with eps 1e-6 over the channels; a learned grid ``[pos_dim, g, g]`` concatenated on the
+channels, then ``b c h w → b (h w) c``.
+
 **Perceiver IO** (:func:`pio_forward`): their ``external/perceiver_io.py`` with
 ``perceiver_io_tiny_imnet.yml``'s options (``decoder_ff``, ``as_classifier``, ``weight_tie_layers:
 false``, tokens given directly).
@@ -430,3 +441,90 @@ def pio_forward(p: dict, tokens: Tensor, dims: PIODims) -> dict[str, Tensor]:
         logits.append(linear(y, p, "to_logits")[0])
         states.append(x)
     return {"logits": torch.stack(logits), "states": torch.stack(states)}
+
+
+# ----------------------------------------------------------------------------- tokenizer
+
+@dataclass
+class TokenizerDims:
+    """Their ``ConvNeXtImageTokenizer(repr_dim, capacity_preset="femto", num_stages=2)``: widths
+    ``repr_dim // 4``, ``repr_dim // 2``; a ``[pos_dim, grid, grid]`` positional grid."""
+
+    repr_dim: int
+    in_channels: int = 3
+    pos_dim: int = 64
+    grid: int = 8
+
+
+def tokenizer_parameters(dims: TokenizerDims, *, seed: int | None = 0) -> dict[str, Tensor]:
+    """Their tokenizer's state_dict by name (random values, float64, the layer scale far from its
+    1e-6 so that the block counts; ``seed=None``: meta tensors)."""
+    g = None if seed is None else torch.Generator().manual_seed(seed)
+    d1, d2, c = dims.repr_dim // 4, dims.repr_dim // 2, dims.in_channels
+    p: dict[str, Tensor] = {}
+
+    def weights(name, *shape, fan_in):
+        p[name + ".weight"] = _randn(*shape, generator=g) / math.sqrt(fan_in)
+        p[name + ".bias"] = 0.1 * _randn(shape[0], generator=g)
+
+    bb, blk = "backbone.downsample_layers", "backbone.stages.0.0"
+    weights(bb + ".0.0", d1, c, 4, 4, fan_in=16 * c)
+    _ln_params(p, bb + ".0.1", d1, g)
+    weights(blk + ".dwconv", d1, 1, 7, 7, fan_in=49)
+    _ln_params(p, blk + ".norm", d1, g)
+    weights(blk + ".pwconv1", 4 * d1, d1, fan_in=d1)
+    weights(blk + ".pwconv2", d1, 4 * d1, fan_in=4 * d1)
+    p[blk + ".gamma"] = 0.5 * _randn(d1, generator=g)
+    _ln_params(p, bb + ".1.0", d1, g)
+    weights(bb + ".1.1", d2, d1, 2, 2, fan_in=4 * d1)
+    p["positional_grid.grid"] = _randn(dims.pos_dim, dims.grid, dims.grid, generator=g)
+    return p
+
+
+def _channels_first_ln(x: Tensor, p: dict, name: str) -> Tensor:
+    """Their ``LayerNorm(data_format="channels_first")`` on ``[C, H, W]``: over ``C`` at each pixel, eps 1e-6."""
+    u = x.mean(0, keepdim=True)
+    s = ((x - u) ** 2).mean(0, keepdim=True)
+    return p[name + ".weight"][:, None, None] * (x - u) / torch.sqrt(s + 1e-6) + p[name + ".bias"][:, None, None]
+
+
+def _strided_conv(x: Tensor, p: dict, name: str, k: int) -> Tensor:
+    """``nn.Conv2d(kernel_size=k, stride=k)`` on ``[C, H, W]``, one output pixel at a time."""
+    w, b = p[name + ".weight"], p[name + ".bias"]
+    out = torch.empty(w.shape[0], x.shape[1] // k, x.shape[2] // k, dtype=x.dtype)
+    for i in range(out.shape[1]):
+        for j in range(out.shape[2]):
+            out[:, i, j] = (w * x[None, :, i * k:(i + 1) * k, j * k:(j + 1) * k]).sum((1, 2, 3)) + b
+    return out
+
+
+def _convnext_block(x: Tensor, p: dict, name: str) -> Tensor:
+    """Their ``Block`` on ``[C, H, W]``: 7×7 depthwise conv (zero padding 3), then per pixel LN (eps
+    1e-6), ``pwconv1``, GELU, ``pwconv2``, ``gamma``; plus the input."""
+    c, h, w = x.shape
+    padded = torch.zeros(c, h + 6, w + 6, dtype=x.dtype)
+    padded[:, 3:3 + h, 3:3 + w] = x
+    out = torch.empty_like(x)
+    for i in range(h):
+        for j in range(w):
+            v = (p[name + ".dwconv.weight"][:, 0] * padded[:, i:i + 7, j:j + 7]).sum((1, 2)) + p[name + ".dwconv.bias"]
+            v = layer_norm(v, eps=1e-6) * p[name + ".norm.weight"] + p[name + ".norm.bias"]
+            v = linear(v, p, name + ".pwconv1")
+            v = 0.5 * v * (1 + torch.erf(v / math.sqrt(2.0)))
+            v = linear(v, p, name + ".pwconv2")
+            out[:, i, j] = x[:, i, j] + p[name + ".gamma"] * v
+    return out
+
+
+def tokenizer_forward(p: dict, images: Tensor) -> Tensor:
+    """Their ``ConvNeXtImageTokenizer.forward``: ``images [B, C, S, S] → tokens [B, (S/8)², repr_dim/2 + pos_dim]``
+    (the grid's size must be ``S/8``: their ``PositionalGrid`` never resizes it)."""
+    bb = "backbone.downsample_layers"
+    tokens = []
+    for x in images:
+        h = _channels_first_ln(_strided_conv(x, p, bb + ".0.0", 4), p, bb + ".0.1")
+        h = _convnext_block(h, p, "backbone.stages.0.0")
+        h = _strided_conv(_channels_first_ln(h, p, bb + ".1.0"), p, bb + ".1.1", 2)
+        h = torch.cat([h, p["positional_grid.grid"]], dim=0)                      # [C + pos_dim, g, g]
+        tokens.append(torch.stack([h[:, i, j] for i in range(h.shape[1]) for j in range(h.shape[2])]))
+    return torch.stack(tokens)

@@ -33,7 +33,10 @@ BAD = [
     ("nac_micro", {"frozen_graph": {"seed": -1}}, "frozen_graph.seed", ">= 0"),
     *[("nac_small", {"tokenizer": {f: v}}, f"tokenizer.{f}", want)
       for f, v, want in (("image_size", 30, "multiple of 8"), ("image_size", 0, ">= 8"), ("in_channels", 0, ">= 1"),
-                         ("conv_channels", -1, ">= 1"), ("pos_dim", 0, ">= 1"))],
+                         ("conv_channels", -1, ">= 1"), ("stem_channels", 0, ">= 1"), ("pos_dim", 0, ">= 1"),
+                         ("conv_layer_scale", -1e-6, ">= 0"), ("conv_norm_eps", 0.0, "> 0"), ("pos_std", -1.0, ">= 0"),
+                         ("conv_down_norm", "middle", "'before'"), ("conv_block_norms", 3, "[2, 1]"),
+                         ("conv_init", "xavier", "'torch'"))],
     *[("nac_micro", {"tokenizer": {f: v}}, f"tokenizer.{f}", want)
       for f, v, want in (("input_dim", 0, ">= 1"), ("token_dim", -4, ">= 1"), ("max_len", -1, ">= 0"))],
     *[("nac_micro", {"tokenizer": {"kind": "embedding", "vocab_size": 16, **kw}}, f"tokenizer.{f}", want)

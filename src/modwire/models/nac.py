@@ -55,7 +55,7 @@ from .config import (COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_cho
 from .finetune_protocol import ReadOutHeadFineTuning
 from .inputs import Inputs, named_inputs
 from .registry import register_model_type, register_preset
-from .tokenizer_config import TOKENIZERS, TokenizerConfig, build_tokenizer
+from .tokenizer_config import CONV_BEFORE_ISSUE_35, TOKENIZERS, TokenizerConfig, build_tokenizer
 from ..errors import UserError
 
 
@@ -472,18 +472,21 @@ register_model_type(NAC)
 # Presets. Table 4: Tiny-ImageNet (64×64 → 8×8 tokens). Table 5: ImageNet (224×224 → 28×28 tokens).
 # Where the tables are silent, the authors' final configs: every attention head 64 wide (so the
 # one read-in head and the one read-out head attend in 64 dimensions), one read-out head, no
-# LayerNorm before the read-out pooling. App. C does not give the preprocessor's width: we use
-# d_model - 64 channels so that a token (channels ⊕ 64-d position) is d_model wide.
+# LayerNorm before the read-out pooling, and App. C's preprocessor at their widths, d_model/4 then
+# d_model/2 (TokenizerConfig's defaults are Table 4's 96, 192), so tokens are d_model/2 + 64 wide.
 # The smaller presets keep the heads' shape: head_dim = d_model / num_heads, so their propagators
-# split d_model and their read-in and read-out are one head of that width.
+# split d_model and their read-in and read-out are one head of that width; their preprocessor is
+# modwire's before issue 35 (one width throughout, CONV_BEFORE_ISSUE_35).
 register_preset("nac_tiny_imagenet", NAC, lambda: NACConfig(),
                 "NAC Table 4; heads 64 wide, 1 read-out head (authors' final configs)")
 register_preset("nac_imagenet", NAC, lambda: NACConfig(
-    num_classes=1000, tokenizer=TokenizerConfig(kind="conv", image_size=224, conv_channels=448), d_model=512,
+    num_classes=1000, tokenizer=TokenizerConfig(kind="conv", image_size=224, stem_channels=128, conv_channels=256),
+    d_model=512,
     num_processor_modules=960, num_heads=8, ffn_hidden=1024, d_code=512),
     "NAC Table 5; heads 64 wide, 1 read-out head (authors' final configs)")
 register_preset("nac_small", NAC, lambda: NACConfig(
-    num_classes=10, tokenizer=TokenizerConfig(kind="conv", image_size=32, conv_channels=64, pos_dim=32), d_model=96,
+    num_classes=10, tokenizer=TokenizerConfig(kind="conv", image_size=32, stem_channels=64, conv_channels=64,
+                                              pos_dim=32, **CONV_BEFORE_ISSUE_35), d_model=96,
     num_layers=4, num_processor_modules=64, num_output_modules=8, num_heads=4, head_dim=24,
     ffn_hidden=192, d_sig=16, d_code=96), "CPU-sized NAC (Table 4 shape, scaled down; heads 24 wide)")
 

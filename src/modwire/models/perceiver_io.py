@@ -31,7 +31,7 @@ from .config import COUNT, ModelConfig, check_head_split, check_single_head
 from .finetune_protocol import ReadOutHeadFineTuning
 from .inputs import Inputs
 from .registry import register_model_type, register_preset
-from .tokenizer_config import TOKENIZERS, TokenizerConfig, build_tokenizer, single_input
+from .tokenizer_config import CONV_BEFORE_ISSUE_35, TOKENIZERS, TokenizerConfig, build_tokenizer, single_input
 
 
 @dataclass
@@ -117,7 +117,8 @@ register_model_type(PerceiverIO)
 register_preset("perceiver_io_tiny_imagenet", PerceiverIO, lambda: PerceiverIOConfig(),
                 "NAC Table 4 (PIO); heads 64 wide, 1 decoder head (the NAC authors' Perceiver IO)")
 register_preset("perceiver_io_small", PerceiverIO, lambda: PerceiverIOConfig(
-    num_classes=10, tokenizer=TokenizerConfig(kind="conv", image_size=32, conv_channels=64, pos_dim=32), d_model=96,
+    num_classes=10, tokenizer=TokenizerConfig(kind="conv", image_size=32, stem_channels=64, conv_channels=64,
+                                              pos_dim=32, **CONV_BEFORE_ISSUE_35), d_model=96,
     num_layers=4, num_latents=64, num_heads=4, head_dim=24, ffn_hidden=192), "CPU-sized PIO matching nac_small")
 register_preset("perceiver_io_micro", PerceiverIO, lambda: PerceiverIOConfig(
     num_classes=5, tokenizer=TokenizerConfig(kind="linear", input_dim=8, token_dim=16), d_model=32, num_layers=2,
