@@ -80,24 +80,6 @@ def test_conv_tokenizer_before_issue_35_draws_the_same_network():
     assert all(m.eps == 1e-5 for m in tok.modules() if isinstance(m, nn.LayerNorm))
 
 
-def test_a_saved_config_without_the_two_widths_loads_as_the_former_tokenizer():
-    """``config.json`` written before ``stem_channels`` existed (one conv width, the details of
-    ``CONV_BEFORE_ISSUE_35``) rebuilds that network; a current one keeps what it says."""
-    from modwire.models import NACConfig
-
-    saved = modwire.create_model("nac_small").config.to_dict()
-    for key in ("stem_channels", "conv_down_norm", "conv_block_norms", "conv_layer_scale", "conv_norm_eps",
-                "conv_init", "pos_std"):
-        del saved["tokenizer"][key]
-    old = NACConfig.from_dict(saved)
-    assert old == modwire.create_model("nac_small").config
-    saved["tokenizer"]["conv_channels"] = 40
-    tokenizer = NACConfig.from_dict(saved).tokenizer
-    assert (tokenizer.stem_channels, tokenizer.conv_channels, tokenizer.pos_std) == (40, 40, 0.02)
-    table4 = modwire.get_config("nac_tiny_imagenet")
-    assert NACConfig.from_json(table4.to_json()) == table4
-
-
 def test_conv_tokenizer_is_local_a_pixel_change_moves_only_nearby_tokens():
     tok = ConvTokenizer(image_size=64, stem_channels=8, channels=16, pos_dim=4)
     x = torch.randn(1, 3, 64, 64)

@@ -154,16 +154,6 @@ class ConfigBase:
     def field_names(cls) -> list[str]:
         return [f.name for f in dataclasses.fields(cls)]
 
-    @classmethod
-    def upgrade_saved(cls, data: dict[str, Any]) -> dict[str, Any]:
-        """``data``, a config of this class as ``save_pretrained`` wrote it (every field of its
-        time), with the fields added since then set to what that model was built with, in the
-        sub-configs too. A class whose new fields change the network says how (it overrides this);
-        the others take their saved dict as it is."""
-        hints = typing.get_type_hints(cls)
-        return {k: hints[k].upgrade_saved(v) if _is_config(hints.get(k)) and isinstance(v, dict) else v
-                for k, v in data.items()}
-
     def merged(self, overrides: dict[str, Any], path: str = "") -> "ConfigBase":
         """A copy with ``overrides`` applied; nested dicts merge into sub-configs."""
         _check_keys(type(self), overrides, path)
@@ -239,7 +229,7 @@ class ModelConfig(ConfigBase):
         kind = data.pop("model_type", cls.model_type)
         if kind != cls.model_type:
             raise UserError(f"config is for model_type {kind!r}, not {cls.model_type!r}")
-        return cls().replace(**cls.upgrade_saved(data))
+        return cls().replace(**data)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)

@@ -102,15 +102,6 @@ class TokenizerConfig(ConfigBase):
         "linear": ("input_dim", "token_dim", "max_len"),
         "embedding": ("vocab_size", "token_dim", "max_len", "pad_id")}
 
-    @classmethod
-    def upgrade_saved(cls, data: dict[str, Any]) -> dict[str, Any]:
-        """A tokenizer saved before ``stem_channels`` existed had one conv width throughout and
-        :data:`CONV_BEFORE_ISSUE_35`'s details: it loads as that network."""
-        data = super().upgrade_saved(data)
-        if "stem_channels" in data:
-            return data
-        return {"stem_channels": data.get("conv_channels", 320), **CONV_BEFORE_ISSUE_35, **data}
-
     def unused_fields(self) -> tuple[str, ...]:   # an unknown kind: the choices table names it
         return tuple(n for n in self.bounds if n not in self.uses.get(self.kind, ()))
 
