@@ -31,7 +31,8 @@ Run: ``python experiments/ait_triangle.py`` (rows ``ait,vit,without_bottleneck,a
 ``--rows all`` for all of Table 2 and ``ait_authors``; the rows ``ait_no_collapse`` and
 ``without_bottleneck_no_collapse`` (:data:`modwire.models.ait.NO_COLLAPSE`, in neither the paper nor
 the authors' code) are kept for the committed runs of earlier code that have them, and run only
-when named; ``--quick`` is a smoke test; ``--report`` reprints the table and
+when named; so do ``ait_positions`` and ``vit_positions`` (learned absolute positions added to the
+patch tokens, which the authors' embedding does not have: they measure that choice); ``--quick`` is a smoke test; ``--report`` reprints the table and
 rebuilds ``OUT/study.json`` from ``OUT/results.jsonl`` (no training; a record of an early run without a
 ``seed`` is seed 0, as the table counts it).
 """
@@ -65,6 +66,12 @@ ALL_ROWS = tuple(LABELS)                          # --rows all
 for _row in ("ait", "without_bottleneck"):
     LABELS[f"{_row}_no_collapse"] = f"{LABELS[_row]}, no-collapse options"
     PAPER[f"{_row}_no_collapse"] = PAPER[_row]
+# Rows that measure the patch embedding's one departure from a standard ViT: the authors' embedding has no
+# positions (docs/ait.md); "<row>_positions" adds learned absolute positions to the patch tokens.
+POSITIONS = {"embed.positions": "absolute"}
+for _row in ("ait", "vit"):
+    LABELS[f"{_row}_positions"] = f"{LABELS[_row]}, learned positions"
+    PAPER[f"{_row}_positions"] = PAPER[_row]
 
 
 def ablation(row: str) -> dict:
@@ -74,6 +81,9 @@ def ablation(row: str) -> dict:
 
     if row == "ait_authors":
         return dict(AUTHORS_AIT)
+    if row.endswith("_positions"):
+        base = row.removesuffix("_positions")
+        return {**ABLATIONS[ABLATION_OF.get(base, base)], **POSITIONS}
     base = row.removesuffix("_no_collapse")
     return {**ABLATIONS[ABLATION_OF.get(base, base)], **(NO_COLLAPSE if row != base else {})}
 
