@@ -112,7 +112,7 @@ STUDIES: list[Study] = [
     Study("conditional_nac", "NAC Fig. 6: a conditional NAC's circuits (P) separate question types",
           steps=(_script("conditional_nac", "--overwrite"),),
           quick=(_script("conditional_nac", "--overwrite", "--quick"),),
-          time="~11 min (3 seeds, ~3.5 min each on a free core; 46 min measured with other jobs on the 2 cores)",
+          time="~11 min (3 seeds, ~3.5 min each on a free core; 41.5 min measured with other studies on the 2 cores: its study.json)",
           quick_time="72 s"),
     Study("graph_align", "NAC App. A, Eq. 6-9: the graph regularizer with and without degree alignment",
           steps=(_script("graph_align"),), quick=(_script("graph_align", "--quick"),),

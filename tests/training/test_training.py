@@ -190,3 +190,21 @@ def test_progress_on_a_terminal_is_a_bar_for_steps_and_one_for_validation(tmp_pa
     assert "nac_micro on toy_sets: 100%" in out and "8/8" in out and "val_top1=" in out
     assert "validation" in out and "batch" in out and "run directory:" in out
     assert capsys.readouterr().out == ""                  # stdout stays for the result (JSON)
+
+
+def test_resume_names_a_changed_parameter_grouping_instead_of_torchs_bare_mismatch(tmp_path):
+    """A checkpoint written when the parameters were grouped otherwise (e.g. before weight decay
+    left the biases out) is refused naming both groupings and what to do; a matching one loads."""
+    from modwire.errors import UserError
+    from modwire.training.state import load_optimizer
+
+    w, b = torch.nn.Parameter(torch.ones(2, 2)), torch.nn.Parameter(torch.ones(2))
+    one = torch.optim.AdamW([w, b], lr=0.1)
+    two = torch.optim.AdamW([{"params": [w]}, {"params": [b], "weight_decay": 0.0}], lr=0.1)
+    with pytest.raises(UserError, match=r"hold \[2\] tensors in the checkpoint and \[1, 1\] in this run"):
+        load_optimizer(two, one.state_dict(), tmp_path / "ckpt")
+    (w * b).sum().backward()
+    two.step()
+    again = torch.optim.AdamW([{"params": [w]}, {"params": [b], "weight_decay": 0.0}], lr=0.1)
+    load_optimizer(again, two.state_dict(), tmp_path / "ckpt")
+    assert torch.equal(again.state_dict()["state"][0]["exp_avg"], two.state_dict()["state"][0]["exp_avg"])

@@ -48,7 +48,7 @@ from .config import TrainConfig
 from .optim import build_optimizer, build_scheduler
 from .run import TrainingRun
 from .signals import StopSignals
-from .state import TrainState
+from .state import TrainState, load_optimizer
 
 # Purposes of the seeded streams (the second part of every derived seed).
 D_LATENTS, G_LATENTS, GRID_LATENTS, EVAL_LATENTS, REAL_ORDER, DATA_ORDER = 1, 2, 3, 4, 5, 6
@@ -87,8 +87,8 @@ class GANState(TrainState):
     def extra_state(self) -> dict[str, Any]:
         return {"optimizer_d": self.optimizer_d.state_dict(), "scheduler_d": self.scheduler_d.state_dict()}
 
-    def load_extra_state(self, full: dict[str, Any]) -> None:
-        self.optimizer_d.load_state_dict(full["optimizer_d"])
+    def load_extra_state(self, full: dict[str, Any], ckpt: Path) -> None:
+        load_optimizer(self.optimizer_d, full["optimizer_d"], ckpt, "discriminator's optimizer")
         self.scheduler_d.load_state_dict(full["scheduler_d"])
 
 

@@ -62,7 +62,7 @@ class TrainState:
         ckpt = Path(ckpt_dir)
         full = load_state(ckpt)                     # verifies manifest.json
         load_weights(self.model, ckpt / WEIGHTS_FILE)
-        self.optimizer.load_state_dict(full["optimizer"])
+        load_optimizer(self.optimizer, full["optimizer"], ckpt)
         self.scheduler.load_state_dict(full["scheduler"])
         if full.get("scaler"):
             self.scaler.load_state_dict(full["scaler"])
@@ -71,7 +71,7 @@ class TrainState:
                 raise UserError(f"{ckpt} holds no {EMA_FILE}, but the config keeps an EMA (ema_decay > 0)")
             load_weights(self.ema.module, ckpt / EMA_FILE)
             self.ema.n_averaged.copy_(full["ema_n_averaged"])
-        self.load_extra_state(full)
+        self.load_extra_state(full, ckpt)
         for k in COUNTERS:
             setattr(self, k, full.get(k, getattr(self, k)))
         set_rng_state(full["rng"])
@@ -81,8 +81,21 @@ class TrainState:
         """What a subclass saves besides the above (a GAN's discriminator optimizer: ``gan.GANState``)."""
         return {}
 
-    def load_extra_state(self, full: dict[str, Any]) -> None:
+    def load_extra_state(self, full: dict[str, Any], ckpt: Path) -> None:
         """Restore :meth:`extra_state` from a checkpoint's ``state.pt`` contents."""
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any], ckpt: Path, name: str = "optimizer") -> None:
+    """``optimizer.load_state_dict(state)`` after checking that the checkpoint's parameter groups
+    have this run's sizes (torch would only say that some group does not match)."""
+    saved = [len(g["params"]) for g in state["param_groups"]]
+    built = [len(g["params"]) for g in optimizer.param_groups]
+    if saved != built:
+        raise UserError(f"{ckpt}: the {name}'s parameter groups hold {saved} tensors in the checkpoint and "
+                        f"{built} in this run: the model's trainable parameters or their grouping (weight "
+                        f"decay, frozen sets) changed since it was written; resume with the code and config "
+                        f"that wrote it, or start a new run directory")
+    optimizer.load_state_dict(state)
 
 
 def rng_state() -> dict[str, Any]:
