@@ -32,7 +32,9 @@ Run: ``python experiments/ait_triangle.py`` (rows ``ait,vit,without_bottleneck,a
 ``without_bottleneck_no_collapse`` (:data:`modwire.models.ait.NO_COLLAPSE`, in neither the paper nor
 the authors' code) are kept for the committed runs of earlier code that have them, and run only
 when named; so do ``ait_positions`` and ``vit_positions`` (learned absolute positions added to the
-patch tokens, which the authors' embedding does not have: they measure that choice); ``--quick`` is a smoke test; ``--report`` reprints the table and
+patch tokens, which the authors' embedding does not have: they measure that choice) and
+``ait_conv_embedding`` / ``vit_conv_embedding`` (modwire's former embedding: a strided conv without the
+patch LayerNorms, and learned positions); ``--quick`` is a smoke test; ``--report`` reprints the table and
 rebuilds ``OUT/study.json`` from ``OUT/results.jsonl`` (no training; a record of an early run without a
 ``seed`` is seed 0, as the table counts it).
 """
@@ -68,10 +70,14 @@ for _row in ("ait", "without_bottleneck"):
     PAPER[f"{_row}_no_collapse"] = PAPER[_row]
 # Rows that measure the patch embedding's one departure from a standard ViT: the authors' embedding has no
 # positions (docs/ait.md); "<row>_positions" adds learned absolute positions to the patch tokens.
-POSITIONS = {"embed.positions": "absolute"}
+# "<row>_conv_embedding": modwire's former embedding (before issue 35), a strided conv (no patch
+# LayerNorms) and learned positions: with "_positions" it separates the positions from the LayerNorms.
+EMBEDDINGS = {"_positions": {"embed.positions": "absolute"},
+              "_conv_embedding": {"embed.positions": "absolute", "embed.patch_norm": False}}
 for _row in ("ait", "vit"):
     LABELS[f"{_row}_positions"] = f"{LABELS[_row]}, learned positions"
-    PAPER[f"{_row}_positions"] = PAPER[_row]
+    LABELS[f"{_row}_conv_embedding"] = f"{LABELS[_row]}, conv embedding and positions"
+    PAPER[f"{_row}_positions"] = PAPER[f"{_row}_conv_embedding"] = PAPER[_row]
 
 
 def ablation(row: str) -> dict:
@@ -81,9 +87,10 @@ def ablation(row: str) -> dict:
 
     if row == "ait_authors":
         return dict(AUTHORS_AIT)
-    if row.endswith("_positions"):
-        base = row.removesuffix("_positions")
-        return {**ABLATIONS[ABLATION_OF.get(base, base)], **POSITIONS}
+    for suffix, embedding in EMBEDDINGS.items():
+        if row.endswith(suffix):
+            base = row.removesuffix(suffix)
+            return {**ABLATIONS[ABLATION_OF.get(base, base)], **embedding}
     base = row.removesuffix("_no_collapse")
     return {**ABLATIONS[ABLATION_OF.get(base, base)], **(NO_COLLAPSE if row != base else {})}
 

@@ -25,10 +25,11 @@ def test_rows_are_table2_ablations_of_one_preset_with_the_papers_workspace(tmp_p
     assert sets("without_bottleneck", tmp_path).model.overrides["bottleneck_size"] == 0
     for row in tri.LABELS:
         cfg = sets(row, tmp_path)
-        if row.endswith("_positions"):                 # the embedding's departure, measured
-            base = row.removesuffix("_positions")
+        if row.endswith(("_positions", "_conv_embedding")):         # the embedding's departures, measured
+            base = row.removesuffix("_positions").removesuffix("_conv_embedding")
             assert cfg.model.overrides["embed"]["positions"] == "absolute"
             assert cfg.model.overrides["embed"]["patch_size"] == 16
+            assert cfg.model.overrides["embed"].get("patch_norm", True) is not row.endswith("_conv_embedding")
             want = ABLATIONS[tri.ABLATION_OF.get(base, base)]
         else:
             base = row.removesuffix("_no_collapse")
@@ -43,6 +44,7 @@ def test_rows_are_table2_ablations_of_one_preset_with_the_papers_workspace(tmp_p
     assert tri.parse([]).rows == ["ait", "vit", "without_bottleneck", "ait_authors"]
     assert "ait_no_collapse" not in tri.parse(["--rows", "all"]).rows and "ait_authors" in tri.parse(["--rows", "all"]).rows
     assert "vit_positions" not in tri.parse(["--rows", "all"]).rows
+    assert "vit_conv_embedding" not in tri.parse(["--rows", "all"]).rows
     with pytest.raises(SystemExit):
         tri.parse(["--rows", "ait,nope"])
 
