@@ -34,7 +34,8 @@ the authors' code) are kept for the committed runs of earlier code that have the
 when named; so do ``ait_positions`` and ``vit_positions`` (learned absolute positions added to the
 patch tokens, which the authors' embedding does not have: they measure that choice) and
 ``ait_conv_embedding`` / ``vit_conv_embedding`` (modwire's former embedding: a strided conv without the
-patch LayerNorms, and learned positions); ``--quick`` is a smoke test; ``--report`` reprints the table and
+patch LayerNorms, and learned positions) and ``vit_pre35`` (the ViT row as it ran before issue 35: that
+embedding, query / value biases, no weight decay on biases and norms); ``--quick`` is a smoke test; ``--report`` reprints the table and
 rebuilds ``OUT/study.json`` from ``OUT/results.jsonl`` (no training; a record of an early run without a
 ``seed`` is seed 0, as the table counts it).
 """
@@ -74,6 +75,10 @@ for _row in ("ait", "without_bottleneck"):
 # LayerNorms) and learned positions: with "_positions" it separates the positions from the LayerNorms.
 EMBEDDINGS = {"_positions": {"embed.positions": "absolute"},
               "_conv_embedding": {"embed.positions": "absolute", "embed.patch_norm": False}}
+# "vit_pre35": the ViT row as it ran before issue 35 (that embedding, query / value biases, no weight
+# decay on biases and norms), to tell whether anything else changed since.
+FORMER_VIT = {**EMBEDDINGS["_conv_embedding"], "qv_bias": True}
+LABELS["vit_pre35"], PAPER["vit_pre35"] = "W/O memory (ViT) as before issue 35", PAPER["vit"]
 for _row in ("ait", "vit"):
     LABELS[f"{_row}_positions"] = f"{LABELS[_row]}, learned positions"
     LABELS[f"{_row}_conv_embedding"] = f"{LABELS[_row]}, conv embedding and positions"
@@ -87,6 +92,8 @@ def ablation(row: str) -> dict:
 
     if row == "ait_authors":
         return dict(AUTHORS_AIT)
+    if row == "vit_pre35":
+        return {**ABLATIONS["without_memory"], **FORMER_VIT}
     for suffix, embedding in EMBEDDINGS.items():
         if row.endswith(suffix):
             base = row.removesuffix(suffix)
@@ -120,6 +127,8 @@ def row_overrides(row: str, steps: int, out: Path, *, quick: bool = False, seed:
     if quick:
         sets.update({"data.params.size": "{train: 512, val: 128, test: 128}", "data.batch_size": 64,
                      "optim.warmup_steps": 2, "checkpoint_every": 0})
+    if row == "vit_pre35":
+        sets["optim.filter_bias_and_norm"] = "true"
     sets.update({"max_steps": steps, "seed": seed, "out_dir": json.dumps(str(out / run_name(row, seed)))})
     return [f"{k}={v}" for k, v in sets.items()]
 

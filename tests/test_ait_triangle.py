@@ -23,7 +23,11 @@ def test_rows_are_table2_ablations_of_one_preset_with_the_papers_workspace(tmp_p
     vit = sets("vit", tmp_path)
     assert vit.model.overrides["workspace"] is False and not vit.aux_loss_weights
     assert sets("without_bottleneck", tmp_path).model.overrides["bottleneck_size"] == 0
-    for row in tri.LABELS:
+    former = sets("vit_pre35", tmp_path)
+    assert former.optim.filter_bias_and_norm is True and former.model.overrides["qv_bias"] is True
+    assert former.model.overrides["embed"]["patch_norm"] is False and former.model.overrides["workspace"] is False
+    assert sets("vit", tmp_path).optim.filter_bias_and_norm is False
+    for row in set(tri.LABELS) - {"vit_pre35"}:
         cfg = sets(row, tmp_path)
         if row.endswith(("_positions", "_conv_embedding")):         # the embedding's departures, measured
             base = row.removesuffix("_positions").removesuffix("_conv_embedding")
