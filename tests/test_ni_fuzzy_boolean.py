@@ -62,7 +62,8 @@ def test_quick_run_pretrains_finetunes_every_setting_and_reports(tmp_path, monke
     assert (tmp_path / "table.md").read_text().startswith("| parameter set |")
     dynamic = json.loads((tmp_path / "pretrain" / "dynamic.json").read_text())
     pre = json.loads((tmp_path / "pretrain" / "result.json").read_text())["val"]["r2"]
-    assert list(dynamic["iterations"]) == ["1", "2"] and len(dynamic["dropped"]) == 4
+    assert list(dynamic["iterations"]) == ["1", "2", "3", "4"] and len(dynamic["dropped"]) == 4   # 1 … 2·n_i
+    assert dynamic["residual"] == "identity" and dynamic["trained_iterations"] == 2
     assert dynamic["iterations"]["2"] == pytest.approx(pre, rel=1e-5)      # all iterations: the run's own score
     # a rerun reads the finished runs back instead of training again
     mtime = (tmp_path / "pretrain" / "result.json").stat().st_mtime
@@ -72,12 +73,12 @@ def test_quick_run_pretrains_finetunes_every_setting_and_reports(tmp_path, monke
 
 def test_residual_growth_of_the_eq11_readings():
     """``--residual-growth``: Eq. 11 as printed doubles the stream per function iteration and is
-    refused at iterations=50 (2 scripts: 2^100); the default reading keeps the scale and runs."""
+    refused at iterations=50 (2 scripts: 2^100); ``update`` keeps the scale and runs."""
     literal = fz.residual_growth_of("ni_fuzzy_boolean", "identity")
     assert len(literal["growth"]) == 4 and all(1.9 < g < 2.1 for g in literal["per_iteration"])
     assert literal["iterations_50"].startswith("refused:") and "2^100" in literal["iterations_50"]
-    default = fz.residual_growth_of("ni_fuzzy_boolean", "update")
-    assert all(0.8 < g < 1.25 for g in default["growth"]) and default["iterations_50"] == "finite"
+    update = fz.residual_growth_of("ni_fuzzy_boolean", "update")
+    assert all(0.8 < g < 1.25 for g in update["growth"]) and update["iterations_50"] == "finite"
 
 
 def test_committed_residual_growth_matches_the_documented_numbers():
