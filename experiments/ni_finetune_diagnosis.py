@@ -1,0 +1,172 @@
+"""NI Table 1's "+ all" fine-tuning, instrumented (issue 35: why one seed collapses).
+
+From the pre-training of an ``experiments/ni_fuzzy_boolean.py`` study (``--study DIR``: its
+``pretrain/``), this re-runs ``modwire finetune`` on the 10 new functions exactly as the study does
+(``fuzzy_boolean_adapt``, the study's points per function, batch 128, 3 epochs, RAdam at a constant
+lr, no clipping), for each ``--train`` set × ``--lrs`` × ``--seeds``, keeping the weights every
+``--every`` steps. For each run it records:
+
+* the training loss every 8 steps (``metrics.jsonl``) and the validation R² at each epoch end;
+* at each kept snapshot: the validation R² (mean over the functions, and each function's), the
+  distance each parameter group has moved from the pre-trained weights relative to their norm
+  (``|θ_t - θ_0| / |θ_0|``; the new CLS tokens: their norm), each script's σ (Eq. 3), and the
+  share of variables no function reads (``Σ_u C̃_ui = 0``; first validation batch, every
+  function iteration).
+
+Where the study itself fine-tuned a set at that lr (NI Table 3's 0.05), its own runs are measured
+(no snapshots: their last checkpoint) instead of being trained again. Output: ``DIR/finetune_diagnosis.json`` (runs under ``DIR/diagnosis/``,
+working state). Wall time: one fine-tuning run (~7-10 min on one core) per train set × lr × seed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+import common  # noqa: E402
+
+GROUPS = (("cls_tokens", ("cls_tokens",)), ("embedding", ("embed.",)),
+          ("type_inference", ("type_inference.", "log_sigma", "functions.signatures")),
+          ("codes", ("functions.codes",)), ("locs", ("locs.",)), ("head", ("norm.", "heads.")))
+
+
+def group_of(name: str) -> str:
+    """The parameter group of an NI parameter name (:data:`GROUPS`, first match)."""
+    for group, keys in GROUPS:
+        if any(k in name for k in keys):
+            return group
+    raise ValueError(f"no group for parameter {name!r}")
+
+
+def run_dir(study: Path, train: str, lr: float, seed: int) -> Path:
+    """The study's own run where it trained this set at this lr (``finetune-<set>/seed-<s>``), else
+    this script's (``diagnosis/<set>-lr<lr>/seed-<s>``)."""
+    own = study / f"finetune-{train.replace(',', '+')}"
+    if (own / "summary.json").is_file() and json.loads((own / "summary.json").read_text())["lr"] == lr:
+        return own / f"seed-{seed}"
+    return study / "diagnosis" / f"{train.replace(',', '+')}-lr{lr:g}" / f"seed-{seed}"
+
+
+def finetune(study: Path, train: str, lr: float, seed: int, args: argparse.Namespace) -> None:
+    """One ``modwire finetune`` run with the study's settings, the weights kept every ``args.every``."""
+    from modwire.cli import main
+
+    out = run_dir(study, train, lr, seed).parent
+    if (out / f"seed-{seed}" / "result.json").is_file() or out.name.startswith("finetune-"):
+        return                      # finished, or the study's own run (the study trains it)
+    code = main(["finetune", str(study / "pretrain"), "--task", "fuzzy_boolean_adapt", "--train", train,
+                 "--seeds", str(seed), "--epochs", str(args.adapt_epochs), "--lr", str(lr), "--batch-size", "128",
+                 "--out", str(out), "--set", f"data.params={{size: {{train: {args.adapt_points}, val: {args.val_points}}}}}",
+                 "progress=false", "log_every=8", f"keep_weights_every={args.every}"])
+    if code:
+        raise SystemExit(code)
+
+
+def measure(study: Path, train: str, lr: float, seed: int) -> dict:
+    """The records of one finished run (module docstring)."""
+    import torch
+
+    from modwire.models import from_pretrained
+    from modwire.tasks import build_dataset
+    from modwire.tasks.metrics import r2_per_column
+    from modwire.training import load_config
+    from modwire.training.checkpoint import choose_checkpoint
+
+    d = run_dir(study, train, lr, seed)
+    cfg = load_config(str(d / "config.yaml"))
+    data = build_dataset(cfg.data.task, cfg.data.val_split, **cfg.data.params)
+    x, y = (torch.stack(t) for t in zip(*(data[i] for i in range(len(data)))))
+    pre = dict(from_pretrained(choose_checkpoint(study / "pretrain")[0]).named_parameters())
+    lines = [json.loads(li) for li in (d / "metrics.jsonl").read_text().splitlines()]
+    out = {"train": train, "lr": lr, "seed": seed,
+           "loss": [[r["step"], r["loss"]] for r in lines if "loss" in r],
+           "val": [[r["step"], r["val_r2"]] for r in lines if "val_r2" in r],
+           "final": json.loads((d / "result.json").read_text())["val"], "snapshots": []}
+    snaps = sorted((d / "checkpoints").glob("weights-*"))
+    last = next(iter(sorted((d / "checkpoints").glob("last-*"))[-1:]), None)
+    if last is not None and not any(p.name.split("-")[1] == last.name.split("-")[1] for p in snaps):
+        snaps.append(last)                       # the study's own runs keep no snapshots: their end
+    for snap in snaps:
+        model = from_pretrained(snap).eval()
+        with torch.no_grad():
+            pred = torch.cat([model(xb) for xb in x.split(512)])
+            extra = model.forward_intermediates(x[:512])
+        per_fn = r2_per_column(pred, y)
+        moved: dict[str, list[float]] = {}
+        for name, p in model.named_parameters():
+            g = group_of(name)
+            base = pre.get(name)
+            a, b = moved.setdefault(g, [0.0, 0.0])
+            if base is None or base.shape != p.shape:        # new (the CLS tokens): their norm
+                moved[g] = [a + float(p.detach().pow(2).sum()), b]
+            else:
+                moved[g] = [a + float((p.detach() - base.detach()).pow(2).sum()), b + float(base.detach().pow(2).sum())]
+        unread = [float((C.sum(1) == 0).double().mean()) for C in extra.compatibility]
+        out["snapshots"].append({
+            "step": int(snap.name.split("-")[1]), "r2": float(per_fn.mean()), "r2_per_function": per_fn.tolist(),
+            "moved": {g: (a ** 0.5 / b ** 0.5 if b else a ** 0.5) for g, (a, b) in moved.items()},
+            "sigma": [float(s.log_sigma.detach().exp()) for s in model.scripts], "unread": unread})
+    return out
+
+
+def summarise(study: Path, runs: list[dict]) -> list[dict]:
+    """Per run: the final R², the best snapshot's R² and step, the largest training loss after step
+    64 and its step, and the run's folder."""
+    rows = []
+    for r in runs:
+        late = [(loss, step) for step, loss in r["loss"] if step > 64]
+        worst = max(late) if late else (None, None)
+        best = max(r["snapshots"], key=lambda s: s["r2"]) if r["snapshots"] else None
+        row = {"train": r["train"], "lr": r["lr"], "seed": r["seed"], "final_r2": r["final"]["r2"],
+               "best_snapshot_r2": None if best is None else best["r2"],
+               "best_snapshot_step": None if best is None else best["step"],
+               "max_loss_after_64": worst[0], "max_loss_step": worst[1]}
+        row["run"] = _relative(run_dir(study, r["train"], r["lr"], r["seed"]))
+        rows.append(row)
+    return rows
+
+
+def _relative(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(common.ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--study", type=Path, required=True, help="an ni_fuzzy_boolean.py output folder (its pretrain/)")
+    ap.add_argument("--train", default="all", help="parameter sets, ';'-separated (each as modwire finetune --train)")
+    ap.add_argument("--lrs", default="0.05", help="fine-tuning learning rates, comma-separated")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--every", type=int, default=32, help="keep the weights every N steps")
+    ap.add_argument("--adapt-points", type=int, default=32768)
+    ap.add_argument("--val-points", type=int, default=4096)
+    ap.add_argument("--adapt-epochs", type=int, default=3)
+    ap.add_argument("--report", action="store_true", help="only measure the finished runs")
+    args = ap.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)
+    combos = [(t, float(lr), int(s)) for t in args.train.split(";") for lr in args.lrs.split(",")
+              for s in args.seeds.split(",")]
+    if not args.report:
+        for t, lr, s in combos:
+            finetune(args.study, t, lr, s, args)
+    path = args.study / "finetune_diagnosis.json"
+    old = json.loads(path.read_text()) if path.is_file() else {"runs": []}
+    done = {(r["train"], r["lr"], r["seed"]) for r in old["runs"]}
+    runs = old["runs"] + [measure(args.study, *c) for c in combos
+                          if c not in done and (run_dir(args.study, *c) / "result.json").is_file()]
+    runs.sort(key=lambda r: (r["train"], r["lr"], r["seed"]))
+    result = {"study": _relative(args.study), "summary": summarise(args.study, runs), "runs": runs}
+    common.write_json_atomic(path, result)
+    print(common.markdown_table(list(result["summary"][0]), [list(r.values()) for r in result["summary"]])
+          if result["summary"] else "no finished runs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
