@@ -54,6 +54,10 @@ With ``U = 1``, ``ε = 0``, no truncation (so ``C ≡ 1``) and one iteration, ``
 ``"none"`` make a script a stack of ``n_l`` pre-LN transformer layers whose linear maps are
 ``W·diag(LN(W_c c))`` (tested against the ViT's blocks).
 
+**Where the authors' code differs and the paper speaks** (modwire follows the paper): their queries
+have no bias (``LOCPod``), Eq. 4's ModLin has one; their per-function positional term (``sep_sum``)
+is ``(W c_u)_h``, Eq. 22-23's is a ModLin of the offset embedding.
+
 **Not in the paper** (modwire's choices, each from the authors' code or where the text is silent):
 type inference (Eq. 2, "an MLP") starts with a LayerNorm, as in the authors' code; the ``H``
 per-head ModLins of the relative positions (Eq. 22-23) share one ``W_c``
