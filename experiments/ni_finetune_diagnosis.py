@@ -7,11 +7,16 @@ lr, no clipping), for each ``--train`` set × ``--lrs`` × ``--seeds``, keeping 
 ``--every`` steps. For each run it records:
 
 * the training loss every 8 steps (``metrics.jsonl``) and the validation R² at each epoch end;
+* ``--clip C`` (not the study's protocol, which has no clipping): the same with the gradients'
+  global norm clipped at ``C`` (as the pre-training, ``optim.grad_clip``), runs in ``…-clipC/``;
 * at each kept snapshot: the validation R² (mean over the functions, and each function's), the
   distance each parameter group has moved from the pre-trained weights relative to their norm
   (``|θ_t - θ_0| / |θ_0|``; the new CLS tokens: their norm), each script's σ (Eq. 3), and the
   share of variables no function reads (``Σ_u C̃_ui = 0``; first validation batch, every
-  function iteration).
+  function iteration), the CLS tokens' attention on the input tokens (ModAttn's weights ``W``
+  summed over the inputs, mean over CLS tokens, functions and heads; per function iteration), the
+  gradient's norm per group on that batch (MSE), and the predictions' spread (std over samples /
+  the targets' std, mean over the functions; 0: a constant output).
 
 Where the study itself fine-tuned a set at that lr (NI Table 3's 0.05), its own runs are measured
 (no snapshots: their last checkpoint) instead of being trained again. Output: ``DIR/finetune_diagnosis.json`` (runs under ``DIR/diagnosis/``,
@@ -23,6 +28,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
 import common  # noqa: E402
@@ -40,31 +46,51 @@ def group_of(name: str) -> str:
     raise ValueError(f"no group for parameter {name!r}")
 
 
-def run_dir(study: Path, train: str, lr: float, seed: int) -> Path:
-    """The study's own run where it trained this set at this lr (``finetune-<set>/seed-<s>``), else
-    this script's (``diagnosis/<set>-lr<lr>/seed-<s>``)."""
-    own = study / f"finetune-{train.replace(',', '+')}"
-    if (own / "summary.json").is_file() and json.loads((own / "summary.json").read_text())["lr"] == lr:
-        return own / f"seed-{seed}"
-    return study / "diagnosis" / f"{train.replace(',', '+')}-lr{lr:g}" / f"seed-{seed}"
+class Run(NamedTuple):
+    """One fine-tuning run: its parameter sets, lr and seed; ``rerun``: trained here even where the
+    study has the run; ``clip``: the gradients' global norm bound (0: none, the study's protocol)."""
+
+    train: str
+    lr: float
+    seed: int
+    rerun: bool = False
+    clip: float = 0.0
+
+    @classmethod
+    def of(cls, record: dict) -> "Run":
+        return cls(**{k: record.get(k, cls._field_defaults.get(k)) for k in cls._fields})
 
 
-def finetune(study: Path, train: str, lr: float, seed: int, args: argparse.Namespace) -> None:
+def run_dir(study: Path, run: Run) -> Path:
+    """The study's own run where it trained this set at this lr without clipping
+    (``finetune-<set>/seed-<s>``) unless ``run.rerun``, else this script's
+    (``diagnosis/<set>-lr<lr>[-clip<C>]/seed-<s>``)."""
+    sets = run.train.replace(",", "+")
+    own = study / f"finetune-{sets}"
+    if not run.rerun and not run.clip and (own / "summary.json").is_file() \
+            and json.loads((own / "summary.json").read_text())["lr"] == run.lr:
+        return own / f"seed-{run.seed}"
+    return study / "diagnosis" / (f"{sets}-lr{run.lr:g}" + (f"-clip{run.clip:g}" if run.clip else "")) / f"seed-{run.seed}"
+
+
+def finetune(study: Path, run: Run, args: argparse.Namespace) -> None:
     """One ``modwire finetune`` run with the study's settings, the weights kept every ``args.every``."""
     from modwire.cli import main
 
-    out = run_dir(study, train, lr, seed).parent
-    if (out / f"seed-{seed}" / "result.json").is_file() or out.name.startswith("finetune-"):
+    out = run_dir(study, run).parent
+    if (out / f"seed-{run.seed}" / "result.json").is_file() or out.name.startswith("finetune-"):
         return                      # finished, or the study's own run (the study trains it)
-    code = main(["finetune", str(study / "pretrain"), "--task", "fuzzy_boolean_adapt", "--train", train,
-                 "--seeds", str(seed), "--epochs", str(args.adapt_epochs), "--lr", str(lr), "--batch-size", "128",
-                 "--out", str(out), "--set", f"data.params={{size: {{train: {args.adapt_points}, val: {args.val_points}}}}}",
-                 "progress=false", "log_every=8", f"keep_weights_every={args.every}"])
+    code = main(["finetune", str(study / "pretrain"), "--task", "fuzzy_boolean_adapt", "--train", run.train,
+                 "--seeds", str(run.seed), "--epochs", str(args.adapt_epochs), "--lr", str(run.lr), "--batch-size",
+                 "128", "--out", str(out), "--set",
+                 f"data.params={{size: {{train: {args.adapt_points}, val: {args.val_points}}}}}",
+                 "progress=false", "log_every=8", f"keep_weights_every={args.every}",
+                 *([f"optim.grad_clip={run.clip}"] if run.clip else [])])
     if code:
         raise SystemExit(code)
 
 
-def measure(study: Path, train: str, lr: float, seed: int) -> dict:
+def measure(study: Path, run: Run) -> dict:
     """The records of one finished run (module docstring)."""
     import torch
 
@@ -74,13 +100,13 @@ def measure(study: Path, train: str, lr: float, seed: int) -> dict:
     from modwire.training import load_config
     from modwire.training.checkpoint import choose_checkpoint
 
-    d = run_dir(study, train, lr, seed)
+    d = run_dir(study, run)
     cfg = load_config(str(d / "config.yaml"))
     data = build_dataset(cfg.data.task, cfg.data.val_split, **cfg.data.params)
     x, y = (torch.stack(t) for t in zip(*(data[i] for i in range(len(data)))))
     pre = dict(from_pretrained(choose_checkpoint(study / "pretrain")[0]).named_parameters())
     lines = [json.loads(li) for li in (d / "metrics.jsonl").read_text().splitlines()]
-    out = {"train": train, "lr": lr, "seed": seed,
+    out = {**run._asdict(),
            "loss": [[r["step"], r["loss"]] for r in lines if "loss" in r],
            "val": [[r["step"], r["val_r2"]] for r in lines if "val_r2" in r],
            "final": json.loads((d / "result.json").read_text())["val"], "snapshots": []}
@@ -94,6 +120,12 @@ def measure(study: Path, train: str, lr: float, seed: int) -> dict:
             pred = torch.cat([model(xb) for xb in x.split(512)])
             extra = model.forward_intermediates(x[:512])
         per_fn = r2_per_column(pred, y)
+        model.zero_grad()
+        ((model(x[:512]) - y[:512]) ** 2).mean().backward()          # the task's loss (MSE) on one batch
+        grads: dict[str, float] = {}
+        for name, p in model.named_parameters():
+            if p.grad is not None:
+                grads[group_of(name)] = grads.get(group_of(name), 0.0) + float(p.grad.pow(2).sum())
         moved: dict[str, list[float]] = {}
         for name, p in model.named_parameters():
             g = group_of(name)
@@ -104,10 +136,15 @@ def measure(study: Path, train: str, lr: float, seed: int) -> dict:
             else:
                 moved[g] = [a + float((p.detach() - base.detach()).pow(2).sum()), b + float(base.detach().pow(2).sum())]
         unread = [float((C.sum(1) == 0).double().mean()) for C in extra.compatibility]
+        t = model.config.num_cls_tokens                  # the CLS tokens come last: their attention on the inputs
+        reads = [float(w[..., -t:, :-t].sum(-1).mean()) for w in extra.propagator_attention]
         out["snapshots"].append({
             "step": int(snap.name.split("-")[1]), "r2": float(per_fn.mean()), "r2_per_function": per_fn.tolist(),
             "moved": {g: (a ** 0.5 / b ** 0.5 if b else a ** 0.5) for g, (a, b) in moved.items()},
-            "sigma": [float(s.log_sigma.detach().exp()) for s in model.scripts], "unread": unread})
+            "sigma": [float(s.log_sigma.detach().exp()) for s in model.scripts], "unread": unread,
+            "cls_reads_inputs": reads,
+            "grad_norm": {g: v ** 0.5 for g, v in grads.items()},
+            "output_std": float((pred.std(0) / y.std(0)).mean())})
     return out
 
 
@@ -119,11 +156,11 @@ def summarise(study: Path, runs: list[dict]) -> list[dict]:
         late = [(loss, step) for step, loss in r["loss"] if step > 64]
         worst = max(late) if late else (None, None)
         best = max(r["snapshots"], key=lambda s: s["r2"]) if r["snapshots"] else None
-        row = {"train": r["train"], "lr": r["lr"], "seed": r["seed"], "final_r2": r["final"]["r2"],
+        row = {**Run.of(r)._asdict(), "final_r2": r["final"]["r2"],
                "best_snapshot_r2": None if best is None else best["r2"],
                "best_snapshot_step": None if best is None else best["step"],
                "max_loss_after_64": worst[0], "max_loss_step": worst[1]}
-        row["run"] = _relative(run_dir(study, r["train"], r["lr"], r["seed"]))
+        row["run"] = _relative(run_dir(study, Run.of(r)))
         rows.append(row)
     return rows
 
@@ -145,22 +182,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--adapt-points", type=int, default=32768)
     ap.add_argument("--val-points", type=int, default=4096)
     ap.add_argument("--adapt-epochs", type=int, default=3)
+    ap.add_argument("--rerun", action="store_true",
+                    help="train into diagnosis/ (with snapshots) also where the study has its own run")
+    ap.add_argument("--clip", type=float, default=0.0, help="clip the gradients' global norm (0: no, the protocol)")
     ap.add_argument("--report", action="store_true", help="only measure the finished runs")
     args = ap.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
-    combos = [(t, float(lr), int(s)) for t in args.train.split(";") for lr in args.lrs.split(",")
-              for s in args.seeds.split(",")]
+    combos = [Run(t, float(lr), int(s), args.rerun, args.clip) for t in args.train.split(";")
+              for lr in args.lrs.split(",") for s in args.seeds.split(",")]
     if not args.report:
-        for t, lr, s in combos:
-            finetune(args.study, t, lr, s, args)
+        for run in combos:
+            finetune(args.study, run, args)
     path = args.study / "finetune_diagnosis.json"
     old = json.loads(path.read_text()) if path.is_file() else {"runs": []}
-    done = {(r["train"], r["lr"], r["seed"]) for r in old["runs"]}
-    runs = old["runs"] + [measure(args.study, *c) for c in combos
-                          if c not in done and (run_dir(args.study, *c) / "result.json").is_file()]
-    runs.sort(key=lambda r: (r["train"], r["lr"], r["seed"]))
+    done = {Run.of(r) for r in old["runs"]}
+    runs = old["runs"] + [measure(args.study, c) for c in combos
+                          if c not in done and (run_dir(args.study, c) / "result.json").is_file()]
+    runs.sort(key=lambda r: Run.of(r))
     result = {"study": _relative(args.study), "summary": summarise(args.study, runs), "runs": runs}
     common.write_json_atomic(path, result)
     print(common.markdown_table(list(result["summary"][0]), [list(r.values()) for r in result["summary"]])
