@@ -112,3 +112,26 @@ def test_report_reads_each_seed_next_to_its_summary_and_rebuilds_the_study_file(
     assert logs == {"pretrain/result.json", "pretrain/dynamic.json", "finetune-cls/summary.json",
                     "finetune-cls/seed-0/result.json", "finetune-cls/seed-1/result.json"}
     assert got["source"]["command"] == f"python experiments/ni_fuzzy_boolean.py --report --out {tmp_path}"
+
+
+def test_residual_option_sets_the_pretrained_models_eq11_reading_and_names_the_study(tmp_path, monkeypatch):
+    """``--residual R``: the pre-training's model override ``interpreter_residual: R`` (no override
+    without it: the model's default), and the study record's name ``ni_fuzzy_boolean_residual_R``."""
+    import modwire.training
+
+    seen = []
+
+    def fake_train(cfg, resume=False):
+        seen.append(cfg.model.overrides)
+        return {"status": "finished", "val": {"r2": 0.5, "r2_std": 0.1}, "step": 1}
+
+    monkeypatch.setattr(modwire.training, "train", fake_train)
+    for residual in ("update", None):
+        out = tmp_path / str(residual)
+        fz.pretrain(fz.parse(["--quick", "--out", str(out)] + (["--residual", residual] if residual else [])))
+    assert seen[0]["interpreter_residual"] == "update" and "interpreter_residual" not in seen[1]
+    with pytest.raises(SystemExit):
+        fz.parse(["--residual", "double"])
+    _write_setting(tmp_path / "report", "cls", [(0.9, 0.1)])
+    assert fz.main(["--report", "--residual", "update", "--out", str(tmp_path / "report")]) == 0
+    assert json.loads((tmp_path / "report" / "study.json").read_text())["study"] == "ni_fuzzy_boolean_residual_update"
