@@ -50,7 +50,8 @@ def bench(name: str, batch: int, repeats: int, warmup: int) -> dict[float, float
                 m(x)
                 times[f].append(time.perf_counter() - t)
         # counted on the timed batch: part of a forward is batch-independent (x[:1] overstated
-        # the full nac_tiny_imagenet: 24.1 GFLOPs/img at batch 1, 15.7 at batch 64)
+        # the full nac_tiny_imagenet with its former 320-channel tokenizer: 24.1 GFLOPs/img at batch 1,
+        # 15.7 at batch 64)
         flops = {f: count_flops(lambda m=m: m(x)) / batch for f, m in variants.items()}
     med = {f: statistics.median(ts) for f, ts in times.items()}
     print(f"\n{name}: batch {batch}, {repeats} interleaved repeats, median seconds per forward")

@@ -1,22 +1,29 @@
 """The AiT memory collapse: which parts of the write keep the memory slots apart (measured here).
 
 AiT's memory slots should specialise (Figure 2: each slot attends to its own image region). This
-trains a small AiT (2 blocks of 64-d, the paper's workspace: 32 slots × 32-d, 8 bottleneck heads
-of width D = 32 with the 1/√D scale of Eq. 3, no biases, bottleneck k = 512 of a 128 × 64 = 8192-patch
-pool) with AdamW and the balance loss at σ = 0.01, for these workspace variants:
+trains a small AiT (2 blocks of 64-d wired as the authors' code, the workspace reading the FFN's
+output; the paper's workspace: 32 slots × 32-d, 8 bottleneck heads of width D = 32 with the 1/√D
+scale of Eq. 3, no biases, bottleneck k = 512 of a 128 × 64 = 8192-patch pool; the write's Dropout
+0.1) with AdamW and the balance loss at σ = 0.01, for these workspace variants:
 
-* ``paper``: Eq. 3-4 as printed, ``γ̂ = LN(Concat(heads) W^O)``;
-* ``residual``: the authors' code's write ``γ̂ = LN(γ + Concat(heads) W^O)`` (``write_residual=True``;
-  their Dropout is left out, modwire's AiT has none);
-* ``biased``: modwire's former workspace: biases on ``W^Q, W^K, W^V, W^O`` and ``D/A``-wide heads
-  (``bottleneck_bias=True, bottleneck_head_split=True``), Eq. 3 as printed;
+* ``paper``: modwire's defaults: Eq. 3-4 as printed, ``γ̂ = LN(Dropout(Concat(heads) W^O))``, Eq. 3's
+  top-k of the softmax over the pool, gradient through the written memory;
+* ``residual``: the authors' code's write ``γ̂ = LN(γ + Dropout(Concat(heads) W^O))``
+  (``write_residual=True``), otherwise ``paper``;
+* ``biased``: modwire's workspace before issue 23: biases on ``W^Q, W^K, W^V, W^O`` and ``D/A``-wide
+  heads (``bottleneck_bias=True, bottleneck_head_split=True``), otherwise ``paper``;
 * ``kept``: ``bottleneck_softmax="kept"`` (the authors' top-k: each slot's weights renormalised over
   its k patches);
 * ``unit``: ``normalize_update=True`` (``γ̂`` scaled to unit slots before Eq. 4);
 * ``both``: :data:`modwire.models.ait.NO_COLLAPSE` (``kept`` and ``unit``);
-* ``authors``: the authors' code's write and top-k (``residual`` and ``kept``).
+* ``authors``: the network the authors released, :data:`modwire.models.ait.AUTHORS_AIT` (their
+  residual write and top-k, and their detached write).
 
-Every variant states ``write_residual`` itself, so the table does not move with the default.
+Every variant states ``write_residual``, ``bottleneck_softmax`` and ``write_grad`` itself, so the
+table does not move with the defaults. The committed results of earlier code
+(``experiments/results/ait_memory_collapse_*``) were measured with modwire's block before issue 35
+(the workspace reading ``LN(x)`` after the FFN's residual) and without the Dropout; their
+``authors`` variant had the authors' write and top-k but a write with gradient.
 Data: Fashion-MNIST (32×32, 4×4 patches; ``apt-get install dataset-fashion-mnist`` or ``--data-root DIR``
 holding the four idx files); where Fashion-MNIST is not at hand, ``--task digits`` (scikit-learn's
 bundled 8×8 digits upsampled to 32×32, the same model; 1.2k training images) or ``--task triangle``
@@ -50,12 +57,14 @@ import common  # noqa: E402
 
 ROOT = common.ROOT
 DEFAULT_OUT = ROOT / "experiments" / "results" / "ait_memory_collapse"
-PAPER = {"write_residual": False}           # Eq. 3-4 as printed (no biases, width-D heads: the defaults)
-VARIANTS = {"paper": PAPER, "residual": {"write_residual": True},
+# modwire's defaults (Eq. 3-4 as printed; no biases, width-D heads), stated so the table does not move with them
+PAPER = {"write_residual": False, "bottleneck_softmax": "all", "write_grad": True}
+AUTHORS = {"write_residual": True, "bottleneck_softmax": "kept", "write_grad": False}   # = modwire.models.ait.AUTHORS_AIT
+VARIANTS = {"paper": PAPER, "residual": {**PAPER, "write_residual": True},
             "biased": {**PAPER, "bottleneck_bias": True, "bottleneck_head_split": True},
             "kept": {**PAPER, "bottleneck_softmax": "kept"}, "unit": {**PAPER, "normalize_update": True},
             "both": {**PAPER, "bottleneck_softmax": "kept", "normalize_update": True},
-            "authors": {"write_residual": True, "bottleneck_softmax": "kept"}}
+            "authors": AUTHORS}
 MODEL = dict(num_classes=10, d_model=64, num_heads=4, ffn_hidden=128, bottleneck_size=512, classifier="mean",
              embed={"kind": "patches", "image_size": 32, "in_channels": 1, "patch_size": 4})
 TASKS = {"fashion_mnist": {"num_classes": 10, "embed": MODEL["embed"]},

@@ -14,8 +14,10 @@ This runs the same comparison in a CPU budget (:data:`BASE`):
   (32 slots × 32-d, 8 heads, k = 64): what the CPU cannot afford is the width, not the
   mechanism;
 * every row of Table 2 is the same preset with :data:`modwire.models.ait.ABLATIONS`'s overrides
-  ("W/O memory" is the ViT with the preset's classifier: the authors' flattened one, Table 1's;
-  with ``classifier="mean"`` it is tested equal to ``ViT`` with the same weights);
+  ("W/O memory" is the AiT paper's ViT, the authors' ViT: tested equal to ``ViT`` with the same
+  weights); ``ait`` is modwire's defaults (the paper's write, top-k and end-to-end gradient, the
+  authors' block); ``ait_authors`` is the network the authors released
+  (:data:`modwire.models.ait.AUTHORS_AIT`: their residual write, renormalised top-k, detached write);
 * one budget of optimizer steps for every row (``--steps``), AdamW (weight decay 0.01), lr 1e-3
   with 100 warm-up steps and a cosine decay to 1e-6, the balance loss at σ = 0.01 (AiT §5.1).
 
@@ -25,8 +27,12 @@ a rerun. The best checkpoint (validation on 2000 images) is scored on the 10k te
 table (next to the paper's) goes to ``OUT/table.md``, the validation curves to ``OUT/curves.png``,
 the study run's record to ``OUT/study.json`` (``experiments/common.py``).
 
-Run: ``python experiments/ait_triangle.py`` (rows ``ait,vit,without_bottleneck``);
-``--rows all`` for all of Table 2; ``--quick`` is a smoke test; ``--report`` reprints the table and
+Run: ``python experiments/ait_triangle.py`` (rows ``ait,vit,without_bottleneck,ait_authors``);
+``--rows all`` for all of Table 2 and ``ait_authors``; the rows ``ait_no_collapse`` and
+``without_bottleneck_no_collapse`` (:data:`modwire.models.ait.NO_COLLAPSE`, in neither the paper nor
+the authors' code) are kept for the committed runs of earlier code that have them, and run only
+when named; so do ``ait_positions`` and ``vit_positions`` (learned absolute positions added to the
+patch tokens, which the authors' embedding does not have: they measure that choice); ``--quick`` is a smoke test; ``--report`` reprints the table and
 rebuilds ``OUT/study.json`` from ``OUT/results.jsonl`` (no training; a record of an early run without a
 ``seed`` is seed 0, as the table counts it).
 """
@@ -44,7 +50,7 @@ import common  # noqa: E402
 
 ROOT = common.ROOT
 DEFAULT_OUT = ROOT / "experiments" / "results" / "ait_triangle"
-DEFAULT_ROWS = ("ait", "vit", "without_bottleneck")
+DEFAULT_ROWS = ("ait", "vit", "without_bottleneck", "ait_authors")
 
 # Table 1 / Table 2, Triangle column (AiT-Small and its ablations), test accuracy %.
 PAPER = {"ait": 99.47, "reset_memory": 99.46, "without_hopfield": 99.44, "vit": 99.47, "dense_networks": 99.46,
@@ -53,18 +59,31 @@ LABELS = {"ait": "AiT (full)", "reset_memory": "Reset memory", "without_hopfield
           "vit": "W/O memory (ViT)", "dense_networks": "Dense networks", "without_bottleneck": "W/O bottleneck",
           "without_self_attention": "W/O SA", "without_ffn": "W/O FF"}
 ABLATION_OF = {"vit": "without_memory"}           # our row name → modwire.models.ait.ABLATIONS key
-# Rows with the two options that keep the memory slots apart (modwire.nn.workspace, "Memory
-# collapse"; not in the paper): "<row>_no_collapse".
+LABELS["ait_authors"], PAPER["ait_authors"] = "AiT, the authors' released network", PAPER["ait"]
+ALL_ROWS = tuple(LABELS)                          # --rows all
+# Rows with the two options once offered against the memory collapse (NO_COLLAPSE; in neither the paper
+# nor the authors' code): "<row>_no_collapse", in the committed runs of earlier code.
 for _row in ("ait", "without_bottleneck"):
     LABELS[f"{_row}_no_collapse"] = f"{LABELS[_row]}, no-collapse options"
     PAPER[f"{_row}_no_collapse"] = PAPER[_row]
+# Rows that measure the patch embedding's one departure from a standard ViT: the authors' embedding has no
+# positions (docs/ait.md); "<row>_positions" adds learned absolute positions to the patch tokens.
+POSITIONS = {"embed.positions": "absolute"}
+for _row in ("ait", "vit"):
+    LABELS[f"{_row}_positions"] = f"{LABELS[_row]}, learned positions"
+    PAPER[f"{_row}_positions"] = PAPER[_row]
 
 
 def ablation(row: str) -> dict:
-    """The row's config overrides: a Table 2 row of ``ABLATIONS``, plus ``NO_COLLAPSE`` for a
-    ``*_no_collapse`` row."""
-    from modwire.models.ait import ABLATIONS, NO_COLLAPSE
+    """The row's config overrides: a Table 2 row of ``ABLATIONS``, ``AUTHORS_AIT`` for ``ait_authors``,
+    plus ``NO_COLLAPSE`` for a ``*_no_collapse`` row."""
+    from modwire.models.ait import ABLATIONS, AUTHORS_AIT, NO_COLLAPSE
 
+    if row == "ait_authors":
+        return dict(AUTHORS_AIT)
+    if row.endswith("_positions"):
+        base = row.removesuffix("_positions")
+        return {**ABLATIONS[ABLATION_OF.get(base, base)], **POSITIONS}
     base = row.removesuffix("_no_collapse")
     return {**ABLATIONS[ABLATION_OF.get(base, base)], **(NO_COLLAPSE if row != base else {})}
 
@@ -74,6 +93,7 @@ BASE = {"model.name": "ait_small_triangle", "model.overrides.d_model": 128, "mod
         "model.overrides.embed": "{kind: patches, image_size: 64, in_channels: 1, patch_size: 16}",
         "data.task": "triangle", "data.params.size": "{train: 50000, val: 2000, test: 10000}",
         "data.batch_size": 128, "optim.name": "adamw", "optim.lr": 1e-3, "optim.weight_decay": 0.01,
+        "optim.filter_bias_and_norm": "false",                  # the AiT authors' AdamW decays every parameter
         "optim.warmup_steps": 100, "optim.min_lr": 1e-6, "epochs": 1000, "checkpoint_every": 200,
         "log_every": 50, "progress": "false"}
 
@@ -180,11 +200,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = common.parser(__doc__, DEFAULT_OUT, "tiny data, few steps", workers=2,
                        report="only print the table of finished rows")
     ap.add_argument("--rows", default=",".join(DEFAULT_ROWS),
-                    help=f"comma-separated rows, or 'all' ({', '.join(LABELS)})")
+                    help=f"comma-separated rows ({', '.join(LABELS)}), or 'all' ({', '.join(ALL_ROWS)})")
     ap.add_argument("--steps", type=int, default=3000, help="optimizer steps per row (batch 128)")
     ap.add_argument("--seeds", type=int, default=1, help="seeds per row (0, 1, ...)")
     args = ap.parse_args(argv)
-    args.rows = list(LABELS) if args.rows == "all" else [r for r in args.rows.split(",") if r]
+    args.rows = list(ALL_ROWS) if args.rows == "all" else [r for r in args.rows.split(",") if r]
     unknown = [r for r in args.rows if r not in LABELS]
     if unknown:
         ap.error(f"unknown row(s) {unknown}; choose from {list(LABELS)}")

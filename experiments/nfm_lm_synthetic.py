@@ -123,7 +123,7 @@ def run_variant(name: str, data: Path, out: Path, steps: int, plots: Path | None
     result = train(load_config(None, overrides), overwrite=True)
     model = result["model"]
     seconds = round(time.perf_counter() - start, 1)
-    gammas = [round(r.gamma.item(), 4) for r in getattr(model.body, "readers", [])]
+    gammas = [round(float(g.detach()), 4) for g in model.body.gammas]
     reads = _reads(model, data, name, plots) if gammas else {}
     return {"variant": name, "seed": seed, "steps": result["step"], "val": result["val"],
             "parameters": model.num_parameters(), "gammas": gammas, "reads": reads, "seconds": seconds}

@@ -64,7 +64,8 @@ def _one(name: str, *args: str, quick: tuple[str, ...] = ("--quick",)) -> dict:
             "rebuild": _script(name, *args, "--report")}
 
 
-AIT_ROWS = "ait,vit,without_bottleneck,ait_no_collapse,without_bottleneck_no_collapse"
+AIT_ROWS = "ait,vit,without_bottleneck,ait_authors"      # modwire's AiT, the ViT, W/O bottleneck, the authors' AiT
+AIT_ROWS_PRE35 = "ait,vit,without_bottleneck,ait_no_collapse,without_bottleneck_no_collapse"   # the archived runs' rows
 CLEVR = ("--rows", "nfm,cnn", "--steps", "1600", "--batch", "32", "--train-images", "2500", "--val-images", "100",
          "--test-images", "200", "--stem", "2", "--lr", "2e-3", "--workers", "2")
 COLLAPSE_VARIANTS = ("--variants", "paper", "residual", "biased", "authors")
@@ -90,7 +91,7 @@ def _ait_triangle(quick: bool) -> tuple[tuple[str, ...], ...]:
     """Train Table 2's rows, then analyse seed 0's AiT runs (their workspace: ``OUT/analysis``)."""
     flags = QUICK_1 if quick else ()
     analyse = [("experiments/ait_analysis.py", f"{OUT}/{row}", "--no-plots", "--out", f"{OUT}/analysis/{row}",
-                *(("--samples", "16") if quick else ())) for row in ("ait", "ait_no_collapse")]
+                *(("--samples", "16") if quick else ())) for row in ("ait", "ait_authors")]
     return (_script("ait_triangle", "--rows", AIT_ROWS, "--seeds", "3", *flags), *analyse,
             ("experiments/ait_analysis.py", "--report", "--out", f"{OUT}/analysis"))
 
@@ -111,7 +112,8 @@ STUDIES: list[Study] = [
     Study("conditional_nac", "NAC Fig. 6: a conditional NAC's circuits (P) separate question types",
           steps=(_script("conditional_nac", "--overwrite"),),
           quick=(_script("conditional_nac", "--overwrite", "--quick"),),
-          time="~3.5 min (3.3 min measured on 2 cores: its study.json)", quick_time="13 s"),
+          time="~11 min (3 seeds, ~3.5 min each on a free core; 46 min measured with other jobs on the 2 cores)",
+          quick_time="72 s"),
     Study("graph_align", "NAC App. A, Eq. 6-9: the graph regularizer with and without degree alignment",
           steps=(_script("graph_align"),), quick=(_script("graph_align", "--quick"),),
           time="~7 min (414 s measured with other jobs on the 2 cores: its study.json)", quick_time="9 s"),
@@ -166,13 +168,17 @@ ARCHIVE: list[Study] = [
     Study("ni_fewshot_eq11_printed", "NI Fig. 5a with Eq. 11 as printed (before issue 23)",
           rebuild=_script("ni_fewshot", "--report")),
     Study("ait_triangle_pre23", "AiT Tables 1-2 with the former workspace (before issue 23)",
-          rebuild=_script("ait_triangle", "--rows", AIT_ROWS, "--report")),
+          rebuild=_script("ait_triangle", "--rows", AIT_ROWS_PRE35, "--report")),
     Study("ait_triangle_6000", "AiT on Triangle, 6000 steps, former workspace",
           rebuild=_script("ait_triangle", "--rows", "ait", "--steps", "6000", "--report")),
     Study("ait_triangle_12000", "AiT on Triangle, 12000 steps, former workspace",
           rebuild=_script("ait_triangle", "--rows", "ait", "--steps", "12000", "--report")),
     Study("ait_triangle_analysis", "the trained Triangle AiTs' workspace (seed 0)", folder="ait_triangle/analysis",
           rebuild=("experiments/ait_analysis.py", "--report", "--out", OUT)),
+    Study("ait_triangle_pre35", "AiT Tables 1-2 with the former block (before issue 35)",
+          rebuild=_script("ait_triangle", "--rows", AIT_ROWS_PRE35, "--seeds", "3", "--report")),
+    Study("ait_triangle_pre35_analysis", "the former block's Triangle AiTs' workspace (seed 0)",
+          folder="ait_triangle_pre35/analysis", rebuild=("experiments/ait_analysis.py", "--report", "--out", OUT)),
     Study("ait_memory_collapse_pre23", "the memory collapse of the former workspace (Fashion-MNIST)",
           rebuild=_script("ait_memory_collapse", "--report")),
     Study("nfm_sort_of_clevr_long", "NFM Table 6, 4000 steps, one seed, the first NFM core",
@@ -293,6 +299,11 @@ CLAIMS: list[Claim] = [
     Claim("NAC Fig. 6", "question type from P (held-out accuracy %): trained vs at initialisation",
           "types cluster (t-SNE, NLVR2)", "conditional_nac",
           (Seeds("trained", {}, "separation_trained.accuracy"), Seeds("untrained", {}, "separation_init.accuracy")),
+          "Sort-of-CLEVR, 936 steps", compare=False),
+    Claim("NAC §4.4", "conditional NAC test top-1 %; the same with each question's image swapped for another's",
+          "64 (NLVR2; CLIP zero-shot 53); no swap", "conditional_nac",
+          (Seeds("own image", {}, "image_ablation.own_image.top1"),
+           Seeds("other image", {}, "image_ablation.other_image.top1")),
           "Sort-of-CLEVR, 936 steps", compare=False),
     Claim("NI Table 1", "pre-training R² (20 functions)", "0.9983", "ni_fuzzy_boolean",
           (Seeds("R²", {"setting": "pretrain"}, "r2_per_seed", True, 1.0),), "64-d, 14 epochs", 4, compare=False),

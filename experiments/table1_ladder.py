@@ -68,6 +68,7 @@ class Row:
 
 PIO_LIKE = (NOK + "modulation=none", NOK + "kernel.enabled=false", NOK + "num_output_modules=1",
             NOK + "initial_state=code")
+NO_QV_BIAS = NOK + "qv_bias=false"   # the Perceiver IO's (the authors'); NAC Eq. 1 prints a bias b
 
 
 def _prior(name: str, params: str, weight: str = "5e-3") -> tuple[str, ...]:
@@ -76,11 +77,13 @@ def _prior(name: str, params: str, weight: str = "5e-3") -> tuple[str, ...]:
 
 ROWS = [
     Row("pio", "Perceiver IO", "perceiver_io_small", paper="Perceiver IO"),
-    Row("nac_as_pio", "NAC with everything off (= Perceiver IO)", "nac_small", PIO_LIKE),
-    Row("mlp_states", "Perceiver IO + initial states MLP(code) only", "nac_small", (*PIO_LIKE[:3], NOK + "initial_state=mlp")),
-    Row("outputs", "Perceiver IO + 8 confidence-weighted outputs only", "nac_small", (*PIO_LIKE[:2], PIO_LIKE[3])),
+    Row("nac_as_pio", "NAC with everything off (= Perceiver IO)", "nac_small", (*PIO_LIKE, NO_QV_BIAS)),
+    Row("mlp_states", "Perceiver IO + initial states MLP(code) only", "nac_small",
+        (*PIO_LIKE[:3], NOK + "initial_state=mlp", NO_QV_BIAS)),
+    Row("outputs", "Perceiver IO + 8 confidence-weighted outputs only", "nac_small",
+        (*PIO_LIKE[:2], PIO_LIKE[3], NO_QV_BIAS)),
     Row("modfc_only", "Perceiver IO + ModFC only", "nac_small",
-        (PIO_LIKE[1], PIO_LIKE[2], PIO_LIKE[3])),
+        (PIO_LIKE[1], PIO_LIKE[2], PIO_LIKE[3], NO_QV_BIAS)),
     Row("modfc", "+ ModFC (NAC without kernel)", "nac_small", (NOK + "kernel.enabled=false",), paper="+ ModFC"),
     Row("frozen", "+ Sparse graph (not learnable)", "nac_small",
         (NOK + "frozen_graph={name: scale_free, params: {beta: 0.5}, seed: 0}",),

@@ -23,7 +23,8 @@ from torch import Tensor, nn
 
 PRESET = "ait_micro"
 BATCH = 8
-OVERRIDES = {"bottleneck_size": 12}   # k well below the half pool (4 samples x 16 patches): selection matters
+OVERRIDES = {"bottleneck_size": 12,   # k well below the half pool (4 samples x 16 patches): selection matters
+             "write_dropout": 0.0}   # the processes and the single-process reference draw no dropout masks
 POOLS = ("global", "batch", "sample")
 BALANCE_WEIGHT = 0.01
 

@@ -6,20 +6,23 @@ import experiment_script
 import pytest
 from task_fixtures import write_mnist
 
-from modwire.models.ait import NO_COLLAPSE
+from modwire.models.ait import AUTHORS_AIT, NO_COLLAPSE
 
 collapse = experiment_script.load("ait_memory_collapse")
 from modwire.analysis.workspace import slot_similarity  # noqa: E402
 
 
-def test_variants_are_the_paper_and_each_option_with_the_residual_write_stated():
-    paper = {"write_residual": False}                                   # Eq. 3-4 as printed
+def test_variants_are_the_defaults_the_authors_and_each_option_with_the_write_stated():
+    import modwire
+
+    paper = {"write_residual": False, "bottleneck_softmax": "all", "write_grad": True}   # Eq. 3-4 as printed
     v = collapse.VARIANTS
-    assert v["paper"] == paper and v["residual"] == {"write_residual": True}
-    assert v["both"] == {**paper, **NO_COLLAPSE} and {**v["kept"], **v["unit"]} == {**paper, **NO_COLLAPSE}
+    default = modwire.get_config("ait_small_cifar10")
+    assert v["paper"] == paper and default.replace(**paper) == default          # "paper" is modwire's defaults
+    assert v["residual"] == {**paper, "write_residual": True} and v["authors"] == AUTHORS_AIT
+    assert v["both"] == {**paper, **NO_COLLAPSE} and {**v["unit"], **v["kept"]} == {**paper, **NO_COLLAPSE}
     assert v["biased"] == {**paper, "bottleneck_bias": True, "bottleneck_head_split": True}
-    assert v["authors"] == {"write_residual": True, "bottleneck_softmax": "kept"}
-    assert all("write_residual" in o for o in v.values())              # the table does not move with the default
+    assert all({"write_residual", "bottleneck_softmax", "write_grad"} <= set(o) for o in v.values())   # not the defaults
 
 
 def test_slot_similarity_is_the_mean_off_diagonal_cosine():

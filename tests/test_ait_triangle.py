@@ -5,7 +5,7 @@ import json
 import experiment_script
 import pytest
 
-from modwire.models.ait import ABLATIONS, NO_COLLAPSE
+from modwire.models.ait import ABLATIONS, AUTHORS_AIT, NO_COLLAPSE
 from modwire.training import load_config
 
 tri = experiment_script.load("ait_triangle")
@@ -25,11 +25,24 @@ def test_rows_are_table2_ablations_of_one_preset_with_the_papers_workspace(tmp_p
     assert sets("without_bottleneck", tmp_path).model.overrides["bottleneck_size"] == 0
     for row in tri.LABELS:
         cfg = sets(row, tmp_path)
-        base = row.removesuffix("_no_collapse")
-        for key, value in {**ABLATIONS[tri.ABLATION_OF.get(base, base)],
-                           **(NO_COLLAPSE if base != row else {})}.items():
+        if row.endswith("_positions"):                 # the embedding's departure, measured
+            base = row.removesuffix("_positions")
+            assert cfg.model.overrides["embed"]["positions"] == "absolute"
+            assert cfg.model.overrides["embed"]["patch_size"] == 16
+            want = ABLATIONS[tri.ABLATION_OF.get(base, base)]
+        else:
+            base = row.removesuffix("_no_collapse")
+            want = AUTHORS_AIT if row == "ait_authors" else {**ABLATIONS[tri.ABLATION_OF.get(base, base)],
+                                                             **(NO_COLLAPSE if base != row else {})}
+        for key, value in want.items():
             assert cfg.model.overrides[key] == value
+    assert "positions" not in sets("ait", tmp_path).model.overrides["embed"]      # the authors': none
+    authors = sets("ait_authors", tmp_path)
+    assert authors.aux_loss_weights == {"balance": 0.01} and authors.model.overrides["write_grad"] is False
     assert sets("ait_no_collapse", tmp_path).model.overrides["normalize_update"] is True
+    assert tri.parse([]).rows == ["ait", "vit", "without_bottleneck", "ait_authors"]
+    assert "ait_no_collapse" not in tri.parse(["--rows", "all"]).rows and "ait_authors" in tri.parse(["--rows", "all"]).rows
+    assert "vit_positions" not in tri.parse(["--rows", "all"]).rows
     with pytest.raises(SystemExit):
         tri.parse(["--rows", "ait,nope"])
 

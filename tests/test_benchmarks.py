@@ -90,17 +90,29 @@ def test_graph_align_quick_prints_a_row_per_prior_and_kernel():
 @pytest.mark.slow
 def test_conditional_nac_quick_prints_what_it_saves(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "experiments" / "conditional_nac.py"), "--quick",
-                          "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300,
-                         check=True).stdout
-    saved = json.loads((tmp_path / "run" / "experiment.json").read_text())
+                          "--seeds", "0", "--out", str(tmp_path / "run")], capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    (saved,) = json.loads((tmp_path / "run" / "experiment.json").read_text())["seeds"]
+    assert json.loads((tmp_path / "run" / "study.json").read_text())["results"] == [saved]
     for fam in ("non_relational", "relational"):
-        acc, maj, q = map(float, re.search(rf"^{fam} +([\d.]+) +([\d.]+) +([\d.]+)$", out, re.M).groups())
+        row = re.search(rf"^{fam} +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+)$", out, re.M)
+        acc, other, blank, maj, q, q36 = map(float, row.groups())
         assert acc == pytest.approx(saved["test"][f"top1_{fam}"], abs=5e-4)
+        assert acc == pytest.approx(saved["image_ablation"]["own_image"][f"top1_{fam}"], abs=5e-4)
+        assert other == pytest.approx(saved["image_ablation"]["other_image"][f"top1_{fam}"], abs=5e-4)
+        assert blank == pytest.approx(saved["image_ablation"]["blank_image"][f"top1_{fam}"], abs=5e-4)
         assert maj == pytest.approx(saved["baselines"][fam]["majority"], abs=5e-4)
         assert q == pytest.approx(saved["baselines"][fam]["question_only"], abs=5e-4)
+        assert q36 == pytest.approx(saved["baselines"][fam]["question_only_36"], abs=5e-4)
         assert 0 < maj <= 1 and 0 <= q <= 1
     sep = saved["separation_trained"]
     assert 0 <= sep["accuracy"] <= 1 and 0 < sep["chance"] < 1
+    assert sep == saved["generators"]["trained"]["separation"]["question_type"]
+    for g in ("trained", "untrained"):
+        var = saved["generators"][g]["variance"]
+        assert var["within_cell"] == pytest.approx(0.0, abs=1e-6)     # P is a function of the question
+        assert saved["image_share"][g]["initial_states"]["image"] == pytest.approx(0.0, abs=1e-6)  # θ⁰: question only
+    assert (tmp_path / "run" / "seed_0" / "analysis" / "link_prob_embedding.png").is_file()
     assert "~64%" in out and "53%" in out   # the paper's numbers, printed next to the run's
 
 

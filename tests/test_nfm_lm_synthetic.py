@@ -26,7 +26,8 @@ def test_quick_run_writes_every_variant_and_seed(tmp_path):
     assert exp.main(["--quick", "--seeds", "2", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "results.json").read_text())
     assert [(r["variant"], r["seed"]) for r in rows] == [(v, s) for s in (0, 1) for v in ("base", "nfm", "nfm_2pass")]
-    assert rows[1]["parameters"] - rows[0]["parameters"] == 4 and rows[2]["parameters"] - rows[0]["parameters"] == 8
+    # one γ per reading module (4 layers; the first module of the first pass reads only the null slot: none)
+    assert rows[1]["parameters"] - rows[0]["parameters"] == 3 and rows[2]["parameters"] - rows[0]["parameters"] == 7
     assert all(r["steps"] == 4 and r["val"]["perplexity"] > 1 and r["seconds"] > 0 for r in rows)
     base = [r["val"]["perplexity"] for r in rows if r["variant"] == "base"]
     assert base[0] != base[1]                                                     # each seed its own run

@@ -109,7 +109,7 @@ def test_speed_flop_ratio_of_dropping_is_as_stated(capsys):
     code = next(b.text for b in blocks(SPEED) if b.heading == "What dropping modules can save")
     stated = re.search(r"# (\d+\.\d+) \(tests/test_readme\.py", code).group(1)
     assert f"{s['ratio']:.2f}" == stated and f"{s['ratio']:.2f}" in capsys.readouterr().out
-    assert s["ratio"] < 7       # the benchmark's ≥ 7× target at 87.5 % is above what the FLOPs allow
+    assert s["ratio"] < 8       # the page's claim: dropping 87.5 % cannot make the NAC 8× faster
 
 
 # ----------------------------------------------------------------------------- speed numbers

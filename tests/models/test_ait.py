@@ -4,8 +4,9 @@ import torch
 
 import modwire
 from modwire.models import AiT, AiTConfig, ViT, ViTConfig, create_model
-from modwire.models.ait import ABLATIONS
+from modwire.models.ait import ABLATIONS, AUTHORS_AIT
 from modwire.nn.workspace import init_memory
+from reference.ait import workspace_literal
 
 
 def micro(**overrides):
@@ -112,23 +113,26 @@ def test_intermediates_hold_one_workspace_record_per_layer():
 
 
 def test_paper_presets_and_parameter_counts():
-    """Table 6 sizes; the Table 1 presets reach Table 1's counts (15.8 / 45.9 / 91.0 M) within 1 %
-    with Eq. 3's workspace (heads of width D, no biases) and the authors' classifier (LayerNorm over
-    the flattened N·E features, then Linear). The difference to the ViT of the same table (the same
-    classifier) is the workspace layers alone."""
+    """Table 6 sizes; the Table 1 presets have exactly the parameters the authors' model trains
+    (15,673,322 / 45,761,770 / 90,894,442: their printed totals, Table 1's 15.8 / 45.9 / 91.0 M, less
+    109,056 never used and the frozen memory; tests/models/test_ait_authors.py): their patch
+    embedding, no query/value biases, Eq. 3's workspace (heads of width D, no biases), the flattened
+    classifier. The difference to the ViT of the same table is the workspace layers alone."""
     counts = {}
     for size, layers in (("small", 2), ("medium", 6), ("base", 12)):
         with torch.device("meta"):
             ait, vit = create_model(f"ait_{size}"), create_model(f"vit_{size}_cifar10")
         c = ait.config
         assert (c.num_layers, c.d_model, c.num_heads, c.ffn_hidden) == (layers, 768, 12, 3072)
-        assert (c.bottleneck_bias, c.bottleneck_head_split, c.classifier) == (False, False, "flatten")
+        assert (c.bottleneck_bias, c.bottleneck_head_split, c.classifier, c.qv_bias) == (False, False, "flatten", False)
+        assert (c.embed.patch_norm, c.embed.positions) == (True, "none")
         e, d, a = 768, 32, 8
         per_layer = 2 * e * a * d + 2 * a * d * d + (d * e + e) + 2 * e + 2 * d
         assert ait.num_parameters() - vit.num_parameters() == layers * per_layer
-        counts[size] = ait.num_parameters() / 1e6
-    assert counts == pytest.approx({"small": 15.73, "medium": 45.82, "base": 90.97}, abs=0.01)
-    assert counts == pytest.approx({"small": 15.8, "medium": 45.9, "base": 91.0}, rel=0.01)   # Table 1
+        counts[size] = ait.num_parameters()
+    assert counts == {"small": 15_673_322, "medium": 45_761_770, "base": 90_894_442}
+    assert {k: v / 1e6 for k, v in counts.items()} == pytest.approx({"small": 15.8, "medium": 45.9, "base": 91.0},
+                                                                    rel=0.01)   # Table 1
     for name, slots, k, patch in (("ait_small_pet", 128, 512, 16), ("ait_small_triangle", 32, 64, 32),
                                   ("ait_small_cifar100", 32, 512, 4)):
         c = modwire.get_config(name)
@@ -137,13 +141,41 @@ def test_paper_presets_and_parameter_counts():
 
 
 def test_former_workspace_and_pooled_classifier_are_options():
-    """bottleneck_head_split + bottleneck_bias + classifier="mean": modwire's former AiT-Small
-    (14.43 M); each option changes only what it names."""
+    """bottleneck_head_split + bottleneck_bias + classifier="mean" (modwire's workspace before issue 23,
+    on today's block: 14,376,170); each option changes only what it names."""
     with torch.device("meta"):
         old = create_model("ait_small", bottleneck_head_split=True, bottleneck_bias=True, classifier="mean")
-    assert old.num_parameters() / 1e6 == pytest.approx(14.43, abs=0.01)
+    assert old.num_parameters() == 14_376_170
     ws = old.workspaces[0]
     assert ws.head_dim == 4 and ws.q.weight.shape == (32, 32) and ws.k.bias.shape == (32,)
+
+
+def test_block_is_the_authors_wiring_and_the_workspace_reads_the_ffn_output():
+    """``x ← x + Attn(LN x)``, ``Ξ = LN(FFN(LN x))``, ``x ← x + Ξ + Ξ̂`` (the workspace layer against
+    tests/reference/ait.py, evaluation); W/O FF: ``Ξ = LN(x)``; W/O SA: the attention left out."""
+    x = torch.randn(3, 16, 32, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    for overrides in ({}, {"ffn": False}, {"self_attention": False}):
+        block = micro(**overrides).double().eval().blocks[0]
+        ws = block.workspace
+        y, _, rec = block(x, record=True)
+        x1 = x if block.attn is None else x + block.attn.fn(block.attn.norm(x))[0]
+        h = x1 if block.ffn is None else block.ffn.fn(block.ffn.norm(x1))
+        out, memory = workspace_literal(h, ws, ws.memory, 6, "batch")
+        torch.testing.assert_close(y, x1 + out)
+        torch.testing.assert_close(rec.memory, memory)
+        if block.ffn is not None:
+            assert not block.ffn.residual                          # FFN(LN x) is Ξ's input, not added to x
+    assert micro(workspace=False).blocks[0].ffn.residual           # the ViT's x + FFN(LN x)
+
+
+def test_authors_overrides_are_their_write_top_k_and_detached_write():
+    assert AUTHORS_AIT == {"write_residual": True, "bottleneck_softmax": "kept", "write_grad": False}
+    c = modwire.get_config("ait_small")
+    assert (c.write_residual, c.bottleneck_softmax, c.write_grad, c.write_dropout) == (False, "all", True, 0.1)
+    s = micro(**AUTHORS_AIT).workspaces[0]
+    assert (s.write_residual, s.bottleneck_softmax, s.write_grad, s.write_dropout.p) == (True, "kept", False, 0.1)
+    with pytest.raises(ValueError, match="write_dropout"):
+        AiTConfig(write_dropout=1.0)
 
 
 def test_flatten_classifier_is_layernorm_over_the_flattened_tokens_then_linear():
@@ -176,10 +208,10 @@ def test_parameter_sets_name_the_workspace_for_finetuning():
 def test_workspace_options_reach_every_workspace():
     from modwire.models.ait import NO_COLLAPSE
 
-    model = micro(**NO_COLLAPSE, write_residual=False, bottleneck_bias=True, bottleneck_head_split=True)
-    assert all(s.bottleneck_softmax == "kept" and s.normalize_update and not s.write_residual and s.head_split
+    model = micro(**NO_COLLAPSE, write_residual=True, bottleneck_bias=True, bottleneck_head_split=True)
+    assert all(s.bottleneck_softmax == "kept" and s.normalize_update and s.write_residual and s.head_split
                and s.o.bias is not None for s in model.workspaces)
-    assert all(s.write_residual and s.o.bias is None and not s.head_split for s in micro().workspaces)
+    assert all(not s.write_residual and s.o.bias is None and not s.head_split for s in micro().workspaces)
     rec = model.eval().forward_intermediates(images()).workspace[0]
     torch.testing.assert_close(rec.weights.sum(-1), torch.ones(1, 2, 8))     # renormalised over the kept
 

@@ -31,8 +31,9 @@ def test_cifar10_preset_sizes_match_infomax_gan():
     with torch.device("meta"):
         model = modwire.create_model("gan_resnet_cifar10")
     g = sum(p.numel() for p in model.generator.parameters())
-    # stem 128→4·4·256, 3 up-blocks (2 conv3×3 + 1×1 shortcut + 2 BN), BN + conv3×3 → 3
-    block = 2 * (256 * 256 * 9 + 256) + (256 * 256 + 256) + 2 * 2 * 256
+    # stem 128→4·4·256, 3 up-blocks (2 conv3×3 + 1×1 shortcut, no biases: BatchNorm cancels them; 2 BN),
+    # BN + conv3×3 → 3
+    block = 2 * (256 * 256 * 9) + (256 * 256) + 2 * 2 * 256
     assert g == (128 * 4096 + 4096) + 3 * block + 2 * 256 + (256 * 3 * 9 + 3)
     assert model.config.discriminator.channels == 128 and model.config.latent_dim == 128
 
@@ -144,8 +145,8 @@ def test_nfm_generator_with_gamma_zero_equals_the_base_generator_and_gamma_chang
     z = torch.randn(3, 16)
     torch.testing.assert_close(nfm.generator(z), base.generator(z), atol=0, rtol=0)
     with torch.no_grad():
-        for reader in nfm.generator.body.readers:
-            reader.gamma.fill_(0.5)
+        for g in nfm.generator.body.gammas:
+            g.fill_(0.5)
     assert (nfm.generator(z) - base.generator(z)).abs().max() > 1e-3
 
 
@@ -169,8 +170,8 @@ def test_nfm_readers_sit_before_each_block_of_both_passes():
 def test_random_attention_eval_option_changes_generated_images():
     model = nfm_micro().eval()
     with torch.no_grad():
-        for reader in model.generator.body.readers:
-            reader.gamma.fill_(1.0)
+        for g in model.generator.body.gammas:
+            g.fill_(1.0)
     z = torch.randn(2, 16)
     before = model.generator(z)
     model.set_eval_options(random_attention=True)

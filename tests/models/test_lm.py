@@ -27,8 +27,8 @@ def _lm(nfm=None, seed=0, **kw):
 
 def _set_gammas(model, value=0.8):
     with torch.no_grad():
-        for i, r in enumerate(model.body.readers):
-            r.gamma.fill_(value * (1 + 0.1 * i))
+        for i, g in enumerate(model.body.gammas):
+            g.fill_(value * (1 + 0.1 * i))
 
 
 def test_causal_block_equals_torch_encoder_layer_with_causal_mask():
@@ -177,10 +177,13 @@ def test_module_errors_unbound_last_writer_and_mismatched_heads():
 @pytest.mark.parametrize("nfm,readers", [({"enabled": True, "passes": 1}, 3),
                                          ({"enabled": True, "passes": 2, "share_blocks": True}, 6)])
 def test_nfm_adds_one_gamma_per_reader_and_equals_the_base_model_at_gamma_zero(nfm, readers):
+    """One γ per reading module; the first module of the first pass reads only the null slot and has none."""
     base, model = _lm(), _lm(nfm, seed=5)
-    assert model.num_parameters() - base.num_parameters() == readers == len(model.body.readers)
+    assert len(model.body.readers) == readers
+    assert model.num_parameters() - base.num_parameters() == readers - 1 == len(model.body.gammas)
     state = model.state_dict()
-    assert sorted(k for k in state if k not in base.state_dict()) == [f"body.readers.{i}.gamma" for i in range(readers)]
+    assert sorted(k for k in state if k not in base.state_dict()) == \
+        [f"body.readers.{i}.gamma" for i in range(1, readers)]
     model.load_state_dict({**base.state_dict(), **{k: v for k, v in state.items() if "gamma" in k}})
     x = torch.randint(0, 23, (2, 12), generator=torch.Generator().manual_seed(1))
     torch.testing.assert_close(model.eval()(x), base.eval()(x), atol=1e-6, rtol=0)

@@ -16,14 +16,17 @@ def micro(**overrides):
     return modwire.create_model("nac_micro", **overrides)
 
 
+# where the tables are silent: the authors' final configs (heads 64 wide, one read-out head, no
+# LayerNorm before the read-out pooling)
+AUTHORS = {"head_dim": 64, "read_out_heads": 1, "read_out_norm": False}
 TABLE_4 = {"d_model": 384, "num_layers": 8, "num_processor_modules": 320, "num_heads": 6, "read_in_heads": 1,
            "activation": "geglu", "ffn_hidden": 1536, "num_output_modules": 64, "d_sig": 64, "d_code": 384,
            "kernel.tau": 0.5, "kernel.epsilon": 1.0, "alpha_init": 0.1, "num_classes": 200,
-           "tokenizer.image_size": 64}
+           "tokenizer.image_size": 64, **AUTHORS}
 TABLE_5 = {"d_model": 512, "num_layers": 8, "num_processor_modules": 960, "num_heads": 8, "read_in_heads": 1,
            "activation": "geglu", "ffn_hidden": 1024, "num_output_modules": 64, "d_sig": 64, "d_code": 512,
            "kernel.tau": 0.5, "kernel.epsilon": 1.0, "alpha_init": 0.1, "num_classes": 1000,
-           "tokenizer.image_size": 224}
+           "tokenizer.image_size": 224, **AUTHORS}
 
 
 def field(config, path):
@@ -51,35 +54,108 @@ def test_table5_preset_config():
         assert field(cfg, key) == value, key
 
 
-def test_eval_is_deterministic_and_train_is_stochastic():
-    model = micro()
-    x = torch.randn(3, 7, 8)
-    model.train()
-    assert not torch.allclose(model(x), model(x))
-    model.eval()
-    torch.testing.assert_close(model(x), model(x), atol=0, rtol=0)
+@pytest.mark.parametrize("name, d, heads", [("nac_tiny_imagenet", 384, 6), ("nac_imagenet", 512, 8)])
+def test_paper_presets_attend_with_heads_64_wide_one_read_in_and_one_read_out_head(name, d, heads):
+    """The authors' final configs: every attention ``heads · 64`` wide, so the read-in and the
+    read-out attend in 64 dimensions and the propagators in ``heads · 64 = d``; no read-out LN."""
+    with torch.device("meta"):
+        model = modwire.create_model(name)
+    for block, width, n in ((model.read_in, 64, 1), (model.propagators[0], heads * 64, heads),
+                            (model.read_out, 64, 1)):
+        attn = block.attn.fn
+        assert (attn.num_heads, attn.head_dim) == (n, 64)
+        assert attn.q.weight.shape == (width, d) and attn.k.weight.shape[0] == attn.v.weight.shape[0] == width
+        assert attn.o.weight.shape == (d, width)
+    assert model.read_out.norm is None and model.propagators[0].attn.fn.k.bias is None
 
 
-def test_gradients_reach_signatures_codes_alpha_and_epsilon():
-    model = micro(kernel={"learn_epsilon": True}).train()
-    model(torch.randn(4, 7, 8)).logsumexp(-1).sum().backward()
-    named = dict(model.named_parameters())
-    for name in ("generator.processors.signatures", "generator.outputs.signatures", "generator.processors.codes",
-                 "generator.outputs.codes", "kernel.log_epsilon"):
-        assert named[name].grad is not None and named[name].grad.abs().sum() > 0, name
-    alphas = [n for n in named if n.endswith(".alpha")]
-    assert len(alphas) > 10
-    for n in alphas:
-        assert named[n].grad is not None and named[n].grad.abs() > 0, n
+def test_small_presets_keep_their_propagators_and_read_with_one_head():
+    """head_dim = d_model / num_heads: the propagators split d_model as before; the read-in and
+    the read-out are one head of that width."""
+    for name in ("nac_small", "nac_micro", "nac_conditional_small", "nac_conditional_micro"):
+        c = modwire.get_config(name)
+        assert c.head_dim * c.num_heads == c.d_model and c.read_in_heads == c.read_out_heads == 1, name
+        model = modwire.create_model(name)
+        assert model.propagators[0].attn.fn.q.weight.shape == (c.d_model, c.d_model)
+        assert model.read_out.attn.fn.q.weight.shape == (c.head_dim, c.d_model)
+
+
+def test_head_dim_none_is_the_former_reading_heads_split_d_model():
+    model = micro(head_dim=None, read_out_heads=2)
+    for block, heads in ((model.read_in, 1), (model.propagators[0], 2), (model.read_out, 2)):
+        assert (block.attn.fn.num_heads, block.attn.fn.head_dim) == (heads, 32 // heads)
+        assert block.attn.fn.q.weight.shape == (32, 32)
+    with pytest.raises(ValueError, match=r"'read_out_heads': got 3, expected .*divides d_model=32.*head_dim=None"):
+        micro(head_dim=None, read_out_heads=3)
+    assert micro(read_out_heads=3).read_out.attn.fn.q.weight.shape == (48, 32)   # head_dim 16: any count
+
+
+def test_read_out_norm_option():
+    assert micro().read_out.norm is None
+    model = micro(read_out_norm=True).eval()
+    assert isinstance(model.read_out.norm, torch.nn.LayerNorm)
+    x = torch.randn(2, 5, 8)
+    y = {}
+    model.read_out.norm.register_forward_hook(lambda m, i, o: y.setdefault("normed", o))
+    model(x)
+    torch.testing.assert_close(y["normed"].mean(-1), torch.zeros(2, 3), atol=1e-5, rtol=0)
+
+
+def test_read_in_codes_separate():
+    """``read_in_codes="separate"``: a second free code per processor module conditions the
+    read-in and makes the initial states; the propagators keep the module's code."""
+    model = micro(read_in_codes="separate", initial_state="code", d_code=32).eval()
+    g = model.generator.processors
+    assert g.read_in_codes.shape == g.codes.shape
+    design = g()
+    assert design.read_in_codes is g.read_in_codes and design.states is g.read_in_codes and design.codes is g.codes
+    x = torch.randn(2, 5, 8)
+    before = model(x)
+    with torch.no_grad():
+        g.read_in_codes.add_(torch.randn_like(g.read_in_codes))
+    assert (model(x) - before).abs().max() > 1e-6
+    assert "generator.processors.read_in_codes" in model.module_axis().tensors
+    from modwire.analysis import drop_modules
+    assert drop_modules(model, 0.5).generator.processors.read_in_codes.shape == (6, 32)   # App. F, per module
+    shared = micro()
+    assert shared.generator.processors.read_in_codes is None and shared.generator.processors().read_in_codes is \
+        shared.generator.processors.codes
+    with pytest.raises(ValueError, match="read_in_codes"):
+        modwire.create_model("nac_conditional_micro", read_in_codes="separate")
+
+
+def test_link_probs_of_a_module_with_itself_are_exactly_one():
+    model = micro().eval()
+    assert (model.link_probs().diagonal() == 1).all()
+    assert (model.forward_intermediates(torch.randn(2, 5, 8)).link_probs.diagonal() == 1).all()
+
+
+@pytest.mark.parametrize("name, kwargs", [("nac_micro", {}), ("nac_micro", {"initial_state": "code", "d_code": 32,
+                                                                              "read_in_codes": "separate"}),
+                                          ("nac_conditional_micro", {}), ("perceiver_io_micro", {})])
+def test_every_parameter_changes_the_output(name, kwargs):
+    """No dead parameters (e.g. a key bias or a bias on the read-out confidence, which a softmax
+    cancels): every parameter tensor moves the logits, in float64, in evaluation, to first order
+    (the gradient of a random projection of the logits). At initialisation some are small (~1e-9:
+    small weights in front of the keys) but far above float64 rounding (~1e-16), where the
+    gradient of a parameter that a softmax cancels stays."""
+    torch.manual_seed(0)
+    model = create_model(name, **kwargs).double().eval()
+    x = torch.randn(3, 5, 8, dtype=torch.float64)
+    inputs = {"condition": torch.randint(0, 7, (3, 4))} if "conditional" in name else {}
+    logits = model(x, **inputs)
+    (logits * torch.randn_like(logits)).sum().backward()
+    dead = [n for n, p in model.named_parameters() if p.grad is None or p.grad.abs().max() < 1e-12]
+    assert dead == []
 
 
 def test_output_invariant_to_token_order_without_positions():
-    model = micro().eval()
-    x = torch.randn(2, 9, 8)
+    model = micro().double().eval()
+    x = torch.randn(2, 9, 8, dtype=torch.float64)
     perm = torch.randperm(9)
-    torch.testing.assert_close(model(x), model(x[:, perm]), atol=1e-5, rtol=1e-5)
-    with_pos = micro(tokenizer={"max_len": 16}).eval()  # learned positions break the symmetry: the test can fail
-    assert not torch.allclose(with_pos(x), with_pos(x[:, perm]), atol=1e-4)
+    torch.testing.assert_close(model(x), model(x[:, perm]), atol=1e-12, rtol=1e-12)
+    with_pos = micro(tokenizer={"max_len": 16}).double().eval()  # learned positions break the symmetry
+    assert (with_pos(x) - with_pos(x[:, perm])).abs().max() > 1e-9      # (the test can fail)
 
 
 def test_intermediates_expose_link_probs_and_attention():
@@ -146,13 +222,13 @@ def test_mlp_initial_states_take_larger_adam_steps_than_free_latents():
 def test_nac_reduces_to_perceiver_io():
     """App. B.2: NAC without modulation and kernel, one output module and θ⁰ = code, is a PIO."""
     nac = micro(modulation="none", kernel={"enabled": False}, num_output_modules=1, initial_state="code",
-                d_code=32).eval()
+                d_code=32, qv_bias=False).eval()
     c = nac.config
     pio = PerceiverIO(PerceiverIOConfig(
         num_classes=c.num_classes,
         tokenizer=TokenizerConfig(kind="linear", input_dim=c.tokenizer.input_dim, token_dim=c.tokenizer.token_dim),
         d_model=c.d_model, num_layers=c.num_layers, num_latents=c.num_processor_modules,
-        num_heads=c.num_heads, read_in_heads=c.read_in_heads, read_out_heads=c.read_out_heads,
+        num_heads=c.num_heads, read_in_heads=c.read_in_heads, read_out_heads=c.read_out_heads, head_dim=c.head_dim,
         num_output_modules=1, ffn_hidden=c.ffn_hidden, activation=c.activation)).eval()
     rename = {"generator.processors.codes": "latents", "generator.outputs.codes": "output_queries"}
     state = {rename.get(k, k): v for k, v in nac.state_dict().items()}
@@ -161,7 +237,8 @@ def test_nac_reduces_to_perceiver_io():
     x = torch.randn(3, 6, 8)
     torch.testing.assert_close(nac(x), pio(x), atol=1e-5, rtol=1e-5)
     # With modulation on, the two differ: the reduction test can fail.
-    nac_mod = micro(kernel={"enabled": False}, num_output_modules=1, initial_state="code", d_code=32).eval()
+    nac_mod = micro(kernel={"enabled": False}, num_output_modules=1, initial_state="code", d_code=32,
+                    qv_bias=False).eval()
     assert not torch.allclose(nac_mod(x), pio(x), atol=1e-3)
 
 
@@ -181,7 +258,11 @@ def test_nac_config_is_typed_and_validated():
     with pytest.raises(TypeError, match="'num_layers'.*'eight'"):
         micro(num_layers="eight")
     with pytest.raises(ValueError, match="num_heads"):
-        micro(num_heads=5)
+        micro(head_dim=None, num_heads=5)
+    with pytest.raises(ValueError, match="'head_dim'"):
+        micro(head_dim=0)
+    with pytest.raises(ValueError, match="'read_in_codes'.*'own'"):
+        micro(read_in_codes="own")
     with pytest.raises(ValueError, match="'d_model'"):
         micro(d_model=-4)
     assert isinstance(NACConfig(kernel=KernelConfig(epsilon=1)).kernel.epsilon, float)

@@ -74,7 +74,8 @@ def test_paper_sized_networks(name, params, blocks, final):
 
 def test_nfm_presets_are_the_base_network_plus_two_pass_nfm():
     base, nfm = modwire.get_config("preact_resnet18_cifar10"), modwire.get_config("nfm_preact_resnet18_cifar10")
-    assert nfm.replace(nfm={"enabled": False}) == base
+    assert nfm.replace(nfm={"enabled": False, "output_bias": True}) == base
+    assert nfm.nfm.output_bias is False                         # every path from a read starts with a BatchNorm
     n = nfm.nfm
     assert (n.enabled, n.passes, n.k, n.d_k, n.d_v, n.heads, n.share_blocks) == (True, 2, 5, 16, 16, 4, False)
     with torch.device("meta"):
@@ -117,8 +118,8 @@ def test_nfm_at_initialisation_computes_the_base_network():
         copy.load_state_dict(first.state_dict())
     x = torch.rand(3, 1, 8, 8)
     torch.testing.assert_close(nfm(x), base(x), atol=0, rtol=0)    # γ = 0: the readers add exactly nothing
-    for r in nfm.body.readers:
-        r.gamma.data.fill_(1.0)
+    for g in nfm.body.gammas:
+        g.data.fill_(1.0)
     assert not torch.allclose(nfm(x), base(x))
 
 
@@ -134,8 +135,8 @@ def test_intermediates_carry_one_record_per_reader():
 
 def test_random_attention_eval_option_changes_nfm_outputs_only():
     nfm, base = _nfm_micro_and_base()
-    for r in nfm.body.readers:
-        r.gamma.data.fill_(1.0)
+    for g in nfm.body.gammas:
+        g.data.fill_(1.0)
     x = torch.rand(2, 1, 8, 8)
     before = nfm(x)
     nfm.set_eval_options(random_attention=True)

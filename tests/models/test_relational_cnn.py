@@ -11,6 +11,7 @@ from modwire.models import InputSpec
 from modwire.models.nfm import load_base_weights
 from modwire.models.relational_cnn import AUTHORS_NFM_CNN, CNNMLP, CNNMLPConfig, conv_size
 from modwire.training import build_model_for_task, load_config
+from reference.authors_nfm import authors_forward, authors_shapes
 
 
 def _inputs(cfg, batch=3, seed=0):
@@ -198,7 +199,8 @@ def test_the_authors_nfm_network_can_be_built():
     total, unused = _authors_parameter_count()
     assert (total, unused) == (6_892_754, 2_226_500)
     model = modwire.create_model("nfm_cnn_mlp_sort_of_clevr", **AUTHORS_NFM_CNN)
-    assert model.num_parameters() == total - unused == 4_666_254
+    dead = 48 + 96 + 192 + 384                       # their W_o1 biases before a BatchNorm: not built here
+    assert model.num_parameters() == total - unused - dead == 4_665_534
     c, body = model.config, model.body
     assert c.widths() == [48, 96, 192, 384] and c.block_order == "conv_relu_bn"
     assert body.read_at == "after_last_pass" and [r.gamma is not None for r in body.readers] == [False] * 4 + [True] * 4
@@ -208,6 +210,76 @@ def test_the_authors_nfm_network_can_be_built():
     out = model.eval().forward_intermediates(*x, **kw)
     assert out.logits.shape == (2, 10) and [(r.pass_index, len(r.sources)) for r in out.nfm] == [(1, 5), (1, 6),
                                                                                                  (1, 7), (1, 8)]
+
+
+def _in_the_authors_layout(model: CNNMLP, grid: int) -> tuple[dict, set]:
+    """modwire's weights copied into the authors' ``CNN_MLP_NFL`` state-dict layout
+    (:func:`reference.authors_nfm.authors_shapes`; their 1×1 convs from modwire's linears); the entries their
+    forward never uses (pass 1's query and output layers, γ) are random. Also the modwire entries copied."""
+    sd = {k: v for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")}
+    g = torch.Generator().manual_seed(7)
+    p = {k: torch.randn(s, generator=g, dtype=torch.float64) for k, s in authors_shapes(grid).items()}
+    copied = {}
+
+    def put(theirs: str, ours: str, conv1x1: bool = False) -> None:
+        for part in ("weight", "bias", "running_mean", "running_var"):
+            if f"{ours}.{part}" in sd:
+                v = sd[f"{ours}.{part}"]
+                v = v[:, :, None, None] if conv1x1 and part == "weight" else v
+                assert p[f"{theirs}.{part}"].shape == v.shape, (theirs, ours, part)
+                p[f"{theirs}.{part}"] = copied[f"{ours}.{part}"] = v
+    for suffix, blocks in (("", "body.blocks"), ("b", "body.pass_blocks.0")):
+        for i in range(4):
+            put(f"conv.conv{i + 1}{suffix}", f"{blocks}.{i}.0")
+            put(f"conv.batchNorm{i + 1}{suffix}", f"{blocks}.{i}.2")
+    for slot in range(8):
+        r = f"body.readers.{slot}"
+        put(f"conv.ad.key_layers.{slot}", f"{r}.key", conv1x1=True)
+        put(f"conv.ad.val_layers.{slot}", f"{r}.value", conv1x1=True)
+        if slot >= 4:
+            put(f"conv.ad.query_layers.{slot}", f"{r}.query", conv1x1=True)
+            for theirs, ours in ((".0", ".w_o1"), (".1", ".norm"), (".3", ".w_o2")):
+                put(f"conv.ad.out_layers.{slot}{theirs}", f"{r}{ours}")
+            # their W_o1 has a bias before the BatchNorm (modwire's has none: training cancels it); in
+            # evaluation it is the same network with the bias folded into the running mean
+            bias = p[f"conv.ad.out_layers.{slot}.0.bias"]
+            p[f"conv.ad.out_layers.{slot}.1.running_mean"] = sd[f"{r}.norm.running_mean"] + bias
+            p[f"conv.ad.gammas.{slot}"] = copied[f"{r}.gamma"] = sd[f"{r}.gamma"]
+    for theirs, ours in (("conv1", "project"), ("fc1", "mlp.0"), ("fcout.fc2", "mlp.2"), ("fcout.fc3", "mlp.5")):
+        put(theirs, ours)
+    assert set(copied) == set(sd)                                   # every modwire entry has its place in theirs
+    return p, set(copied)
+
+
+def test_the_authors_nfm_network_equals_their_forward():
+    """Issue 35 item 4: ``AUTHORS_NFM_CNN`` (k = 3) is the network the authors' code runs, equal in float64 to a
+    re-statement of their whole ``CNN_MLP_NFL`` forward (``tests/reference/authors_nfm.py``) with modwire's
+    weights copied into their layout; evaluation mode, BatchNorm with non-trivial running statistics, γ ≠ 0.
+    75×75 images, their size: grids 38, 19, 10, 5, so most reads resize by a non-integer ratio."""
+    torch.manual_seed(11)
+    model = modwire.create_model("nfm_cnn_mlp_sort_of_clevr", **AUTHORS_NFM_CNN).double().eval()
+    assert model.config.nfm.k == 3 and modwire.create_model("nfm_cnn_mlp_sort_of_clevr").config.nfm.k == 5
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.5, 0.5), m.running_var.uniform_(0.5, 2.0)
+                m.weight.uniform_(0.5, 1.5), m.bias.uniform_(-0.2, 0.2)
+        for r in model.body.readers[4:]:
+            r.gamma.fill_(1.0)
+        for prm in model.mlp.parameters():                             # logits spread out (not near-uniform)
+            prm.mul_(4.0)
+    theirs, _ = _in_the_authors_layout(model, grid=5)
+    assert sum(v.numel() for k, v in theirs.items() if "running" not in k) == _authors_parameter_count()[0]
+    x, q = _inputs(model.config, batch=2, seed=3)
+    x, q = x.double(), q.double()
+    with torch.no_grad():
+        ours = model(x, q).log_softmax(-1)
+        expected = authors_forward(theirs, x, q[:, 0], top_k=3)
+        assert (ours - expected).abs().max() <= 1e-10
+        # the check can fail: the paper's k = 5, or γ = 0 in their forward, gives other outputs
+        assert (authors_forward(theirs, x, q[:, 0], top_k=5) - expected).abs().max() > 1e-6
+        zero = {**theirs, **{f"conv.ad.gammas.{s}": torch.zeros((), dtype=torch.float64) for s in range(4, 8)}}
+        assert (authors_forward(zero, x, q[:, 0]) - expected).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize("authors", [False, True])

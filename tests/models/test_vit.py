@@ -263,28 +263,45 @@ def test_sort_of_clevr_preset_is_table_6_relational_with_a_question_token():
     assert (c.d_model, c.num_heads, c.ffn_hidden, c.num_layers, c.num_cls_tokens) == (768, 12, 3072, 2, 0)
     assert (c.embed.image_size, c.embed.in_channels, c.embed.patch_size, c.question_dim, c.num_classes) == \
         (75, 3, 5, 11, 10)
-    d, f, n = 768, 3072, (75 // 5) ** 2
-    block = 4 * d * d + 3 * d + 2 * d * f + f + d + 4 * d        # attention (no key bias), MLP, two LayerNorms
+    d, f, n, pd = 768, 3072, (75 // 5) ** 2, 3 * 5 * 5
+    block = 4 * d * d + d + 2 * d * f + f + d + 4 * d            # attention (only W^O has a bias), MLP, two LNs
     flat = (n + 1) * d                                            # the authors' classifier: patches + question
-    expected = (3 * 25 * d + d) + n * d + 2 * block + (2 * 11 + 11 * d + d + 2 * d) + 2 * flat + (flat * 10 + 10)
-    assert model.num_parameters() == expected                     # 16,498,976
+    embed = 2 * pd + pd * d + d + 2 * d                           # LN → Linear → LN, no positions
+    expected = embed + 2 * block + (2 * 11 + 11 * d + d + 2 * d) + 2 * flat + (flat * 10 + 10)
+    assert model.num_parameters() == expected == 16_324_790
 
 
-def test_ait_table_1_vit_presets_use_the_authors_classifier_and_reach_table_1_counts():
-    """AiT Table 1's ViT-Small / Base (14.9 / 85.7 M): the AiT authors' flattened classifier (LayerNorm
-    over the N·E token features, then Linear) replaces the pooled one; exactly that difference."""
+def test_ait_table_1_vit_presets_are_the_authors_vit_and_reach_table_1_counts():
+    """AiT Table 1's ViT-Small / Base (14.9 / 85.7 M) are the AiT authors' ViT (their vit_hn.py with
+    sparse=False): LayerNorm → Linear → LayerNorm patches without positions, no query/value biases,
+    the flattened classifier (LayerNorm over the N·E token features, then Linear) in place of the
+    pooled one (exactly that difference). 14,800,234 / 43,142,506 / 85,655,914 parameters: their
+    printed totals less the 109,056 they never use (tests/models/test_ait_authors.py)."""
     counts = {}
-    for size in ("small", "base"):
+    for size in ("small", "medium", "base"):
         with torch.device("meta"):
             vit = modwire.create_model(f"vit_{size}_cifar10")
             pooled = modwire.create_model(f"vit_{size}_cifar10", classifier="mean")
         n, e, classes = 64, 768, 10
-        assert vit.config.classifier == "flatten" and vit.heads.linear.in_features == n * e
+        c = vit.config
+        assert (c.classifier, c.qv_bias, c.embed.patch_norm, c.embed.positions) == ("flatten", False, True, "none")
+        assert vit.embed.pos is None and vit.blocks[0].attn.fn.q.bias is None and vit.blocks[0].attn.fn.o.bias is not None
+        assert vit.heads.linear.in_features == n * e
         assert vit.num_parameters() - pooled.num_parameters() == \
             (2 * n * e + n * e * classes + classes) - (e * classes + classes + 2 * e)
-        counts[size] = vit.num_parameters() / 1e6
-    assert counts == pytest.approx({"small": 14.85, "base": 85.73}, abs=0.01)
-    assert counts == pytest.approx({"small": 14.9, "base": 85.7}, rel=0.01)     # Table 1
+        counts[size] = vit.num_parameters()
+    assert counts == {"small": 14_800_234, "medium": 43_142_506, "base": 85_655_914}
+    assert {k: counts[k] / 1e6 for k in ("small", "base")} == pytest.approx({"small": 14.9, "base": 85.7}, rel=0.01)
+
+
+def test_the_ni_papers_vits_keep_their_embedding_positions_and_biases():
+    for name in ("vit_digits", "vit_micro"):
+        model = modwire.create_model(name)
+        c = model.config
+        assert c.qv_bias and not c.embed.patch_norm and isinstance(model.embed.proj, torch.nn.Conv2d)
+        assert model.blocks[0].attn.fn.q.bias is not None and model.blocks[0].attn.fn.k.bias is None
+    assert modwire.create_model("vit_digits").embed.pos is None            # relative positions (NI App. C.2.3)
+    assert modwire.create_model("vit_micro", embed={"positions": "absolute"}).embed.pos is not None
 
 
 def test_flatten_classifier_needs_patch_tokens_and_one_head():

@@ -13,8 +13,9 @@ from reference.attention import attend_literal
 
 
 def workspace(**kw):
+    """A small workspace in float64, the write's Dropout off (the literal restatements have none)."""
     torch.manual_seed(0)
-    args = dict(num_slots=5, slot_dim=8, num_heads=2, bottleneck_size=4, steps=1)
+    args = dict(num_slots=5, slot_dim=8, num_heads=2, bottleneck_size=4, steps=1, write_dropout=0.0)
     args.update(kw)
     ws = GlobalWorkspace(12, **args).double()
     with torch.no_grad():                      # non-trivial LayerNorm affine parameters
@@ -47,7 +48,11 @@ def test_attend_topk_softmax_all_is_aiT_eq3_top_k_of_the_full_softmax():
 
 def test_projections_are_eq3s_by_default_no_biases_and_heads_of_width_d():
     """AiT Eq. 1-3 (and the authors' code): W^Q_i, W^K_i, W^V_i map to the slot width D for each
-    of the A heads, W^O maps A·D back to D, none has a bias; the scale is 1/√D."""
+    of the A heads, W^O maps A·D back to D, none has a bias; the scale is 1/√D. The write's
+    LayerNorm has the authors' eps 1e-6, its Dropout their 0.1; Eq. 3's write (no residual)."""
+    ws = GlobalWorkspace(12, num_slots=5, slot_dim=8, num_heads=2)
+    assert (ws.write_norm.eps, ws.write_dropout.p, ws.write_residual, ws.bottleneck_softmax, ws.write_grad) == \
+        (1e-6, 0.1, False, "all", True)
     ws = workspace()
     e, d, a = 12, 8, 2
     assert (ws.head_dim, ws.head_split, ws.q.bias, ws.k.bias, ws.v.bias, ws.o.bias) == (d, False, None, None, None, None)
@@ -59,7 +64,7 @@ def test_projections_are_eq3s_by_default_no_biases_and_heads_of_width_d():
 
 @pytest.mark.parametrize("k", [4, None])
 def test_bottleneck_attention_and_memory_update_equal_eq3_eq4_literally(k):
-    ws = workspace(bottleneck_size=k or 0, write_residual=False)  # Eq. 3 as printed
+    ws = workspace(bottleneck_size=k or 0)                         # Eq. 3 as printed (the default)
     pool = tokens(1, 7)[0]
     gamma = ws.memory.clone()
     gamma_hat, w = ws.write(pool.unsqueeze(0), gamma, need_weights=True)
@@ -76,7 +81,7 @@ def test_bottleneck_attention_and_memory_update_equal_eq3_eq4_literally(k):
 def test_workspace_options_equal_their_literal_restatement(options):
     """``write_residual`` (the authors' LN(γ + Concat(heads) W^O)), ``bias`` and ``head_split``
     (heads of width D/A, scale 1/√(D/A)) against tests/reference/ait.py."""
-    ws = workspace(**{"write_residual": False, **options})
+    ws = workspace(**options)
     pool = tokens(1, 7)[0]
     gamma = ws.memory.clone()
     gamma_hat, w = ws.write(pool.unsqueeze(0), gamma, need_weights=True)
@@ -100,7 +105,7 @@ def test_biases_collapse_the_memory_of_a_frozen_workspace(bias):
     biases on W^Q, W^K, W^V, W^O (as printed, without the residual write)."""
     torch.manual_seed(0)
     ws = GlobalWorkspace(32, num_slots=16, slot_dim=16, num_heads=4, bottleneck_size=32, bias=bias,
-                         write_residual=False).train()
+                         write_dropout=0.0).train()
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for _ in range(40):
@@ -111,7 +116,7 @@ def test_biases_collapse_the_memory_of_a_frozen_workspace(bias):
 
 def test_collapse_options_renormalise_the_kept_weights_and_unit_scale_the_update():
     """bottleneck_softmax="kept" and normalize_update=True (modwire.nn.workspace, "Memory collapse")."""
-    ws = workspace(bottleneck_softmax="kept", normalize_update=True, write_residual=False)
+    ws = workspace(bottleneck_softmax="kept", normalize_update=True)
     pool = tokens(1, 7)[0]
     gamma = ws.memory.clone()
     gamma_hat, w = ws.write(pool.unsqueeze(0), gamma, need_weights=True)
@@ -130,6 +135,8 @@ def test_collapse_options_renormalise_the_kept_weights_and_unit_scale_the_update
 @pytest.mark.parametrize("steps", [1, 2])
 @pytest.mark.parametrize("residual", [True, False])
 def test_training_forward_and_gradients_equal_the_literal_layer(pool, steps, residual):
+    """``h → Ξ + Ξ̂`` with ``Ξ = LN(h)`` (§4.3's skip connection), the memory it keeps, and the
+    gradients of the input and of every parameter, against tests/reference/ait.py."""
     ws = workspace(pool=pool, steps=steps, write_residual=residual).train()
     x = tokens().requires_grad_()
     gamma = ws.memory.clone()
@@ -152,7 +159,7 @@ def test_per_sample_pool_memory_update_is_eq4_with_the_mean_update():
     x = tokens()
     gamma = ws.memory.clone()
     ws(x)
-    hats = torch.stack([bottleneck_literal(gamma, x_b, ws, 4, residual=ws.write_residual)[0] for x_b in ws.norm(x)])
+    hats = torch.stack([bottleneck_literal(gamma, x_b, ws, 4)[0] for x_b in ws.norm(x)])
     torch.testing.assert_close(ws.memory, memory_update_literal(gamma, hats.mean(0), 0.9))
 
 
@@ -168,6 +175,11 @@ def test_balance_loss_equals_eq5_eq6_and_is_zero_for_balanced_selection():
     skewed = balanced.clone()
     skewed[:, :, 0] += 0.1                                         # every slot also selects position 0
     assert balance_loss(skewed.unsqueeze(0)).item() > 0.1
+    one = torch.ones(1, 2, 4, 1, dtype=torch.float64)                # one position: no variance (the authors' 0)
+    assert balance_loss(one).item() == 0.0
+    half = w.unsqueeze(0).to(torch.bfloat16)                        # computed in float32 under low precision
+    assert balance_loss(half).dtype == torch.float32
+    torch.testing.assert_close(balance_loss(half), balance_literal(w.to(torch.bfloat16).double(), 1e-10).float())
 
 
 def test_hopfield_retrieval_and_energy_equal_eq7_eq8_and_the_step_lowers_the_energy():
@@ -219,25 +231,46 @@ def test_per_sample_pool_makes_each_output_independent_of_the_batch():
     torch.testing.assert_close(ws(x)[0][1:2], ws(x[1:2])[0])
 
 
+def test_write_dropout_acts_on_concat_heads_w_o_in_training_only():
+    """The authors' Dropout on ``Concat(heads) W^O`` (``write_dropout``): each entry zeroed or scaled
+    by 1/(1-p) in a training forward, untouched in evaluation (where the memory is frozen anyway)."""
+    ws = workspace(write_dropout=0.5, write_residual=True)
+    seen = []
+    ws.write_dropout.register_forward_hook(lambda mod, args, out: seen.append((args[0], out)))
+    torch.manual_seed(1)
+    ws.train()(tokens())
+    (before, after), = seen
+    dropped = after == 0
+    assert 0 < dropped.float().mean() < 1
+    torch.testing.assert_close(after[~dropped], 2 * before[~dropped])
+    seen.clear()
+    ws.eval()(tokens())
+    assert torch.equal(seen[0][0], seen[0][1])
+
+
 def test_gradient_reaches_the_write_projections_unless_the_write_is_detached():
     for write_grad in (True, False):
         ws = workspace(write_grad=write_grad).train()
         y, _ = ws(tokens())
-        task = torch.autograd.grad(y.square().sum(), [ws.v.weight, ws.o.weight, ws.q.weight], allow_unused=True)
+        wanted = [p for p in (ws.v.weight, ws.o.weight, ws.q.weight) if p.requires_grad]
+        task = torch.autograd.grad(y.square().sum(), wanted, allow_unused=True)
         if write_grad:
             assert all(g is not None and g.abs().sum() > 0 for g in task)
-        else:                                                       # the authors' code: W^V, W^O never train,
-            assert all(g is None for g in task)                     # W^Q, W^K only from the balance loss
-            assert torch.autograd.grad(ws.balance, ws.q.weight)[0].abs().sum() > 0
+        else:                                                       # the authors' code: W^V, W^O never train
+            frozen = [*ws.v.parameters(), *ws.o.parameters(), *ws.write_norm.parameters()]
+            assert all(g is None for g in task) and not any(p.requires_grad for p in frozen)   # (built frozen)
+            assert torch.autograd.grad(ws.balance, ws.q.weight)[0].abs().sum() > 0   # W^Q only from the balance loss
 
 
 def test_retrieval_attention_is_the_without_hopfield_ablation():
     ws = workspace(retrieval="attention", retrieval_heads=3).eval()
+    assert ws.retrieve.q.bias is None and ws.retrieve.v.bias is None          # built as the AiT's self-attention
+    assert workspace(retrieval="attention", retrieval_heads=3, qv_bias=True).retrieve.q.bias is not None
     x = tokens()
     xi = ws.norm(x)
     patterns = ws.up(ws.update(ws.memory, ws.write(xi.reshape(1, -1, 12), ws.memory, need_weights=False)[0]))
     expected, _ = ws.retrieve(xi, patterns.expand(3, -1, -1))
-    torch.testing.assert_close(ws(x)[0], x + expected)
+    torch.testing.assert_close(ws(x)[0], xi + expected)                        # Ξ + MHA(Ξ, f_LT(γ))
 
 
 def test_memory_initialisations_of_table3():

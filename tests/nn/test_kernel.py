@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from reference.nac import link_prob, skmdpa_weights
-from modwire.nn import SignatureKernel, attend, concrete_log_sample
+from modwire.nn import SignatureKernel, attend, concrete_log_sample, cosine_distance
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +29,7 @@ def test_link_probs_match_nac_eq2():
     for i in range(5):
         for j in range(6):
             assert P[i, j].item() == pytest.approx(link_prob(s_r[i], s_s[j], 0.7).item(), abs=1e-6)
-    assert torch.allclose(_probs(k, s_r).diagonal(), torch.ones(5), atol=1e-6)  # P_ii = 1 (self-edges)
+    assert (_probs(k, s_r).diagonal() == 1).all()  # P_ii = 1 exactly (self-edges)
 
 
 def test_expected_mode_bias_is_log_k_hat_of_p():
@@ -60,14 +60,50 @@ def test_concrete_samples_in_unit_interval_with_bernoulli_p_marginal():
     s = torch.randn(6, 5)
     P = _probs(k, s)
     log_k = concrete_log_sample(P.log().expand(20000, 6, 6), k.tau)
-    # K ∈ (0, 1) strictly; checked in the log domain, where fp32 can represent it
-    # (exp(log K) rounds to 1.0 on the diagonal, P_ii = 1).
-    assert torch.isfinite(log_k).all() and (log_k < 0).all()
-    K = log_k.exp()
+    # K ∈ (0, 1) strictly off the diagonal (checked in the log domain, where fp32 can represent
+    # it); K_ii = 1 exactly: P_ii = 1 and Concrete(1, τ) = 1
     off = ~torch.eye(6, dtype=torch.bool)
+    assert torch.isfinite(log_k).all() and (log_k[:, off] < 0).all() and (log_k[:, ~off] == 0).all()
+    K = log_k.exp()
     freq = (K > 0.5).float().mean(0)
     assert (freq[off] - P[off]).abs().max() < 0.02  # 20000 draws: std ≤ 0.0035
     assert (freq.diagonal() == 1).all()             # P_ii = 1
+
+
+def test_a_signature_is_at_distance_exactly_0_from_itself():
+    """NAC Eq. 2: d(s_i, s_i) = 0. Computed as 1 - cos in floating point it is not (the test can
+    fail): the same signatures as a different tensor leave rounding on the diagonal."""
+    s = torch.randn(64, 16)
+    assert (cosine_distance(s, s).diagonal() == 0).all()
+    assert (cosine_distance(s, s.clone()).diagonal() != 0).any()          # rounding, ~1e-7
+    torch.testing.assert_close(cosine_distance(s, s), cosine_distance(s, s.clone()), atol=1e-6, rtol=0)
+    per_sample = torch.randn(3, 10, 4)                                     # a conditional NAC's [B, U, d]
+    assert (cosine_distance(per_sample, per_sample).diagonal(dim1=-2, dim2=-1) == 0).all()
+
+
+@pytest.mark.parametrize("mode", ["sample", "expected", "threshold"])
+def test_self_links_are_one_in_every_mode_with_finite_gradients(mode):
+    """P_ii = 1 and K_ii = 1 (Concrete(1, τ) = 1) in every kernel mode, the bias is log K̂ of
+    those K (Eq. 3), and no infinite logit of P_ii spoils the signatures' gradients."""
+    k = SignatureKernel(tau=0.5, train_mode=mode).train()
+    s = torch.randn(7, 5, dtype=torch.float64, requires_grad=True)
+    assert (k.link_probs(s, s).diagonal() == 1).all()
+    torch.manual_seed(1)
+    bias, key_mask = k(s, s, batch_size=4)
+    torch.manual_seed(1)                                                   # the same draw
+    log_p = (-cosine_distance(s, s) / k.epsilon).expand(4, 7, 7)
+    K = {"sample": lambda: concrete_log_sample(log_p, k.tau).exp(), "expected": lambda: log_p.exp(),
+         "threshold": lambda: (log_p > math.log(0.5)).double()}[mode]()
+    assert (K.diagonal(dim1=-2, dim2=-1) == 1).all()
+    allowed = torch.ones_like(K, dtype=torch.bool) if key_mask is None else key_mask[:, 0].expand_as(K)
+    torch.testing.assert_close(bias[:, 0].expand_as(K)[allowed],
+                               torch.log(K / (k.delta + K.sum(-1, keepdim=True)))[allowed], atol=1e-12, rtol=1e-12)
+    if mode == "threshold":                                                # a 0/1 kernel: no gradient to give
+        return
+    q = torch.randn(4, 2, 7, 3, dtype=torch.float64)
+    out, _ = _attend(q, q, q, (bias, key_mask))
+    out.square().sum().backward()
+    assert torch.isfinite(s.grad).all() and s.grad.abs().sum() > 0
 
 
 def test_concrete_samples_harden_as_tau_goes_to_zero():

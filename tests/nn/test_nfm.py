@@ -65,15 +65,15 @@ def test_one_dimensional_states_and_tokens_layout_match_literal():
     torch.manual_seed(1)
     blocks = [nn.Conv1d(2, 4, 3, 2, 1), nn.Conv1d(4, 4, 3, 1, 1), nn.Upsample(scale_factor=3)]
     m = NFM(blocks, channels=[2, 4, 4, 4], k=2, d_k=4, d_v=2, heads=2).double()
-    for r in m.readers:
-        r.gamma.data.fill_(0.8)
+    for g in m.gammas:
+        g.data.fill_(0.8)
     x = torch.randn(2, 2, 8, dtype=torch.float64)
     torch.testing.assert_close(m(x), nfm_literal(m, x))
     # tokens [B, N, C]: the same network on transposed states
     lin = [nn.Linear(3, 5), nn.Linear(5, 3)]
     t = NFM(lin, channels=[3, 5, 3], layout="tokens", k=2, d_k=4, d_v=2, heads=2, norm="none").double()
-    for r in t.readers:
-        r.gamma.data.fill_(0.5)
+    for g in t.gammas:
+        g.data.fill_(0.5)
     tok = torch.randn(2, 6, 3, dtype=torch.float64)
 
     class T(nn.Module):   # the literal runs channels-first: transpose around each linear block
@@ -218,8 +218,8 @@ def test_causal_tokens_stay_causal():
     position t's output depends on position t only (a causal LM stays causal)."""
     torch.manual_seed(6)
     m = NFM([nn.Linear(4, 4), nn.Linear(4, 4)], channels=[4, 4, 4], layout="tokens", norm="none", k=2)
-    for r in m.readers:
-        r.gamma.data.fill_(1.0)
+    for g in m.gammas:
+        g.data.fill_(1.0)
     x = torch.randn(2, 7, 4)
     y = m(x)
     x2 = x.clone()
@@ -255,10 +255,10 @@ def test_layer_subclass_hooks():
     assert all(isinstance(r, Doubled) for r in m.readers)
     plain = NFM(conv_blocks(), channels=CHANNELS, d_k=4, score_scale="sqrt_d_k")
     plain.load_state_dict(m.state_dict())
-    for r in m.readers:
-        r.gamma.data.fill_(0.7)
-    for r in plain.readers:
-        r.gamma.data.fill_(0.7)
+    for g in m.gammas:
+        g.data.fill_(0.7)
+    for g in plain.gammas:
+        g.data.fill_(0.7)
     x = torch.randn(2, 3, 9, 9)
     torch.testing.assert_close(m(x), plain(x))    # 2·q̂ / d_k = q̂ / √d_k at d_k = 4: the hook is used
 
@@ -394,7 +394,7 @@ def test_conv3x3_reader_output_needs_two_dimensional_states():
 def test_a_layer_factory_that_ignores_an_option_is_refused():
     class Fixed(NFMLayer):        # builds its own layer, dropping the options it was given
         def __init__(self, cq, co, **o):
-            super().__init__(cq, co, reads=o["reads"], writes=o["writes"])
+            super().__init__(cq, co, reads=o["reads"], writes=o["writes"], residual=o["residual"])
 
     make = lambda p, i, cq, co, **o: Fixed(cq, co, **o)   # noqa: E731
     NFM(conv_blocks(), channels=CHANNELS, layer_factory=make)       # defaults: nothing ignored

@@ -20,7 +20,8 @@ def _reader(c_q: int, **kw) -> NFMLayer:
     with torch.no_grad():
         reader.gamma.fill_(0.7)
         reader.query.bias.uniform_(-1, 1)            # b_q·k̂ matters
-        reader.w_o1.bias.uniform_(-1, 1)
+        if reader.w_o1.bias is not None:               # none before a BatchNorm (norm="batch")
+            reader.w_o1.bias.uniform_(-1, 1)
         if isinstance(reader.norm, nn.Identity):
             return reader
         reader.norm.weight.uniform_(0.5, 1.5)
@@ -71,7 +72,9 @@ def test_factored_forms_equal_the_literal_reader_with_gradients_and_the_default_
         torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
     for a, b in zip(read, read0):                      # mass per source, null: the same record
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
-    assert {n for n, p in reader.named_parameters()} >= {"query.weight", "query.bias", "w_o1.weight", "w_o1.bias"}
+    names = {n for n, p in reader.named_parameters()}
+    assert names >= {"query.weight", "query.bias", "w_o1.weight"}
+    assert ("w_o1.bias" in names) == isinstance(reader.norm, nn.Identity)    # none before a BatchNorm
     named = dict(zip([n for n, _ in reader.named_parameters()], grads[1 + len(sources):]))
     if forms[0] and kw.get("k") != 1:                 # top-1: the weights do not depend on the scores
         assert named["query.weight"].abs().sum() > 0 and named["query.bias"].abs().sum() > 0

@@ -77,7 +77,8 @@ def _eval_literal(reader, h, sources, ws):
     for name in ("heads", "d_k", "d_v", "k", "rescale", "scale", "topk_softmax", "reader_output", "query", "gamma"):
         setattr(proxy, name, getattr(reader, name))
     proxy.norm = None
-    proxy.w_o1 = _Lin(reader.w_o1.weight * scale[:, None], reader.w_o1.bias * scale + shift)   # BN folded in
+    b1 = 0.0 if reader.w_o1.bias is None else reader.w_o1.bias                # none before a BatchNorm
+    proxy.w_o1 = _Lin(reader.w_o1.weight * scale[:, None], b1 * scale + shift)   # BN folded in
     proxy.w_o2 = reader.w_o2
     return reader_literal(proxy, h, sources, ws)
 

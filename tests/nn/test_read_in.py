@@ -6,9 +6,9 @@ from reference import nac as literal
 from modwire.nn import ModulatedAttention, ModulationSpec
 
 
-def _attn(d, H, d_in, d_c):
+def _attn(d, H, d_in, d_c, **kwargs):
     torch.manual_seed(0)
-    attn = ModulatedAttention(d, H, mod=ModulationSpec("nac", d_c), kv_dim=d_in, kv_code="receiver").double()
+    attn = ModulatedAttention(d, H, mod=ModulationSpec("nac", d_c), kv_dim=d_in, kv_code="receiver", **kwargs).double()
     with torch.no_grad():  # non-trivial α and biases, so every term of the identity is exercised
         for lin in (attn.q, attn.k, attn.v, attn.o):
             lin.alpha.uniform_(0.2, 0.9)
@@ -29,6 +29,27 @@ def test_factorized_read_in_equals_literal_eq4_5(heads):
     lit, _ = attn(theta0, x, code_q=codes, method="literal")
     torch.testing.assert_close(fact, ref, atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(lit, ref, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("heads, head_dim, qv_bias", [(1, 3, True), (2, 5, False), (3, 4, True)])
+def test_factorized_read_in_with_heads_of_any_width_equals_literal_eq4_5(heads, head_dim, qv_bias):
+    """Heads ``head_dim`` wide whatever d is (the NAC authors' read-in: one head of 64 for d 384):
+    the attention is ``heads·head_dim`` wide, with or without query/value biases, masked or not."""
+    U, N, B, d, d_in, d_c = 5, 7, 2, 8, 10, 5
+    attn = _attn(d, heads, d_in, d_c, head_dim=head_dim, qv_bias=qv_bias)
+    assert attn.q.weight.shape == (heads * head_dim, d) and attn.o.weight.shape == (d, heads * head_dim)
+    assert (attn.q.bias is None) == (not qv_bias) and (attn.v.bias is None) == (not qv_bias)
+    theta0 = torch.randn(U, d, dtype=torch.float64)
+    x = torch.randn(B, N, d_in, dtype=torch.float64)
+    codes = torch.randn(U, d_c, dtype=torch.float64)
+    ref = literal.read_in(attn, theta0, x, codes)
+    for method in ("factorized", "literal"):
+        out, _ = attn(theta0, x, code_q=codes, method=method)
+        torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
+    mask = torch.ones(B, 1, 1, N, dtype=torch.bool)
+    mask[..., -2:] = False                                      # the last two tokens are padding
+    masked, _ = attn(theta0, x, code_q=codes, key_mask=mask)
+    torch.testing.assert_close(masked, literal.read_in(attn, theta0, x[:, :-2], codes), atol=1e-10, rtol=1e-10)
 
 
 def test_factorized_read_in_fp32_outputs_and_gradients_within_1e_5():

@@ -5,14 +5,16 @@
 * Eq. 3 bottleneck attention, one head ``i``, slot ``j`` and pool position ``l`` at a time: each
   head's ``W^Q_i, W^K_i, W^V_i`` map to the slot width ``D`` (``A`` heads side by side), no biases
   (Eq. 1-3 print none), scores scaled by ``1/√D`` as printed, ``top-k`` taken from the softmax over
-  the WHOLE pool (not renormalised), ``γ̂ = LN(Concat(heads) W^O)``: :func:`bottleneck_literal`.
+  the WHOLE pool (not renormalised), ``γ̂ = LN(Concat(heads) W^O)`` (the LayerNorm's own eps, 1e-6
+  in the workspace): :func:`bottleneck_literal`.
   The workspace's options are re-stated there too: ``bias`` (biases on the four projections),
   ``head_split`` (heads of width ``D/A``, scale ``1/√(D/A)``), ``renormalise`` (the kept top-k),
   ``residual`` (the authors' code's ``γ̂ = LN(γ + Concat(heads) W^O)``);
 * Eq. 4 EWMA and per-slot normalisation: :func:`memory_update_literal`;
-* Eq. 5-6 balance loss: :func:`balance_literal`;
+* Eq. 5-6 balance loss with the unbiased variance (the authors' reading of "Var"): :func:`balance_literal`;
 * Eq. 7-8 energy and one Hopfield step per token: :func:`energy_literal`, :func:`hopfield_literal`;
-* the whole layer for one pool: :func:`workspace_literal`.
+* the whole layer: ``Ξ = LN(h)``, the write, and ``Ξ + Ξ̂`` (§4.3's skip connection) for every
+  token: :func:`workspace_literal` (without the write's Dropout: the tests turn it off).
 """
 from __future__ import annotations
 
@@ -75,8 +77,8 @@ def memory_update_literal(gamma: Tensor, gamma_hat: Tensor, alpha: float, unit_u
 
 
 def balance_literal(weights: Tensor, eps: float) -> Tensor:
-    """Eq. 5-6 for ``A [H, M, L]``: Σ_i of the two squared coefficients of variation (population
-    variance over the ``L`` positions)."""
+    """Eq. 5-6 for ``A [H, M, L]``: Σ_i of the two squared coefficients of variation (unbiased
+    variance over the ``L`` positions; 0 for one position)."""
     h, m, n = weights.shape
     total = weights.new_zeros(())
     for i in range(h):
@@ -84,8 +86,9 @@ def balance_literal(weights: Tensor, eps: float) -> Tensor:
         loads = [sum(float(weights[i, j, l] > 0) for j in range(m)) for l in range(n)]
         for values in (importance, loads):
             mean = sum(values) / n
-            var = sum((x - mean) ** 2 for x in values) / n
-            total = total + var / (mean ** 2 + eps)
+            if n > 1:
+                var = sum((x - mean) ** 2 for x in values) / (n - 1)
+                total = total + var / (mean ** 2 + eps)
     return total
 
 
@@ -107,18 +110,18 @@ def hopfield_literal(xi: Tensor, patterns: Tensor, beta: float, steps: int = 1) 
     return xi
 
 
-def workspace_literal(x: Tensor, ws, gamma: Tensor, k: int | None, pool: str) -> tuple[Tensor, Tensor]:
-    """The whole layer: ``x [B, N, E]`` → ``(x + Ξ̂ [B, N, E], γ^{t+1} [P, M, D])``; ``pool`` is
-    ``"batch"`` (one pool of all ``B·N`` tokens, §4.1) or ``"sample"``."""
-    b, n, e = x.shape
-    xi = torch.stack([torch.stack([ln(x[s, t], ws.norm) for t in range(n)]) for s in range(b)])
+def workspace_literal(h: Tensor, ws, gamma: Tensor, k: int | None, pool: str) -> tuple[Tensor, Tensor]:
+    """The whole layer: ``h [B, N, E]`` → ``(Ξ + Ξ̂ [B, N, E], γ^{t+1} [P, M, D])`` with ``Ξ = LN(h)``;
+    ``pool`` is ``"batch"`` (one pool of all ``B·N`` tokens, §4.1) or ``"sample"``."""
+    b, n, e = h.shape
+    xi = torch.stack([torch.stack([ln(h[s, t], ws.norm) for t in range(n)]) for s in range(b)])
     pools = [xi.reshape(b * n, e)] if pool == "batch" else [xi[s] for s in range(b)]
     options = dict(renormalise=ws.bottleneck_softmax == "kept", residual=ws.write_residual, head_split=ws.head_split)
     memories = [memory_update_literal(gamma, bottleneck_literal(gamma, p, ws, k, **options)[0], ws.alpha,
                                       unit_update=ws.normalize_update) for p in pools]
-    out = torch.empty_like(x)
+    out = torch.empty_like(h)
     for s in range(b):
         patterns = linear(memories[0 if pool == "batch" else s], ws.up)       # f_LT(γ^{t+1})
         for t in range(n):
-            out[s, t] = x[s, t] + hopfield_literal(xi[s, t], patterns, ws.beta, ws.steps)
+            out[s, t] = xi[s, t] + hopfield_literal(xi[s, t], patterns, ws.beta, ws.steps)
     return out, torch.stack(memories)

@@ -68,7 +68,8 @@ def conv3x3_literal(x: Tensor, conv) -> Tensor:
     b, _, hh, ww = x.shape
     pad = torch.zeros(b, x.shape[1], hh + 2, ww + 2, dtype=x.dtype)
     pad[:, :, 1:-1, 1:-1] = x
-    y = conv.bias[None, :, None, None].expand(b, -1, hh, ww).clone()
+    y = torch.zeros(b, conv.weight.shape[0], hh, ww, dtype=x.dtype) if conv.bias is None else \
+        conv.bias[None, :, None, None].expand(b, -1, hh, ww).clone()
     for di in range(3):
         for dj in range(3):
             y = y + torch.einsum("oc,bcij->boij", conv.weight[:, :, di, dj], pad[:, :, di:di + hh, dj:dj + ww])
@@ -82,10 +83,17 @@ def _batch_norm(y: Tensor, norm) -> Tensor:
     return (y - mean) / torch.sqrt(var + norm.eps) * norm.weight + norm.bias
 
 
+def _bias(layer) -> Tensor | float:
+    """A layer's bias, 0 where it has none (``W_o1`` before a BatchNorm; ``output_bias=False``)."""
+    return 0.0 if layer.bias is None else layer.bias
+
+
 def reader_literal(reader, h: Tensor, sources: list[Tensor], writers: list) -> Tensor:
     """One reader on channels-first states ``h [B, C, *S]``, ``sources`` ``[B, C_j, *S_j]``
     (a vector ``[B, C]`` is a grid of ones) with the modules that wrote them (``writers``: their
     ``key`` / ``value`` projections, "separate per module", §3.2.1)."""
+    if reader.w_o1 is None:          # the first module of the first pass: A = 0, h + γ·σ(0·W_o1) W_o2 = h
+        return h
     b, c, size = h.shape[0], h.shape[1], tuple(h.shape[2:])
     dims = max([len(size)] + [m.dim() - 2 for m in sources])
     size_full = size or (1,) * dims
@@ -118,10 +126,10 @@ def reader_literal(reader, h: Tensor, sources: list[Tensor], writers: list) -> T
             y = _batch_norm(y, reader.norm)
         y = conv3x3_literal(torch.relu(y).permute(0, 3, 1, 2), reader.w_o2)
         return h + reader.gamma * y
-    y = a @ reader.w_o1.weight.T + reader.w_o1.bias                        # [B, P, hidden]
+    y = a @ reader.w_o1.weight.T + _bias(reader.w_o1)                      # [B, P, hidden]
     if isinstance(reader.norm, torch.nn.BatchNorm1d):
         y = _batch_norm(y, reader.norm)
-    y = torch.relu(y) @ reader.w_o2.weight.T + reader.w_o2.bias            # [B, P, C]
+    y = torch.relu(y) @ reader.w_o2.weight.T + _bias(reader.w_o2)          # [B, P, C]
     return h + reader.gamma * y.transpose(1, 2).reshape(h.shape)
 
 

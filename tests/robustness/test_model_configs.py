@@ -25,28 +25,33 @@ BAD = [
     *[("nac_micro", {f: v}, f, ">= 1") for f in ("num_classes", "d_model", "num_layers", "num_processor_modules",
                                                  "num_output_modules", "ffn_hidden", "d_sig", "d_code")
       for v in (0, -3)],
-    *[(p, {f: v}, f, want) for p in ("nac_micro", "perceiver_io_micro")
-      for f in ("num_heads", "read_in_heads", "read_out_heads")
-      for v, want in ((0, ">= 1"), (-2, ">= 1"), (5, "divides d_model=32"))],
+    *[(p, {f: v}, f, ">= 1") for p in ("nac_micro", "perceiver_io_micro")
+      for f in ("num_heads", "read_in_heads", "read_out_heads", "head_dim") for v in (0, -2)],
+    *[(p, {"head_dim": None, f: 5}, f, "divides d_model=32") for p in ("nac_micro", "perceiver_io_micro")
+      for f in ("num_heads", "read_in_heads", "read_out_heads")],        # head_dim None: the heads split d_model
     *[("perceiver_io_micro", {f: 0}, f, ">= 1") for f in ("num_latents", "num_output_modules", "d_model")],
     ("nac_micro", {"frozen_graph": {"seed": -1}}, "frozen_graph.seed", ">= 0"),
     *[("nac_small", {"tokenizer": {f: v}}, f"tokenizer.{f}", want)
       for f, v, want in (("image_size", 30, "multiple of 8"), ("image_size", 0, ">= 8"), ("in_channels", 0, ">= 1"),
-                         ("conv_channels", -1, ">= 1"), ("pos_dim", 0, ">= 1"))],
+                         ("conv_channels", -1, ">= 1"), ("stem_channels", 0, ">= 1"), ("pos_dim", 0, ">= 1"),
+                         ("conv_layer_scale", -1e-6, ">= 0"), ("conv_norm_eps", 0.0, "> 0"), ("pos_std", -1.0, ">= 0"),
+                         ("conv_down_norm", "middle", "'before'"), ("conv_block_norms", 3, "[2, 1]"),
+                         ("conv_init", "xavier", "'torch'"))],
     *[("nac_micro", {"tokenizer": {f: v}}, f"tokenizer.{f}", want)
       for f, v, want in (("input_dim", 0, ">= 1"), ("token_dim", -4, ">= 1"), ("max_len", -1, ">= 0"))],
     *[("nac_micro", {"tokenizer": {"kind": "embedding", "vocab_size": 16, **kw}}, f"tokenizer.{f}", want)
       for kw, f, want in (({"vocab_size": 0}, "vocab_size", ">= 1"), ({"pad_id": 16}, "pad_id", "vocab_size=16)"),
                           ({"pad_id": -2}, "pad_id", "[-1, vocab_size=16)"), ({"max_len": -5}, "max_len", ">= 0"))],
     ("nac_conditional_micro", {"generator": {"num_heads": 0}}, "generator.num_heads", ">= 1"),
-    ("nac_conditional_micro", {"generator": {"num_heads": 3}}, "generator.num_heads", "divides d_model=32"),
+    ("nac_conditional_micro", {"head_dim": None, "generator": {"num_heads": 3}}, "generator.num_heads",
+     "divides d_model=32"),
     ("nac_conditional_micro", {"generator": {"tokenizer": {"vocab_size": 0}}}, "generator.tokenizer.vocab_size",
      ">= 1"),
 ]
 
 
 def _id(case) -> str:
-    return f"{case[0]}-{case[2]}={list(_leaf(case[1]))[0]!r}"
+    return f"{case[0]}-{case[2]}={list(_leaf(case[1]))[-1]!r}"
 
 
 def _leaf(d: dict):
@@ -69,7 +74,8 @@ GOOD_EDGES = [
     ("nac_micro", {"modulation": "none", "alpha_init": -1.0}),     # unused without ModFC
     ("nac_micro", {"num_layers": 1, "num_processor_modules": 1, "num_output_modules": 1, "num_classes": 1,
                    "d_sig": 1, "ffn_hidden": 1}),
-    ("nac_micro", {"num_heads": 32, "read_in_heads": 1, "read_out_heads": 16}),
+    ("nac_micro", {"num_heads": 32, "read_in_heads": 1, "read_out_heads": 16, "head_dim": None}),
+    ("nac_micro", {"num_heads": 5, "read_out_heads": 3, "head_dim": 1}),   # a head_dim: any count
     ("nac_micro", {"frozen_graph": {"seed": 0}}),
     ("nac_small", {"tokenizer": {"image_size": 8, "in_channels": 1}}),
     ("nac_micro", {"tokenizer": {"kind": "embedding", "vocab_size": 1, "pad_id": 0, "max_len": 0}}),

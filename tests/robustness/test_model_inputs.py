@@ -11,7 +11,8 @@ import torch
 
 import modwire
 
-IMAGE = dict(num_classes=3, tokenizer={"image_size": 16, "in_channels": 3, "conv_channels": 8, "pos_dim": 8},
+IMAGE = dict(num_classes=3, tokenizer={"image_size": 16, "in_channels": 3, "stem_channels": 8, "conv_channels": 8,
+                                       "pos_dim": 8},
              d_model=16, num_heads=2, read_out_heads=2, num_layers=1, num_processor_modules=4,
              num_output_modules=2, ffn_hidden=16, d_sig=4, d_code=16)
 TOKENS = dict(tokenizer={"kind": "embedding", "vocab_size": 10, "max_len": 6, "token_dim": 16, "pad_id": 0})

@@ -199,6 +199,117 @@ def test_randaugment_each_op_keeps_shape_and_range(op):
         assert torch.equal(out, img)
 
 
+# ----------------------------------------------------------------------------- DeiT's RandAugment (timm)
+
+# timm's RandAugment as DeiT configures it, ``rand-m9-mstd0.5-inc1`` (timm/data/auto_augment.py: the
+# ``_RAND_INCREASING_TRANSFORMS``, ``_LEVEL_DENOM = 10``, the ``*_level_to_arg`` functions, ``prob=0.5`` per op),
+# written out here as numbers (timm itself does not import in this environment). For a 20-wide, 16-high image.
+TIMM_INCREASING = ["AutoContrast", "Equalize", "Invert", "Rotate", "PosterizeIncreasing", "SolarizeIncreasing",
+                   "SolarizeAdd", "ColorIncreasing", "ContrastIncreasing", "BrightnessIncreasing",
+                   "SharpnessIncreasing", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel"]
+H, W = 16, 20
+ENHANCE = ("ColorIncreasing", "ContrastIncreasing", "BrightnessIncreasing", "SharpnessIncreasing")
+TIMM_ARGS = {   # magnitude → op → (argument, argument with the sign flipped); None: no argument
+    9: {"Rotate": (27.0, -27.0), "ShearX": (0.27, -0.27), "ShearY": (0.27, -0.27),
+        "TranslateXRel": (0.405 * W, -0.405 * W), "TranslateYRel": (0.405 * H, -0.405 * H),
+        **{op: (1.81, 0.19) for op in ENHANCE},
+        "PosterizeIncreasing": (1, 1), "SolarizeIncreasing": (26 / 255,) * 2, "SolarizeAdd": (99 / 255,) * 2},
+    5: {"Rotate": (15.0, -15.0), "ShearX": (0.15, -0.15), "ShearY": (0.15, -0.15),
+        "TranslateXRel": (0.225 * W, -0.225 * W), "TranslateYRel": (0.225 * H, -0.225 * H),
+        **{op: (1.45, 0.55) for op in ENHANCE},
+        "PosterizeIncreasing": (2, 2), "SolarizeIncreasing": (128 / 255,) * 2, "SolarizeAdd": (55 / 255,) * 2},
+    10: {"Rotate": (30.0, -30.0), **{op: (1.9, 0.1) for op in ENHANCE}, "PosterizeIncreasing": (0, 0),
+         "SolarizeIncreasing": (0.0, 0.0), "SolarizeAdd": (110 / 255,) * 2},
+}
+
+
+def test_deit_randaugment_has_timms_15_increasing_ops():
+    assert list(A.DEIT_RANDAUGMENT_OPS) == TIMM_INCREASING
+    assert [type(t).__name__ for t in A.standard_train_transform(16).transforms][3] == "DeiTRandAugment"
+    ra = A.standard_train_transform(16).transforms[3]
+    assert (ra.num_ops, ra.magnitude, ra.magnitude_std, ra.prob) == (2, 9, 0.5, 0.5)
+
+
+@pytest.mark.parametrize("m", sorted(TIMM_ARGS))
+def test_deit_randaugment_op_arguments_are_deits(m):
+    """Issue 35 item 5: every op's argument at magnitude m against timm's level-to-argument numbers
+    (m 9: rotate 27°, shear 0.27, translate 0.405 of the size, enhance 1 ± 0.81; torchvision's table at m 9
+    of 30 gave 9°, 0.09, 0.136, 1 ± 0.27)."""
+    for op in TIMM_INCREASING:
+        expected = TIMM_ARGS[m].get(op, (None, None) if op in ("AutoContrast", "Equalize", "Invert") else "any")
+        if expected == "any":                                   # not listed at this m
+            continue
+        for negate, want in zip((False, True), expected):
+            got = A.DeiTRandAugment.op_argument(op, m, H, W, negate)
+            assert (got is None) if want is None else math.isclose(got, want, abs_tol=1e-12), (m, op, negate, got)
+    old = A.RandAugment()
+    assert math.isclose(old.op_strength("Rotate", 9, H, W), 27.0 / 3) and math.isclose(old.op_strength("ShearX", 9, H, W), 0.09)
+
+
+@pytest.mark.parametrize("op", TIMM_INCREASING)
+def test_deit_randaugment_applies_each_op_with_its_argument(op):
+    """One op, always applied, level fixed: the output is the functional op at ± the argument."""
+    img = image(h=H, w=W)
+    ra = A.DeiTRandAugment(num_ops=1, magnitude=9, magnitude_std=0, prob=1.0, ops=(op,), fill=0.5)
+    args = TIMM_ARGS[9].get(op, (None, None))
+    direct = {"AutoContrast": lambda a: A.autocontrast(img), "Equalize": lambda a: A.equalize(img),
+              "Invert": lambda a: 1 - img, "Rotate": lambda a: A.rotate(img, a, 0.5),
+              "ShearX": lambda a: A.shear_x(img, a, 0.5), "ShearY": lambda a: A.shear_y(img, a, 0.5),
+              "TranslateXRel": lambda a: A.translate_x(img, a, 0.5), "TranslateYRel": lambda a: A.translate_y(img, a, 0.5),
+              "ColorIncreasing": lambda a: A.adjust_saturation(img, a),
+              "ContrastIncreasing": lambda a: A.adjust_contrast(img, a),
+              "BrightnessIncreasing": lambda a: A.adjust_brightness(img, a),
+              "SharpnessIncreasing": lambda a: A.adjust_sharpness(img, a),
+              "PosterizeIncreasing": lambda a: A.posterize(img, 1),
+              "SolarizeIncreasing": lambda a: torch.where(img >= 26 / 255, 1 - img, img),
+              "SolarizeAdd": lambda a: torch.where(img < 128 / 255, (img + 99 / 255).clamp(max=1), img)}[op]
+    outs = [ra(img, gen(s)) for s in range(6)]
+    for out in outs:
+        assert any(torch.allclose(out, direct(a), atol=1e-6) for a in args), op
+        assert not torch.equal(out, img)
+    if args[0] != args[1]:                                      # a signed op takes both signs
+        assert {torch.allclose(o, direct(args[0]), atol=1e-6) for o in outs} == {True, False}
+
+
+def test_deit_randaugment_applies_each_op_with_probability_one_half_at_a_clipped_gaussian_level():
+    ra = A.DeiTRandAugment()                                    # rand-m9-mstd0.5-inc1
+    plans = [ra.plan(gen(s), H, W) for s in range(3000)]
+    applied = [op for p in plans for op, _ in p]
+    assert abs(len(applied) / (2 * len(plans)) - 0.5) < 0.02    # 2 ops drawn per image, each kept with p 0.5
+    assert set(applied) == set(TIMM_INCREASING)
+    assert 0.2 < sum(len(p) == 0 for p in plans) / len(plans) < 0.3     # neither applied: 1/4
+    rot = A.DeiTRandAugment(num_ops=1, prob=1.0, ops=("Rotate",))
+    angles = torch.tensor([rot.plan(gen(s), H, W)[0][1] for s in range(3000)])
+    levels = angles.abs() / 3
+    assert abs(levels.mean() - 9) < 0.03 and abs(levels.std() - 0.5) < 0.03     # N(9, 0.5)
+    assert 0.45 < (angles < 0).float().mean() < 0.55                              # sign flipped with p 1/2
+    top = torch.tensor([A.DeiTRandAugment(num_ops=1, prob=1.0, magnitude=10, ops=("Rotate",)).plan(gen(s), H, W)[0][1]
+                        for s in range(400)]).abs()
+    assert top.max() == 30.0 and 0.4 < (top == 30.0).float().mean() < 0.6      # clipped to [0, 10]
+    never = A.DeiTRandAugment(prob=0.0)
+    assert all(never.plan(gen(s), H, W) == [] for s in range(20))
+
+
+def test_deit_randaugment_is_a_function_of_the_generator_and_refuses_bad_settings():
+    ra, img = A.DeiTRandAugment(), image()
+    outs = [ra(img, gen(s)) for s in range(8)]
+    assert all(torch.equal(o, ra(img, gen(s))) for s, o in enumerate(outs))
+    assert len({o.numpy().tobytes() for o in outs}) > 1
+    with pytest.raises(ValueError, match="Generator"):
+        ra(img, None)
+    for bad, match in (({"magnitude": 11}, r"magnitude must be in \[0, 10\]"), ({"prob": 1.5}, "prob"),
+                       ({"ops": ("Posterize",)}, "unknown or no op")):
+        with pytest.raises(ValueError, match=match):
+            A.DeiTRandAugment(**bad)
+
+
+def test_invert_and_solarize_add():
+    img = torch.tensor([[[0.0, 0.25, 127 / 255, 128 / 255, 0.9, 1.0]]])
+    assert torch.equal(A.invert(img), 1 - img)
+    out = A.solarize_add(img, 0.2)
+    torch.testing.assert_close(out, torch.tensor([[[0.2, 0.45, min(1.0, 127 / 255 + 0.2), 128 / 255, 0.9, 1.0]]]))
+
+
 # ----------------------------------------------------------------------------- random erasing
 
 def test_random_erasing_changes_one_rectangle_whose_area_is_within_scale():

@@ -73,7 +73,8 @@ def test_mismatched_class_sets_are_an_error_listing_the_differences(tmp_path):
 def test_two_training_steps_of_a_micro_nac_with_mixup_use_the_real_class_count(root, tmp_path):
     cfg = load_config(None, [f"out_dir={tmp_path / 'run'}", "model.name=nac_micro", "data.task=image_folder",
                              f"data.params.root={root}", "data.params.image_size=8", "data.val_split=test",
-                             "model.overrides.tokenizer.conv_channels=8", "model.overrides.tokenizer.pos_dim=8",
+                             "model.overrides.tokenizer.stem_channels=8", "model.overrides.tokenizer.conv_channels=8",
+                             "model.overrides.tokenizer.pos_dim=8",
                              "data.batch_size=2", "data.mixup=true", "max_steps=2", "progress=false"])
     result = train(cfg)
     saved = json.loads((tmp_path / "run" / "checkpoints" / "last" / "config.json").read_text())

@@ -134,7 +134,8 @@ def test_description_follows_the_parameters():
 
 def _small(config):
     """The mapped config with a narrow conv stem (the mapping leaves widths to the model), for speed."""
-    return config.replace(tokenizer={"conv_channels": 8, "pos_dim": 8}) if config.tokenizer.kind == "conv" else config
+    small = {"stem_channels": 8, "conv_channels": 8, "pos_dim": 8}
+    return config.replace(tokenizer=small) if config.tokenizer.kind == "conv" else config
 
 
 def _real_batch(task, folder_root):

@@ -77,7 +77,7 @@ def test_tiny_imagenet_pixels_labels_and_grayscale(tiny_root):
     assert len(val) == 2 and [int(val[i][1]) for i in range(2)] == [1, 0]
     torch.testing.assert_close(val[0][0][:, 3, 3], torch.tensor([5, 5, 250]) / 255, rtol=0, atol=3 / 255)
     assert get_task("tiny_imagenet").inputs == InputSpec.image(3, 64, 64)
-    assert ConvTokenizer(64, 3, channels=8, pos_dim=4)(val[0][0][None]).shape == (1, 64, 12)
+    assert ConvTokenizer(64, 3, channels=8, pos_dim=4, stem_channels=8)(val[0][0][None]).shape == (1, 64, 12)
     flipped = build_dataset("tiny_imagenet", "val", root=tiny_root, transform=lambda t: t.flip(-1))
     torch.testing.assert_close(flipped[0][0], val[0][0].flip(-1))
 
@@ -238,7 +238,8 @@ def test_mnist_idx_gz_and_plain_padding_to_32(tmp_path, task):
     assert x28.shape == (1, 28, 28) and torch.equal(x28, train[1][0][:, 2:30, 2:30])
     assert get_task(task).inputs == InputSpec.image(1, 32, 32)
     xb, yb = next(iter(DataLoader(train, batch_size=3)))
-    assert ConvTokenizer(32, 1, channels=8, pos_dim=4)(xb).shape == (3, 16, 12) and yb.dtype == torch.long
+    assert ConvTokenizer(32, 1, channels=8, pos_dim=4, stem_channels=8)(xb).shape == (3, 16, 12)
+    assert yb.dtype == torch.long
 
 
 def test_mnist_malformed_idx_files(tmp_path):
@@ -473,7 +474,7 @@ def test_pgm_npz_panels_targets_and_order(tmp_path):
     assert get_task("pgm").resolve({"panel_size": 160}).inputs == InputSpec.image(16, 160, 160)
     assert get_task("pgm").resolve({"flatten": True, "panel_size": 160}).inputs == InputSpec.vectors(
         16, 25600, ordered=True)
-    assert ConvTokenizer(160, 16, channels=4, pos_dim=2)(x[None]).shape == (1, 400, 6)
+    assert ConvTokenizer(160, 16, channels=4, pos_dim=2, stem_channels=4)(x[None]).shape == (1, 400, 6)
     assert LinearTokenizer(25600, 4, max_len=16)(flat[None]).shape == (1, 16, 4)
     with pytest.raises(FileNotFoundError, match="no files PGM_extrapolation_train_<i>.npz") as e:
         build_dataset("pgm", "train", root=tmp_path, regime="extrapolation")

@@ -129,7 +129,7 @@ def clustered_nac():
     torch.manual_seed(0)
     m = modwire.create_model("nac_micro", num_processor_modules=24).eval()
     target = prior("planted_partition", 24, num_clusters=4, p_in=1.0, p_out=0.0)
-    perm = torch.randperm(24)
+    perm = torch.randperm(24, generator=torch.Generator().manual_seed(0))    # scrambled, independent of the model's draws
     from modwire.graphs.fit import fit_signatures
     with torch.no_grad():
         m.generator.processors.signatures.copy_(fit_signatures(target[perm][:, perm], 8))

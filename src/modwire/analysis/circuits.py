@@ -20,7 +20,7 @@ import torch
 from ..errors import UserError
 from .catalog import is_conditional
 
-__all__ = ["analyze_circuits", "collect_link_probs", "is_conditional"]
+__all__ = ["ReplacedInput", "analyze_circuits", "collect_link_probs", "executor_stages", "is_conditional", "predict"]
 
 
 @torch.no_grad()
@@ -39,6 +39,76 @@ def collect_link_probs(model, dataset, info, *, max_samples: int = 1000, batch: 
         probs.append(model.link_probs(x["condition"]).float())
         labels.append(label_of(x, y))
     return torch.cat(probs), torch.cat(labels), names
+
+
+@torch.no_grad()
+def predict(model, dataset, info, *, batch: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(predicted class [S], target [S])`` of ``model`` (in eval mode) over all of ``dataset``."""
+    from ..training import call_model, make_loader
+
+    loader = make_loader(dataset, batch, None, info, 0, drop_last=False)
+    preds, targets = [], []
+    for x, y in loader:
+        preds.append(call_model(model.eval(), x).argmax(-1))
+        targets.append(y)
+    return torch.cat(preds), torch.cat(targets)
+
+
+class ReplacedInput(torch.utils.data.Dataset):
+    """``dataset`` with one named input of each item replaced, the rest (the other inputs, the
+    target) kept: an ablation of that input. ``source`` ``[S]``: item ``i`` takes input ``name``
+    of item ``source[i]`` (e.g. another sample's image); ``value``: every item takes it (e.g. a
+    blank image). Exactly one of the two."""
+
+    def __init__(self, dataset, name: str, *, source: Sequence[int] | None = None,
+                 value: torch.Tensor | None = None) -> None:
+        if (source is None) == (value is None):
+            raise UserError("ReplacedInput takes exactly one of source= (an index per item) and value=")
+        if source is not None and len(source) != len(dataset):
+            raise UserError(f"source must give one index per item: {len(dataset)} items, got {len(source)}")
+        self.dataset, self.name, self.value = dataset, name, value
+        self.source = None if source is None else [int(i) for i in source]
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int):
+        x, y = self.dataset[i]
+        if not isinstance(x, dict) or self.name not in x:
+            raise UserError(f"items must be dicts with an input {self.name!r}, got "
+                            f"{sorted(x) if isinstance(x, dict) else type(x).__name__}")
+        new = self.value if self.source is None else self.dataset[self.source[i]][0][self.name]
+        if new.shape != x[self.name].shape:
+            raise UserError(f"the replacement of {self.name!r} must have its shape {tuple(x[self.name].shape)}, "
+                            f"got {tuple(new.shape)}")
+        return {**x, self.name: new}, y
+
+
+@torch.no_grad()
+def executor_stages(model, x: torch.Tensor, condition: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What each stage of a conditional NAC's executor computes for inputs ``x`` ``[B, N, d]``
+    and ``condition`` (NAC §2.1-2.2), each flattened to ``[B, F]``: ``initial_states`` θ⁰ (from
+    the generated codes), ``read_in_message`` (the read-in attention's output, the only path
+    by which ``x`` enters: Eq. 4's ``Attn(LN(θ⁰), LN(X))``), ``read_in`` (θ¹, Eq. 4-5),
+    ``layer_k`` (θ after propagator ``k``), ``read_out_message`` (the output modules'
+    attention over the final states) and ``logits``. Recorded by forward hooks, removed after."""
+    model.eval()
+    rec: dict[str, torch.Tensor] = {}
+
+    def keep(name: str):
+        return lambda mod, args, out: rec.__setitem__(name, out[0] if isinstance(out, tuple) else out)
+    hooks = [model.read_in.attn.fn.register_forward_hook(keep("read_in_message")),
+             model.read_in.register_forward_hook(keep("read_in")),
+             *(layer.register_forward_hook(keep(f"layer_{k}")) for k, layer in enumerate(model.propagators)),
+             model.read_out.attn.fn.register_forward_hook(keep("read_out_message"))]
+    try:
+        circuit = model.generator(condition, batch_size=len(x))
+        rec["logits"] = model(x, condition=condition)
+    finally:
+        for h in hooks:
+            h.remove()
+    out = {"initial_states": circuit.processors.states, **rec}
+    return {k: v.reshape(len(x), -1).float() for k, v in out.items()}
 
 
 def _categories(info) -> tuple[Callable, Sequence[str]]:

@@ -10,6 +10,13 @@ picture: how well a nearest-centroid classifier recovers the question type from 
 PCA embedding on held-out folds, against chance and against shuffled labels
 (``separation_score``), since a t-SNE picture alone can show clusters that are not there.
 
+Beyond the picture, what ``P`` depends on and what its graphs look like: ``separation_by``
+(the same score for several labels, e.g. colour, type, subtype and the answer),
+``variance_decomposition`` (an ANOVA of ``P`` over the labels: the fraction of its variance
+each accounts for, and their interaction), ``additive_fit`` / ``remove_group_means`` (parts of
+``P``, to ask which part mixes the labels up) and ``graph_statistics`` (per-sample sparsity,
+row entropy of ``K̂``, greedy modularity; ``summarize_by`` averages them per label).
+
 Everything here is a pure function of tensors (``P`` ``[S, U, U]`` and ``S`` labels);
 the model is not needed. scikit-learn, matplotlib and networkx are imported inside the
 functions (``pip install 'modwire[analysis]'``).
@@ -30,8 +37,9 @@ from torch import Tensor
 from .plots import _HINT, _pyplot, _save, draw_link_graph
 from ..errors import UserError
 
-__all__ = ["conditional_report", "embed_link_probs", "lower_triangle", "plot_link_prob_embedding",
-           "plot_sample_graphs", "separation_score"]
+__all__ = ["additive_fit", "conditional_report", "embed_link_probs", "finite", "graph_statistics", "lower_triangle",
+           "pca_link_probs", "plot_link_prob_embedding", "plot_sample_graphs", "remove_group_means", "separation_by",
+           "separation_score", "summarize_by", "variance_decomposition"]
 
 PCA_DIM = 64                 # NAC §4.4
 EDGE_THRESHOLD = 0.5         # NAC §4.4 / Fig. 6: "more than 50% likely to be connected"
@@ -102,22 +110,16 @@ def embed_link_probs(P: Tensor | np.ndarray, *, pca_dim: int = PCA_DIM, seed: in
     ``k = min(pca_dim, S - 1, U(U-1)/2)`` → t-SNE ``[S, 2]``. Returns ``(emb_pca, emb_2d)``,
     float64. ``perplexity`` defaults to ``default_perplexity(S)``; it must lie in
     ``(0, S)``. Deterministic for a given ``seed`` (PCA and t-SNE ``random_state``)."""
-    X = lower_triangle(P)
-    S = X.shape[0]
+    S = _as_link_probs(P).shape[0]
     if S < 3:
         raise UserError(f"the embedding needs at least 3 samples, got {S}")
-    if isinstance(pca_dim, bool) or not isinstance(pca_dim, int) or pca_dim < 1:
-        raise UserError(f"pca_dim must be an int >= 1, got {pca_dim!r}")
     perplexity = default_perplexity(S) if perplexity is None else float(perplexity)
     if not 0 < perplexity < S:
         raise UserError(f"perplexity must lie in (0, {S}) for {S} samples, got {perplexity}")
-    _sklearn()
-    from sklearn.decomposition import PCA
+    emb_pca = pca_link_probs(P, pca_dim=pca_dim, seed=seed)
+    k = emb_pca.shape[1]
     from sklearn.manifold import TSNE
 
-    k = min(pca_dim, S - 1, X.shape[1])
-    with np.errstate(invalid="ignore", divide="ignore"):   # identical P: 0/0 explained variance
-        emb_pca = PCA(n_components=k, random_state=seed).fit_transform(X)
     # t-SNE's "pca" init divides by the spread of the first component: NaN (and a crash in
     # scikit-learn's Barnes-Hut code) when all graphs are the same
     spread = k >= 2 and float(emb_pca[:, 0].std()) > 1e-12
@@ -128,6 +130,22 @@ def embed_link_probs(P: Tensor | np.ndarray, *, pca_dim: int = PCA_DIM, seed: in
     return emb_pca.astype(np.float64), emb_2d.astype(np.float64)
 
 
+def pca_link_probs(P: Tensor | np.ndarray, *, pca_dim: int = PCA_DIM, seed: int = 0) -> np.ndarray:
+    """NAC §4.4's PCA step alone: ``lower_triangle(P)`` ``[S, U(U-1)/2]`` → ``[S, k]`` float64,
+    ``k = min(pca_dim, S - 1, U(U-1)/2)`` (what ``separation_score`` reads; no t-SNE)."""
+    X = lower_triangle(P)
+    if X.shape[0] < 2:
+        raise UserError(f"the PCA needs at least 2 samples, got {X.shape[0]}")
+    if isinstance(pca_dim, bool) or not isinstance(pca_dim, int) or pca_dim < 1:
+        raise UserError(f"pca_dim must be an int >= 1, got {pca_dim!r}")
+    _sklearn()
+    from sklearn.decomposition import PCA
+
+    k = min(pca_dim, X.shape[0] - 1, X.shape[1])
+    with np.errstate(invalid="ignore", divide="ignore"):   # identical P: 0/0 explained variance
+        return PCA(n_components=k, random_state=seed).fit_transform(X).astype(np.float64)
+
+
 def _nearest_centroid(x: np.ndarray, y: np.ndarray, x_test: np.ndarray) -> np.ndarray:
     """sklearn ``NearestCentroid`` fitted on ``(x, y)``, predictions for ``x_test``. Points
     that are all equal (scikit-learn refuses them) give equal centroids, whose tie
@@ -136,7 +154,9 @@ def _nearest_centroid(x: np.ndarray, y: np.ndarray, x_test: np.ndarray) -> np.nd
 
     if not np.any(x.std(0) > 0):
         return np.full(len(x_test), np.unique(y)[0])
-    with warnings.catch_warnings():   # about within-class std, which prediction does not use
+    # scikit-learn's within-class std, which prediction does not use, warns (or divides by 0)
+    # for features constant within classes (e.g. a one-hot code of the label)
+    with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
         warnings.filterwarnings("ignore", message=".*within_class_std_dev_.*")
         return NearestCentroid().fit(x, y).predict(x_test)
 
@@ -196,6 +216,34 @@ def separation_score(emb: np.ndarray | Tensor, labels: Sequence[Any] | Tensor | 
             "embedding_dim": int(emb.shape[1]), "classifier": "NearestCentroid",
             "class_counts": {str(c): int(n) for c, n in zip(classes.tolist(), counts.tolist())},
             "permutation": perm}
+
+
+def separation_by(emb: np.ndarray | Tensor, labels: Mapping[str, Any], *, min_count: int = 5,
+                  **kwargs: Any) -> dict[str, dict[str, Any]]:
+    """``separation_score(emb, labels[name])`` for each label ``{name: labels [S]}`` (e.g. a
+    question's colour, type and subtype, and its answer), in short: accuracy, chance,
+    shuffled-label mean / std / max, p-value, classes, samples. Classes with fewer than
+    ``min_count`` samples are left out of that label's score (``dropped``: their counts), so
+    that a rare answer does not stop the k-fold split; a label left with one class gets
+    ``None``. ``kwargs`` go to ``separation_score`` (``folds``, ``seed``, ``permutations``)."""
+    emb = torch.as_tensor(emb).detach().to("cpu", torch.float64).numpy()
+    out: dict[str, Any] = {}
+    for name, y in labels.items():
+        y = y.detach().cpu().numpy() if isinstance(y, Tensor) else np.asarray(y)
+        if y.shape != (emb.shape[0],):
+            raise UserError(f"labels {name!r} must be one per sample: expected shape ({emb.shape[0]},), got {y.shape}")
+        classes, counts = np.unique(y, return_counts=True)
+        keep = np.isin(y, classes[counts >= min_count])
+        dropped = {str(c): int(n) for c, n in zip(classes.tolist(), counts.tolist()) if n < min_count}
+        if np.unique(y[keep]).size < 2:
+            out[name] = None
+            continue
+        r = separation_score(emb[keep], y[keep], **kwargs)
+        out[name] = {"accuracy": r["accuracy"], "chance": r["chance"], "shuffled_mean": r["permutation"]["mean"],
+                     "shuffled_std": r["permutation"]["std"], "shuffled_max": r["permutation"]["max"],
+                     "p_value": r["permutation"]["p_value"], "num_classes": r["num_classes"],
+                     "num_samples": r["num_samples"], "dropped": dropped}
+    return out
 
 
 def _label_names(labels: np.ndarray, names: Sequence[str] | Mapping[Any, str] | None) -> dict[Any, str]:
@@ -272,14 +320,14 @@ def _representatives(emb: np.ndarray, labels: np.ndarray, per_class: int) -> lis
     return chosen
 
 
-def _finite(x: Any) -> Any:
+def finite(x: Any) -> Any:
     """``x`` with every non-finite float replaced by ``None`` (strict JSON has no NaN)."""
     if isinstance(x, float):
         return x if math.isfinite(x) else None
     if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
+        return {k: finite(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
+        return [finite(v) for v in x]
     return x
 
 
@@ -314,7 +362,185 @@ def conditional_report(P: Tensor | np.ndarray, labels: Sequence[Any] | Tensor | 
                            "perplexity": default_perplexity(X.shape[0]),
                            "edge_threshold": EDGE_THRESHOLD, "seed": seed, "samples_shown": shown},
               "files": ["link_prob_embedding.png", "sample_graphs.png", "conditional.json"]}
-    result = _finite(result)
+    result = finite(result)
     out.mkdir(parents=True, exist_ok=True)
     (out / "conditional.json").write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
     return result
+
+
+# ----------------------------------------------------------------------------- what P depends on
+# Fig. 6 shows that P differs between question types; these say by how much each label of the
+# question accounts for P, and what the graphs look like (sparsity, modularity).
+
+
+def _cells(factors: Mapping[str, Any], num_samples: int) -> tuple[dict[str, np.ndarray], np.ndarray, int]:
+    """The cells of ``factors`` ``{name: labels [S]}`` (checked), the distinct combinations of
+    labels: each cell's level of each factor ``{name: [C]}`` (0-based), each sample's cell
+    ``[S]``, and the number of cells ``C``."""
+    if not factors:
+        raise UserError("factors must name at least one label per sample, got none")
+    codes = {}
+    for name, labels in factors.items():
+        labels = labels.detach().cpu().numpy() if isinstance(labels, Tensor) else np.asarray(labels)
+        if labels.shape != (num_samples,):
+            raise UserError(f"factor {name!r} must give one label per sample: expected shape ({num_samples},), "
+                            f"got {labels.shape}")
+        codes[name] = np.unique(labels, return_inverse=True)[1].reshape(-1)
+    combos, cell = np.unique(np.stack(list(codes.values()), 1), axis=0, return_inverse=True)
+    return {name: combos[:, k] for k, name in enumerate(codes)}, cell.reshape(-1), len(combos)
+
+
+def _additive(M: np.ndarray, levels: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Least-squares fit of the cell means ``M`` ``[C, F]`` by a constant plus one term per level
+    of each factor (``levels``: each cell's level, ``[C]``): ``[C, F]``."""
+    design = np.concatenate([np.ones((len(M), 1))] + [np.eye(int(lv.max()) + 1)[lv] for lv in levels.values()], 1)
+    return design @ np.linalg.lstsq(design, M, rcond=None)[0]
+
+
+def _group_means(X: np.ndarray, group: np.ndarray, num: int) -> np.ndarray:
+    """Mean of the rows of ``X`` ``[N, F]`` per group (``group`` ``[N]`` in ``0..num-1``): ``[num, F]``."""
+    sums = np.zeros((num, X.shape[1]))
+    np.add.at(sums, group, X)
+    return sums / np.bincount(group, minlength=num)[:, None]
+
+
+def variance_decomposition(P: Tensor | np.ndarray, factors: Mapping[str, Any]) -> dict[str, Any]:
+    """How much of the variation of ``P`` ``[S, U, U]`` (its lower triangle, summed over the
+    ``U(U-1)/2`` entries; or of any features ``[S, F]``, e.g. ``graph_statistics`` stacked) each
+    label accounts for: an ANOVA over the cells, the distinct combinations of the ``factors``
+    (``{name: labels [S]}``, e.g. a question's colour, type and subtype).
+
+    * ``within_cell``: the fraction of the samples' total sum of squares left inside the cells
+      (0 when ``P`` is a function of the factors).
+    * On the cell means, each cell weighted equally (so that crossed factors are orthogonal
+      when every combination occurs): ``factor[name]`` = between-level sum of squares of that
+      factor alone / total (η²); ``additive`` = R² of the least-squares fit of the cell means by
+      a sum of per-factor terms (one-hot, no interactions); ``interaction = 1 - additive``.
+      With a complete crossing, the η² of crossed factors add up to ``additive``; a factor
+      nested in another (a coarser label, e.g. relational within the 6 question types) has
+      η² at most the other's, the difference being what the finer label adds.
+    Fractions are ``nan`` where ``P`` does not vary."""
+    X = torch.as_tensor(P).detach().to("cpu", torch.float64).numpy() if np.ndim(P) == 2 else lower_triangle(P)
+    if X.shape[0] < 1:
+        raise UserError(f"P needs at least one sample, got shape {tuple(X.shape)}")
+    level, cell, C = _cells(factors, X.shape[0])
+    M = _group_means(X, cell, C)                                        # [C, F]
+    total = float(((X - X.mean(0)) ** 2).sum())
+    within = float(((X - M[cell]) ** 2).sum())
+    centred = M - M.mean(0)
+    total_cells = float((centred ** 2).sum())
+    eta = {}
+    for n, lv in level.items():
+        L = _group_means(centred, lv, int(lv.max()) + 1)
+        eta[n] = float((L[lv] ** 2).sum())
+    residual = float(((M - _additive(M, level)) ** 2).sum())
+
+    def frac(x: float, of: float) -> float:
+        return x / of if of > 1e-12 * max(1.0, X.shape[1]) else float("nan")
+    additive = 1.0 - frac(residual, total_cells)
+    return {"within_cell": frac(within, total), "factor": {n: frac(v, total_cells) for n, v in eta.items()},
+            "additive": additive, "interaction": 1.0 - additive, "num_cells": C,
+            "levels": {n: int(lv.max()) + 1 for n, lv in level.items()}, "num_samples": int(X.shape[0])}
+
+
+def additive_fit(P: Tensor | np.ndarray, factors: Mapping[str, Any]) -> np.ndarray:
+    """``P`` ``[S, U, U]`` with each sample replaced by the additive model of its cell: the
+    least-squares fit of the equal-weight cell means by a sum of per-factor terms (what
+    ``variance_decomposition`` calls ``additive``), float64, same shape. What is left of ``P``
+    without the interactions of the factors and without the variation inside a cell."""
+    X = _as_link_probs(P)
+    level, cell, C = _cells(factors, X.shape[0])
+    flat = X.reshape(X.shape[0], -1)
+    return _additive(_group_means(flat, cell, C), level)[cell].reshape(X.shape)
+
+
+def remove_group_means(P: Tensor | np.ndarray, labels: Sequence[Any] | Tensor | np.ndarray) -> np.ndarray:
+    """``P`` ``[S, U, U]`` with the mean of its label group subtracted and the overall mean added
+    back (float64, same shape): what is left of ``P`` once that label's main effect is removed
+    (e.g. colour's, to ask whether the colour is what mixes question types up)."""
+    X = _as_link_probs(P)
+    labels = _as_labels(labels, X.shape[0])
+    group = np.unique(labels, return_inverse=True)[1].reshape(-1)
+    flat = X.reshape(X.shape[0], -1)
+    out = flat - _group_means(flat, group, int(group.max()) + 1)[group] + flat.mean(0)
+    return out.reshape(X.shape)
+
+
+def _modularity(nx, weights: np.ndarray) -> tuple[float, int]:
+    """Greedy (Clauset-Newman-Moore) modularity communities of the undirected graph with
+    off-diagonal edge weights ``weights`` ``[U, U]`` (0 = no edge): ``(Q, number of
+    communities)``; ``(nan, U)`` for a graph without edges."""
+    w = np.triu(weights, 1)
+    if not np.any(w > 0):
+        return float("nan"), int(len(weights))
+    g = nx.Graph()
+    g.add_nodes_from(range(len(weights)))
+    i, j = np.nonzero(w)
+    g.add_weighted_edges_from(zip(i.tolist(), j.tolist(), w[i, j].tolist()))
+    comms = nx.community.greedy_modularity_communities(g, weight="weight")
+    return float(nx.community.modularity(g, comms, weight="weight")), len(comms)
+
+
+def graph_statistics(P: Tensor | np.ndarray, *, threshold: float = EDGE_THRESHOLD,
+                     seed: int = 0) -> dict[str, np.ndarray]:
+    """How sparse and how modular each sample's graph is. ``P`` ``[S, U, U]`` → ``{name: [S]}``:
+
+    * ``density``: fraction of the off-diagonal pairs with ``P_ij > threshold`` (NAC Fig. 6's
+      edges); ``mean_p``: mean off-diagonal ``P_ij``;
+    * ``row_entropy``: entropy of each row of ``K̂ = P / Σ_j P_ij`` (NAC Eq. 3 at evaluation,
+      ``K = P``, δ → 0), divided by ``log U`` and averaged over rows (1: every module listens
+      to all others equally; low: to a few);
+    * ``modularity`` / ``communities``: modularity Q of networkx's greedy communities on the
+      complete graph weighted by ``P_ij``, and their number; ``modularity_shuffled``: the same
+      on the same weights randomly reassigned among the pairs (``seed``), a graph with the
+      same weights and no structure;
+    * ``modularity_edges`` / ``communities_edges``: the same on the unweighted graph of the
+      edges ``P_ij > threshold`` (Q ``nan`` for a graph without edges).
+    """
+    X = _as_link_probs(P)
+    from .plots import _networkx
+
+    nx = _networkx()
+    S, U = X.shape[:2]
+    off = ~np.eye(U, dtype=bool)
+    K = X / X.sum(-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        plogp = np.where(K > 0, K * np.log(K), 0.0)
+    rng = np.random.default_rng(seed)
+    iu = np.triu_indices(U, 1)
+    out = {"density": (X[:, off] > threshold).mean(1), "mean_p": X[:, off].mean(1),
+           "row_entropy": -plogp.sum(-1).mean(-1) / math.log(U)}
+    cols: dict[str, list[float]] = {k: [] for k in ("modularity", "communities", "modularity_shuffled",
+                                                   "modularity_edges", "communities_edges")}
+    for p in X:
+        sym = np.where(off, (p + p.T) / 2, 0.0)
+        q, n = _modularity(nx, sym)
+        shuffled = np.zeros_like(sym)
+        shuffled[iu] = rng.permutation(sym[iu])
+        q_edges, n_edges = _modularity(nx, (sym > threshold).astype(np.float64))
+        for k, v in zip(cols, (q, n, _modularity(nx, shuffled + shuffled.T)[0], q_edges, n_edges)):
+            cols[k].append(v)
+    return {**out, **{k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}}
+
+
+def summarize_by(stats: Mapping[str, np.ndarray], labels: Sequence[Any] | Tensor | np.ndarray,
+                 names: Sequence[str] | Mapping[Any, str] | None = None) -> dict[str, Any]:
+    """Per-sample statistics ``{name: [S]}`` (e.g. ``graph_statistics``) → ``{"all": {name: {mean,
+    std}}, "by_label": {label text: {name: mean}}}`` (text from ``names``, see ``_label_names``;
+    NaN entries skipped; ``None`` where a group has none)."""
+    labels = np.asarray(labels.detach().cpu().numpy() if isinstance(labels, Tensor) else labels)
+    legend = _label_names(labels, names)
+
+    def mean(v: np.ndarray) -> float | None:
+        v = v[np.isfinite(v)]
+        return float(v.mean()) if v.size else None
+    out: dict[str, Any] = {"all": {}, "by_label": {}}
+    for name, v in stats.items():
+        v = np.asarray(v, dtype=np.float64)
+        if v.shape != labels.shape:
+            raise UserError(f"statistic {name!r} must be one value per sample {labels.shape}, got {v.shape}")
+        fin = v[np.isfinite(v)]
+        out["all"][name] = {"mean": mean(v), "std": float(fin.std()) if fin.size else None}
+        for c, text in legend.items():
+            out["by_label"].setdefault(text, {})[name] = mean(v[labels == c])
+    return out

@@ -15,7 +15,7 @@ Three operations, none of which touches the model it is given (each returns a de
   *asserted* on every call by building the architecture for the old and the new
   module count on the ``meta`` device and checking that the only tensors whose shapes
   differ are the per-module ones handled here (a shape test for "a dimension equal to
-  U_p" would be fooled by coincidences: in ``nac_tiny_imagenet`` U_p = conv_channels = 320).
+  U_p" would be fooled by coincidences, e.g. ``tokenizer.conv_channels: 320`` with 320 modules).
 
   Perceiver IO has no ``P``: its latents ``[U, d_model]`` are dropped in a given
   ``order`` (indices, first dropped first), or, without one, the *last* latents

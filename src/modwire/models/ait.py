@@ -1,32 +1,49 @@
 """Associative Transformer (AiT; "Associative Transformer is a sparse representation learner").
 
-A ViT (:mod:`modwire.models.vit`: patch embedding, no CLS token, the mean of the final tokens
-read by a linear head, AiT §5.1) whose blocks are AiT Figure 1b:
+A ViT (:mod:`modwire.models.vit`: the AiT authors' patch embedding, no CLS token, the ViT's
+classifier) whose blocks are AiT Figure 1b, wired as the authors' code wires them (``vit_hn.py``,
+``ait.py``; the paper does not say where the block's LayerNorms and residuals sit):
 
-    x ← x + SelfAttn(LN(x))        (optional: Table 2 "W/O SA")
-    x ← x + FFN(LN(x))             (optional: Table 2 "W/O FF")
-    x ← GlobalWorkspace(x)         (optional: Table 2 "W/O memory" is the ViT)
+    x ← x + SelfAttn(LN(x))                  (optional: Table 2 "W/O SA")
+    Ξ ← LN(FFN(LN(x)))                       (the FFN without a residual, then its own LayerNorm)
+    x ← x + Ξ + Ξ̂,  Ξ̂ = Hopfield(Ξ)          (the workspace reads Ξ and writes the memory from it;
+                                              Ξ + Ξ̂ is §4.3's skip connection Ξ^{t+1} = Ξ̂^t + Ξ^t)
 
 The workspace layer (squash → bottleneck attention over a low-rank memory → EWMA write →
-Hopfield retrieval, AiT §4, Eq. 3-8) lives in :class:`modwire.nn.workspace.GlobalWorkspace`;
-its memory is a buffer: saved in checkpoints, updated by training forwards, frozen in
-evaluation. The balance loss (Eq. 5-6) of every layer is summed and reported as the
-auxiliary loss ``"balance"``; the paper's ``σ = 1e-2`` (§5.1, Eq. 6) is its default weight
-(:attr:`AiT.aux_loss_defaults`: ``modwire train`` uses it unless ``aux_loss_weights.balance`` is set).
+Hopfield retrieval, AiT §4, Eq. 3-8) lives in :class:`modwire.nn.workspace.GlobalWorkspace`
+(it owns the LayerNorm that makes ``Ξ``); its memory is a buffer: saved in checkpoints, updated by
+training forwards, frozen in evaluation. The balance loss (Eq. 5-6) of every layer is summed and
+reported as the auxiliary loss ``"balance"``; the paper's ``σ = 1e-2`` (§5.1, Eq. 6) is its
+default weight (:attr:`AiT.aux_loss_defaults`: ``modwire train`` uses it unless
+``aux_loss_weights.balance`` is set).
 
-The workspace is Eq. 3's by default: bottleneck heads of the slot width ``D`` with the ``1/√D``
-scale Eq. 3 prints, no biases on ``W^Q, W^K, W^V, W^O`` (the paper prints none, the authors'
-code has none), and the authors' code's residual write ``γ̂ = LN(γ + Concat(heads) W^O)``
-(``write_residual``; not in the paper: chosen because the printed write collapses the memory,
-:mod:`modwire.nn.workspace` "Memory collapse"). The Table 1 / Table 6 presets read the final tokens
-with the authors' classifier (``classifier="flatten"``: LayerNorm over the flattened ``N·E``
-features, then Linear), which with Eq. 3's workspace gives Table 1's parameter counts (§5.1's text
-says "pooled representations": ``classifier="mean"``, the mean of the final tokens after a
-LayerNorm, is that reading and the config's default).
+Table 2's ablations under this wiring (:data:`ABLATIONS`):
 
-Table 2's ablations and Table 3's memory initialisations are config fields (:data:`ABLATIONS`
-names Table 2's rows); "Reset memory" redraws every layer's memory when a training epoch starts
-(:meth:`AiT.start_epoch`, called by the trainer).
+* "W/O memory (ViT)" (``workspace=False``): the block is the ViT's, ``x + FFN(LN x)`` (no output
+  LayerNorm: that belongs to the workspace), so the model is exactly the AiT paper's ViT with the
+  same weights; "Dense networks" (``self_attention=False, workspace=False``): ``x + FFN(LN x)``
+  alone in every block.
+* "W/O FF" (``ffn=False``): the workspace reads the block's stream, ``Ξ = LN(x)``, and the block
+  adds ``Ξ + Ξ̂`` (the FFN removed from the authors' block, its output LayerNorm kept).
+* "W/O SA" (``self_attention=False``): the FFN and workspace sub-layer alone.
+* "W/O bottleneck" (``bottleneck_size=0``), "W/O Hopfield" (``retrieval="attention"``: ``Ξ̂ =
+  MHA(Ξ, f_LT(γ))``, an attention built as the self-attention, so without query/value biases when
+  ``qv_bias=False``), "Reset memory" (``memory_reset="epoch"``: every layer's memory redrawn when a
+  training epoch starts, :meth:`AiT.start_epoch`): only the workspace changes.
+
+Defaults: the paper where it speaks, the authors' code where it is silent or ambiguous
+(docs/ait.md's departures table): Eq. 3's write ``γ̂ = LN(Dropout(Concat(heads) W^O))``
+(``write_residual=False``), Eq. 3's top-k of the softmax over the whole pool
+(``bottleneck_softmax="all"``), gradient through the written memory (``write_grad=True``: §1 / §4's
+end-to-end training of the priors and the down-projections); the authors' Dropout 0.1 on the
+write (``write_dropout``), no query/value biases in the self-attention (``qv_bias=False``; Eq. 1
+prints none), their patch embedding (LayerNorm → Linear → LayerNorm, no positions). The Table 1 /
+Table 6 presets read the final tokens with the authors' classifier (``classifier="flatten"``:
+LayerNorm over the flattened ``N·E`` features, then Linear), which gives exactly the parameters the
+authors' model trains (tests/models/test_ait.py); ``classifier="mean"`` (§5.1's text: "pooled
+representations") is the config's default. :data:`AUTHORS_AIT` turns a preset into the authors'
+released model (``create_model("ait_small", **AUTHORS_AIT)``, tested equal to a literal
+re-statement of their code in float64: tests/reference/authors_ait.py).
 
 Evaluation and the batch (documented, tested): with the paper's squashed pool (``pool="batch"``)
 a sample's prediction depends on the other samples of its evaluation batch, only through the
@@ -48,7 +65,7 @@ from ..nn.workspace import BOTTLENECK_SOFTMAX, MEMORY_INITS, POOLS, RETRIEVALS, 
 from .config import COUNT, POSITIVE, Bounds
 from .registry import register_model_type, register_preset
 from .tokenizer_config import TokenizerConfig
-from .vit import ViT, ViTConfig
+from .vit import ViT, ViTConfig, ait_patches
 from ..errors import UserError
 
 MEMORY_RESETS = ("never", "epoch")
@@ -62,20 +79,22 @@ class AiTConfig(ViTConfig):
     (0: dense attention, Table 2 "W/O bottleneck"), ``memory_alpha`` α of Eq. 4,
     ``hopfield_beta`` β and ``hopfield_steps`` of Eq. 7-8, ``pool`` (``batch``: the paper's
     squash; ``sample``; ``global``: all processes), ``memory_init`` (Table 3), ``retrieval``
-    (``hopfield``, or ``attention``: "W/O Hopfield"), ``write_grad`` (gradient through the
-    memory written in the same step; False: the authors' detached write), ``self_attention``,
-    ``ffn``, ``workspace`` (Table 2), ``memory_reset`` (``epoch``: Table 2 "Reset memory"),
-    ``eval_memory_forward`` (False: Figure 8 (2)), ``balance_eps`` ε of Eq. 6;
-    ``bottleneck_softmax`` (``all``: Eq. 3's top-k of the softmax over the pool; ``kept``:
-    renormalised over the k kept patches, the authors' code's top-k) and ``normalize_update``
-    (unit-norm ``γ̂`` before Eq. 4): together they keep the memory slots apart
-    (:data:`NO_COLLAPSE`); ``bottleneck_bias`` (biases on ``W^Q, W^K, W^V, W^O``; in neither the
-    paper nor the authors' code; they collapse the memory), ``bottleneck_head_split`` (heads of
-    width ``D / workspace_heads`` with scale ``1/√(D/A)`` instead of Eq. 3's width ``D`` and
-    ``1/√D``), ``write_residual`` (True, default: the authors' code's ``γ̂ = LN(γ + Concat(heads)
-    W^O)``; False: Eq. 3 as printed); ``classifier``: the ViT's (:class:`~modwire.models.vit.ViTConfig`;
-    ``flatten`` on the Table 1 presets). Module docstring of :mod:`modwire.nn.workspace` for each
-    measured effect."""
+    (``hopfield``, or ``attention``: "W/O Hopfield"), ``self_attention``, ``ffn``, ``workspace``
+    (Table 2), ``memory_reset`` (``epoch``: Table 2 "Reset memory"), ``eval_memory_forward``
+    (False: Figure 8 (2)), ``balance_eps`` ε of Eq. 6, ``write_dropout`` (the Dropout on
+    ``Concat(heads) W^O`` in training, the authors' 0.1).
+
+    The authors' code's choices that are options here (:data:`AUTHORS_AIT` sets them):
+    ``write_residual`` (``γ̂ = LN(γ + Dropout(Concat(heads) W^O))``; default False: Eq. 3 as
+    printed), ``bottleneck_softmax`` (``kept``: renormalised over the k kept patches; default
+    ``all``: Eq. 3's top-k of the softmax over the pool), ``write_grad`` (False: the detached
+    write; default True: gradient through the memory written in the same step). Options in
+    neither: ``normalize_update`` (unit-norm ``γ̂`` before Eq. 4), ``bottleneck_bias`` (biases on
+    ``W^Q, W^K, W^V, W^O``), ``bottleneck_head_split`` (heads of width ``D / workspace_heads`` with
+    scale ``1/√(D/A)`` instead of Eq. 3's width ``D`` and ``1/√D``). ``qv_bias`` and
+    ``classifier``: the ViT's (:class:`~modwire.models.vit.ViTConfig`; ``qv_bias`` False by
+    default here, the authors'; ``flatten`` on the Table 1 presets). docs/ait.md lists each with
+    what is measured of it."""
 
     model_type = "ait"
 
@@ -84,6 +103,7 @@ class AiTConfig(ViTConfig):
     num_heads: int = 12
     ffn_hidden: int = 3072
     num_cls_tokens: int = 0
+    qv_bias: bool = False
     num_slots: int = 32
     slot_dim: int = 32
     workspace_heads: int = 8
@@ -101,18 +121,18 @@ class AiTConfig(ViTConfig):
     memory_reset: str = "never"
     eval_memory_forward: bool = True
     balance_eps: float = 1e-10
+    write_dropout: float = 0.1
     bottleneck_softmax: str = "all"
     normalize_update: bool = False
     bottleneck_bias: bool = False
     bottleneck_head_split: bool = False
-    write_residual: bool = True
-    embed: TokenizerConfig = field(default_factory=lambda: TokenizerConfig(kind="patches", image_size=32, in_channels=3,
-                                                                           patch_size=4))
+    write_residual: bool = False
+    embed: TokenizerConfig = field(default_factory=lambda: ait_patches(32, 3, 4))
 
     bounds = {**ViTConfig.bounds, "num_slots": COUNT, "slot_dim": COUNT, "workspace_heads": COUNT,
               "bottleneck_size": Bounds(lo=0, note="0: dense attention"),
               "memory_alpha": Bounds(lo=0, hi=1, hi_open=True), "hopfield_beta": POSITIVE,
-              "hopfield_steps": COUNT, "balance_eps": Bounds(lo=0)}
+              "hopfield_steps": COUNT, "balance_eps": Bounds(lo=0), "write_dropout": Bounds(lo=0, hi=1, hi_open=True)}
     choices = {**ViTConfig.choices, "pool": POOLS, "memory_init": MEMORY_INITS, "retrieval": RETRIEVALS,
                "memory_reset": MEMORY_RESETS, "bottleneck_softmax": BOTTLENECK_SOFTMAX}
 
@@ -129,28 +149,32 @@ class AiTConfig(ViTConfig):
         if not self.workspace:
             unused += ("num_slots", "slot_dim", "workspace_heads", "bottleneck_size", "memory_alpha",
                        "hopfield_beta", "hopfield_steps", "pool", "memory_init", "retrieval", "write_grad",
-                       "memory_reset", "eval_memory_forward", "balance_eps", "bottleneck_softmax",
+                       "memory_reset", "eval_memory_forward", "balance_eps", "write_dropout", "bottleneck_softmax",
                        "normalize_update", "bottleneck_bias", "bottleneck_head_split", "write_residual")
         return unused
 
 
 class AiTBlock(nn.Module):
-    """AiT Figure 1b: self-attention, FFN, global workspace layer, each optional (Table 2).
+    """AiT Figure 1b, wired as the authors' code (module docstring): ``x + Attn(LN x)``, then
+    ``x + Ξ + Ξ̂`` with ``Ξ = LN(FFN(LN x))`` the workspace's input and ``Ξ̂`` its retrieval; each
+    part optional (Table 2). Without the workspace the block is the ViT's (``x + FFN(LN x)``).
     The attention and FFN are the ViT's (same parameter names as
     :class:`~modwire.nn.blocks.ProcessorLayer`, so a "W/O memory" AiT loads ViT weights)."""
 
     def __init__(self, c: AiTConfig) -> None:
         super().__init__()
         d = c.d_model
-        self.attn = PreNorm(d, SelfAttention(d, c.num_heads)) if c.self_attention else None
-        self.ffn = PreNorm(d, ModulatedFFN(d, c.ffn_hidden, activation="gelu")) if c.ffn else None
+        self.attn = PreNorm(d, SelfAttention(d, c.num_heads, qv_bias=c.qv_bias)) if c.self_attention else None
+        # With the workspace the FFN's output is not added to x: it is Ξ's input (FFN(LN x)).
+        self.ffn = PreNorm(d, ModulatedFFN(d, c.ffn_hidden, activation="gelu"), residual=not c.workspace) \
+            if c.ffn else None
         self.workspace = GlobalWorkspace(
             d, num_slots=c.num_slots, slot_dim=c.slot_dim, num_heads=c.workspace_heads,
             bottleneck_size=c.bottleneck_size, alpha=c.memory_alpha, beta=c.hopfield_beta, steps=c.hopfield_steps,
             pool=c.pool, memory_init=c.memory_init, retrieval=c.retrieval, retrieval_heads=c.num_heads,
-            write_grad=c.write_grad, eps=c.balance_eps, bottleneck_softmax=c.bottleneck_softmax,
+            qv_bias=c.qv_bias, write_grad=c.write_grad, eps=c.balance_eps, bottleneck_softmax=c.bottleneck_softmax,
             normalize_update=c.normalize_update, bias=c.bottleneck_bias, head_split=c.bottleneck_head_split,
-            write_residual=c.write_residual) if c.workspace else None
+            write_residual=c.write_residual, write_dropout=c.write_dropout) if c.workspace else None
         if self.workspace is not None:
             self.workspace.memory_forward = c.eval_memory_forward
 
@@ -159,11 +183,11 @@ class AiTBlock(nn.Module):
         w = rec = None
         if self.attn is not None:
             x, w = self.attn(x, None, bias=bias, return_weights=record)
-        if self.ffn is not None:
-            x = self.ffn(x, None)
-        if self.workspace is not None:
-            x, rec = self.workspace(x, record=record)
-        return x, w, rec
+        if self.workspace is None:                                          # the ViT's block
+            return (x if self.ffn is None else self.ffn(x, None)), w, None
+        h = x if self.ffn is None else self.ffn(x, None)                    # FFN(LN x) (W/O FF: x)
+        out, rec = self.workspace(h, record=record)                         # Ξ + Ξ̂, Ξ = LN(h)
+        return x + out, w, rec
 
 
 class AiT(ViT):
@@ -224,7 +248,7 @@ class AiT(ViT):
 
 register_model_type(AiT)
 
-# Table 2's rows as config overrides (on top of a full AiT preset).
+# Table 2's rows as config overrides (on top of a full AiT preset); what each builds: module docstring.
 ABLATIONS: dict[str, dict[str, Any]] = {
     "ait": {},
     "reset_memory": {"memory_reset": "epoch"},
@@ -235,24 +259,31 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "without_self_attention": {"self_attention": False},
     "without_ffn": {"ffn": False},
 }
-# Not in the paper: the two options that keep the memory slots apart (modwire.nn.workspace,
-# "Memory collapse"); combine with any Table 2 row.
+# Not in the paper nor the authors' code: the two options modwire offered against the memory collapse
+# (modwire.nn.workspace, "Memory collapse"); combine with any Table 2 row.
 NO_COLLAPSE: dict[str, Any] = {"bottleneck_softmax": "kept", "normalize_update": True}
+# The network the authors released (their vit_hn.py, ait.py, MHA.py; a static Hopfield layer of hflayers),
+# as overrides of a preset: create_model("ait_small", **AUTHORS_AIT) (tested equal to their forward, the memory
+# written, the balance loss and the gradients in float64: tests/models/test_ait_authors.py). Not copied:
+# their memory update during evaluation (the paper freezes it, §4.2), and the in-place memory write that
+# makes their W^Q gradient use the updated memory (docs/ait.md).
+AUTHORS_AIT: dict[str, Any] = {"write_residual": True, "bottleneck_softmax": "kept", "write_grad": False}
 
 
 # AiT §5.1 / Table 6: Small / Medium / Base = 2 / 6 / 12 layers; per task (classes, image size,
-# channels, patch size, memory slots, bottleneck size). With Eq. 3's workspace and the authors' flattened
-# classifier, AiT-Small / Medium / Base on CIFAR-10 have 15.73 / 45.82 / 90.97 M parameters, Table 1's
-# 15.8 / 45.9 / 91.0 M within 0.5 % (tests/models/test_ait.py).
+# channels, patch size, memory slots, bottleneck size). AiT-Small / Medium / Base on CIFAR-10 have
+# 15,673,322 / 45,761,770 / 90,894,442 parameters: those the authors' model trains (their printed totals,
+# Table 1's 15.8 / 45.9 / 91.0 M, less 109,056 created and never used and the memory, a frozen Parameter
+# there; tests/models/test_ait.py).
 _SIZES = {"small": 2, "medium": 6, "base": 12}
-_TABLE1 = {"small": "15.73 M; Table 1: 15.8 M", "medium": "45.82 M; Table 1: 45.9 M", "base": "90.97 M; Table 1: 91.0 M"}
+_TABLE1 = {"small": "15.67 M; Table 1: 15.8 M", "medium": "45.76 M; Table 1: 45.9 M", "base": "90.89 M; Table 1: 91.0 M"}
 _TASKS = {"cifar10": (10, 32, 3, 4, 32, 512), "cifar100": (100, 32, 3, 4, 32, 512),
           "triangle": (2, 64, 1, 32, 32, 64), "pet": (37, 224, 3, 16, 128, 512)}
 
 
 def _ait(layers: int, classes: int, size: int, channels: int, patch: int, slots: int, k: int) -> AiTConfig:
     return AiTConfig(num_classes=classes, num_layers=layers, num_slots=slots, bottleneck_size=k, classifier="flatten",
-                     embed=TokenizerConfig(kind="patches", image_size=size, in_channels=channels, patch_size=patch))
+                     embed=ait_patches(size, channels, patch))
 
 
 for _size, _layers in _SIZES.items():
@@ -264,8 +295,7 @@ for _size, _layers in _SIZES.items():
 
 register_preset("ait_micro", AiT, lambda: AiTConfig(
     num_classes=5, d_model=32, num_layers=2, num_heads=2, ffn_hidden=48, num_slots=8, slot_dim=8,
-    workspace_heads=2, bottleneck_size=6,
-    embed=TokenizerConfig(kind="patches", image_size=8, in_channels=1, patch_size=2)),
+    workspace_heads=2, bottleneck_size=6, embed=ait_patches(8, 1, 2)),
     "test-sized AiT (8×8 images)")
 
 # AiT §5.8 / Table 6 "Relational reasoning": Sort-of-CLEVR's 75×75×3 images in 5×5 patches, 32 slots, bottleneck

@@ -31,8 +31,8 @@ from .tokenizer_config import TOKENIZERS, TokenizerConfig, build_tokenizer, sing
 from ..errors import UnknownNameError, UserError
 from ..fields import did_you_mean
 
-__all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "MODEL_TYPES", "Intermediates", "PretrainedModel", "config_class",
-           "read_pretrained", "unknown_name",
+__all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "MODEL_TYPES", "NORM_LAYERS", "Intermediates", "PretrainedModel",
+           "config_class", "no_weight_decay_names", "read_pretrained", "unknown_name",
            # re-exported from .config and .tokenizer_config, where they lived here before the split
            "COUNT", "POSITIVE", "Bounds", "ConfigBase", "ModelConfig", "check_choice", "deep_merge", "heads_of",
            "TOKENIZERS", "TokenizerConfig", "build_tokenizer", "single_input"]
@@ -70,6 +70,35 @@ class Intermediates:
     nfm: list[Any] = dataclasses.field(default_factory=list)
 
 
+# Normalisation layers, by type: none of their parameters (gains, shifts) is weight-decayed. (BatchNorm*,
+# SyncBatchNorm and InstanceNorm* derive from _NormBase; modwire's ChannelLayerNorm from LayerNorm.)
+NORM_LAYERS: tuple[type[nn.Module], ...] = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.RMSNorm)
+
+
+def no_weight_decay_names(module: nn.Module, exempt: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Full names (as ``module.named_parameters()``) of the parameters trained without weight decay:
+
+    * every bias: a parameter called ``bias``, whatever its shape (NI's per-token heads' ``[T, C]`` bias);
+    * every parameter of a normalisation layer (:data:`NORM_LAYERS`, by module type);
+    * every parameter of at most one dimension: the scalars (NFM's γ, ``ModulatedLinear``'s α, NI's
+      log σ) and vectors (LM's output bias) (NAC App. C: "the weight decay is neither applied to
+      parameters with dimension less than or equal to 1"; timm's rule too);
+    * every parameter under one of ``exempt``: dotted paths matched as whole components of the name
+      (``"relative"`` is a module, ``"scripts.0.functions.signatures"`` and ``"functions.signatures"``
+      are both under ``"signatures"``; ``"added_signatures"`` is not).
+
+    What is left, and decayed, is the weight matrices and kernels of the linear, convolutional and
+    embedding layers and the model's other learned tensors of two or more dimensions."""
+    norms = {id(p) for m in module.modules() if isinstance(m, NORM_LAYERS) for p in m.parameters(recurse=False)}
+    paths = [tuple(e.split(".")) for e in exempt]
+
+    def under(name: str) -> bool:
+        parts = tuple(name.split("."))
+        return any(parts[i:i + len(e)] == e for e in paths for i in range(len(parts) - len(e) + 1))
+    return tuple(n for n, p in module.named_parameters()
+                 if p.ndim <= 1 or n.rsplit(".", 1)[-1] == "bias" or id(p) in norms or under(n))
+
+
 class PretrainedModel(nn.Module):
     """Mixin for models with a ``config``: save/load and parameter counting."""
 
@@ -80,14 +109,16 @@ class PretrainedModel(nn.Module):
     def num_classes(self) -> int:
         return self.config.num_classes
 
-    def no_weight_decay(self) -> tuple[str, ...]:
-        """Name fragments of parameters trained without weight decay (besides all 1-D ones)."""
-        return self.existing_names("tokenizer.pos")
+    # What this model's paper (or its authors' configs) trains without weight decay besides what no model
+    # decays (biases, normalisation layers, ≤1-D parameters): dotted name paths, :func:`no_weight_decay_names`.
+    # Default: learned positional encodings of the tokenizers (the NAC authors' configs exempt their ``grid``).
+    decay_exempt: ClassVar[tuple[str, ...]] = ("tokenizer.pos",)
 
-    def existing_names(self, *fragments: str) -> tuple[str, ...]:
-        """The ``fragments`` that occur in at least one parameter name of this model."""
-        names = [n for n, _ in self.named_parameters()]
-        return tuple(f for f in fragments if any(f in n for n in names))
+    def no_weight_decay(self) -> tuple[str, ...]:
+        """The full names of every parameter trained without weight decay (:func:`no_weight_decay_names`
+        with :attr:`decay_exempt`): the one list :func:`modwire.training.optim.param_groups` uses, in the
+        form timm's optimizer factory matches exactly (``no_weight_decay_list``)."""
+        return no_weight_decay_names(self, self.decay_exempt)
 
     # The paper's weight of each auxiliary loss the model reports (``auxiliary_losses``), used by the
     # trainer where the config sets none (AiT: σ = 1e-2 for "balance", AiT Eq. 6).

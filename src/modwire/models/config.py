@@ -7,7 +7,7 @@ partial dicts; a wrong key, type or value raises an error naming the full key pa
 (``'kernel.tau'``), what it got and what is allowed. :class:`ModelConfig`: the root of a
 model's config, fitting to a task's inputs, and the JSON round trip (``to_json`` / ``from_json``).
 Small helpers: ``COUNT``, ``POSITIVE`` and ``Bounds`` (from :mod:`modwire.fields`), ``heads_of``,
-``check_choice``, ``deep_merge``.
+``check_head_split``, ``check_choice``, ``deep_merge``.
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from .inputs import Inputs, check_inputs
 from ..errors import UnknownNameError, UserError, UserTypeError
 from ..fields import COUNT, POSITIVE, Bounds, check_fields, did_you_mean
 
-__all__ = ["COUNT", "POSITIVE", "Bounds", "ConfigBase", "ModelConfig", "check_choice", "check_single_head",
-           "deep_merge", "heads_of"]
+__all__ = ["COUNT", "POSITIVE", "Bounds", "ConfigBase", "ModelConfig", "check_choice", "check_head_split",
+           "check_single_head", "deep_merge", "heads_of"]
 
 FIELD = "config field"   # how a model config's errors name a key: "config field 'kernel.tau': ..."
 
@@ -51,6 +51,22 @@ def check_single_head(heads: int, model_type: str) -> None:
 def heads_of(dim: str) -> Bounds:
     """An attention head count: ≥ 1 and divides ``dim`` (heads split the width)."""
     return Bounds(lo=1, divides=dim)
+
+
+def check_head_split(config: Any, fields: tuple[str, ...]) -> None:
+    """For a config with ``head_dim`` and ``d_model`` (NAC, Perceiver IO): with ``head_dim=None``
+    the heads split ``d_model``, so each head count named in ``fields`` (dotted paths) must
+    divide it; with a ``head_dim`` any count ≥ 1 holds (the attention is ``heads·head_dim`` wide)."""
+    if config.head_dim is not None:
+        return
+    rule = heads_of("d_model")
+    for path in fields:
+        value = config
+        for part in path.split("."):
+            value = getattr(value, part)
+        if not rule.holds(value, config):
+            raise UserError(f"{FIELD} {path!r}: got {value!r}, expected {rule.describe(config, integer=True)} "
+                            f"(head_dim=None: the heads split d_model)")
 
 
 def _type_ok(value: Any, hint: Any) -> bool:

@@ -107,14 +107,16 @@ class GANConfig(ModelConfig):
 
 def _xavier(module: nn.Module, gain: float) -> nn.Module:
     nn.init.xavier_uniform_(module.weight, gain)
-    nn.init.zeros_(module.bias)
+    if module.bias is not None:
+        nn.init.zeros_(module.bias)
     return module
 
 
-def _conv(c_in: int, c_out: int, size: int, *, sn: bool = False, gain: float = 2 ** 0.5) -> nn.Module:
+def _conv(c_in: int, c_out: int, size: int, *, sn: bool = False, gain: float = 2 ** 0.5,
+          bias: bool = True) -> nn.Module:
     """A ``size×size`` convolution (same padding), Xavier-uniform (SNGAN's initialisation: gain √2 in
     the residual paths, 1 in the shortcuts), spectrally normalised with ``sn``."""
-    layer = _xavier(nn.Conv2d(c_in, c_out, size, padding=size // 2), gain)
+    layer = _xavier(nn.Conv2d(c_in, c_out, size, padding=size // 2, bias=bias), gain)
     return spectral_norm(layer) if sn else layer
 
 
@@ -127,13 +129,19 @@ def _linear(d_in: int, d_out: int, *, sn: bool = False) -> nn.Module:
 
 class UpBlock(nn.Module):
     """``[B, c_in, S, S] → [B, c_out, 2S, 2S]``: BN → ReLU → ×2 → conv3×3 → BN → ReLU → conv3×3,
-    plus the shortcut ×2 → conv1×1 (SNGAN's generator block)."""
+    plus the shortcut ×2 → conv1×1 (SNGAN's generator block).
+
+    The three convolutions have no bias (Mimicry's do): ``conv1`` feeds a BatchNorm, and the block's
+    output (``conv2`` + shortcut) feeds the next block's or the final block's BatchNorm, directly
+    or through 1×1 shortcuts, so a per-channel constant added there is cancelled in training: those
+    biases never get a gradient (``tests/models/test_dead_parameters.py``). (In the NFM generator the
+    readers' key, value and query projections have biases of their own that absorb such a constant.)"""
 
     def __init__(self, c_in: int, c_out: int) -> None:
         super().__init__()
-        self.bn1, self.conv1 = nn.BatchNorm2d(c_in), _conv(c_in, c_out, 3)
-        self.bn2, self.conv2 = nn.BatchNorm2d(c_out), _conv(c_out, c_out, 3)
-        self.shortcut = _conv(c_in, c_out, 1, gain=1.0)
+        self.bn1, self.conv1 = nn.BatchNorm2d(c_in), _conv(c_in, c_out, 3, bias=False)
+        self.bn2, self.conv2 = nn.BatchNorm2d(c_out), _conv(c_out, c_out, 3, bias=False)
+        self.shortcut = _conv(c_in, c_out, 1, gain=1.0, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         h = F.interpolate(F.relu(self.bn1(x)), scale_factor=2, mode="nearest")
@@ -277,21 +285,24 @@ class GAN(PretrainedModel):
         self.config = self.config.replace(nfm={"random_attention": random_attention})   # type-checked field
         set_random_attention(self.generator.body, self.config.nfm.random_attention)
 
-    def no_weight_decay(self) -> tuple[str, ...]:
-        return ()
+    decay_exempt = ()    # biases, norms and ≤1-D parameters only (each network has its own optimizer)
 
 
 register_model_type(GAN)
 
 
+# output_bias False: every path from a generator read starts with a BatchNorm (the up-blocks', the final
+# block's), which would cancel W_o2's bias in training (modwire.nn.nfm, module docstring).
 def _cifar10(nfm: bool) -> GANConfig:
-    return GANConfig(nfm={"enabled": True, "passes": 2, "d_k": 32, "d_v": 32, "heads": 4} if nfm else {})
+    return GANConfig(nfm={"enabled": True, "passes": 2, "d_k": 32, "d_v": 32, "heads": 4, "output_bias": False}
+                     if nfm else {})
 
 
 def _micro(nfm: bool) -> GANConfig:
     return GANConfig(image_size=16, image_channels=1, generator={"latent_dim": 16, "channels": 16, "num_blocks": 2},
                      discriminator={"channels": 16, "rkhs_dim": 32},
-                     nfm={"enabled": True, "passes": 2, "d_k": 8, "d_v": 8, "heads": 2} if nfm else {})
+                     nfm={"enabled": True, "passes": 2, "d_k": 8, "d_v": 8, "heads": 2, "output_bias": False}
+                     if nfm else {})
 
 
 register_preset("gan_resnet_cifar10", GAN, lambda: _cifar10(False),

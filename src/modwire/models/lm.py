@@ -157,18 +157,20 @@ class SharedProjectionLayer(NFMLayer):
 
     States are channels-first ``[B, d, T]`` (NFM's ``tokens`` layout). :meth:`bind` gives the layer
     its block, which stays a submodule of the NFM body only (one copy of each weight in the state
-    dict); deep copies follow it. ``reads`` / ``writes`` as in :class:`~modwire.nn.nfm.NFMLayer`
+    dict); deep copies follow it. ``reads`` / ``writes`` / ``residual`` as in :class:`~modwire.nn.nfm.NFMLayer`
     (``writes=False``: :meth:`write` refuses)."""
 
-    def __init__(self, dim: int, num_heads: int, *, reads: bool = True, writes: bool = True, k: int = 5,
-                 rescale: str = "space_to_depth", score_scale: str = "sqrt_d_k", topk_softmax: str = "kept") -> None:
+    def __init__(self, dim: int, num_heads: int, *, reads: bool = True, writes: bool = True, residual: bool = True,
+                 k: int = 5, rescale: str = "space_to_depth", score_scale: str = "sqrt_d_k",
+                 topk_softmax: str = "kept") -> None:
         if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1 or dim % num_heads:
             raise UserError(f"SharedProjectionLayer: num_heads must be a positive int dividing dim={dim}, "
                             f"got {num_heads!r}")
         # NFMLayer's own W_q / W_k / W_v are not built (reads=writes=False); its W_o1, W_o2 are
         # dropped: the output is the block's W_o. The checks, k, heads, d_k, d_v, the score scale,
         # rescale, γ and random_attention are NFMLayer's.
-        super().__init__(dim, dim, reads=False, writes=False, k=k, d_k=dim // num_heads, d_v=dim // num_heads,
+        super().__init__(dim, dim, reads=False, writes=False, residual=residual, k=k, d_k=dim // num_heads,
+                         d_v=dim // num_heads,
                          heads=num_heads, hidden=1, norm="none", rescale=rescale, score_scale=score_scale,
                          topk_softmax=topk_softmax)
         self.w_o1 = self.w_o2 = None
@@ -228,8 +230,8 @@ class TransformerLM(PretrainedModel):
         self.drop = nn.Dropout(c.dropout)
         blocks = [CausalBlock(c.d_model, c.num_heads, c.ffn_hidden, c.dropout, c.max_len) for _ in range(c.num_layers)]
         factory = lambda p, i, cq, co, *, reads, writes, **o: SharedProjectionLayer(  # noqa: E731
-            cq, c.num_heads, reads=reads, writes=writes, k=o["k"], rescale=o["rescale"], score_scale=o["score_scale"],
-            topk_softmax=o["topk_softmax"])
+            cq, c.num_heads, reads=reads, writes=writes, residual=o["residual"], k=o["k"], rescale=o["rescale"],
+            score_scale=o["score_scale"], topk_softmax=o["topk_softmax"])
         self.body = build_body(c.nfm, blocks, [c.d_model] * (c.num_layers + 1), layout="tokens",
                                layer_factory=factory)
         for p in range(self.body.passes if c.nfm.enabled else 0):
@@ -275,8 +277,7 @@ class TransformerLM(PretrainedModel):
     def num_classes(self) -> int:
         return self.config.vocab_size
 
-    def no_weight_decay(self) -> tuple[str, ...]:
-        return self.existing_names("positions")
+    decay_exempt = ("positions",)    # the learned positional embedding
 
     def set_eval_options(self, *, random_attention: bool) -> None:
         """NFM §4.4's ablation: every reader's scores drawn from N(0, 1) (evaluation only)."""

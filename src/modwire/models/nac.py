@@ -11,7 +11,13 @@ Read top to bottom like the paper's method section:
 2. **Circuit executor** (§2.1), given the design and the input:
    tokenizer → read-in (Eq. 4-5) → ``L`` propagators (SKMDPA, Eq. 2-3, then ModFFN; a fresh
    kernel sample per layer and example in training) → read-out (output modules attend to the
-   final states, ModFFN, confidence-weighted logits).
+   final states, ModFFN, confidence-weighted logits: a plain softmax over the confidences).
+
+Where the paper is silent the defaults are the authors' final configs (docs/nac.md, "Choices and
+departures"): every attention head ``head_dim`` = 64 wide, one read-out head, no LayerNorm before
+the read-out pooling. With ``initial_state="code"``, ``read_in_codes="separate"`` and
+``qv_bias=False`` the model is theirs (tested against a literal re-statement of their code with
+their weights, ``tests/reference/authors_nac.py``).
 
 A ``graph_prior`` (NAC §2.2, App. A Eq. 6-9) makes a training-mode forward compute the graph
 structure regularizer ``L_graph(P, P0)`` on the link probabilities, reported as the auxiliary
@@ -21,7 +27,8 @@ sparsification (App. F) is installed from outside by ``modwire.analysis`` throug
 ``propagator_kernel``; nothing else in this file knows about it.
 
 With the modulation (``modulation="none"``) and the kernel (``kernel.enabled=False``) off,
-one output module and ``initial_state="code"``, NAC is a Perceiver IO (App. B.2; tested).
+one output module, ``initial_state="code"`` and ``qv_bias=False``, NAC is a Perceiver IO
+(App. B.2; tested).
 
 Attention runs on SDPA's fused kernels (4-D, :func:`~modwire.nn.attention.fused_attention`), except
 a training step on the CPU: Eq. 3's ``log K̂`` is an additive bias that needs a gradient (it depends
@@ -43,11 +50,12 @@ from ..nn.modulated import FFN_ACTIVATIONS, MODULATIONS
 from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
 from .base import Intermediates, PretrainedModel
-from .config import COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_choice, check_single_head, heads_of
+from .config import (COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_choice, check_head_split,
+                     check_single_head)
 from .finetune_protocol import ReadOutHeadFineTuning
 from .inputs import Inputs, named_inputs
 from .registry import register_model_type, register_preset
-from .tokenizer_config import TOKENIZERS, TokenizerConfig, build_tokenizer
+from .tokenizer_config import CONV_BEFORE_ISSUE_35, TOKENIZERS, TokenizerConfig, build_tokenizer
 from ..errors import UserError
 
 
@@ -118,7 +126,7 @@ class CircuitGeneratorConfig(ConfigBase):
     tokenizer: TokenizerConfig = field(default_factory=lambda: TokenizerConfig(kind="embedding"))
     num_heads: int = 4
 
-    bounds = {"num_heads": COUNT}      # that it divides the executor's d_model: NACConfig.validate
+    bounds = {"num_heads": COUNT}      # that it divides d_model when head_dim is None: NACConfig.validate
     choices = {"kind": ("unconditional", "conditional"), "tokenizer.kind": TOKENIZERS}
 
     def unused_fields(self) -> tuple[str, ...]:
@@ -127,7 +135,8 @@ class CircuitGeneratorConfig(ConfigBase):
 
 @dataclass
 class NACConfig(ModelConfig):
-    """NAC hyperparameters; defaults are NAC Table 4 (Tiny-ImageNet)."""
+    """NAC hyperparameters; defaults are NAC Table 4 (Tiny-ImageNet), and where the paper is
+    silent the authors' released final configs (docs/nac.md, "Choices and departures")."""
 
     model_type = "nac"
 
@@ -138,14 +147,18 @@ class NACConfig(ModelConfig):
     num_output_modules: int = 64       # U_o
     num_heads: int = 6                 # propagator attention heads
     read_in_heads: int = 1
-    read_out_heads: int = 6            # not in Table 4; the propagators' head count
+    read_out_heads: int = 1            # not in Table 4; the authors' final configs: 1
+    head_dim: int | None = 64          # features per head of every attention (authors' code); None: heads split d_model
     ffn_hidden: int = 1536
     activation: str = "geglu"
     d_sig: int = 64
     d_code: int = 384
     initial_state: str = "mlp"         # "mlp": θ⁰ = MLP(c) (paper); "code": θ⁰ = c (authors' final configs)
+    read_in_codes: str = "shared"      # "shared": the module's code c_u (Eq. 4); "separate": a second code (authors')
     modulation: str = "nac"            # ModFC (Eq. 1); "none" switches conditioning off
     alpha_init: float = 0.1
+    qv_bias: bool = True               # Eq. 1's b on query and value projections (the authors' configs: none)
+    read_out_norm: bool = False        # a LayerNorm before the read-out pooling (neither paper nor authors' configs)
     tokenizer: TokenizerConfig = field(default_factory=lambda: TokenizerConfig(kind="conv", image_size=64))
     kernel: KernelConfig = field(default_factory=KernelConfig)
     frozen_graph: FrozenGraphConfig = field(default_factory=FrozenGraphConfig)
@@ -153,20 +166,18 @@ class NACConfig(ModelConfig):
     graph_prior: GraphPriorConfig = field(default_factory=GraphPriorConfig)
 
     bounds = {**{n: COUNT for n in ("num_classes", "d_model", "num_layers", "num_processor_modules",
-                                    "num_output_modules", "ffn_hidden", "d_sig", "d_code")},
-              **{n: heads_of("d_model") for n in ("num_heads", "read_in_heads", "read_out_heads")},
+                                    "num_output_modules", "ffn_hidden", "d_sig", "d_code", "head_dim",
+                                    "num_heads", "read_in_heads", "read_out_heads")},
               "alpha_init": Bounds(lo=0, note="ModFC's α, Eq. 1, is learned: 0 starts unmodulated")}
     choices = {"activation": FFN_ACTIVATIONS, "initial_state": ("mlp", "code"), "modulation": MODULATIONS,
-               "tokenizer.kind": TOKENIZERS}
+               "read_in_codes": ("shared", "separate"), "tokenizer.kind": TOKENIZERS}
 
     def unused_fields(self) -> tuple[str, ...]:
         return () if self.modulation == "nac" else ("alpha_init",)
 
     def validate(self) -> None:
-        heads = self.generator.num_heads
-        if self.generator.kind == "conditional" and self.d_model % heads:
-            raise UserError(f"config field 'generator.num_heads': got {heads}, expected "
-                            f"{heads_of('d_model').describe(self, integer=True)}")
+        heads = ("num_heads", "read_in_heads", "read_out_heads")
+        check_head_split(self, heads + (("generator.num_heads",) if self.generator.kind == "conditional" else ()))
         if self.frozen_graph.name is not None and (not self.kernel.enabled or self.generator.kind != "unconditional"):
             raise UserError("config field 'frozen_graph.name' needs kernel.enabled=True and an unconditional "
                             "generator (a frozen graph lives in free signatures)")
@@ -180,6 +191,9 @@ class NACConfig(ModelConfig):
         if self.initial_state == "code" and self.d_code != self.d_model:
             raise UserError(f"config field 'initial_state': 'code' needs d_code == d_model, "
                             f"got d_code={self.d_code}, d_model={self.d_model}")
+        if self.read_in_codes == "separate" and self.generator.kind != "unconditional":
+            raise UserError("config field 'read_in_codes': 'separate' (a second free code per processor module) "
+                            "needs the unconditional generator; a conditional one designs one code per module")
 
     def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
         """The executor's tokenizer reads ``x`` (§2.1); a ``condition`` input makes the circuit
@@ -209,11 +223,18 @@ class NACConfig(ModelConfig):
 class ModuleDesign:
     """The design of a group of modules (NAC §2): ``signatures [(B,) U, d_sig]`` (None without a
     kernel), ``codes [(B,) U, d_code]``, initial ``states [(B,) U, d_model]``; the batch axis is
-    present for a conditional (per-sample) design."""
+    present for a conditional (per-sample) design. ``read_in_codes``: the codes the read-in
+    (Eq. 4-5) conditions on, ``codes`` unless the design has separate ones (``read_in_codes=
+    "separate"``, the authors' final configs)."""
 
     signatures: Tensor | None
     codes: Tensor
     states: Tensor
+    read_in_codes: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.read_in_codes is None:
+            self.read_in_codes = self.codes
 
 
 @dataclass
@@ -230,17 +251,22 @@ def _state_mlp(c: NACConfig) -> nn.Module | None:
 
 
 class FreeModules(nn.Module):
-    """Unconditional design of one group of modules (§2.2): free signatures and codes."""
+    """Unconditional design of one group of modules (§2.2): free signatures and codes.
+    ``read_in_codes``: a second free code per module for the read-in, from which the initial
+    state is made too (the authors' final configs: their "input latents", whose codes seed the
+    states that become the "mediator latents")."""
 
-    def __init__(self, num_modules: int, c: NACConfig) -> None:
+    def __init__(self, num_modules: int, c: NACConfig, read_in_codes: bool = False) -> None:
         super().__init__()
         self.signatures = nn.Parameter(torch.randn(num_modules, c.d_sig)) if c.kernel.enabled else None
         self.codes = nn.Parameter(torch.randn(num_modules, c.d_code))
+        self.read_in_codes = nn.Parameter(torch.randn(num_modules, c.d_code)) if read_in_codes else None
         self.state_mlp = _state_mlp(c)
 
     def forward(self) -> ModuleDesign:
-        states = self.codes if self.state_mlp is None else self.state_mlp(self.codes)
-        return ModuleDesign(self.signatures, self.codes, states)
+        seed = self.codes if self.read_in_codes is None else self.read_in_codes
+        states = seed if self.state_mlp is None else self.state_mlp(seed)
+        return ModuleDesign(self.signatures, self.codes, states, seed)
 
 
 class UnconditionalGenerator(nn.Module):
@@ -249,7 +275,7 @@ class UnconditionalGenerator(nn.Module):
 
     def __init__(self, c: NACConfig) -> None:
         super().__init__()
-        self.processors = FreeModules(c.num_processor_modules, c)
+        self.processors = FreeModules(c.num_processor_modules, c, read_in_codes=c.read_in_codes == "separate")
         self.outputs = FreeModules(c.num_output_modules, c)
 
     def forward(self, condition: Tensor | None = None, *, batch_size: int | None = None) -> Circuit:
@@ -273,8 +299,9 @@ class ConditionalGenerator(nn.Module):
         self.num_processors = c.num_processor_modules
         self.tokenizer = build_tokenizer(g.tokenizer)
         self.queries = nn.Parameter(torch.randn(c.num_processor_modules + c.num_output_modules, d))
-        self.cross = ReadIn(d, self.tokenizer.out_dim, g.num_heads, c.ffn_hidden, activation=c.activation)
-        self.mix = PreNorm(d, SelfAttention(d, g.num_heads))
+        self.cross = ReadIn(d, self.tokenizer.out_dim, g.num_heads, c.ffn_hidden, activation=c.activation,
+                            head_dim=c.head_dim)
+        self.mix = PreNorm(d, SelfAttention(d, g.num_heads, head_dim=c.head_dim))
         self.to_signature = PreNorm(d, mlp(d, c.ffn_hidden, c.d_sig), residual=False)
         self.to_code = PreNorm(d, mlp(d, c.ffn_hidden, c.d_code), residual=False)
         self.processor_state, self.output_state = _state_mlp(c), _state_mlp(c)
@@ -319,11 +346,12 @@ class NAC(ReadOutHeadFineTuning, PretrainedModel):
         # The propagators' kernel when sparsified (App. F), installed by modwire.analysis; None: self.kernel.
         self.propagator_kernel: nn.Module | None = None
         self.tokenizer = build_tokenizer(c.tokenizer)
+        spec.update(head_dim=c.head_dim, qv_bias=c.qv_bias)
         self.read_in = ReadIn(c.d_model, self.tokenizer.out_dim, c.read_in_heads, c.ffn_hidden, **spec)
         self.propagators = nn.ModuleList(
             ProcessorLayer(c.d_model, c.num_heads, c.ffn_hidden, **spec) for _ in range(c.num_layers))
         self.read_out = ReadOut(c.d_model, c.num_output_modules, c.read_out_heads, c.ffn_hidden,
-                                c.num_classes, **spec)
+                                c.num_classes, norm=c.read_out_norm, **spec)
         if c.frozen_graph.name is not None:
             self._freeze_graph(c.frozen_graph)
         self.graph_regularizer = None          # App. A: L_graph, reported by auxiliary_losses()
@@ -357,7 +385,7 @@ class NAC(ReadOutHeadFineTuning, PretrainedModel):
         if self.training and self.graph_regularizer is not None:            # App. A, Eq. 6-9
             P = self._kernel_for_propagators().link_probs(p.signatures, p.signatures)
             self._aux = {"graph": self.graph_regularizer(P)}
-        theta, w_in = self.read_in(p.states, tokens, codes=p.codes, return_weights=record, method=read_in,
+        theta, w_in = self.read_in(p.states, tokens, codes=p.read_in_codes, return_weights=record, method=read_in,
                                    key_mask=padding_mask(self.tokenizer, x))            # Eq. 4-5
         theta, w_prop = self.propagate(theta, p, record)                    # Eq. 2-3, L layers
         bias = None if self.kernel is None else self.kernel(circuit.outputs.signatures, p.signatures, len(x))
@@ -420,14 +448,15 @@ class NAC(ReadOutHeadFineTuning, PretrainedModel):
         c, conditional = self.config, self.config.generator.kind != "unconditional"
         names = ("generator.processors.codes",) if self.kernel is None else \
             ("generator.processors.signatures", "generator.processors.codes")
+        if c.read_in_codes == "separate":
+            names += ("generator.processors.read_in_codes",)
         return ModuleAxis("modules", c.num_processor_modules, "num_processor_modules", () if conditional else names,
                           link_probs=self.kernel is not None and not conditional,
                           fixed="a conditional NAC designs its modules per sample" if conditional else None)
 
-    def no_weight_decay(self) -> tuple[str, ...]:
-        """NAC App. C: no weight decay on signatures, codes and positional encodings (and the
-        conditional generator's module queries, which play the role of free codes)."""
-        return self.existing_names("signatures", "codes", "tokenizer.pos", "generator.queries")
+    # NAC App. C: no weight decay on signatures and codes; positional encodings as the authors' configs
+    # (their ``grid``); the conditional generator's module queries, which play the role of free codes
+    decay_exempt = ("signatures", "codes", "tokenizer.pos", "generator.queries")
 
 
 def _kernel_args(kernel_out) -> dict[str, Any]:
@@ -441,37 +470,48 @@ def _kernel_args(kernel_out) -> dict[str, Any]:
 register_model_type(NAC)
 
 # Presets. Table 4: Tiny-ImageNet (64×64 → 8×8 tokens). Table 5: ImageNet (224×224 → 28×28 tokens).
-# App. C does not give the preprocessor's width: we use d_model - 64 channels so that a
-# token (channels ⊕ 64-d position) is d_model wide.
-register_preset("nac_tiny_imagenet", NAC, lambda: NACConfig(), "NAC Table 4")
+# Where the tables are silent, the authors' final configs: every attention head 64 wide (so the
+# one read-in head and the one read-out head attend in 64 dimensions), one read-out head, no
+# LayerNorm before the read-out pooling, and App. C's preprocessor at their widths, d_model/4 then
+# d_model/2 (TokenizerConfig's defaults are Table 4's 96, 192), so tokens are d_model/2 + 64 wide.
+# The smaller presets keep the heads' shape: head_dim = d_model / num_heads, so their propagators
+# split d_model and their read-in and read-out are one head of that width; their preprocessor is
+# modwire's before issue 35 (one width throughout, CONV_BEFORE_ISSUE_35).
+register_preset("nac_tiny_imagenet", NAC, lambda: NACConfig(),
+                "NAC Table 4; heads 64 wide, 1 read-out head (authors' final configs)")
 register_preset("nac_imagenet", NAC, lambda: NACConfig(
-    num_classes=1000, tokenizer=TokenizerConfig(kind="conv", image_size=224, conv_channels=448), d_model=512,
-    num_processor_modules=960, num_heads=8, read_out_heads=8, ffn_hidden=1024, d_code=512), "NAC Table 5")
+    num_classes=1000, tokenizer=TokenizerConfig(kind="conv", image_size=224, stem_channels=128, conv_channels=256),
+    d_model=512,
+    num_processor_modules=960, num_heads=8, ffn_hidden=1024, d_code=512),
+    "NAC Table 5; heads 64 wide, 1 read-out head (authors' final configs)")
 register_preset("nac_small", NAC, lambda: NACConfig(
-    num_classes=10, tokenizer=TokenizerConfig(kind="conv", image_size=32, conv_channels=64, pos_dim=32), d_model=96,
-    num_layers=4, num_processor_modules=64, num_output_modules=8, num_heads=4, read_out_heads=4,
-    ffn_hidden=192, d_sig=16, d_code=96), "CPU-sized NAC (Table 4 shape, scaled down)")
+    num_classes=10, tokenizer=TokenizerConfig(kind="conv", image_size=32, stem_channels=64, conv_channels=64,
+                                              pos_dim=32, **CONV_BEFORE_ISSUE_35), d_model=96,
+    num_layers=4, num_processor_modules=64, num_output_modules=8, num_heads=4, head_dim=24,
+    ffn_hidden=192, d_sig=16, d_code=96), "CPU-sized NAC (Table 4 shape, scaled down; heads 24 wide)")
+
+
 def _micro() -> NACConfig:
     return NACConfig(num_classes=5, tokenizer=TokenizerConfig(kind="linear", input_dim=8, token_dim=16),
                      d_model=32, num_layers=2, num_processor_modules=12, num_output_modules=3, num_heads=2,
-                     read_out_heads=2, ffn_hidden=48, d_sig=8, d_code=24)
+                     head_dim=16, ffn_hidden=48, d_sig=8, d_code=24)
 
 
-register_preset("nac_micro", NAC, _micro, "test-sized NAC on generic sets")
+register_preset("nac_micro", NAC, _micro, "test-sized NAC on generic sets (heads 16 wide)")
 # Conditional NAC (§2.2, App. G). The paper's NLVR2 model reads CLIP-base tokens (512-d) with
 # the Table 4 executor; the CPU preset reads Sort-of-CLEVR questions as 3 token ids.
 register_preset("nac_conditional_nlvr2", NAC, lambda: NACConfig(
     num_classes=2, tokenizer=TokenizerConfig(kind="linear", input_dim=512, token_dim=384),
     generator=CircuitGeneratorConfig(kind="conditional", num_heads=6,
                               tokenizer=TokenizerConfig(kind="linear", input_dim=512, token_dim=384))),
-    "NAC §4.4 / App. G (conditional, CLIP-base features)")
+    "NAC §4.4 / App. G (conditional, CLIP-base features; Table 4 executor)")
 register_preset("nac_conditional_small", NAC, lambda: NACConfig(
     num_classes=10, tokenizer=TokenizerConfig(kind="linear", input_dim=77, token_dim=64), d_model=64,
-    num_layers=3, num_processor_modules=32, num_output_modules=4, num_heads=4, read_out_heads=4,
+    num_layers=3, num_processor_modules=32, num_output_modules=4, num_heads=4, head_dim=16,
     ffn_hidden=128, d_sig=16, d_code=64,
     generator=CircuitGeneratorConfig(kind="conditional", num_heads=4,
                               tokenizer=TokenizerConfig(kind="embedding", vocab_size=16, max_len=3, token_dim=64))),
-    "CPU-sized conditional NAC (Sort-of-CLEVR: question → circuit, image → executor)")
+    "CPU-sized conditional NAC (Sort-of-CLEVR: question → circuit, image → executor; heads 16 wide)")
 register_preset("nac_conditional_micro", NAC, lambda: _micro().replace(generator={
     "kind": "conditional", "num_heads": 2, "tokenizer": {"kind": "embedding", "vocab_size": 7, "max_len": 4,
                                                          "token_dim": 16}}), "test-sized conditional NAC")

@@ -453,8 +453,10 @@ class NeuralInterpreter(SetModel):
             sets["new_functions"] = tuple(p + "functions.added_" for p in s)
         return sets
 
-    def no_weight_decay(self) -> tuple[str, ...]:
-        return super().no_weight_decay() + self.existing_names("signatures", "codes", "log_sigma", "e_row", "e_col")
+    # The set model's, and as NAC App. C (NAC builds on NI; NI gives no rule): the functions' signatures and
+    # codes (the added ones too), the type inference's log σ, the relative positional encodings' tables
+    decay_exempt = SetModel.decay_exempt + ("signatures", "codes", "added_signatures", "added_codes", "log_sigma",
+                                            "e_row", "e_col")
 
 
 register_model_type(NeuralInterpreter)

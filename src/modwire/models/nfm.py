@@ -41,7 +41,9 @@ class NFMConfig(ConfigBase):
     weight, clipped at 0, renormalised). ``reader_output``: ``linear`` (§3.2.1: linear, activation,
     linear) or ``conv3x3`` (the authors' two 3×3 convolutions; 2-D states). ``read_at``: ``before``
     (NFM Alg. 1: a read before every block of every pass) or ``after_last_pass`` (the authors'
-    Sort-of-CLEVR code: only the last pass reads, after each block). ``share_blocks``: every pass
+    Sort-of-CLEVR code: only the last pass reads, after each block). ``output_bias``: ``W_o2``'s bias
+    (False where every path from a read starts with a BatchNorm, which would cancel it: the
+    PreActResNet and GAN integrations). ``share_blocks``: every pass
     reuses the first pass's blocks (default False: Alg. 1's per-pass ``f_{θ_k}``).
     ``random_attention``: evaluation ablation of §4.4 (scores drawn from N(0, 1)); refused in
     training."""
@@ -59,6 +61,7 @@ class NFMConfig(ConfigBase):
     score_scale: str = "d_k"
     topk_softmax: str = "kept"
     reader_output: str = "linear"
+    output_bias: bool = True
     read_at: str = "before"
     share_blocks: bool = False
     random_attention: bool = False
@@ -82,7 +85,7 @@ class NFMConfig(ConfigBase):
         return dict(k=self.k, passes=self.passes, d_k=self.d_k, d_v=self.d_v, heads=self.heads, hidden=self.hidden,
                     norm=self.norm, activation=self.activation, rescale=self.rescale,
                     score_scale=self.score_scale, topk_softmax=self.topk_softmax, reader_output=self.reader_output,
-                    read_at=self.read_at, share_blocks=self.share_blocks)
+                    output_bias=self.output_bias, read_at=self.read_at, share_blocks=self.share_blocks)
 
 
 class BlockSequence(nn.Module):
@@ -92,6 +95,7 @@ class BlockSequence(nn.Module):
     base network's weights load into its NFM version, every pass (:func:`load_base_weights`)."""
 
     passes = 1
+    gammas: list = []              # no reader, no gate
 
     def __init__(self, blocks: Sequence[nn.Module], layout: str = "channels_first") -> None:
         super().__init__()

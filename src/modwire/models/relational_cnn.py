@@ -25,8 +25,15 @@ in ways each available as an option; :data:`AUTHORS_NFM_CNN` sets them all (6.89
 their code, of which 2.23 M, the first pass's query and output layers, are never used and not
 built here): widths 48 → 96 → 192 → 384, reads only in the last pass after each block
 (``nfm.read_at``), 3×3-convolution reader outputs (``nfm.reader_output``), their top-k
-(``nfm.topk_softmax``), ``1/√d_k`` scores, nearest-neighbour rescaling (their ``position_attend``
-is off), and the pooled, projected head.
+(``nfm.topk_softmax``) with **k = 3** (``nfm.k``: their ``attentive_densenet.py`` passes
+``att_sparsity=5`` but then builds ``SparseAttention()`` with its default 3, so the network they ran
+keeps 3; the paper and the presets say 5), ``1/√d_k`` scores, nearest-neighbour rescaling (their
+``position_attend`` is off), and the pooled, projected head. Their null slot is appended after the
+memory (here: before it); the output does not depend on where it stands (its value is zero and the
+top-k rule does not depend on the order). Their ``FCOutputModel`` calls ``F.dropout(x)``, which is
+on at test time too (``training=True`` by default): a bug, not copied (``nn.Dropout``, off in
+``eval()``). With these, modwire's forward equals a re-statement of theirs to float64 round-off
+(``tests/reference/authors_nfm.py``).
 
 ``stem_layers`` (not in the paper; default 0): the first ``stem_layers`` conv blocks run once, before
 the NFM, as a stem (as a ResNet's stem conv runs before its NFM-read residual blocks), and the NFM
@@ -259,11 +266,12 @@ register_model_type(CNNMLP)
 # 48 → 96 → 192 → 384 instead: AUTHORS_NFM_CNN.
 NFM_SORT_OF_CLEVR = {"enabled": True, "k": 5, "passes": 2}
 # The authors' NFM(CNN) (CNN_MLP_NFL, ConvInputModel_NFL2; module docstring), as overrides of the preset:
-# create_model("nfm_cnn_mlp_sort_of_clevr", **AUTHORS_NFM_CNN). (Their code also keeps dropout on at test time
-# and ignores its configured k, using 3: not copied.)
+# create_model("nfm_cnn_mlp_sort_of_clevr", **AUTHORS_NFM_CNN). k = 3: the network their code ran (their configured
+# att_sparsity=5 is overridden by SparseAttention()'s default); the preset keeps the paper's 5. (Their code also
+# keeps dropout on at test time: a bug, not copied.)
 AUTHORS_NFM_CNN: dict[str, Any] = {
     "channels": [48, 96, 192, 384], "block_order": "conv_relu_bn", "head_pool": 4, "head_channels": 64,
-    "nfm": {"read_at": "after_last_pass", "reader_output": "conv3x3", "topk_softmax": "subtract",
+    "nfm": {"k": 3, "read_at": "after_last_pass", "reader_output": "conv3x3", "topk_softmax": "subtract",
             "score_scale": "sqrt_d_k", "rescale": "nearest"}}
 register_preset("cnn_mlp_sort_of_clevr", CNNMLP, CNNMLPConfig, "NFM §4.3, Table 6 (CNN baseline, Sort-of-CLEVR)")
 register_preset("nfm_cnn_mlp_sort_of_clevr", CNNMLP, lambda: CNNMLPConfig(nfm=NFM_SORT_OF_CLEVR),

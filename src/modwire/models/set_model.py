@@ -42,6 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from ..nn.init import trunc_normal_
+from ..nn.tokenizers import NormLinearNorm
 from ..nn.checks import check_float, check_tensor, min_max, values_checkable
 from .base import Intermediates, PretrainedModel
 from .config import COUNT, Bounds, ModelConfig
@@ -130,15 +131,10 @@ def _embed_for(spec, current: TokenizerConfig) -> dict[str, Any]:
     return TokenizerConfig.for_input(spec, image="panels" if current.kind == "panels" else "patches")
 
 
-class QuestionEmbedding(nn.Module):
-    """AiT §5.8's question embedding: LayerNorm(Q) → Linear(Q, d) → LayerNorm(d).
+class QuestionEmbedding(NormLinearNorm):
+    """AiT §5.8's question embedding: LayerNorm(Q) → Linear(Q, d) → LayerNorm(d)
+    (:class:`~modwire.nn.tokenizers.NormLinearNorm`, also the AiT authors' patch embedding).
     ``question [B, 1, Q]`` (or ``[B, Q]``) → one token ``[B, 1, d]``."""
-
-    def __init__(self, question_dim: int, dim: int) -> None:
-        super().__init__()
-        self.norm_in = nn.LayerNorm(question_dim)
-        self.proj = nn.Linear(question_dim, dim)
-        self.norm_out = nn.LayerNorm(dim)
 
     def forward(self, question: Tensor, batch: int) -> Tensor:
         q = self.proj.in_features
@@ -149,7 +145,7 @@ class QuestionEmbedding(nn.Module):
         if tuple(question.shape) != (batch, 1, q):
             raise UserError(f"question: expected {layout}, got {list(question.shape)}")
         check_float(question, "question", layout, self.proj.weight)
-        return self.norm_out(self.proj(self.norm_in(question)))
+        return super().forward(question)
 
 
 class TokenHeads(nn.Module):
@@ -291,5 +287,6 @@ class SetModel(PretrainedModel):
             self.cls_tokens.data = self.cls_tokens.data.to(like)
         self.heads.to(like)
 
-    def no_weight_decay(self) -> tuple[str, ...]:
-        return self.existing_names("cls_tokens", "embed.pos", "embed.slots", "relative")
+    # Learned tokens and positions: the CLS tokens, the embedding's positions and PGM slots, the relative
+    # position modules (their tables and maps)
+    decay_exempt = ("cls_tokens", "embed.pos", "embed.slots", "relative")

@@ -19,7 +19,7 @@ from torch import nn
 
 from ..nn import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer, PanelEncoder, PatchEmbedding
 from ..fields import check_value
-from .config import COUNT, FIELD, Bounds, ConfigBase
+from .config import COUNT, FIELD, POSITIVE, Bounds, ConfigBase
 from .inputs import InputSpec, Inputs
 from ..errors import UserError
 
@@ -30,17 +30,30 @@ EMBEDDINGS = ("patches", "linear", "panels")      # what a set model embeds (``e
 POSITIONS = ("absolute", "relative", "none")
 #: NAC App. C's preprocessor downsamples by 4, then 2.
 CONV_IMAGE_SIZE = Bounds(lo=8, multiple_of=8, note="the conv tokenizer downsamples by 4, then 2")
+#: The conv tokenizer's details as modwire built it before issue 35 (PyTorch's initialisation,
+#: positions ``N(0, 0.02²)``, no layer scale, LayerNorm eps 1e-5); with ``stem_channels =
+#: conv_channels`` (one width throughout) it is that network, parameter for parameter and draw for
+#: draw. The CPU presets keep it; a config saved before these fields existed loads with it.
+CONV_BEFORE_ISSUE_35 = {"conv_layer_scale": 0.0, "conv_norm_eps": 1e-5, "conv_init": "torch", "pos_std": 0.02}
 
 
 @dataclass
 class TokenizerConfig(ConfigBase):
     """How an input becomes the token set ``X`` (the ``tokenizer`` / ``embed`` sub-config).
 
-    ``conv``: NAC App. C preprocessor for ``[B, in_channels, image_size, image_size]`` images;
-    tokens are ``conv_channels + pos_dim`` wide. ``patches``: the same images cut into
-    ``patch_size`` patches (ViT); ``positions``: ``absolute`` (learned, added), ``relative`` (NI
-    App. C.2.3: a bias on the attention logits, built by the model's attention layers) or
-    ``none``. ``panels``: PGM puzzles ``[B, in_channels, image_size, image_size]`` whose
+    ``conv``: NAC App. C preprocessor for ``[B, in_channels, image_size, image_size]`` images
+    (:class:`~modwire.nn.tokenizers.ConvTokenizer`): ``stem_channels`` after the 4×4/4 conv and in
+    the ConvNeXt block, ``conv_channels`` after the 2×2/2 conv; tokens are ``conv_channels +
+    pos_dim`` wide. App. C gives no widths: the defaults are the authors' (``d/4``, ``d/2`` of their
+    state width, here NAC Table 4's ``d = 384``), as are the details App. C leaves open (layer scale
+    ``conv_layer_scale``, LayerNorm eps ``conv_norm_eps``, ``conv_init``, positions ``N(0,
+    pos_std²)``); the LayerNorms are where App. C puts them (``conv_down_norm: after``,
+    ``conv_block_norms: 2``; ``before`` and ``1`` are the authors' code). ``patches``: the same
+    images cut into ``patch_size`` patches (ViT), each mapped linearly (a strided conv), or with ``patch_norm``
+    flattened and embedded by LayerNorm → Linear → LayerNorm (the AiT authors' ``vit_hn.py``);
+    ``positions``: ``absolute`` (learned, added), ``relative`` (NI App. C.2.3: a bias on the
+    attention logits, built by the model's attention layers) or ``none`` (the AiT authors' code
+    creates positions and never adds them). ``panels``: PGM puzzles ``[B, in_channels, image_size, image_size]`` whose
     ``in_channels`` panels are ``num_context`` context panels and then the candidates (NI §4.3),
     each read by a CNN of ``panel_channels`` filters. ``linear``: sets/sequences ``[B, N,
     input_dim]`` mapped linearly. ``embedding``: ids ``[B,
@@ -53,8 +66,15 @@ class TokenizerConfig(ConfigBase):
     kind: str = "conv"
     image_size: int = 32
     in_channels: int = 3
-    conv_channels: int = 320
+    stem_channels: int = 96          # conv: width of the 4×4/4 conv and the ConvNeXt block (authors': d/4)
+    conv_channels: int = 192         # conv: width of the 2×2/2 conv, the tokens' features (authors': d/2)
+    conv_down_norm: str = "after"    # conv: LN after the 2×2/2 conv (App. C); "before": the authors' ConvNeXt
+    conv_block_norms: int = 2        # conv: LNs in the ConvNeXt block, one per linear (App. C); 1: the authors'
+    conv_layer_scale: float = 1e-6   # conv: the block's layer scale γ at initialisation (authors'); 0: none
+    conv_norm_eps: float = 1e-6      # conv: eps of every LayerNorm (authors' ConvNeXt)
+    conv_init: str = "convnext"      # conv: weights N(0, 0.02²), zero biases (authors' ConvNeXt); "torch"
     pos_dim: int = 64
+    pos_std: float = 1.0             # conv: positions N(0, pos_std²) at initialisation (authors' grid: randn)
     patch_size: int = 4
     positions: str = "absolute"
     num_context: int = 8
@@ -64,15 +84,20 @@ class TokenizerConfig(ConfigBase):
     token_dim: int = 384
     max_len: int = 0
     pad_id: int = -1          # embedding: this id is padding (-1: none)
+    patch_norm: bool = False  # patches: LayerNorm → Linear → LayerNorm (the AiT authors'); False: a strided conv
 
-    choices = {"kind": KINDS, "positions": POSITIONS}
-    bounds = {"in_channels": COUNT, "conv_channels": COUNT, "pos_dim": COUNT, "patch_size": COUNT,
+    choices = {"kind": KINDS, "positions": POSITIONS, "conv_down_norm": ("after", "before"),
+               "conv_block_norms": (2, 1), "conv_init": ("convnext", "torch")}
+    bounds = {"in_channels": COUNT, "stem_channels": COUNT, "conv_channels": COUNT, "pos_dim": COUNT,
+              "conv_layer_scale": Bounds(lo=0, note="0: no layer scale"), "conv_norm_eps": POSITIVE,
+              "pos_std": Bounds(lo=0), "patch_size": COUNT,
               "num_context": COUNT, "panel_channels": COUNT, "input_dim": COUNT, "vocab_size": COUNT,
               "token_dim": COUNT, "max_len": Bounds(lo=0, note="0: no learned positions"),
               "pad_id": Bounds(lo=-1, hi="vocab_size", hi_open=True, note="-1: no padding id")}
     uses: ClassVar[dict[str, tuple[str, ...]]] = {
-        "conv": ("image_size", "in_channels", "conv_channels", "pos_dim"),
-        "patches": ("image_size", "in_channels", "patch_size"),
+        "conv": ("image_size", "in_channels", "stem_channels", "conv_channels", "conv_down_norm",
+                 "conv_block_norms", "conv_layer_scale", "conv_norm_eps", "conv_init", "pos_dim", "pos_std"),
+        "patches": ("image_size", "in_channels", "patch_size", "patch_norm"),
         "panels": ("image_size", "in_channels", "num_context", "panel_channels"),
         "linear": ("input_dim", "token_dim", "max_len"),
         "embedding": ("vocab_size", "token_dim", "max_len", "pad_id")}
@@ -106,8 +131,8 @@ class TokenizerConfig(ConfigBase):
         Perceiver IO; ``patches`` or ``panels``: a set model), token ids → ``embedding`` with
         learned positions up to the spec's length and its padding id, vectors → ``linear`` with
         learned positions only for an ordered sequence (a set stays permutation-invariant).
-        Widths (``token_dim``, ``conv_channels``, ``pos_dim``) and the patch size are the model's
-        own and are left alone. An ``index`` (one integer per sample, e.g. the dataset of NI's
+        Widths (``token_dim``, ``stem_channels``, ``conv_channels``, ``pos_dim``) and the patch size
+        are the model's own and are left alone. An ``index`` (one integer per sample, e.g. the dataset of NI's
         digits multi-task) is no sequence: refused."""
         if spec.kind == "index":
             raise UserError(f"a tokenizer reads images, token sequences or vectors, not an index input "
@@ -147,10 +172,13 @@ def build_tokenizer(cfg: TokenizerConfig, dim: int | None = None) -> nn.Module:
     set model passes its ``d_model``). Each layer has ``out_dim``, ``grid`` and ``check_input``."""
     dim = cfg.token_dim if dim is None else dim
     if cfg.kind == "conv":
-        return ConvTokenizer(cfg.image_size, cfg.in_channels, cfg.conv_channels, cfg.pos_dim)
+        return ConvTokenizer(cfg.image_size, cfg.in_channels, cfg.conv_channels, cfg.pos_dim,
+                             stem_channels=cfg.stem_channels, down_norm=cfg.conv_down_norm,
+                             block_norms=cfg.conv_block_norms, layer_scale=cfg.conv_layer_scale,
+                             eps=cfg.conv_norm_eps, init=cfg.conv_init, pos_std=cfg.pos_std)
     if cfg.kind == "patches":
         return PatchEmbedding(cfg.image_size, cfg.in_channels, cfg.patch_size, dim,
-                              absolute_positions=cfg.positions == "absolute")
+                              absolute_positions=cfg.positions == "absolute", norm=cfg.patch_norm)
     if cfg.kind == "panels":
         return PanelEncoder(cfg.image_size, cfg.in_channels, cfg.num_context, dim, channels=cfg.panel_channels)
     if cfg.kind == "linear":

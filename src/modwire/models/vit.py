@@ -13,8 +13,16 @@ authors' classifier (``classifier="flatten"``: one LayerNorm over the flattened 
 the final tokens, then one Linear; :class:`FlatClassifier`), which the AiT Table 1 presets of both
 the ViT and the AiT use: it is what gives Table 1's parameter counts.
 
+The AiT paper's ViT baselines (``vit_{small,medium,base}_*``) are the AiT authors' ViT (their
+``vit_hn.py`` with ``sparse=False``): patches embedded by LayerNorm → Linear → LayerNorm
+(``embed.patch_norm``) with no positions (``embed.positions="none"``: their positions and CLS token
+are created and never used), no query/value biases in the self-attention (``qv_bias=False``; the
+output projection keeps its bias), the flattened classifier. AiT §3 says only that patches are
+"mapped to embeddings with the linear projection" and prints no biases (Eq. 1). The NI paper's
+ViTs (``vit_digits``, ``vit_pgm``, ``vit_micro``) keep a conv patch embedding, positions and biases.
+
 Positions: learned absolute positions added to the patch tokens (``embed.positions="absolute"``,
-ViT), or NI App. C.2.3's relative positional bias (Eq. 20-21, without NI's per-function term
+ViT), none, or NI App. C.2.3's relative positional bias (Eq. 20-21, without NI's per-function term
 Eq. 22-23), one bias per head on the attention logits among patch tokens, 0 for pairs involving
 a CLS token (NI §4.2: "applied only to the first 64 input elements"). One bias module serves every
 layer, as in NI. Attention runs on SDPA's fused kernels, except a training step with the learned
@@ -44,7 +52,8 @@ CLASSIFIERS = ("mean", "flatten")
 class ViTConfig(SetModelConfig):
     """ViT hyperparameters; defaults are NI Table 5 (the digits ViT, 1.80 × 10⁶ parameters).
     ``classifier``: ``mean`` (pooled, or the CLS tokens) or ``flatten`` (the AiT authors'; module
-    docstring)."""
+    docstring); ``qv_bias``: biases on the self-attention's query and value projections (False:
+    the AiT authors'; the key has none in any model, a softmax cancels it)."""
 
     model_type = "vit"
 
@@ -53,6 +62,7 @@ class ViTConfig(SetModelConfig):
     ffn_hidden: int = 192
     pos_dim: int = 32                  # relative positions: width of e_row / e_col (NI App. C.2.3)
     classifier: str = "mean"
+    qv_bias: bool = True
 
     bounds = {**SetModelConfig.bounds, "num_layers": COUNT, "ffn_hidden": COUNT, "pos_dim": COUNT,
               "num_heads": heads_of("d_model")}
@@ -127,7 +137,7 @@ class ViT(SetModel):
     def make_block(self) -> nn.Module:
         """One pre-LN block (the Associative Transformer overrides it with its Figure 1b block)."""
         c = self.config
-        return ProcessorLayer(c.d_model, c.num_heads, c.ffn_hidden, activation="gelu")
+        return ProcessorLayer(c.d_model, c.num_heads, c.ffn_hidden, activation="gelu", qv_bias=c.qv_bias)
 
     def position_bias(self, n: int) -> Tensor | None:
         """NI App. C.2.3's relative bias ``[H, N, N]`` over ``n`` tokens, or None."""
@@ -156,31 +166,37 @@ def _digits() -> ViTConfig:
 register_preset("vit_digits", ViT, _digits, "NI Table 5 (digits ViT, 1.80e6 parameters)")
 
 # AiT §5.1 / Table 6: Small / Medium / Base = 2 / 6 / 12 layers of 768-d, 12 heads, MLP 3072; no
-# CLS token; patch size per task (CIFAR 4, Triangle 32, Oxford Pet 16). The AiT authors' flattened
-# classifier (module docstring) gives ViT-Small / Base on CIFAR-10 14.85 / 85.73 M parameters, Table 1's
-# 14.9 / 85.7 M (tests/models/test_vit.py); with the mean classifier they would have 14.27 / 85.15 M.
+# CLS token; patch size per task (CIFAR 4, Triangle 32, Oxford Pet 16). The AiT authors' ViT (module
+# docstring: their vit_hn.py with sparse=False) has ViT-Small / Medium / Base on CIFAR-10 14,800,234 /
+# 43,142,506 / 85,655,914 parameters used (tests/models/test_vit.py), Table 1's 14.9 / - / 85.7 M
+# (their printed totals also count 109,056 created and never used: 14.91 / 43.25 / 85.76 M).
 _AIT_SIZES = {"small": 2, "medium": 6, "base": 12}
-_TABLE1 = {"small": "14.85 M; Table 1: 14.9 M", "medium": "43.20 M; not in Table 1", "base": "85.73 M; Table 1: 85.7 M"}
+_TABLE1 = {"small": "14.80 M; Table 1: 14.9 M", "medium": "43.14 M; not in Table 1", "base": "85.66 M; Table 1: 85.7 M"}
 _AIT_TASKS = {"cifar10": (10, 32, 3, 4), "cifar100": (100, 32, 3, 4), "triangle": (2, 64, 1, 32),
               "pet": (37, 224, 3, 16)}
 
 
+def ait_patches(size: int, channels: int, patch: int) -> TokenizerConfig:
+    """The AiT authors' patch embedding (module docstring): LayerNorm → Linear → LayerNorm, no positions."""
+    return TokenizerConfig(kind="patches", image_size=size, in_channels=channels, patch_size=patch,
+                           patch_norm=True, positions="none")
+
+
 def _ait_vit(layers: int, classes: int, size: int, channels: int, patch: int, question_dim: int = 0) -> ViTConfig:
     return ViTConfig(num_classes=classes, d_model=768, num_layers=layers, num_heads=12, ffn_hidden=3072,
-                     num_cls_tokens=0, question_dim=question_dim, classifier="flatten",
-                     embed=TokenizerConfig(kind="patches", image_size=size, in_channels=channels, patch_size=patch,
-                                       positions="absolute"))
+                     num_cls_tokens=0, question_dim=question_dim, classifier="flatten", qv_bias=False,
+                     embed=ait_patches(size, channels, patch))
 
 
 for _size, _layers in _AIT_SIZES.items():
     for _task, _shape in _AIT_TASKS.items():
         register_preset(f"vit_{_size}_{_task}", ViT, lambda l=_layers, s=_shape: _ait_vit(l, *s),
-                        f"AiT §5.1, Table 6 (ViT-{_size.capitalize()}, {_task}"
+                        f"AiT §5.1, Table 6 (ViT-{_size.capitalize()}, {_task}; the AiT authors' ViT"
                         + (f"; {_TABLE1[_size]})" if _task == "cifar10" else ")"))
 
 # AiT §5.8 / Table 6 "Relational reasoning": Sort-of-CLEVR's 75×75×3 images in 5×5 patches (225 tokens)
 # plus one question token (the 11-d question vector of task sort_of_clevr_image, embedded by
-# LayerNorm → Linear → LayerNorm), 10 answers, pooled output.
+# LayerNorm → Linear → LayerNorm), 10 answers, the flattened classifier over the 226 tokens.
 SORT_OF_CLEVR = (10, 75, 3, 5, 11)
 register_preset("vit_small_sort_of_clevr", ViT, lambda: _ait_vit(2, *SORT_OF_CLEVR),
                 "AiT §5.8, Table 6 (ViT-Small, Sort-of-CLEVR with a question token)")

@@ -11,7 +11,8 @@ from .kernel import (EdgeMaskedKernel, SignatureKernel, concrete_log_sample, cos
 from .positions import RelativePositionBias, pad_bias
 from .nfm import NFM, NFMLayer, NFMRecord, rescale
 from .modulated import PLAIN, ModulatedFFN, ModulatedLinear, ModulationSpec, PreNorm, mlp
-from .tokenizers import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer, PanelEncoder, PatchEmbedding
+from .tokenizers import (ConvTokenizer, EmbeddingTokenizer, LinearTokenizer, NormLinearNorm, PanelEncoder,
+                         PatchEmbedding)
 from .workspace import GlobalWorkspace, WorkspaceRecord, balance_loss, hopfield_energy, init_memory
 
 __all__ = [
@@ -20,5 +21,5 @@ __all__ = [
     "ModulatedFFN", "ModulatedLinear", "ModulationSpec", "PreNorm", "ProcessorLayer", "ReadIn", "ReadOut",
     "SelfAttention", "SignatureKernel", "attend", "block_order", "block_sparse_attend",
     "concrete_log_sample", "cosine_distance", "init_linear_", "mask_value", "mlp", "normalize_log_kernel",
-    "order_by_groups", "RelativePositionBias", "pad_bias", "type_matching", "PanelEncoder", "PatchEmbedding", "signature_log_kernel", "trunc_normal_",
+    "order_by_groups", "RelativePositionBias", "pad_bias", "type_matching", "NormLinearNorm", "PanelEncoder", "PatchEmbedding", "signature_log_kernel", "trunc_normal_",
 ]

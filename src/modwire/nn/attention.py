@@ -306,23 +306,31 @@ class ModulatedAttention(nn.Module):
 
     Queries and the output projection are conditioned on the receiver's code; keys and values
     on the sender's (``kv_code="sender"``) or the receiver's (``kv_code="receiver"``, the
-    factorized read-in) code. ``dim``: query width and attention width (heads split it);
-    ``kv_dim``: width of the key/value inputs (default ``dim``); ``mod``: the conditioning.
+    factorized read-in) code. ``dim``: query and output width; ``kv_dim``: width of the
+    key/value inputs (default ``dim``); ``num_heads`` heads of ``head_dim`` features each, so the
+    attention is ``inner = num_heads·head_dim`` wide (``head_dim=None``: ``dim / num_heads``, heads
+    split ``dim``; the NAC authors' code: 64 whatever the head count, ``head_dim`` in
+    ``attention.py``); ``qv_bias``: biases on the query and value projections (the key never has
+    one: see below; the output projection always does); ``mod``: the conditioning.
     """
 
-    def __init__(self, dim: int, num_heads: int, *, mod: ModulationSpec = PLAIN, kv_dim: int | None = None,
+    def __init__(self, dim: int, num_heads: int, *, head_dim: int | None = None, qv_bias: bool = True,
+                 mod: ModulationSpec = PLAIN, kv_dim: int | None = None,
                  kv_code: Literal["sender", "receiver"] = "sender") -> None:
         super().__init__()
-        if dim % num_heads:
+        if head_dim is None and dim % num_heads:
             raise UserError(f"dim ({dim}) must be divisible by num_heads ({num_heads})")
         if kv_code not in ("sender", "receiver"):
             raise UserError(f"kv_code must be 'sender' or 'receiver', got {kv_code!r}")
         kv_dim = dim if kv_dim is None else kv_dim
-        self.num_heads, self.head_dim, self.kv_code = num_heads, dim // num_heads, kv_code
-        self.q, self.v, self.o = mod.linear(dim, dim), mod.linear(kv_dim, dim), mod.linear(dim, dim)
+        self.num_heads, self.kv_code = num_heads, kv_code
+        self.head_dim = dim // num_heads if head_dim is None else head_dim
+        inner = num_heads * self.head_dim
+        self.q, self.v = mod.linear(dim, inner, bias=qv_bias), mod.linear(kv_dim, inner, bias=qv_bias)
+        self.o = mod.linear(inner, dim)
         # No key bias: it adds q_i·b_k to every score of row i, which the softmax cancels (a
         # parameter that changes no output and gets no gradient, which DDP rejects).
-        self.k = mod.linear(kv_dim, dim, bias=False)
+        self.k = mod.linear(kv_dim, inner, bias=False)
 
     def forward(self, x_q: Tensor, x_kv: Tensor, *, code_q: Tensor | None = None,
                 code_kv: Tensor | None = None, bias: Tensor | AttentionPattern | None = None,
@@ -356,9 +364,10 @@ class ModulatedAttention(nn.Module):
                       return_weights=return_weights)                      # [B, H, U, d_in (+ 1)]
         mass = None if key_mask is None else z[..., d_in:].transpose(1, 2)  # Σ_j a_uj  [B, U, H, 1]
         z = z[..., :d_in] * self.v.modulation_factor(code).unsqueeze(-3)  # (Σ_j a_uj x_j) ⊙ m^v_u
-        y = torch.einsum("bhui,hei->buhe", z, self.v.weight.view(h, dh, d_in))
-        b_v = self.v.bias.view(h, dh)
-        y = y + (b_v if mass is None else mass * b_v)                     # [B, U, H, dh]
+        y = torch.einsum("bhui,hei->buhe", z, self.v.weight.view(h, dh, d_in))   # [B, U, H, dh]
+        if self.v.bias is not None:
+            b_v = self.v.bias.view(h, dh)
+            y = y + (b_v if mass is None else mass * b_v)
         return self.o(y.flatten(-2), code), w
 
     def _receiver_literal(self, x_q, x, code, bias, key_mask, return_weights):
@@ -367,7 +376,7 @@ class ModulatedAttention(nn.Module):
         q = split_heads(self.q(x_q, code), h)                             # [(B,) H, U, dh]
         q = q.expand(b, *q.shape[-3:]) if q.dim() == 3 else q
         xs = x.unsqueeze(1)                                               # [B, 1, N, d_in]
-        k = F.linear(xs * self.k.modulation_factor(code).unsqueeze(-2), self.k.weight)  # [B, U, N, dim]
+        k = F.linear(xs * self.k.modulation_factor(code).unsqueeze(-2), self.k.weight)  # [B, U, N, H·dh]
         v = F.linear(xs * self.v.modulation_factor(code).unsqueeze(-2), self.v.weight, self.v.bias)
         k = k.unflatten(-1, (h, -1)).permute(0, 3, 1, 2, 4)               # [B, H, U, N, dh]
         v = v.unflatten(-1, (h, -1)).permute(0, 3, 1, 2, 4)

@@ -9,7 +9,9 @@ generalises a Perceiver IO latent, so both are built from the same three blocks)
 
 Every block takes its conditioning as one :class:`~modwire.nn.modulated.ModulationSpec`
 (``PLAIN``: exactly Perceiver IO's encoder, latent transformer and decoder) and wraps
-each sub-layer in the one :class:`~modwire.nn.modulated.PreNorm`.
+each sub-layer in the one :class:`~modwire.nn.modulated.PreNorm`. Every attention has
+``num_heads`` heads of ``head_dim`` features (None: the heads split ``dim``) and optional
+query/value biases (``qv_bias``), as :class:`~modwire.nn.attention.ModulatedAttention`.
 """
 from __future__ import annotations
 
@@ -31,9 +33,11 @@ class ReadIn(nn.Module):
     """
 
     def __init__(self, dim: int, token_dim: int, num_heads: int, hidden_dim: int, *,
-                 mod: ModulationSpec = PLAIN, activation: str = "geglu") -> None:
+                 mod: ModulationSpec = PLAIN, activation: str = "geglu", head_dim: int | None = None,
+                 qv_bias: bool = True) -> None:
         super().__init__()
-        attn = ModulatedAttention(dim, num_heads, mod=mod, kv_dim=token_dim, kv_code="receiver")
+        attn = ModulatedAttention(dim, num_heads, head_dim=head_dim, qv_bias=qv_bias, mod=mod, kv_dim=token_dim,
+                                  kv_code="receiver")
         self.attn = PreNorm(dim, attn, context_dim=token_dim)
         self.ffn = PreNorm(dim, ModulatedFFN(dim, hidden_dim, mod=mod, activation=activation))
 
@@ -54,12 +58,13 @@ class SelfAttention(ModulatedAttention):
 
 class ProcessorLayer(nn.Module):
     """One propagator (NAC §2.1): SKMDPA among modules (``bias = log K̂``, Eq. 3), then U
-    copies of a ModFFN. Shapes: x ``[B, U, dim]``, codes ``[(B,) U, d_code]``."""
+    copies of a ModFFN. Shapes: x ``[B, U, dim]``, codes ``[(B,) U, d_code]``. ``qv_bias``: as
+    :class:`~modwire.nn.attention.ModulatedAttention`'s."""
 
     def __init__(self, dim: int, num_heads: int, hidden_dim: int, *, mod: ModulationSpec = PLAIN,
-                 activation: str = "geglu") -> None:
+                 activation: str = "geglu", head_dim: int | None = None, qv_bias: bool = True) -> None:
         super().__init__()
-        self.attn = PreNorm(dim, SelfAttention(dim, num_heads, mod=mod))
+        self.attn = PreNorm(dim, SelfAttention(dim, num_heads, head_dim=head_dim, qv_bias=qv_bias, mod=mod))
         self.ffn = PreNorm(dim, ModulatedFFN(dim, hidden_dim, mod=mod, activation=activation))
 
     def forward(self, x: Tensor, codes: Tensor | None = None, *, bias: Bias = None,
@@ -71,18 +76,23 @@ class ProcessorLayer(nn.Module):
 class ReadOut(nn.Module):
     """Read-out (NAC §2.1): output modules attend to the final states (SKMDPA, no residual as
     in the authors' code), ModFFN, then ``logits = head(Σ_o softmax_o(conf(y_o)) · y_o)``
-    (equal to a confidence-weighted sum of per-module logits: the head is linear and shared).
+    (equal to a confidence-weighted sum of per-module logits: the head is linear and shared;
+    the plain softmax of the authors' released configs, ``OutputLatentPooling`` with
+    ``softmax_type: vanilla`` in ``tokenizers.py``). ``norm=True`` puts a LayerNorm between the
+    ModFFN and the pooling (the paper has none; the authors' final configs none either).
 
     Shapes: queries ``[(B,) Uo, dim]``, states ``[B, U, dim]``; returns logits ``[B, C]``, the
     attention weights (or None) and the confidences ``[B, Uo]``.
     """
 
     def __init__(self, dim: int, num_outputs: int, num_heads: int, hidden_dim: int, num_classes: int, *,
-                 mod: ModulationSpec = PLAIN, activation: str = "geglu") -> None:
+                 mod: ModulationSpec = PLAIN, activation: str = "geglu", head_dim: int | None = None,
+                 qv_bias: bool = True, norm: bool = False) -> None:
         super().__init__()
-        self.attn = PreNorm(dim, ModulatedAttention(dim, num_heads, mod=mod), context_dim=dim, residual=False)
+        attn = ModulatedAttention(dim, num_heads, head_dim=head_dim, qv_bias=qv_bias, mod=mod)
+        self.attn = PreNorm(dim, attn, context_dim=dim, residual=False)
         self.ffn = PreNorm(dim, ModulatedFFN(dim, hidden_dim, mod=mod, activation=activation))
-        self.norm = nn.LayerNorm(dim)
+        self.norm = nn.LayerNorm(dim) if norm else None
         # One output slot needs no confidence: softmax over a single module is 1. No bias: a shift
         # shared by every output module cancels in the softmax over them.
         self.confidence = nn.Linear(dim, 1, bias=False) if num_outputs > 1 else None
@@ -93,7 +103,9 @@ class ReadOut(nn.Module):
                 return_weights: bool = False) -> tuple[Tensor, Tensor | None, Tensor]:
         y, w = self.attn(queries, context=states, code_q=out_codes, code_kv=state_codes, bias=bias,
                          key_mask=key_mask, return_weights=return_weights)
-        y = self.norm(self.ffn(y, out_codes))
+        y = self.ffn(y, out_codes)
+        if self.norm is not None:
+            y = self.norm(y)
         if self.confidence is None:
             conf = y.new_ones(y.shape[:-1])
         else:

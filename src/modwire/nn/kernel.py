@@ -17,7 +17,10 @@ truncation mask), :func:`concrete_log_sample` (NAC's stochastic kernel),
 :func:`normalize_log_kernel` (δ-normalisation along any axis). Everything stays in the log
 domain, where ``log P = -d/ε`` and ``log K = logsigmoid(·)`` are exact and finite; a masked
 pair is a bool mask, never a distance of ∞, so gradients still reach the signatures through
-the kept pairs (the authors' straight-through truncation gives zero gradient there).
+the kept pairs (the authors' straight-through truncation gives zero gradient there). A
+module's link to itself is exact: ``d(s_i, s_i) = 0`` (:func:`cosine_distance` of a set with
+itself), so ``P_ii = 1`` and ``K_ii = 1`` in every mode (``Concrete(1, τ) = 1``), with finite
+gradients.
 
 :class:`SignatureKernel` is the thin NAC module over them: ε (log-parameterised, so it stays
 positive), τ, δ and the train / eval modes. It returns ``(bias, key_mask)`` for
@@ -42,8 +45,18 @@ KERNEL_MODES = ("expected", "sample", "threshold")
 
 
 def cosine_distance(a: Tensor, b: Tensor) -> Tensor:
-    """``d_ij = 1 - cos(a_i, b_j)``: ``[..., Uq, Uk]`` from ``[..., Uq, d]`` and ``[..., Uk, d]``."""
-    return (1.0 - F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).transpose(-1, -2)).clamp_min(0.0)
+    """``d_ij = 1 - cos(a_i, b_j)``: ``[..., Uq, Uk]`` from ``[..., Uq, d]`` and ``[..., Uk, d]``.
+
+    ``b is a`` (one set of signatures against itself, NAC's propagators): the diagonal is exactly
+    0, ``d(s_i, s_i) = 0`` (NAC Eq. 2, so ``P_ii = 1``; App. A: "P_ii = 1 by definition"), where
+    the rounding of ``cos`` would leave ~1e-7, and it gets no gradient (``d_ii`` is 0 whatever
+    ``s_i`` is)."""
+    na = F.normalize(a, dim=-1)
+    nb = na if b is a else F.normalize(b, dim=-1)
+    d = 1.0 - na @ nb.transpose(-1, -2)
+    if b is a:
+        d = d.masked_fill(torch.eye(d.shape[-1], dtype=torch.bool, device=d.device), 0.0)
+    return d.clamp_min(0.0)
 
 
 def signature_log_kernel(s_recv: Tensor, s_send: Tensor, epsilon: float | Tensor, *,
@@ -57,12 +70,16 @@ def signature_log_kernel(s_recv: Tensor, s_send: Tensor, epsilon: float | Tensor
 
 def concrete_log_sample(log_p: Tensor, tau: float, *, generator: torch.Generator | None = None) -> Tensor:
     """``log K`` for ``K ~ Concrete(P, τ)`` (RelaxedBernoulli, reparameterised; NAC Eq. 3):
-    ``K = σ((logit P + log u - log(1-u)) / τ)``, ``u ~ U(0, 1)``. Same shape as ``log_p``."""
-    log_p = log_p.clamp(max=-1e-6)  # P_ii = 1 (d = 0) would give logit P = ∞
-    logit_p = log_p - torch.log(-torch.expm1(log_p))  # log P - log(1 - P)
+    ``K = σ((logit P + log u - log(1-u)) / τ)``, ``u ~ U(0, 1)``. Same shape as ``log_p``.
+    ``P = 1`` (``log_p = 0``: a module and itself) gives ``K = 1`` exactly, as ``Concrete(1, τ) = 1``,
+    with a zero gradient; every other entry has a finite ``logit P`` and follows the formula."""
+    certain = log_p == 0                                # P = 1: logit P = ∞ and K = 1
+    safe = torch.where(certain, torch.full_like(log_p, -1.0), log_p)   # finite in the unused branch
+    logit_p = safe - torch.log(-torch.expm1(safe))      # log P - log(1 - P)
     # (torch.rand's own draw, written so that a dynamic batch size compiles: no shape argument)
     u = torch.empty_like(log_p).uniform_(generator=generator).clamp_(1e-6, 1 - 1e-6)
-    return F.logsigmoid((logit_p + torch.log(u) - torch.log1p(-u)) / tau)
+    log_k = F.logsigmoid((logit_p + torch.log(u) - torch.log1p(-u)) / tau)
+    return torch.where(certain, torch.zeros_like(log_k), log_k)
 
 
 def normalize_log_kernel(log_k: Tensor, *, dim: int = -1, delta: float = 1e-6,

@@ -21,7 +21,9 @@ the previously seen passes"; §3.2: "stores every previously seen layer") has ev
 the reader before block ``i`` of pass ``k`` reads the outputs of all ``N`` blocks of every earlier
 pass and of blocks ``1 … i-1`` of pass ``k``, in that (memory) order. The input ``x`` itself is not
 in the memory (Alg. 1 appends block outputs only), so the first reader of the first pass reads
-only the null slot: ``A = 0``.
+only the null slot: ``A = 0`` and its read adds ``γ·σ(0·W_o1) W_o2 = 0``. That module has no read
+parameters (no ``W_q``, ``W_o1``, BN, ``W_o2``, ``γ``: through their biases they could only add a
+learned constant to ``x``, which Alg. 1 does not print); it only writes.
 
 **Attention (§3.2.1),** per reader (``θ̃`` differs per layer and per pass), ``heads`` heads, per
 query POSITION: the query is ``h^(i-1)`` at that position, the keys are the memory states at the
@@ -36,7 +38,8 @@ scores of each row, the null slot competing like any key, enter a softmax renorm
 kept keys. ``topk_softmax="subtract"`` is the authors' code (Ke et al. 2018's ``SparseAttention``):
 the softmax over all keys minus its (k+1)-th largest weight, clipped at 0 and renormalised
 (:func:`modwire.nn.attention.sparse_softmax`). The configured ``k`` is always used (the authors'
-code silently uses 3). "We use linear operations (separate per module) to
+Sort-of-CLEVR code configures 5 but silently runs 3; ``AUTHORS_NFM_CNN`` of
+:mod:`modwire.models.relational_cnn` sets 3). "We use linear operations (separate per module) to
 compute the key, value, and query for each module": module ``(k, i)`` owns ``W_q`` (applied to its
 query ``h^(i-1)``) and ``W_k``, ``W_v`` (applied to its output ``h^(i)`` when it is written to the
 memory), so each state is projected once, by the module that wrote it, whatever its channel count
@@ -45,7 +48,11 @@ never read: it has no ``W_k``, ``W_v``.) Output: ``h = R + γ·σ(BN(A W_o1)) W_
 scalar initialised to 0, BatchNorm (over batch and positions) before ``σ`` when ``norm="batch"``
 (``reader_output="linear"``, §3.2.1: "one linear layer, followed by an activation, followed by a
 linear layer"); ``reader_output="conv3x3"``: ``W_o1`` and ``W_o2`` are 3×3 convolutions (padding
-1) over the query's grid, as the authors' ``out_layers`` (2-D states only).
+1) over the query's grid, as the authors' ``out_layers`` (2-D states only). With BatchNorm, ``W_o1``
+has no bias (the BatchNorm cancels it in training: it would never get a gradient; in the authors'
+code it has one); ``output_bias=False`` leaves out ``W_o2``'s bias too, for networks in which every
+path from the read starts with a BatchNorm (a pre-activation ResNet, the GAN generator), where
+that bias would never get a gradient either.
 
 **Rescaling (§3.2.2, "automatic type conversion")** of a source to the query's spatial size,
 per spatial dimension (1-D sequences, 2-D images, 3-D volumes; a vector ``[B, C]`` is a
@@ -304,7 +311,9 @@ class NFMLayer(nn.Module):
     ``W_o2`` and ``γ``. The first module of the first pass reads an empty memory (``reads=False``: no
     ``W_q``; ``A = 0``) and the last module of the last pass is never read (``writes=False``: no
     ``W_k``, ``W_v``). ``residual=False``: a module that only writes (no ``W_q``, ``W_o1``, BN,
-    ``W_o2``, ``γ``; :meth:`read` refuses), the earlier passes of ``read_at="after_last_pass"``.
+    ``W_o2``, ``γ``; :meth:`read` refuses): the first module of the first pass (it would read only the
+    null slot) and the earlier passes of ``read_at="after_last_pass"``. ``output_bias``: ``W_o2``'s bias
+    (``W_o1`` has none with ``norm="batch"``; module docstring).
 
     :meth:`read` ``(h [B, C, *S], memory: list of (K̂, V̂)) → (h + γ·σ(BN(A W_o1)) W_o2, read)``;
     ``read`` is None, or with ``record`` ``(mass [B, n_sources], null [B])`` (:class:`NFMRecord`);
@@ -318,7 +327,8 @@ class NFMLayer(nn.Module):
     def __init__(self, query_channels: int, out_channels: int, *, reads: bool = True, writes: bool = True,
                  residual: bool = True, k: int = 5, d_k: int = 16, d_v: int = 16, heads: int = 4, hidden: int = 0,
                  norm: str = "batch", activation: str = "relu", rescale: str = "space_to_depth",
-                 score_scale: str = "d_k", topk_softmax: str = "kept", reader_output: str = "linear") -> None:
+                 score_scale: str = "d_k", topk_softmax: str = "kept", reader_output: str = "linear",
+                 output_bias: bool = True) -> None:
         super().__init__()
         _check_options(norm=norm, activation=activation, rescale=rescale, score_scale=score_scale,
                        topk_softmax=topk_softmax, reader_output=reader_output)
@@ -336,11 +346,14 @@ class NFMLayer(nn.Module):
         self.w_o1 = self.norm = self.act = self.w_o2 = self.gamma = None
         if residual:
             conv = reader_output == "conv3x3"             # the authors' out_layers: 3×3 convs, BatchNorm2d
-            self.w_o1 = nn.Conv2d(heads * d_v, hidden, 3, padding=1) if conv else nn.Linear(heads * d_v, hidden)
+            b1 = norm != "batch"                          # a BatchNorm after W_o1 cancels its bias (module docstring)
+            self.w_o1 = nn.Conv2d(heads * d_v, hidden, 3, padding=1, bias=b1) if conv else \
+                nn.Linear(heads * d_v, hidden, bias=b1)
             self.norm = (nn.BatchNorm2d(hidden) if conv else nn.BatchNorm1d(hidden)) if norm == "batch" \
                 else nn.Identity()
             self.act = READER_ACTIVATIONS[activation]()
-            self.w_o2 = nn.Conv2d(hidden, query_channels, 3, padding=1) if conv else nn.Linear(hidden, query_channels)
+            self.w_o2 = nn.Conv2d(hidden, query_channels, 3, padding=1, bias=output_bias) if conv else \
+                nn.Linear(hidden, query_channels, bias=output_bias)
             self.gamma = nn.Parameter(torch.zeros(()))   # γ = 0 at initialisation (§3.2.1)
         self.random_attention = False
 
@@ -453,7 +466,8 @@ class NFMLayer(nn.Module):
         if record:
             read = (torch.stack([wj.sum(-1).mean(dim=(1, 2)) for wj in spans], -1), w[..., 0].mean(dim=(1, 2)))
         if fast_values:
-            return self._output_hidden(a.sum(2) + self.w_o1.bias, h), read
+            z = a.sum(2) if self.w_o1.bias is None else a.sum(2) + self.w_o1.bias
+            return self._output_hidden(z, h), read
         return self.output(a.reshape(b, p, -1), h), read
 
 
@@ -505,7 +519,8 @@ class NFM(nn.Module):
                  example_input: Tensor | None = None, k: int = 5, passes: int = 2,
                  d_k: int = 16, d_v: int = 16, heads: int = 4, hidden: int = 0, norm: str = "batch",
                  activation: str = "relu", rescale: str = "space_to_depth", score_scale: str = "d_k",
-                 topk_softmax: str = "kept", reader_output: str = "linear", read_at: str = "before",
+                 topk_softmax: str = "kept", reader_output: str = "linear", output_bias: bool = True,
+                 read_at: str = "before",
                  share_blocks: bool = False, layout: str = "channels_first",
                  layer_factory: LayerFactory | None = None) -> None:
         super().__init__()
@@ -530,7 +545,7 @@ class NFM(nn.Module):
             copy.deepcopy(self.blocks) for _ in range(passes - 1))
         options = dict(k=k, d_k=d_k, d_v=d_v, heads=heads, hidden=hidden, norm=norm, activation=activation,
                        rescale=rescale, score_scale=score_scale, topk_softmax=topk_softmax,
-                       reader_output=reader_output)
+                       reader_output=reader_output, output_bias=output_bias)
         self.readers = self._build_readers(layer_factory, options)
         self.records: list[NFMRecord] = []
         self.pass_outputs: list[Tensor] = []
@@ -544,7 +559,8 @@ class NFM(nn.Module):
         for p in range(self.passes):
             for i in range(n):
                 if self.read_at == "before":
-                    flags = dict(reads=(p, i) != (0, 0), writes=(p, i) != (last, n - 1), residual=True)
+                    first = (p, i) == (0, 0)                     # reads only the null slot: only writes
+                    flags = dict(reads=not first, writes=(p, i) != (last, n - 1), residual=not first)
                     readers.append(make(p, i, c[i], c[i + 1], **flags, **options))
                 else:                                    # the query is the block's own output h^(i)
                     flags = dict(reads=p == last, writes=True, residual=p == last)
@@ -564,6 +580,12 @@ class NFM(nn.Module):
         own = layer_index + (self.read_at == "after_last_pass")
         return [(p, j) for p in range(pass_index) for j in range(self.num_blocks)] + \
             [(pass_index, j) for j in range(own)]
+
+    @property
+    def gammas(self) -> list[nn.Parameter]:
+        """Every read's gate ``γ`` (Alg. 1; 0 at initialisation), in reader order; a module that only
+        writes (the first of the first pass, the earlier passes of ``read_at="after_last_pass"``) has none."""
+        return [r.gamma for r in self.readers if r.gamma is not None]
 
     @property
     def random_attention(self) -> bool:
@@ -605,7 +627,10 @@ class NFM(nn.Module):
 
     def _read(self, module: NFMLayer, p: int, i: int, h: Tensor, memory: list[tuple[Tensor, Tensor]],
               record: bool, cache: dict) -> Tensor:
-        h, read = module.read(h, memory, record=record, cache=cache)
+        if not module.residual:           # the first module of the first pass: the null slot alone, A = 0
+            read = (h.new_zeros(h.shape[0], 0), h.new_ones(h.shape[0])) if record else None
+        else:
+            h, read = module.read(h, memory, record=record, cache=cache)
         if record:
             self.records.append(NFMRecord(p, i, self.sources_of(p, i), *read))
         return h

@@ -3,10 +3,14 @@
 * :class:`ConvTokenizer`: NAC App. C's convolutional preprocessor (shared by NAC and
   Perceiver IO): conv 4×4/4 + LN, one ConvNeXt block, conv 2×2/2 + LN, then a
   learned 64-d positional encoding *concatenated* to each token. 64×64 → 8×8 tokens.
+  Widths (App. C gives none) and the block's details as the authors' ``ConvNeXtImageTokenizer``.
 * :class:`LinearTokenizer`: generic sets and sequences ``[B, N, d_in]``, with
   optional learned positions (added). Without positions it is permutation-equivariant.
 * :class:`EmbeddingTokenizer`: discrete sequences (bytes, ListOps symbols), learned
   positions added.
+* :class:`PatchEmbedding`: ViT patches, mapped linearly (a strided conv) or by
+  :class:`NormLinearNorm` (LayerNorm → Linear → LayerNorm, the AiT authors' patch embedding,
+  which is also AiT §5.8's question embedding), with optional learned positions.
 
 Every tokenizer exposes ``out_dim`` and returns ``[B, N, out_dim]``; ``grid`` is ``(rows, cols)``
 of tokens that lie on an image grid in row-major order (conv, patches), else None.
@@ -39,6 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import UserError, UserTypeError
+from .init import trunc_normal_
 from .checks import check_device, check_float, check_images, check_not_empty, check_tensor, values_checkable
 
 
@@ -50,35 +55,75 @@ class ChannelLayerNorm(nn.LayerNorm):
 
 
 class ConvNeXtBlock(nn.Module):
-    """App. C: one 7×7 (depthwise) conv, then LN → Linear(C, 4C) → GELU → LN → Linear(4C, C), residual."""
+    """NAC App. C's ConvNeXt block (Liu et al. 2022), ``[B, C, H, W] → [B, C, H, W]``: a 7×7
+    depthwise conv, then per position LN → Linear(C, 4C) → GELU → LN → Linear(4C, C), times a
+    per-channel layer scale ``γ``, added to the input.
 
-    def __init__(self, channels: int) -> None:
+    ``norms=2``: App. C ("each of the linear layers ... is preceded by a layernorm");
+    ``norms=1``: the authors' ``external/convnext.py`` ``Block`` (no LN before the second linear).
+    ``layer_scale``: ``γ``'s initial value (their ``layer_scale_init_value`` 1e-6; 0: no ``γ``).
+    Their drop-path is 0 in every released config: none here."""
+
+    def __init__(self, channels: int, *, norms: int = 2, layer_scale: float = 1e-6, eps: float = 1e-6) -> None:
         super().__init__()
         self.dwconv = nn.Conv2d(channels, channels, 7, padding=3, groups=channels)
-        self.norm1, self.fc1 = nn.LayerNorm(channels), nn.Linear(channels, 4 * channels)
-        self.norm2, self.fc2 = nn.LayerNorm(4 * channels), nn.Linear(4 * channels, channels)
+        self.norm1, self.fc1 = nn.LayerNorm(channels, eps=eps), nn.Linear(channels, 4 * channels)
+        self.norm2 = nn.LayerNorm(4 * channels, eps=eps) if norms == 2 else nn.Identity()
+        self.fc2 = nn.Linear(4 * channels, channels)
+        self.layer_scale = nn.Parameter(torch.full((channels,), float(layer_scale))) if layer_scale > 0 else None
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.dwconv(x).permute(0, 2, 3, 1)  # [B, H, W, C]
         h = self.fc2(self.norm2(F.gelu(self.fc1(self.norm1(h)))))
+        if self.layer_scale is not None:
+            h = h * self.layer_scale
         return x + h.permute(0, 3, 1, 2)
 
 
 class ConvTokenizer(nn.Module):
-    """NAC App. C convolutional preprocessor. ``[B, C_in, S, S] → [B, (S/8)², channels + pos_dim]``."""
+    """NAC App. C convolutional preprocessor. ``[B, C_in, S, S] → [B, (S/8)², channels + pos_dim]``.
 
-    def __init__(self, image_size: int = 64, in_channels: int = 3, channels: int = 320,
-                 pos_dim: int = 64) -> None:
+    Stem: conv 4×4 stride 4 to ``stem_channels``, LN; one :class:`ConvNeXtBlock` at
+    ``stem_channels``; downsampling: conv 2×2 stride 2 to ``channels``, then LN (``down_norm=
+    "after"``, App. C) or LN then the conv (``"before"``: the authors' ConvNeXt downsampling layer,
+    the LN at ``stem_channels``, none after); learned positions ``[(S/8)², pos_dim]`` concatenated
+    to each token (their ``PositionalGrid``), tokens in row-major order.
+
+    Defaults: the LayerNorms where App. C puts them (``down_norm="after"``, ``block_norms=2``);
+    what App. C leaves open as the authors' ``ConvNeXtImageTokenizer`` (``capacity_preset: femto``,
+    ``num_stages: 2``) at NAC Table 4's ``d = 384``: ``stem_channels = d/4``, ``channels = d/2``,
+    LayerNorm eps 1e-6, layer scale 1e-6. ``init="convnext"``: their ``ConvNeXt._init_weights`` (conv and linear
+    weights ``N(0, 0.02²)`` truncated at ±2, i.e. timm's ``trunc_normal_`` bounds, which are
+    absolute; zero biases); ``"torch"``: PyTorch's layer defaults. Positions ``N(0, pos_std²)``
+    (their grid: ``torch.randn``, ``pos_std = 1``). Drawn in this order: stem, block,
+    downsampling (PyTorch's defaults), then with ``init="convnext"`` the redraw of those weights,
+    then the positions."""
+
+    def __init__(self, image_size: int = 64, in_channels: int = 3, channels: int = 192, pos_dim: int = 64, *,
+                 stem_channels: int = 96, down_norm: str = "after", block_norms: int = 2,
+                 layer_scale: float = 1e-6, eps: float = 1e-6, init: str = "convnext", pos_std: float = 1.0) -> None:
         super().__init__()
         if image_size % 8:
             raise UserError(f"image_size must be a multiple of 8 (two downsamplings, 4 then 2), got {image_size}")
+        if down_norm not in ("after", "before") or block_norms not in (1, 2) or init not in ("convnext", "torch"):
+            raise UserError(f"ConvTokenizer: expected down_norm in ('after', 'before'), block_norms in (1, 2), "
+                            f"init in ('convnext', 'torch'), got {down_norm!r}, {block_norms!r}, {init!r}")
         self.image_size, self.in_channels = image_size, in_channels
-        self.stem = nn.Sequential(nn.Conv2d(in_channels, channels, 4, stride=4), ChannelLayerNorm(channels))
-        self.block = ConvNeXtBlock(channels)
-        self.down = nn.Sequential(nn.Conv2d(channels, channels, 2, stride=2), ChannelLayerNorm(channels))
+        c1, c2 = stem_channels, channels
+        self.stem = nn.Sequential(nn.Conv2d(in_channels, c1, 4, stride=4), ChannelLayerNorm(c1, eps=eps))
+        self.block = ConvNeXtBlock(c1, norms=block_norms, layer_scale=layer_scale, eps=eps)
+        conv = nn.Conv2d(c1, c2, 2, stride=2)
+        self.down = nn.Sequential(conv, ChannelLayerNorm(c2, eps=eps)) if down_norm == "after" else \
+            nn.Sequential(ChannelLayerNorm(c1, eps=eps), conv)
+        if init == "convnext":
+            for layer in self.modules():
+                if isinstance(layer, (nn.Conv2d, nn.Linear)):
+                    trunc_normal_(layer.weight, std=0.02)             # bounds ±2 (absolute), as timm's
+                    if not layer.bias.is_meta:
+                        nn.init.zeros_(layer.bias)
         self.num_tokens = (image_size // 8) ** 2
         self.grid = (image_size // 8, image_size // 8)
-        self.pos = nn.Parameter(0.02 * torch.randn(self.num_tokens, pos_dim))
+        self.pos = nn.Parameter(pos_std * torch.randn(self.num_tokens, pos_dim))
         self.out_dim = channels + pos_dim
 
     def check_input(self, x: Tensor, *, name: str = "x") -> Tensor:
@@ -188,22 +233,43 @@ def _positions(table: nn.Embedding, n: int) -> Tensor:
     return table.weight[:n]
 
 
+class NormLinearNorm(nn.Module):
+    """LayerNorm(d_in) → Linear(d_in, d_out) → LayerNorm(d_out), ``[..., d_in] → [..., d_out]``:
+    AiT §5.8's question embedding ("a learnable linear projection and layer normalization before
+    and after the linear projection") and the AiT authors' patch embedding (``vit_hn.py``'s
+    ``to_patch_embedding``)."""
+
+    def __init__(self, d_in: int, d_out: int) -> None:
+        super().__init__()
+        self.norm_in = nn.LayerNorm(d_in)
+        self.proj = nn.Linear(d_in, d_out)
+        self.norm_out = nn.LayerNorm(d_out)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.norm_out(self.proj(self.norm_in(x)))
+
+
 class PatchEmbedding(nn.Module):
     """ViT patch embedding (Dosovitskiy et al. 2021; NI §4.2, AiT §5.1): non-overlapping
     ``patch × patch`` patches, each mapped linearly to ``dim`` (a strided conv is that linear
     map), with optional learned absolute positions (added).
+
+    ``norm=True``: each patch flattened in ``(row, column, channel)`` order (``patch²·C``
+    values), then :class:`NormLinearNorm` (the AiT authors' ``vit_hn.py``: LayerNorm → Linear
+    → LayerNorm; AiT §3 says only "mapped to embeddings with the linear projection").
 
     ``[B, C, S, S] → [B, G, dim]`` with ``G = (S / patch)²`` tokens in row-major order;
     ``grid = (S / patch, S / patch)`` is what a relative positional bias (NI App. C.2.3) reads.
     """
 
     def __init__(self, image_size: int, in_channels: int, patch_size: int, dim: int, *,
-                 absolute_positions: bool = True) -> None:
+                 absolute_positions: bool = True, norm: bool = False) -> None:
         super().__init__()
         if image_size % patch_size:
             raise UserError(f"image_size ({image_size}) must be a multiple of patch_size ({patch_size})")
-        self.image_size, self.in_channels, self.out_dim = image_size, in_channels, dim
-        self.proj = nn.Conv2d(in_channels, dim, patch_size, stride=patch_size)
+        self.image_size, self.in_channels, self.patch_size, self.out_dim = image_size, in_channels, patch_size, dim
+        self.proj = NormLinearNorm(in_channels * patch_size ** 2, dim) if norm else \
+            nn.Conv2d(in_channels, dim, patch_size, stride=patch_size)
         side = image_size // patch_size
         self.grid = (side, side)
         self.pos = nn.Parameter(0.02 * torch.randn(side * side, dim)) if absolute_positions else None
@@ -211,11 +277,23 @@ class PatchEmbedding(nn.Module):
     def check_input(self, x: Tensor, *, name: str = "x") -> Tensor:
         """Refuse what this embedding cannot read (module docstring of :mod:`modwire.nn.tokenizers`)."""
         expected = (self.in_channels, self.image_size, self.image_size)
-        return check_images(x, name, "PatchEmbedding", expected, self.proj.weight)
+        weight = self.proj.proj.weight if isinstance(self.proj, NormLinearNorm) else self.proj.weight
+        return check_images(x, name, "PatchEmbedding", expected, weight)
 
     def forward(self, x: Tensor, *, name: str = "x") -> Tensor:
-        h = self.proj(self.check_input(x, name=name)).flatten(2).transpose(1, 2)   # [B, G, dim]
+        x = self.check_input(x, name=name)
+        if isinstance(self.proj, NormLinearNorm):
+            h = self.proj(self.patches(x))                                          # [B, G, dim]
+        else:
+            h = self.proj(x).flatten(2).transpose(1, 2)                             # [B, G, dim]
         return h if self.pos is None else h + self.pos
+
+    def patches(self, x: Tensor) -> Tensor:
+        """``[B, C, S, S] → [B, G, p·p·C]``: each patch flattened row by row, channels innermost."""
+        b, c, s, _ = x.shape
+        p, side = self.patch_size, s // self.patch_size
+        x = x.reshape(b, c, side, p, side, p).permute(0, 2, 4, 3, 5, 1)            # [B, rows, cols, p, p, C]
+        return x.reshape(b, side * side, p * p * c)
 
 
 class PanelEncoder(nn.Module):
@@ -226,7 +304,8 @@ class PanelEncoder(nn.Module):
     ``[B, P, S, S]`` (P = num_context + K panels, context first) → ``[B·K, num_context + 1, dim]``:
     per set the context embeddings then the candidate's, each plus a learned slot embedding
     (the position of a panel in the 3×3 matrix). CNN: four 3×3 stride-2 convolutions with
-    ``channels`` filters, BatchNorm and ReLU (WReN), then a linear map to ``dim``.
+    ``channels`` filters, BatchNorm and ReLU (WReN), then a linear map to ``dim``. The convolutions
+    have no bias: the BatchNorm after each cancels a per-channel constant (a bias there never trains).
     ``groups = K``: the set model folds its ``[B·K]`` scores back to ``[B, K]``.
     """
 
@@ -239,7 +318,8 @@ class PanelEncoder(nn.Module):
         self.groups, self.out_dim, self.grid = num_panels - num_context, dim, None
         layers, c_in, side = [], 1, panel_size
         for _ in range(4):
-            layers += [nn.Conv2d(c_in, channels, 3, stride=2, padding=1), nn.BatchNorm2d(channels), nn.ReLU()]
+            layers += [nn.Conv2d(c_in, channels, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(channels),
+                       nn.ReLU()]
             c_in, side = channels, (side + 1) // 2
         self.cnn = nn.Sequential(*layers, nn.Flatten(), nn.Linear(channels * side * side, dim))
         self.slots = nn.Parameter(0.02 * torch.randn(num_context + 1, dim))

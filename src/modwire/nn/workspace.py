@@ -1,7 +1,11 @@
 """The Associative Transformer's global workspace layer (AiT §4, Figure 1a).
 
-One layer, read top to bottom like AiT §4:
+One layer, read top to bottom like AiT §4. Its input ``h [B, N, E]`` is what the block hands it
+(the AiT block: the FFN's output, :mod:`modwire.models.ait`); it returns ``Ξ^{t+1} = Ξ^t + Ξ̂^t``
+(§4.3's skip connection), which the block adds to its residual stream.
 
+0. ``Ξ^t = LN(h)`` (the authors' ``ait.py``: the FFN's output LayerNorm, ``ModularNN.norm``; the
+   paper does not say where the LayerNorms and residuals of the block sit).
 1. **squash** (§4.1): the tokens ``Ξ [B, N, E]`` become one pool of ``B·N`` patches, so patches of
    different samples compete for the workspace. ``pool="sample"`` keeps one pool per sample
    (a sample competes only with its own patches: predictions never depend on the rest of the
@@ -18,8 +22,10 @@ One layer, read top to bottom like AiT §4:
    none, and the authors' code has none). Each slot keeps its ``k`` highest entries
    (``top-k(A_i)``: the entries of the softmax over the whole pool, not renormalised; the shared
    kernel's ``attend(topk=k, topk_softmax="all")``), ``head_i = top-k(A_i) Ξ W^V_i`` and
-   ``γ̂ = LN(Concat(head_1..head_A) W^O)``. Top-k needs the explicit weights, so this attention
-   runs the kernel's explicit path, not SDPA's fused one (the model's other attention calls do).
+   ``γ̂ = LN(Dropout(Concat(head_1..head_A) W^O))`` (Eq. 3; the Dropout, ``write_dropout`` 0.1 in
+   training, and the LayerNorm's eps 1e-6 are the authors' ``MHA.py``: the paper gives neither).
+   Top-k needs the explicit weights, so this attention runs the kernel's explicit path, not
+   SDPA's fused one (the model's other attention calls do).
 4. **memory update** (Eq. 4): ``γ^{t+1} = normalize(α γ^t + (1-α) γ̂^t)``, each slot scaled to
    unit L2 norm (implementation notes §4: "row L2-normalisation"). In training the buffer keeps
    ``γ^{t+1}`` (detached; with per-sample pools, the update with the mean of the ``γ̂`` of the
@@ -35,35 +41,33 @@ One layer, read top to bottom like AiT §4:
    ``retrieval="attention"`` is Table 2's "W/O Hopfield": a multi-head attention with the
    tokens as queries and ``f_LT(γ^{t+1})`` as keys and values.
 
-Where this departs from the letter of the paper (each a documented choice or option):
+Where this departs from the letter of the paper or from the authors' code (each a documented
+choice or option; docs/ait.md's departures table):
 
-* The workspace reads ``LN(x)`` and adds its retrieval to ``x`` (pre-norm, like every other
-  sub-layer of the block): ``Ξ = LN(x)``, output ``x + Ξ̂``.
 * Gradient through the memory written in the same step (``write_grad=True``, default): the
   retrieval of the current batch uses ``γ^{t+1}`` with its graph, so ``W^Q, W^K, W^V, W^O``
   and the LayerNorm of Eq. 3 learn from the task loss, as the end-to-end training of §1 / §4
   describes. The authors' code detaches the write (``write_grad=False``): there ``W^V``, ``W^O``
-  never train and ``W^Q, W^K`` learn only from the balance loss.
-* **Residual write** (``write_residual=True``, default; from the authors' code, not the paper):
-  ``γ̂ = LN(γ^t + Concat(heads) W^O)``, a residual over the current memory that Eq. 3 does not
-  print (the authors also apply Dropout to ``Concat(heads) W^O``; modwire's AiT has no dropout).
-  ``write_residual=False`` is Eq. 3 as printed. Why the default departs from the paper: see
-  "Memory collapse" below.
-* Options, each off by default: ``bias`` (biases on ``W^Q, W^K, W^V, W^O``; modwire's former
-  default, in neither the paper nor the authors' code); ``head_split`` (``A`` heads of width
-  ``D/A`` with scale ``1/√(D/A)``, modwire's former reading of Eq. 1); ``bottleneck_softmax="kept"``
-  (each slot's weights renormalised over its ``k`` kept patches: the usual top-k attention, and
-  **the authors' code's top-k**); ``normalize_update`` (``γ̂`` scaled to unit slots before Eq. 4).
+  and the write's LayerNorm never train and ``W^Q, W^K`` learn only from the balance loss; here
+  they are then built frozen (``requires_grad=False``: the same training, and no parameter that
+  never gets a gradient, which DistributedDataParallel rejects).
+* ``write_residual=True``: the authors' ``γ̂ = LN(γ^t + Dropout(Concat(heads) W^O))``, a residual
+  over the current memory that Eq. 3 does not print (default False: Eq. 3 as printed).
+* ``bottleneck_softmax="kept"``: each slot's weights renormalised over its ``k`` kept patches
+  (the authors' top-k; default ``"all"``: Eq. 3's ``top-k(A_i)`` of the softmax over the pool).
+* Options in neither the paper nor the authors' code, each off by default: ``bias`` (biases on
+  ``W^Q, W^K, W^V, W^O``; modwire's workspace before issue 23), ``head_split`` (``A`` heads of
+  width ``D/A`` with scale ``1/√(D/A)``, modwire's former reading of Eq. 1), ``normalize_update``
+  (``γ̂`` scaled to unit slots before Eq. 4).
 
-**Memory collapse**: with Eq. 3-4 as printed the slots can become one vector in training (mean
-cosine between slots → 1), after which the balance loss sits at its fully-collapsed value and every
-slot selects the same patches, so the slots cannot specialise as §5 / Figure 2 shows them. Biases on
-the projections collapse the memory even with frozen random weights (tested). The authors'
-residual write keeps the slots apart on real images, which is why it is the default; ``bottleneck_softmax="kept"``
-with ``normalize_update=True`` (:data:`modwire.models.ait.NO_COLLAPSE`) is a modwire-only
-alternative. The measurements (``experiments/ait_memory_collapse.py``, ``experiments/ait_analysis.py``)
-are in ``experiments/results/ait_memory_collapse_*/`` and ``experiments/results/ait_analysis/``
-and in docs/ait.md.
+**Memory collapse** (measured with modwire's workspace before issue 35, which read ``LN(x)`` after
+the FFN's residual and added only ``Ξ̂``): with Eq. 3-4 as printed the slots became one vector in
+training (mean cosine between slots → 1); biases on the projections collapse the memory even
+with frozen random weights (tested below, unchanged); the authors' residual write kept the
+slots apart on digits and Fashion-MNIST but not on Triangle. The measurements
+(``experiments/ait_memory_collapse.py``, ``experiments/ait_analysis.py``) are in
+``experiments/results/ait_memory_collapse_*/`` and ``experiments/results/ait_analysis/`` and in
+docs/ait.md; whether the memory collapses under the current block is not measured yet.
 """
 from __future__ import annotations
 
@@ -130,13 +134,18 @@ def balance_loss(weights: Tensor, eps: float = 1e-10) -> Tensor:
     """AiT Eq. 5-6, summed over heads (without σ), averaged over pools. ``weights [P, A, M, L]``.
 
     Per head ``i``: importance ``Σ_j A_ijl`` and load ``Σ_j [A_ijl > 0]`` of each position ``l``;
-    ``ℓ_i = Var(importance) / (mean² + ε) + Var(load) / (mean² + ε)`` over the ``L`` positions
-    (population variance). Zero when every position carries the same importance and load."""
+    ``ℓ_i = Var(importance) / (mean² + ε) + Var(load) / (mean² + ε)`` over the ``L`` positions.
+    Eq. 6's "Var" is the unbiased variance, computed in at least float32 (the authors' ``MHA.py``:
+    ``x.float().var()``); a pool of one position has no variance (0, as theirs). Zero when every
+    position carries the same importance and load."""
+    weights = weights.to(torch.promote_types(weights.dtype, torch.float32))
     importance = weights.sum(dim=-2)                                    # [P, A, L]
     load = (weights > 0).sum(dim=-2).to(weights.dtype)                  # [P, A, L]
 
     def cv2(t: Tensor) -> Tensor:
-        return t.var(dim=-1, correction=0) / (t.mean(dim=-1) ** 2 + eps)
+        if t.shape[-1] == 1:
+            return t.new_zeros(t.shape[:-1])
+        return t.var(dim=-1, correction=1) / (t.mean(dim=-1) ** 2 + eps)
 
     return (cv2(importance) + cv2(load)).sum(dim=-1).mean()
 
@@ -152,21 +161,23 @@ def hopfield_energy(xi: Tensor, patterns: Tensor, beta: float) -> Tensor:
 
 
 class GlobalWorkspace(nn.Module):
-    """AiT §4 global workspace layer (module docstring). ``x [B, N, E] → (y [B, N, E], record)``.
+    """AiT §4 global workspace layer (module docstring). ``h [B, N, E] → (Ξ + Ξ̂ [B, N, E], record)``
+    with ``Ξ = LN(h)``.
 
     ``dim`` E; ``num_slots`` M; ``slot_dim`` D; ``num_heads`` A bottleneck heads (each of width D; with ``head_split`` they divide D);
     ``bottleneck_size`` k (0: dense, Table 2 "W/O bottleneck"); ``alpha`` EWMA factor (Eq. 4);
     ``beta`` inverse temperature and ``steps`` Hopfield updates (Eq. 7-8); ``retrieval_heads``
-    heads of the "W/O Hopfield" attention; ``eps`` of Eq. 6; ``bias``, ``head_split``,
-    ``write_residual``, ``bottleneck_softmax``, ``normalize_update``: the options of the module
-    docstring."""
+    heads and ``qv_bias`` query/value biases of the "W/O Hopfield" attention; ``eps`` of Eq. 6;
+    ``write_dropout`` the Dropout on ``Concat(heads) W^O`` in training; ``bias``, ``head_split``,
+    ``write_residual``, ``bottleneck_softmax``, ``normalize_update``, ``write_grad``: the options of
+    the module docstring."""
 
     def __init__(self, dim: int, *, num_slots: int = 32, slot_dim: int = 32, num_heads: int = 8,
                  bottleneck_size: int = 512, alpha: float = 0.9, beta: float = 1.0, steps: int = 1,
                  pool: str = "batch", memory_init: str = "gaussian", retrieval: str = "hopfield",
-                 retrieval_heads: int = 8, write_grad: bool = True, eps: float = 1e-10,
+                 retrieval_heads: int = 8, qv_bias: bool = False, write_grad: bool = True, eps: float = 1e-10,
                  bottleneck_softmax: str = "all", normalize_update: bool = False, bias: bool = False,
-                 head_split: bool = False, write_residual: bool = True) -> None:
+                 head_split: bool = False, write_residual: bool = False, write_dropout: float = 0.1) -> None:
         super().__init__()
         if head_split and slot_dim % num_heads:
             raise UserError(f"slot_dim ({slot_dim}) must be divisible by the bottleneck heads ({num_heads}) "
@@ -184,14 +195,19 @@ class GlobalWorkspace(nn.Module):
         inner = num_heads * self.head_dim                                   # A heads side by side
         self.memory_forward = True          # evaluation: write γ^{t+1} for this batch (Figure 8 (1))
         self.balance: Tensor | None = None  # Eq. 6 of the last training forward
-        self.norm = nn.LayerNorm(dim)
+        self.norm = nn.LayerNorm(dim)                                       # Ξ = LN(h)
         self.q = nn.Linear(slot_dim, inner, bias=bias)                      # W^Q_i, i = 1..A  (Eq. 3)
         self.k, self.v = nn.Linear(dim, inner, bias=bias), nn.Linear(dim, inner, bias=bias)   # W^K_i, W^V_i
         self.o = nn.Linear(inner, slot_dim, bias=bias)                      # W^O
-        self.write_norm = nn.LayerNorm(slot_dim)
+        self.write_dropout = nn.Dropout(write_dropout)                      # the authors' MHA.py
+        self.write_norm = nn.LayerNorm(slot_dim, eps=1e-6)                  # Eq. 3's LN (eps: the authors')
         self.up = nn.Linear(slot_dim, dim)                                  # f_LT
-        self.retrieve = ModulatedAttention(dim, retrieval_heads) if retrieval == "attention" else None
+        self.retrieve = ModulatedAttention(dim, retrieval_heads, qv_bias=qv_bias) if retrieval == "attention" \
+            else None
         self.register_buffer("memory", init_memory(memory_init, num_slots, slot_dim))
+        if not write_grad:          # the detached write: no path from any loss to these (they stay as drawn)
+            for p in (*self.v.parameters(), *self.o.parameters(), *self.write_norm.parameters()):
+                p.requires_grad_(False)
 
     @torch.no_grad()
     def reset_memory(self, generator: torch.Generator | None = None) -> None:
@@ -199,13 +215,13 @@ class GlobalWorkspace(nn.Module):
         m, d = self.memory.shape
         self.memory.copy_(init_memory(self.memory_init, m, d, generator))
 
-    def forward(self, x: Tensor, *, record: bool = False) -> tuple[Tensor, WorkspaceRecord | None]:
+    def forward(self, h: Tensor, *, record: bool = False) -> tuple[Tensor, WorkspaceRecord | None]:
         dim = self.norm.normalized_shape[0]
-        if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != dim or not x.is_floating_point():
-            got = f"{x.dtype} {list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+        if not isinstance(h, Tensor) or h.dim() != 3 or h.shape[-1] != dim or not h.is_floating_point():
+            got = f"{h.dtype} {list(h.shape)}" if isinstance(h, Tensor) else type(h).__name__
             raise UserError(f"GlobalWorkspace: expected float tokens [B, N, {dim}], got {got}")
-        b, n, _ = x.shape
-        xi = self.norm(x)                                                   # Ξ^t = LN(x)  [B, N, E]
+        b, n, _ = h.shape
+        xi = self.norm(h)                                                   # Ξ^t = LN(h)  [B, N, E]
         gamma = self.memory.clone()                                         # γ^t [M, D] (the buffer is updated below)
         weights = None
         if self.training or self.memory_forward:
@@ -224,7 +240,7 @@ class GlobalWorkspace(nn.Module):
         out, before, after = self.read(xi, patterns, energies=record)
         rec = WorkspaceRecord(None if weights is None else weights.detach(), new.detach(), before, after, n) \
             if record else None
-        return x + out, rec                                                 # Ξ^{t+1} = Ξ^t + Ξ̂^t
+        return xi + out, rec                                                # Ξ^{t+1} = Ξ^t + Ξ̂^t (§4.3)
 
     def squash(self, xi: Tensor) -> Tensor:
         """§4.1: ``[B, N, E] → [P, L, E]``: one pool of ``B·N`` patches (``P = 1``), one per
@@ -237,15 +253,16 @@ class GlobalWorkspace(nn.Module):
         return pool
 
     def write(self, pool: Tensor, gamma: Tensor, *, need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        """Eq. 3: ``pool [P, L, E]``, ``γ^t [M, D]`` → ``(γ̂^t [P, M, D], A [P, H, M, L] or None)``;
-        the softmax scale is ``1/√d_h`` (``1/√D`` as Eq. 3 prints, or ``1/√(D/A)`` with ``head_split``)."""
+        """Eq. 3: ``pool [P, L, E]``, ``γ^t [M, D]`` → ``(γ̂^t [P, M, D], A [P, H, M, L] or None)``,
+        ``γ̂ = LN(Dropout(Concat(heads) W^O))`` (``write_residual``: ``LN(γ + Dropout(...))``); the
+        softmax scale is ``1/√d_h`` (``1/√D`` as Eq. 3 prints, or ``1/√(D/A)`` with ``head_split``)."""
         p, h = pool.shape[0], self.num_heads
         q = split_heads(self.q(gamma), h).expand(p, -1, -1, -1)             # [P, A, M, d_h]
         k, v = split_heads(self.k(pool), h), split_heads(self.v(pool), h)   # [P, A, L, d_h]
         topk = self.bottleneck_size or None
         heads, w = attend(q, k, v, topk=topk, topk_softmax=self.bottleneck_softmax,
                           return_weights=need_weights)                      # [P, A, M, d_h]
-        out = self.o(merge_heads(heads))                                    # Concat(heads) W^O  [P, M, D]
+        out = self.write_dropout(self.o(merge_heads(heads)))                # Dropout(Concat(heads) W^O)  [P, M, D]
         if self.write_residual:                                             # the authors' code, not Eq. 3
             out = gamma + out
         return self.write_norm(out), w                                      # γ̂^t = LN(...)

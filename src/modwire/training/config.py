@@ -105,6 +105,9 @@ class OptimSection:
     gamma: float = 0.1                            # step schedule: factor at each milestone
     grad_clip: float = 1.0                        # max global grad norm; 0 = off
     label_smoothing: float = 0.0
+    filter_bias_and_norm: bool = True             # no decay on biases, norms, <=1-D and paper-exempt parameters
+                                                  # (timm's filter_bias_and_bn); False: decay every parameter
+                                                  # (the AiT authors' AdamW over net.parameters())
 
     bounds: ClassVar[dict[str, Bounds]] = {
         "lr": POSITIVE, "warmup_lr": NON_NEGATIVE, "min_lr": NON_NEGATIVE, "weight_decay": NON_NEGATIVE,

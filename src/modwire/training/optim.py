@@ -6,25 +6,31 @@ import math
 import torch
 from torch import nn
 
-from ..models.base import PretrainedModel
+from ..models.base import PretrainedModel, no_weight_decay_names
 from .config import OptimSection
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two groups: weight decay for matrices, none for 1-D parameters (biases, norms, α,
-    ε) and for what the model lists in ``no_weight_decay()`` (NAC: signatures, codes,
-    positional encodings — App. C)."""
-    skip = tuple(model.no_weight_decay()) if isinstance(model, PretrainedModel) else ()
+def param_groups(model: nn.Module, weight_decay: float, *, filter_bias_and_norm: bool = True) -> list[dict]:
+    """Two groups of the trainable parameters: ``weight_decay`` for all but those the model names in
+    ``no_weight_decay()`` (full names: biases whatever their shape, normalisation layers' parameters,
+    ≤1-D parameters, and what its paper exempts, e.g. NAC App. C's signatures and codes;
+    :func:`modwire.models.base.no_weight_decay_names`), none for those. A module that is not a modwire
+    model (a GAN's generator or discriminator) gets the same rule without paper exemptions.
+    ``filter_bias_and_norm=False``: every trainable parameter is decayed (the AiT authors' ``ait.py``:
+    ``AdamW(net.parameters(), weight_decay=0.01)``; the second group is empty)."""
+    if not filter_bias_and_norm:
+        skip: set[str] = set()
+    else:
+        skip = set(model.no_weight_decay() if isinstance(model, PretrainedModel) else no_weight_decay_names(model))
     decay, no_decay = [], []
     for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if p.ndim <= 1 or any(k in name for k in skip) else decay).append(p)
+        if p.requires_grad:
+            (no_decay if name in skip else decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
 def build_optimizer(model: nn.Module, cfg: OptimSection) -> torch.optim.Optimizer:
-    groups = param_groups(model, cfg.weight_decay)
+    groups = param_groups(model, cfg.weight_decay, filter_bias_and_norm=cfg.filter_bias_and_norm)
     if cfg.name == "adamw":
         return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas))
     if cfg.name == "sgd":

@@ -2,12 +2,13 @@
 
 NAC App. C trains NACs and PIOs on (Tiny-)ImageNet with "a standard data augmentation
 regimen" [DeiT, Touvron et al. 2021]: random resized crop, horizontal flip,
-RandAugment (2 ops, magnitude 9), random erasing (p=0.25), mixup (alpha 0.8) /
+RandAugment (DeiT's ``rand-m9-mstd0.5-inc1``), random erasing (p=0.25), mixup (alpha 0.8) /
 cutmix (alpha 1.0) and label smoothing 0.1. This package implements that regimen
 without torchvision, one file per idea (as timm's ``timm.data``):
 
 * ``transforms``: the ``Transform`` protocol, ``Compose``, crops, flip, resize, normalise;
-* ``rand_augment``: ``RandAugment`` and the functional ops it draws from;
+* ``rand_augment``: ``DeiTRandAugment`` (timm's, as DeiT runs it), ``RandAugment`` (torchvision's
+  table) and the functional ops they draw from;
 * ``random_erasing``: ``RandomErasing``;
 * ``mixup``: batch-level ``MixupCutmix``, label smoothing, ``soft_target_cross_entropy``;
 * ``pipelines``: ``standard_train_transform``, ``eval_transform``, ``rand_augment_transform``
@@ -33,14 +34,15 @@ Conventions
 from .mixup import MixParams, MixupCutmix, smooth_one_hot, soft_target_cross_entropy
 from .pipelines import (TRAIN_PIPELINES, AugmentedDataset, crop_flip_transform, eval_transform, rand_augment_transform,
                         resized_crop_flip_transform, standard_train_transform)
-from .rand_augment import (RANDAUGMENT_OPS, RandAugment, adjust_brightness, adjust_contrast, adjust_saturation,
-                           adjust_sharpness, affine, autocontrast, equalize, posterize, rotate, shear_x, shear_y,
-                           solarize, translate_x, translate_y)
+from .rand_augment import (DEIT_RANDAUGMENT_OPS, RANDAUGMENT_OPS, DeiTRandAugment, RandAugment, adjust_brightness,
+                           adjust_contrast, adjust_saturation, adjust_sharpness, affine, autocontrast, equalize, invert,
+                           posterize, rotate, shear_x, shear_y, solarize, solarize_add, translate_x, translate_y)
 from .random_erasing import RandomErasing
 from .transforms import (IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, Normalize, RandomCrop, RandomHorizontalFlip,
                          RandomResizedCrop, Resize, ToFloat, Transform)
 
 __all__ = [
+    "DEIT_RANDAUGMENT_OPS", "DeiTRandAugment", "invert", "solarize_add",
     "IMAGENET_MEAN", "IMAGENET_STD", "RANDAUGMENT_OPS", "TRAIN_PIPELINES", "AugmentedDataset", "CenterCrop", "Compose",
     "MixParams", "MixupCutmix", "Normalize", "RandAugment", "RandomCrop", "RandomErasing", "RandomHorizontalFlip",
     "RandomResizedCrop", "crop_flip_transform", "resized_crop_flip_transform",

@@ -14,7 +14,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from ...seeding import torch_generator
-from .rand_augment import RandAugment
+from .rand_augment import DeiTRandAugment, RandAugment
 from .random_erasing import RandomErasing
 from .transforms import (IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, Normalize, RandomCrop,
                          RandomHorizontalFlip, RandomResizedCrop, Resize, ToFloat, _pair)
@@ -26,11 +26,13 @@ __all__ = ["TRAIN_PIPELINES", "AugmentedDataset", "crop_flip_transform", "eval_t
 def standard_train_transform(image_size: int | Sequence[int], *, scale: tuple[float, float] = (0.08, 1.0),
                              ratio: tuple[float, float] = (3 / 4, 4 / 3), hflip: float = 0.5,
                              randaug_num_ops: int = 2, randaug_magnitude: float = 9,
-                             randaug_magnitude_std: float = 0.5, mean: Sequence[float] = IMAGENET_MEAN,
-                             std: Sequence[float] = IMAGENET_STD, erase_prob: float = 0.25) -> Compose:
-    """The DeiT-style per-sample training pipeline of NAC App. C:
+                             randaug_magnitude_std: float = 0.5, randaug_prob: float = 0.5,
+                             mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
+                             erase_prob: float = 0.25) -> Compose:
+    """The DeiT-style per-sample training pipeline of NAC App. C (``data.augment: deit``):
     ToFloat -> RandomResizedCrop(image_size) -> RandomHorizontalFlip(0.5) ->
-    RandAugment(2, 9, magnitude_std 0.5, fill = mean) -> Normalize(mean, std) -> RandomErasing(0.25).
+    DeiTRandAugment (DeiT's ``rand-m9-mstd0.5-inc1``: 2 ops, each applied with probability 0.5,
+    magnitude 9 of 10, std 0.5, fill = mean) -> Normalize(mean, std) -> RandomErasing(0.25).
 
     ``[C, H, W]`` (uint8 or float in [0, 1]) ``-> [C, *image_size]`` normalised. Batch-level
     Mixup/CutMix and label smoothing are :class:`MixupCutmix`, applied to collated batches.
@@ -39,7 +41,8 @@ def standard_train_transform(image_size: int | Sequence[int], *, scale: tuple[fl
         ToFloat(),
         RandomResizedCrop(image_size, scale=scale, ratio=ratio),
         RandomHorizontalFlip(hflip),
-        RandAugment(randaug_num_ops, randaug_magnitude, magnitude_std=randaug_magnitude_std, fill=tuple(mean)),
+        DeiTRandAugment(randaug_num_ops, randaug_magnitude, magnitude_std=randaug_magnitude_std, prob=randaug_prob,
+                        fill=tuple(mean)),
         Normalize(mean, std),
         RandomErasing(erase_prob),
     ])
@@ -50,8 +53,9 @@ def rand_augment_transform(*, num_ops: int = 2, magnitude: float = 9, magnitude_
     """RandAugment alone (NI App. C: digit images "augmented with RandAugment", timm's
     implementation): ToFloat -> RandAugment(2, 9, magnitude_std 0.5, fill). No crop, no flip (a
     mirrored digit is another symbol), no normalisation: images stay in [0, 1], as evaluation
-    sees them. ``[C, H, W] -> [C, H, W]``. (timm's op table also has Invert and SolarizeAdd;
-    this RandAugment uses torchvision's.)"""
+    sees them. ``[C, H, W] -> [C, H, W]``. (NI App. C names timm's implementation but not its settings;
+    this is torchvision's table, :class:`RandAugment`, magnitude 9 of 30, every op applied: not DeiT's
+    ``rand-m9-mstd0.5-inc1``, :class:`DeiTRandAugment`.)"""
     return Compose([ToFloat(), RandAugment(num_ops, magnitude, magnitude_std=magnitude_std, fill=fill)])
 
 

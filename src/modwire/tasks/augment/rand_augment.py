@@ -1,6 +1,12 @@
-"""RandAugment (Cubuk et al. 2020) and the functional image ops it draws from.
+"""RandAugment (Cubuk et al. 2020) and the functional image ops it draws from, in two forms:
 
-NAC App. C uses DeiT's setting: 2 ops at magnitude 9 (``magnitude_std`` 0.5).
+* :class:`DeiTRandAugment`: timm's ``rand_augment_transform("rand-m9-mstd0.5-inc1")`` as DeiT runs it
+  (NAC App. C's "standard data augmentation regimen" [DeiT]; ``data.augment: deit``): magnitude on a
+  scale of 10, each of the 2 ops applied with probability 0.5, 15 ops with the "increasing" variants;
+* :class:`RandAugment`: torchvision's table (14 ops, magnitude on a scale of 30, every op applied),
+  NI's ``data.augment: randaugment``.
+
+Both draw from the same functional ops below (one implementation of each).
 """
 from __future__ import annotations
 
@@ -14,9 +20,9 @@ from torch import Tensor
 from .transforms import Fill, Transform, _check_image, _fill_tensor, _need, _randint
 from ...errors import UserError
 
-__all__ = ["RANDAUGMENT_OPS", "RandAugment", "adjust_brightness", "adjust_contrast", "adjust_saturation",
-           "adjust_sharpness", "affine", "autocontrast", "equalize", "posterize", "rotate", "shear_x", "shear_y",
-           "solarize", "translate_x", "translate_y"]
+__all__ = ["DEIT_RANDAUGMENT_OPS", "DeiTRandAugment", "RANDAUGMENT_OPS", "RandAugment", "adjust_brightness",
+           "adjust_contrast", "adjust_saturation", "adjust_sharpness", "affine", "autocontrast", "equalize", "invert",
+           "posterize", "rotate", "shear_x", "shear_y", "solarize", "solarize_add", "translate_x", "translate_y"]
 
 
 # All take and return float images [C, H, W] in [0, 1]. Geometric ops fill uncovered
@@ -134,6 +140,17 @@ def solarize(img: Tensor, threshold: float) -> Tensor:
     return torch.where(img >= threshold, 1 - img, img)
 
 
+def solarize_add(img: Tensor, add: float, threshold: float = 128 / 255) -> Tensor:
+    """Add ``add`` to every value ``v < threshold`` (clipped at 1); others are kept (PIL's point table of
+    timm's ``solarize_add``: 8-bit levels below 128 raised by ``add·255``)."""
+    return torch.where(img < threshold, (img + add).clamp(max=1), img)
+
+
+def invert(img: Tensor) -> Tensor:
+    """``1 - v`` (PIL's ``ImageOps.invert``)."""
+    return 1 - img
+
+
 def autocontrast(img: Tensor) -> Tensor:
     """Stretch each channel linearly so its minimum maps to 0 and maximum to 1
     (constant channels are kept)."""
@@ -185,9 +202,11 @@ class RandAugment(Transform):
     pixels), rotate ``30 l`` degrees, brightness / color / contrast / sharpness factor
     ``1 +- 0.9 l``, posterize to ``8 - round(4 l)`` bits, solarize threshold ``1 - l``.
     Signed ops flip sign with probability 1/2. With ``magnitude_std > 0`` each op's level
-    is drawn from ``N(magnitude, magnitude_std)`` clipped to the bin range (timm's
-    ``mstd``; DeiT uses ``rand-m9-mstd0.5``). ``fill`` colours pixels uncovered by the
-    geometric ops. ``[C, H, W] -> [C, H, W]``.
+    is drawn from ``N(magnitude, magnitude_std)`` clipped to the bin range (as timm's
+    ``mstd``). Every drawn op is applied. ``fill`` colours pixels uncovered by the
+    geometric ops. ``[C, H, W] -> [C, H, W]``. (NI's ``data.augment: randaugment``; DeiT's
+    RandAugment, ``data.augment: deit``, is :class:`DeiTRandAugment`: at the same ``magnitude`` 9
+    this table's ops are about a third as strong.)
     """
 
     def __init__(self, num_ops: int = 2, magnitude: float = 9, num_magnitude_bins: int = 31,
@@ -262,3 +281,113 @@ class RandAugment(Transform):
             img = self.apply_op(img, op, strength)
         return img
 
+
+
+# ----------------------------------------------------------------------------- DeiT's RandAugment (timm)
+
+DEIT_RANDAUGMENT_OPS = ("AutoContrast", "Equalize", "Invert", "Rotate", "PosterizeIncreasing", "SolarizeIncreasing",
+                        "SolarizeAdd", "ColorIncreasing", "ContrastIncreasing", "BrightnessIncreasing",
+                        "SharpnessIncreasing", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel")
+LEVEL_DENOM = 10       # timm's ``_LEVEL_DENOM``: magnitude m means the fraction l = m / 10 of each op's range
+_ENHANCE = {"ColorIncreasing": adjust_saturation, "ContrastIncreasing": adjust_contrast,
+            "BrightnessIncreasing": adjust_brightness, "SharpnessIncreasing": adjust_sharpness}
+_DEIT_GEOMETRIC = {"Rotate": rotate, "ShearX": shear_x, "ShearY": shear_y, "TranslateXRel": translate_x,
+                   "TranslateYRel": translate_y}
+_DEIT_SIGNED = {*_DEIT_GEOMETRIC, *_ENHANCE}
+# timm's level-to-argument functions, unsigned, of l = level / 10 and the image's (height, width); an enhance
+# op's factor is 1 ± this
+_DEIT_RANGES = {
+    "Rotate": lambda l, h, w: 30.0 * l, "ShearX": lambda l, h, w: 0.3 * l, "ShearY": lambda l, h, w: 0.3 * l,
+    "TranslateXRel": lambda l, h, w: 0.45 * l * w, "TranslateYRel": lambda l, h, w: 0.45 * l * h,
+    **{op: (lambda l, h, w: 0.9 * l) for op in _ENHANCE},
+    "PosterizeIncreasing": lambda l, h, w: float(4 - int(4 * l)),          # bits kept
+    "SolarizeIncreasing": lambda l, h, w: (256 - int(256 * l)) / 255,       # threshold
+    "SolarizeAdd": lambda l, h, w: int(110 * l) / 255}                       # added to values below 128 / 255
+
+
+class DeiTRandAugment(Transform):
+    """timm's RandAugment ``rand-m{magnitude}-mstd{magnitude_std}-inc1`` (``timm/data/auto_augment.py``:
+    ``rand_augment_transform``), DeiT's ``rand-m9-mstd0.5-inc1`` by default (NAC App. C).
+
+    ``num_ops`` ops are drawn uniformly with replacement from the 15 of :data:`DEIT_RANDAUGMENT_OPS`
+    (timm's ``_RAND_INCREASING_TRANSFORMS``); each is applied with probability ``prob`` (0.5), at a
+    level drawn per call from ``N(magnitude, magnitude_std)`` clipped to ``[0, 10]``, ``l = level / 10``:
+
+    ======================================  ===========================================================
+    Rotate                                  ``±30 l`` degrees
+    ShearX, ShearY                          ``±0.3 l``
+    TranslateXRel, TranslateYRel            ``±0.45 l`` of the width / height (not rounded)
+    Color/Contrast/Brightness/Sharpness-    factor ``max(0.1, 1 ± 0.9 l)``
+    Increasing
+    PosterizeIncreasing                     keep ``4 - ⌊4 l⌋`` bits
+    SolarizeIncreasing                      invert levels ``≥ (256 - ⌊256 l⌋) / 255``
+    SolarizeAdd                             add ``⌊110 l⌋ / 255`` to levels below 128 / 255
+    AutoContrast, Equalize, Invert          no argument
+    ======================================  ===========================================================
+
+    (``±``: the sign flips with probability 1/2.) At m = 9: 27°, 0.27, 0.405·size, ``1 ± 0.81``, 1 bit,
+    threshold 26 / 255, add 99 / 255. ``fill`` colours pixels uncovered by the geometric ops (DeiT: the
+    ImageNet mean). Differences from timm: images are float tensors (PIL's ops on 8-bit levels, re-stated
+    on ``[0, 1]``) and the geometric ops resample bilinearly (DeiT: bicubic). ``[C, H, W] -> [C, H, W]``.
+    """
+
+    def __init__(self, num_ops: int = 2, magnitude: float = 9, magnitude_std: float = 0.5, prob: float = 0.5,
+                 fill: Fill = 0.0, ops: Sequence[str] = DEIT_RANDAUGMENT_OPS):
+        unknown = sorted(set(ops) - set(DEIT_RANDAUGMENT_OPS))
+        if unknown or not ops:
+            raise UserError(f"DeiTRandAugment: unknown or no op(s) {unknown or list(ops)}; valid: "
+                            f"{list(DEIT_RANDAUGMENT_OPS)}")
+        for name, v, lo, hi in (("magnitude", magnitude, 0, LEVEL_DENOM), ("prob", prob, 0, 1),
+                                ("magnitude_std", magnitude_std, 0, math.inf), ("num_ops", num_ops, 0, math.inf)):
+            if not lo <= v <= hi:
+                raise UserError(f"DeiTRandAugment: {name} must be in [{lo}, {hi}], got {v!r}")
+        self.num_ops, self.magnitude, self.magnitude_std, self.prob = int(num_ops), magnitude, magnitude_std, prob
+        self.fill, self.ops = fill, tuple(ops)
+
+    @staticmethod
+    def op_argument(op: str, level: float, height: int, width: int, negate: bool = False) -> float | None:
+        """timm's level-to-argument of ``op`` at ``level`` (on the scale of 10; class docstring), the sign
+        flipped when ``negate`` (signed ops only); None for the ops without an argument."""
+        if op not in _DEIT_RANGES:
+            return None
+        x = _DEIT_RANGES[op](level / LEVEL_DENOM, height, width)
+        x = -x if negate and op in _DEIT_SIGNED else x
+        return max(0.1, 1.0 + x) if op in _ENHANCE else x
+
+    def apply_op(self, img: Tensor, op: str, arg: float | None) -> Tensor:
+        """``op`` with its argument as :meth:`op_argument` returns it."""
+        if op in _ENHANCE:
+            return _ENHANCE[op](img, arg)
+        if op in _DEIT_GEOMETRIC:
+            return _DEIT_GEOMETRIC[op](img, arg, self.fill)
+        if op == "PosterizeIncreasing":
+            return posterize(img, int(arg))
+        if op == "SolarizeIncreasing":
+            return solarize(img, arg)
+        if op == "SolarizeAdd":
+            return solarize_add(img, arg)
+        return {"AutoContrast": autocontrast, "Equalize": equalize, "Invert": invert}[op](img)
+
+    def plan(self, generator: torch.Generator, height: int, width: int) -> list[tuple[str, float | None]]:
+        """The ops this call applies, in order, with their arguments: ``num_ops`` ops drawn (with
+        replacement), each kept with probability ``prob``, its level ``N(magnitude, magnitude_std)``
+        clipped to ``[0, 10]``, its sign flipped with probability 1/2 (signed ops)."""
+        g = generator
+        chosen = [self.ops[_randint(g, 0, len(self.ops))] for _ in range(self.num_ops)]
+        out = []
+        for op in chosen:
+            if self.prob < 1.0 and torch.rand((), generator=g).item() >= self.prob:
+                continue
+            level = float(self.magnitude)
+            if self.magnitude_std > 0:
+                level = min(max(level + self.magnitude_std * torch.randn((), generator=g).item(), 0.0), LEVEL_DENOM)
+            negate = op in _DEIT_SIGNED and bool(_randint(g, 0, 2))
+            out.append((op, self.op_argument(op, level, height, width, negate)))
+        return out
+
+    def __call__(self, img: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        _check_image(img, "DeiTRandAugment")
+        g = _need(generator, "DeiTRandAugment")
+        for op, arg in self.plan(g, *img.shape[-2:]):
+            img = self.apply_op(img, op, arg)
+        return img
