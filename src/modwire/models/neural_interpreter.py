@@ -532,10 +532,10 @@ def _pgm(tau: float, d_type: int, frozen: bool) -> NeuralInterpreterConfig:
     preset (4 × 128 in the code's convention), type MLP 192 × 2, learned codes; panels of 80×80,
     8 context + 8 candidates, each candidate with the context and a CLS token (§4.3, App. D).
 
-    Parameters: 1 403 923 (neutral; 1.40-1.41 M over the regimes) against Table 7's 1.6 M, 12.3 %
+    Parameters: 1 403 795 (neutral; 1.40-1.41 M over the regimes) against Table 7's 1.6 M, 12.3 %
     under. The difference is the panel CNN, which App. D calls "shallow" without describing it:
-    modwire uses WReN's (four 3×3 stride-2 convolutions of 32 filters with BatchNorm, then a linear
-    map to 192; 183 840 parameters with the slot embeddings). ``embed.panel_channels`` widens it
+    modwire uses WReN's (four 3×3 stride-2 convolutions of 32 filters with BatchNorm and no bias,
+    then a linear map to 192; 183 712 parameters with the slot embeddings). ``embed.panel_channels`` widens it
     (``create_model(..., embed={"panel_channels": c}).num_parameters()`` gives the count at ``c``)."""
     return NeuralInterpreterConfig(
         num_classes=1, num_cls_tokens=1, num_scripts=2, num_iterations=8, num_locs=1, num_functions=5,
