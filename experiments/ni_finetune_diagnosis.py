@@ -19,8 +19,13 @@ lr, no clipping), for each ``--train`` set × ``--lrs`` × ``--seeds``, keeping 
   the targets' std, mean over the functions; 0: a constant output).
 
 Where the study itself fine-tuned a set at that lr (NI Table 3's 0.05), its own runs are measured
-(no snapshots: their last checkpoint) instead of being trained again. Output: ``DIR/finetune_diagnosis.json`` (runs under ``DIR/diagnosis/``,
-working state). Wall time: one fine-tuning run (~7-10 min on one core) per train set × lr × seed.
+(no snapshots: their last checkpoint) instead of being trained again. Output: ``DIR/diagnosis/study.json``
+(:mod:`modwire.analysis.study`'s one format, study ``<DIR's name>_diagnosis``): one record per run,
+its summary (final R², best snapshot, largest late loss) and the measures above; each invocation
+adds the runs it measures to the file's records (runs already there are kept, not measured again),
+and its ``wall_time_s`` is that invocation's (the training runs' own times are in their
+``metrics.jsonl``). The runs under ``DIR/diagnosis/`` are working state. Wall time: one fine-tuning
+run (~7-10 min on one core) per train set × lr × seed, and ~1-3 min to measure one run's snapshots.
 """
 from __future__ import annotations
 
@@ -148,21 +153,19 @@ def measure(study: Path, run: Run) -> dict:
     return out
 
 
-def summarise(study: Path, runs: list[dict]) -> list[dict]:
-    """Per run: the final R², the best snapshot's R² and step, the largest training loss after step
-    64 and its step, and the run's folder."""
-    rows = []
-    for r in runs:
-        late = [(loss, step) for step, loss in r["loss"] if step > 64]
-        worst = max(late) if late else (None, None)
-        best = max(r["snapshots"], key=lambda s: s["r2"]) if r["snapshots"] else None
-        row = {**Run.of(r)._asdict(), "final_r2": r["final"]["r2"],
-               "best_snapshot_r2": None if best is None else best["r2"],
-               "best_snapshot_step": None if best is None else best["step"],
-               "max_loss_after_64": worst[0], "max_loss_step": worst[1]}
-        row["run"] = _relative(run_dir(study, Run.of(r)))
-        rows.append(row)
-    return rows
+SUMMARY = ("final_r2", "best_snapshot_r2", "best_snapshot_step", "max_loss_after_64", "max_loss_step", "run")
+
+
+def summarise(study: Path, run: dict) -> dict:
+    """One run's record with its summary first: the final R², the best snapshot's R² and step, the
+    largest training loss after step 64 and its step, and the run's folder."""
+    late = [(loss, step) for step, loss in run["loss"] if step > 64]
+    worst = max(late) if late else (None, None)
+    best = max(run["snapshots"], key=lambda s: s["r2"]) if run["snapshots"] else None
+    summary = [run["final"]["r2"], None if best is None else best["r2"], None if best is None else best["step"],
+               worst[0], worst[1], _relative(run_dir(study, Run.of(run)))]
+    return {**Run.of(run)._asdict(), **dict(zip(SUMMARY, summary)),
+            **{k: v for k, v in run.items() if k not in Run._fields and k not in SUMMARY}}
 
 
 def _relative(path: Path) -> str:
@@ -187,24 +190,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clip", type=float, default=0.0, help="clip the gradients' global norm (0: no, the protocol)")
     ap.add_argument("--report", action="store_true", help="only measure the finished runs")
     args = ap.parse_args(argv)
+    import time
+
     import torch
 
+    started = time.perf_counter()
     torch.set_num_threads(1)
     combos = [Run(t, float(lr), int(s), args.rerun, args.clip) for t in args.train.split(";")
               for lr in args.lrs.split(",") for s in args.seeds.split(",")]
     if not args.report:
         for run in combos:
             finetune(args.study, run, args)
-    path = args.study / "finetune_diagnosis.json"
-    old = json.loads(path.read_text()) if path.is_file() else {"runs": []}
-    done = {Run.of(r) for r in old["runs"]}
-    runs = old["runs"] + [measure(args.study, c) for c in combos
-                          if c not in done and (run_dir(args.study, c) / "result.json").is_file()]
+    from modwire.analysis.study import read_study
+
+    out = args.study / "diagnosis"
+    old = read_study(out / common.RESULTS_FILE)["results"] if (out / common.RESULTS_FILE).is_file() else []
+    done = {Run.of(r) for r in old}
+    runs = old + [summarise(args.study, measure(args.study, c)) for c in combos
+                  if c not in done and (run_dir(args.study, c) / "result.json").is_file()]
     runs.sort(key=lambda r: Run.of(r))
-    result = {"study": _relative(args.study), "summary": summarise(args.study, runs), "runs": runs}
-    common.write_json_atomic(path, result)
-    print(common.markdown_table(list(result["summary"][0]), [list(r.values()) for r in result["summary"]])
-          if result["summary"] else "no finished runs")
+    common.write_study(out, f"{args.study.resolve().name}_diagnosis", runs, config=args,
+                       seeds=sorted({r["seed"] for r in runs}), started=started)
+    columns = (*Run._fields, *SUMMARY)
+    print(common.markdown_table(columns, [[r[k] for k in columns] for r in runs]) if runs else "no finished runs")
     return 0
 
 

@@ -6,6 +6,7 @@ import experiment_script
 import pytest
 
 import modwire
+from modwire.analysis.study import read_study
 
 dg = experiment_script.load("ni_finetune_diagnosis")
 fz = experiment_script.load("ni_fuzzy_boolean")
@@ -40,13 +41,15 @@ def test_quick_study_then_an_instrumented_rerun_and_a_clipped_run(tmp_path, monk
     small = ["--study", str(tmp_path), "--seeds", "0", "--adapt-points", "256", "--val-points", "128",
              "--adapt-epochs", "1", "--every", "1"]
     assert dg.main([*small, "--lrs", "0.05"]) == 0                        # the study's own run: measured, not trained
-    assert not (tmp_path / "diagnosis").exists()
+    assert [p.name for p in (tmp_path / "diagnosis").iterdir()] == ["study.json"]     # no run trained
     assert dg.main([*small, "--lrs", "0.05", "--rerun"]) == 0
     assert dg.main([*small, "--lrs", "0.05", "--clip", "1"]) == 0
-    result = json.loads((tmp_path / "finetune_diagnosis.json").read_text())
-    runs = {(r["rerun"], r["clip"]): r for r in result["runs"]}
+    result = read_study(tmp_path / "diagnosis" / "study.json")          # the one format, the runs added
+    assert result["study"] == f"{tmp_path.name}_diagnosis" and result["seeds"] == [0]
+    runs = {(r["rerun"], r["clip"]): r for r in result["results"]}
     assert set(runs) == {(False, 0.0), (True, 0.0), (False, 1.0)}
     own, rerun = runs[(False, 0.0)], runs[(True, 0.0)]
+    assert own["final_r2"] == own["final"]["r2"] and own["run"].endswith("finetune-all/seed-0")
     assert rerun["final"] == own["final"]                 # the same arithmetic: snapshots change nothing
     snap = rerun["snapshots"][-1]
     assert set(snap["moved"]) == {g for g, _ in dg.GROUPS} and len(snap["r2_per_function"]) == 10
