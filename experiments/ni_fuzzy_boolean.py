@@ -31,7 +31,8 @@ adds type inference (MLP, signatures, σ), ``all`` everything.
 
 ``--residual R`` pre-trains with NI Eq. 11's reading ``R`` (``interpreter_residual``: ``identity``, Eq. 11
 as printed, the default; ``update``, modwire's reading that keeps the scale; ``none``, the authors'
-code); the registry's studies ``ni_fuzzy_boolean_residual_update`` / ``_none`` are those runs.
+code); the registry's study ``ni_fuzzy_boolean_residual_update`` is the ``update`` run (a Table 1
+study with ``none`` has not been run).
 
 ``--residual-growth`` measures the three readings at initialisation on
 ``ni_digits`` and ``ni_fuzzy_boolean``: the residual stream's ``|x_i^{(k)}| / |x_i^{(0)}|`` after each
