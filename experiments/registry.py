@@ -120,7 +120,8 @@ STUDIES: list[Study] = [
           time="~7 min (414 s measured with other jobs on the 2 cores: its study.json)", quick_time="9 s"),
     Study("ni_fuzzy_boolean", "NI Table 1: re-wiring learned functions for new fuzzy Boolean functions",
           **_one("ni_fuzzy_boolean"),
-          time="~21-25 min (ni_fuzzy_boolean.py docstring; the README's run)", quick_time="47 s"),
+          time="~25 min on 2 quiet cores (ni_fuzzy_boolean.py docstring); the committed run ~106 min with other jobs "
+               "(its run folders' times; its study.json's 1720.2 s is its resumed last part)", quick_time="47 s"),
     Study("ni_fuzzy_boolean_residual_update", "NI Table 1 with interpreter_residual=\"update\" (modwire's Eq. 11 "
           "reading that keeps the scale)", **_one("ni_fuzzy_boolean", "--residual", "update"),
           time="~102 min (6134.6 s: its study.json; the shared 2 cores, other jobs running)", quick_time="47 s"),
