@@ -127,7 +127,8 @@ STUDIES: list[Study] = [
           time="~102 min (6134.6 s: its study.json; the shared 2 cores, other jobs running)", quick_time="47 s"),
     Study("ni_fewshot", "NI Fig. 5a: few-shot adaptation, Neural Interpreter vs ViT",
           **_one("ni_fewshot", quick=QUICK_1),
-          time="~11 min (10.6 min measured on 2 quiet cores; the README's run)", quick_time="58 s"),
+          time="~11 min on 2 quiet cores (10.6 min measured, an earlier run); the committed run 24.1 min with other "
+               "jobs (1445.3 s: its study.json)", quick_time="58 s"),
     Study("ait_triangle", "AiT Tables 1-2: AiT vs ViT and W/O bottleneck on Triangle; seed 0's workspace",
           steps=_ait_triangle(False), quick=_ait_triangle(True),
           rebuild=_script("ait_triangle", "--rows", AIT_ROWS, "--seeds", "3", "--report"),
