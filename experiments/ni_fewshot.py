@@ -33,9 +33,9 @@ seeds per k, next to the paper's claim) is printed and written to ``OUT/table.md
 
 Run: ``python experiments/ni_fewshot.py``; ``--lr-check`` fine-tunes seed 0 at a few learning
 rates; ``--quick`` is a smoke test; ``--report`` reprints the table and rebuilds ``OUT/study.json`` from
-``OUT/results.jsonl`` (no training). ``experiments/results/ni_fewshot/``
-holds the run reported in the README (``--report --out experiments/results/ni_fewshot``; its table
-records the minutes each part took); what it found is stated in the README next to its numbers.
+``OUT/results.jsonl`` (no training). ``experiments/results/ni_fewshot/study.json`` is the run
+reported in the README (its run logs are not committed; its table recorded the minutes each part
+took); what it found is stated in docs/ni.md.
 """
 from __future__ import annotations
 

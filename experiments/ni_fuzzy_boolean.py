@@ -29,8 +29,12 @@ regression head, which ``new_task`` keeps, so ``cls`` trains the CLS tokens alon
 remain frozen, implying that the CLS tokens are the only trainable parameters"), ``cls,type_inference``
 adds type inference (MLP, signatures, σ), ``all`` everything.
 
-``--residual-growth`` measures NI Eq. 11's three readings (``interpreter_residual``: ``update``, the
-default; ``identity``, Eq. 11 as printed; ``none``, the authors' code) at initialisation on
+``--residual R`` pre-trains with NI Eq. 11's reading ``R`` (``interpreter_residual``: ``identity``, Eq. 11
+as printed, the default; ``update``, modwire's reading that keeps the scale; ``none``, the authors'
+code); the registry's study ``ni_fuzzy_boolean_residual_update`` is the ``update`` run (a Table 1
+study with ``none`` has not been run).
+
+``--residual-growth`` measures the three readings at initialisation on
 ``ni_digits`` and ``ni_fuzzy_boolean``: the residual stream's ``|x_i^{(k)}| / |x_i^{(0)}|`` after each
 function iteration, and whether ``iterations=50`` runs (``residual_growth.json``; seconds).
 """
@@ -68,11 +72,12 @@ def pretrain(args: argparse.Namespace) -> dict:
     if done.is_file():
         return json.loads(done.read_text())
     w = args.width
+    residual = "" if args.residual is None else f", interpreter_residual: {args.residual}"
     cfg = load_config(str(CONFIG), [
         f"out_dir={json.dumps(str(run))}", "progress=false", f"epochs={args.epochs}", "log_every=50",
         f"data.params={{size: {{train: {args.points}, val: {args.val_points}}}}}",
         f"optim.min_lr={args.lr}", f"optim.lr={args.lr}", "optim.warmup_steps=0",   # NI Table 3: no schedule
-        f"model.overrides={{d_model: {w}, d_code: {w}, type_hidden: {w}, ffn_hidden: {w}}}"])
+        f"model.overrides={{d_model: {w}, d_code: {w}, type_hidden: {w}, ffn_hidden: {w}{residual}}}"])
     result = train(cfg, resume=(run / "checkpoints" / "last" / "state.pt").is_file())
     if result["status"] != "finished":
         raise SystemExit(result["exit_code"])
@@ -102,9 +107,10 @@ def finetune(setting: str, args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- dynamic inference
 
 def dynamic_inference(out: Path) -> dict:
-    """The pre-trained model's validation R² with fewer function iterations per script (anytime
-    inference, NI Fig. 8) and with each function dropped in turn (NI Fig. 5c); cached in
-    ``pretrain/dynamic.json``."""
+    """The pre-trained model's validation R² with 1, 2, …, 2·n_i function iterations per script
+    (anytime inference, NI Fig. 8: fewer, and more, than it was trained with; ``None`` where the
+    reading refuses the count, :func:`~modwire.models.neural_interpreter.max_identity_iterations`)
+    and with each function dropped in turn (NI Fig. 5c); cached in ``pretrain/dynamic.json``."""
     import copy
 
     import torch
@@ -122,15 +128,19 @@ def dynamic_inference(out: Path) -> dict:
     data = build_dataset(cfg.data.task, cfg.data.val_split, **cfg.data.params)
     x, y = (torch.stack(t) for t in zip(*(data[i] for i in range(len(data)))))
 
-    def r2(m, **kw) -> float:
-        with torch.no_grad():
-            return compute_metrics(("r2",), torch.cat([m(xb, **kw) for xb in x.split(512)]), y)["r2"]
+    def r2(m, **kw) -> float | None:
+        try:
+            with torch.no_grad():
+                return compute_metrics(("r2",), torch.cat([m(xb, **kw) for xb in x.split(512)]), y)["r2"]
+        except ValueError:          # too many iterations for Eq. 11 as printed in this dtype
+            return None
 
     n_i, u = model.config.num_iterations, model.config.num_functions
     with torch.no_grad():
         full = compute_metrics(("r2", "r2_std"), torch.cat([model(xb) for xb in x.split(512)]), y)
     result = {"checkpoint": {**full, "path": str(choose_checkpoint(out / "pretrain")[0].name)},
-              "iterations": {str(k): r2(model, iterations=k) for k in range(1, n_i + 1)}, "dropped": {}}
+              "residual": model.config.interpreter_residual, "trained_iterations": n_i,
+              "iterations": {str(k): r2(model, iterations=k) for k in range(1, 2 * n_i + 1)}, "dropped": {}}
     for f in range(u):
         m = copy.deepcopy(model)
         m.drop_functions([f])
@@ -140,7 +150,7 @@ def dynamic_inference(out: Path) -> dict:
 
 
 def format_dynamic(d: dict) -> str:
-    its = ", ".join(f"{k}: {v:.4f}" for k, v in d["iterations"].items())
+    its = ", ".join(f"{k}: " + ("refused" if v is None else f"{v:.4f}") for k, v in d["iterations"].items())
     c = d.get("checkpoint")
     head = f"Pre-trained checkpoint {c['path']} (fine-tuning starts from it).\n" if c else ""
     drops = ", ".join(f"f{k}: {v:.4f}" for k, v in d["dropped"].items())
@@ -150,7 +160,7 @@ def format_dynamic(d: dict) -> str:
 
 # ----------------------------------------------------------------------------- Eq. 11: residual growth
 
-READINGS = ("update", "identity", "none")
+READINGS = ("identity", "update", "none")
 
 
 def _growth_inputs(preset: str, seed: int = 0) -> tuple:
@@ -314,6 +324,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--adapt-lr", type=float, default=0.05, help="fine-tuning lr, constant (NI Table 3: 0.05)")
     ap.add_argument("--seeds", default="0,1,2", help="fine-tuning seeds")
     ap.add_argument("--workers", type=int, default=2, help="parallel fine-tuning processes")
+    ap.add_argument("--residual", choices=READINGS, default=None,
+                    help="NI Eq. 11 reading (model interpreter_residual) to pre-train with; default: the model's "
+                         "(identity, Eq. 11 as printed). The registry's study ni_fuzzy_boolean_residual_R runs R")
     ap.add_argument("--residual-growth", action="store_true",
                     help="only measure NI Eq. 11's residual growth at initialisation (residual_growth.json)")
     args = ap.parse_args(argv)
@@ -347,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     seeds = sorted({int(f.parent.name.split("-")[1]) for key in SETTINGS for f in seed_files(out, key)}) \
         if args.report else [int(s) for s in args.seeds.split(",") if s]
-    common.finish_study(out, "ni_fuzzy_boolean", results, args=args, started=started, seeds=seeds, logs=logs(out),
+    name = "ni_fuzzy_boolean" + ("" if args.residual is None else f"_residual_{args.residual}")
+    common.finish_study(out, name, results, args=args, started=started, seeds=seeds, logs=logs(out),
                         script=__file__, argv=argv)
     return 0
 

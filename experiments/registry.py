@@ -8,8 +8,9 @@ Two tables, read beside the papers:
   ``experiments/results/NAME``). ``rebuild`` is the study's ``--report`` (study.json from its run
   logs, no training): ``report.py --rebuild`` runs it where the logs are committed.
   :data:`ARCHIVE` holds the committed results ``modwire reproduce`` does not write under their own
-  name: runs of earlier code kept for the record (rebuilt from their logs, not reproducible) and
-  the Triangle AiTs' workspace analysis (``modwire reproduce ait_triangle`` writes it).
+  name: runs of earlier code kept for the record (rebuilt from their logs, not reproducible),
+  the Triangle AiTs' workspace analysis (``modwire reproduce ait_triangle`` writes it), and the NI
+  Table 1 fine-tuning diagnosis (``experiments/ni_finetune_diagnosis.py`` writes it).
 * :data:`CLAIMS`: one row of the README's results table per paper claim: the paper's number as
   printed, and the measures that give modwire's number: which study, which of its records
   (``where``: the fields a record must have), which value in each (``path``, dotted, list indices
@@ -119,10 +120,15 @@ STUDIES: list[Study] = [
           time="~7 min (414 s measured with other jobs on the 2 cores: its study.json)", quick_time="9 s"),
     Study("ni_fuzzy_boolean", "NI Table 1: re-wiring learned functions for new fuzzy Boolean functions",
           **_one("ni_fuzzy_boolean"),
-          time="~21-25 min (ni_fuzzy_boolean.py docstring; the README's run)", quick_time="47 s"),
+          time="~25 min on 2 quiet cores (ni_fuzzy_boolean.py docstring); the committed run ~106 min with other jobs "
+               "(its run folders' times; its study.json's 1720.2 s is its resumed last part)", quick_time="47 s"),
+    Study("ni_fuzzy_boolean_residual_update", "NI Table 1 with interpreter_residual=\"update\" (modwire's Eq. 11 "
+          "reading that keeps the scale)", **_one("ni_fuzzy_boolean", "--residual", "update"),
+          time="~102 min (6134.6 s: its study.json; the shared 2 cores, other jobs running)", quick_time="47 s"),
     Study("ni_fewshot", "NI Fig. 5a: few-shot adaptation, Neural Interpreter vs ViT",
           **_one("ni_fewshot", quick=QUICK_1),
-          time="~11 min (10.6 min measured on 2 quiet cores; the README's run)", quick_time="58 s"),
+          time="~11 min on 2 quiet cores (10.6 min measured, an earlier run); the committed run 24.1 min with other "
+               "jobs (1445.3 s: its study.json)", quick_time="58 s"),
     Study("ait_triangle", "AiT Tables 1-2: AiT vs ViT and W/O bottleneck on Triangle; seed 0's workspace",
           steps=_ait_triangle(False), quick=_ait_triangle(True),
           rebuild=_script("ait_triangle", "--rows", AIT_ROWS, "--seeds", "3", "--report"),
@@ -160,8 +166,11 @@ STUDIES: list[Study] = [
 STUDY = {s.name: s for s in STUDIES}
 
 # Committed results not written under their own name by `modwire reproduce`: runs of earlier code
-# (rebuilt from their logs with --report, not reproduced by the current code), and the Triangle
-# AiTs' workspace analysis (`modwire reproduce ait_triangle` writes it, into OUT/analysis).
+# (rebuilt from their logs with --report, not reproduced by the current code), the Triangle
+# AiTs' workspace analysis (`modwire reproduce ait_triangle` writes it, into OUT/analysis), and the
+# instrumented NI Table 1 fine-tuning (experiments/ni_finetune_diagnosis.py --study
+# experiments/results/ni_fuzzy_boolean_residual_update writes it; its runs' checkpoints are not
+# committed, so it is not rebuilt).
 ARCHIVE: list[Study] = [
     Study("ni_fuzzy_boolean_eq11_printed", "NI Table 1 with Eq. 11 as printed (before issue 23)",
           rebuild=_script("ni_fuzzy_boolean", "--report")),
@@ -173,6 +182,9 @@ ARCHIVE: list[Study] = [
           rebuild=_script("ait_triangle", "--rows", "ait", "--steps", "6000", "--report")),
     Study("ait_triangle_12000", "AiT on Triangle, 12000 steps, former workspace",
           rebuild=_script("ait_triangle", "--rows", "ait", "--steps", "12000", "--report")),
+    Study("ni_fuzzy_boolean_residual_update_diagnosis", "NI Table 1's \"+ all\" fine-tuning of the "
+          "interpreter_residual=\"update\" study instrumented: lr 0.01 / 0.02 / 0.05, gradient clipping",
+          folder="ni_fuzzy_boolean_residual_update/diagnosis"),
     Study("ait_triangle_analysis", "the trained Triangle AiTs' workspace (seed 0)", folder="ait_triangle/analysis",
           rebuild=("experiments/ait_analysis.py", "--report", "--out", OUT)),
     Study("ait_triangle_pre35", "AiT Tables 1-2 with the former block (before issue 35)",

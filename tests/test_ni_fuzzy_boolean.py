@@ -62,7 +62,8 @@ def test_quick_run_pretrains_finetunes_every_setting_and_reports(tmp_path, monke
     assert (tmp_path / "table.md").read_text().startswith("| parameter set |")
     dynamic = json.loads((tmp_path / "pretrain" / "dynamic.json").read_text())
     pre = json.loads((tmp_path / "pretrain" / "result.json").read_text())["val"]["r2"]
-    assert list(dynamic["iterations"]) == ["1", "2"] and len(dynamic["dropped"]) == 4
+    assert list(dynamic["iterations"]) == ["1", "2", "3", "4"] and len(dynamic["dropped"]) == 4   # 1 … 2·n_i
+    assert dynamic["residual"] == "identity" and dynamic["trained_iterations"] == 2
     assert dynamic["iterations"]["2"] == pytest.approx(pre, rel=1e-5)      # all iterations: the run's own score
     # a rerun reads the finished runs back instead of training again
     mtime = (tmp_path / "pretrain" / "result.json").stat().st_mtime
@@ -72,12 +73,12 @@ def test_quick_run_pretrains_finetunes_every_setting_and_reports(tmp_path, monke
 
 def test_residual_growth_of_the_eq11_readings():
     """``--residual-growth``: Eq. 11 as printed doubles the stream per function iteration and is
-    refused at iterations=50 (2 scripts: 2^100); the default reading keeps the scale and runs."""
+    refused at iterations=50 (2 scripts: 2^100); ``update`` keeps the scale and runs."""
     literal = fz.residual_growth_of("ni_fuzzy_boolean", "identity")
     assert len(literal["growth"]) == 4 and all(1.9 < g < 2.1 for g in literal["per_iteration"])
     assert literal["iterations_50"].startswith("refused:") and "2^100" in literal["iterations_50"]
-    default = fz.residual_growth_of("ni_fuzzy_boolean", "update")
-    assert all(0.8 < g < 1.25 for g in default["growth"]) and default["iterations_50"] == "finite"
+    update = fz.residual_growth_of("ni_fuzzy_boolean", "update")
+    assert all(0.8 < g < 1.25 for g in update["growth"]) and update["iterations_50"] == "finite"
 
 
 def test_committed_residual_growth_matches_the_documented_numbers():
@@ -111,3 +112,26 @@ def test_report_reads_each_seed_next_to_its_summary_and_rebuilds_the_study_file(
     assert logs == {"pretrain/result.json", "pretrain/dynamic.json", "finetune-cls/summary.json",
                     "finetune-cls/seed-0/result.json", "finetune-cls/seed-1/result.json"}
     assert got["source"]["command"] == f"python experiments/ni_fuzzy_boolean.py --report --out {tmp_path}"
+
+
+def test_residual_option_sets_the_pretrained_models_eq11_reading_and_names_the_study(tmp_path, monkeypatch):
+    """``--residual R``: the pre-training's model override ``interpreter_residual: R`` (no override
+    without it: the model's default), and the study record's name ``ni_fuzzy_boolean_residual_R``."""
+    import modwire.training
+
+    seen = []
+
+    def fake_train(cfg, resume=False):
+        seen.append(cfg.model.overrides)
+        return {"status": "finished", "val": {"r2": 0.5, "r2_std": 0.1}, "step": 1}
+
+    monkeypatch.setattr(modwire.training, "train", fake_train)
+    for residual in ("update", None):
+        out = tmp_path / str(residual)
+        fz.pretrain(fz.parse(["--quick", "--out", str(out)] + (["--residual", residual] if residual else [])))
+    assert seen[0]["interpreter_residual"] == "update" and "interpreter_residual" not in seen[1]
+    with pytest.raises(SystemExit):
+        fz.parse(["--residual", "double"])
+    _write_setting(tmp_path / "report", "cls", [(0.9, 0.1)])
+    assert fz.main(["--report", "--residual", "update", "--out", str(tmp_path / "report")]) == 0
+    assert json.loads((tmp_path / "report" / "study.json").read_text())["study"] == "ni_fuzzy_boolean_residual_update"

@@ -154,14 +154,14 @@ def test_reduces_to_vit_with_one_function(residual):
         torch.testing.assert_close(ni(x), vit(x), rtol=0, atol=1e-10)
 
 
-def test_default_eq11_reading_is_the_scale_keeping_one_and_matches_the_reference_default():
-    """The default of the model and of the literal reference is the same reading of Eq. 11:
-    ``y_i = x_i + Σ_u C_ui (LOCs(x)_ui - x_i)`` (the text under Eq. 11, no doubling)."""
-    assert NeuralInterpreterConfig().interpreter_residual == "update"
-    assert inspect.signature(interpreter_literal).parameters["residual"].default == "update"
-    assert inspect.signature(fn_iter_literal).parameters["residual"].default == "update"
+def test_default_eq11_reading_is_the_printed_equation_and_matches_the_reference_default():
+    """The default of the model and of the literal reference is Eq. 11 as printed,
+    ``y_i = x_i + Σ_u C_ui LOCs(x)_ui`` (the paper speaks; the text under it holds for it)."""
+    assert NeuralInterpreterConfig().interpreter_residual == "identity"
+    assert inspect.signature(interpreter_literal).parameters["residual"].default == "identity"
+    assert inspect.signature(fn_iter_literal).parameters["residual"].default == "identity"
     for name in ("ni_digits", "ni_fuzzy_boolean", "ni_pgm_neutral", "ni_micro"):
-        assert create_model(name).config.interpreter_residual == "update", name
+        assert create_model(name).config.interpreter_residual == "identity", name
 
 
 def test_residual_stream_growth_of_the_three_readings():
@@ -177,15 +177,17 @@ def test_residual_stream_growth_of_the_three_readings():
     assert all(0.5 < r < 2 for r in growth["update"] + growth["none"]), growth
 
 
-def test_many_iterations_work_by_default_and_eq11_as_printed_says_why_it_cannot():
-    """``iterations=50``: the default reading stays finite; Eq. 11 as printed would scale the
-    stream by 2^(n_s·k) and is refused (with the reason) before it overflows into NaN."""
+def test_eq11_as_printed_refuses_iterations_that_overflow_and_says_why_the_others_run_them():
+    """``iterations=50``: ``update`` and ``none`` stay finite; Eq. 11 as printed (the default) would
+    scale the stream by 2^(n_s·k) and is refused (with the reason) before it overflows into NaN."""
     torch.manual_seed(0)
     x = torch.rand(B, 1, 4, 4)
-    model = NeuralInterpreter(_config()).eval()                               # float32, 2 scripts
-    with torch.no_grad():
-        assert torch.isfinite(model(x, iterations=50)).all()
-    literal = NeuralInterpreter(_config(interpreter_residual="identity")).eval()
+    for residual in ("update", "none"):
+        model = NeuralInterpreter(_config(interpreter_residual=residual)).eval()   # float32, 2 scripts
+        with torch.no_grad():
+            assert torch.isfinite(model(x, iterations=50)).all()
+    literal = NeuralInterpreter(_config()).eval()
+    assert literal.config.interpreter_residual == "identity"
     assert max_identity_iterations(torch.float32) == 60
     with torch.no_grad():
         assert torch.isfinite(literal(x, iterations=30)).all()                # 2 · 30 = 60: allowed

@@ -7,9 +7,9 @@ equations only, independently of the library's vectorised code; float64 in the t
 * Eq. 6-8 ModAttn, one function ``u``, head ``h``, query ``i`` and key ``j`` at a time:
   :func:`ni_attention_weights_literal`, :func:`modattn_literal`;
 * Eq. 9-10 LOC: :func:`loc_literal`; Eq. 11 interpreter: :func:`interpreter_literal`, by default
-  in the reading that keeps the text under Eq. 11 (``y_i = x_i + Σ_u C_ui (LOCs(x)_ui - x_i)``:
-  ``C_·i = 0 ⇒ y_i = x_i`` and no doubling of ``x_i``, which the LOC residuals of Eq. 9-10 already
-  carry); ``residual="identity"`` is Eq. 11 as printed, ``"none"`` the authors' code;
+  as printed (``residual="identity"``: ``y_i = x_i + Σ_u C_ui LOCs(x)_ui``); ``"update"`` is
+  modwire's reading without the doubling of ``x_i`` (``y_i = x_i + Σ_u C_ui (LOCs(x)_ui - x_i)``),
+  ``"none"`` the authors' code (``y_i = Σ_u C_ui LOCs(x)_ui``);
 * Eq. 12-13 one function iteration: :func:`fn_iter_literal`.
 
 Eq. 7 as printed divides ``W̃_ij`` by ``ε + W̃_ij``; the sum over ``j`` is meant (authors'
@@ -96,12 +96,12 @@ def loc_literal(loc, x_u: Tensor, code: Tensor, C_u: Tensor, eps: float, bias: T
     return a + C_u[:, None] * modmlp_literal(loc.ffn.fn, a_n, code)
 
 
-def interpreter_literal(locs, x: Tensor, codes: Tensor, C: Tensor, eps: float, *, residual: str = "update",
+def interpreter_literal(locs, x: Tensor, codes: Tensor, C: Tensor, eps: float, *, residual: str = "identity",
                         biases: list | None = None) -> Tensor:
     """NI Eq. 11 for one sample, one function at a time: x ``[N, d]``, codes ``[U, d_code]``,
     C ``[U, N]``; ``biases[l]``: the positional bias of LOC ``l`` per function ``[U, H, N, N]``.
-    ``residual="update"`` (default): ``y_i = x_i + Σ_u C_ui (LOCs(x)_ui - x_i)``; ``"identity"``:
-    ``y_i = x_i + Σ_u C_ui LOCs(x)_ui`` (as printed); ``"none"``: without ``x_i`` (authors' code)."""
+    ``residual="identity"`` (default): ``y_i = x_i + Σ_u C_ui LOCs(x)_ui`` (as printed); ``"update"``:
+    ``y_i = x_i + Σ_u C_ui (LOCs(x)_ui - x_i)``; ``"none"``: without ``x_i`` (authors' code)."""
     y = x.clone() if residual in ("identity", "update") else torch.zeros_like(x)
     for u in range(codes.shape[0]):
         x_u = x
@@ -125,7 +125,7 @@ def types_literal(ti, x: Tensor) -> Tensor:
 
 
 def fn_iter_literal(script, x: Tensor, codes: Tensor, signatures: Tensor, sigma, tau, eps: float, *,
-                    residual: str = "update", biases: list | None = None) -> tuple[Tensor, Tensor]:
+                    residual: str = "identity", biases: list | None = None) -> tuple[Tensor, Tensor]:
     """NI Eq. 12-13 for one sample: types (Eq. 2), C (Eq. 3), interpreter (Eq. 11).
     Returns ``(y [N, d], C [U, N])``."""
     t = types_literal(script.type_inference, x)

@@ -15,7 +15,7 @@ to bottom like NI §2:
    :func:`~modwire.nn.attention.attend` ``(key_scale=C_uj, row_scale=C_ui, renorm_eps=ε)``: one
    fused attention (the identity is stated there).
 6. **LOC** (Eq. 9-10): ``a = x + C_ui·ModAttn(LN(x))``, ``y = a + C_ui·ModMLP(LN(a))``.
-7. **Interpreter** (Eq. 11): ``y_i = x_i + Σ_u C_ui (LOCs(x)_ui - x_i)`` by default
+7. **Interpreter** (Eq. 11): ``y_i = x_i + Σ_u C_ui LOCs(x)_ui`` as printed, by default
    (``interpreter_residual``, below).
 8. **FnIter / Script** (Eq. 12-14): ``n_i`` iterations of type matching + interpreter sharing
    weights (type matching recomputed every iteration).
@@ -25,31 +25,38 @@ function, ``W diag LN(W_c c_u)`` ``[U, d_out, d_in]``, once per forward (:meth:`
 to every function's stream over the batch and the tokens (no loop over functions, heads or tokens;
 the first LOC reads ``x`` as ``[B, 1, N, d]``, NI: "x_ui = x_i for all u", one GEMM for all functions).
 
-**Eq. 11, the text under it, and the authors' code.** As printed, Eq. 11 adds ``x_i`` to
-``Σ_u C_ui LOCs(x)_ui``, and each stream ``LOCs(x)_ui`` already carries ``x_i`` through the LOC
-residuals (Eq. 9-10). With ``Σ_u C_ui ≈ 1`` the residual stream doubles every function iteration
+**Eq. 11, the text under it, and the authors' code.** Eq. 11 prints ``y_i = x_i + Σ_u C_ui
+LOCs(x)_ui``, and the text under it gives two properties the printed equation has: a variable no
+function reads passes unchanged (``C_·i = 0 ⇒ y_i = x_i``), and the results are aggregated
+additively over the functions. The default is the equation as printed (the paper speaks, so the
+paper's reading). Each stream ``LOCs(x)_ui`` already carries ``x_i`` through the LOC residuals
+(Eq. 9-10), so with ``Σ_u C_ui ≈ 1`` the residual stream doubles every function iteration
 (``2^{n_s·n_i}`` over the model). :func:`residual_growth` measures ``|x_i^{(k)}| / |x_i^{(0)}|``
 per iteration at initialisation (``ni_digits``: ``experiments/results/ni_fuzzy_boolean/residual_growth.json``,
-written by ``experiments/ni_fuzzy_boolean.py --residual-growth``); the final LayerNorm hides the scale, but
-each iteration's update then weighs half as much as the previous one's, so past about 24 iterations
-(float32's 24-bit significand) an update no longer changes the stream, and a few dozen iterations
-overflow it into NaN (:func:`max_identity_iterations`). The text under Eq. 11 asks for two things: a variable no function reads passes
-unchanged (``C_·i = 0 ⇒ y_i = x_i``), and the weighted sum over functions aggregates the streams'
-results (so a variable that is read keeps its scale). The authors' released digits preset (``presets/digits.yml``: ``no_residual: true`` for the
-function pod and the script) has no outer identity path. ``interpreter_residual``:
+written by ``experiments/ni_fuzzy_boolean.py --residual-growth``); the final LayerNorm hides the
+scale, but each iteration's update then weighs half as much as the previous one's, and a few dozen
+iterations overflow the stream into NaN (:func:`max_identity_iterations`). The authors' released
+digits preset (``presets/digits.yml``: ``no_residual: true`` for the function pod and the script)
+has no outer identity path; their ``vanilla`` residual mode is the printed equation.
+``interpreter_residual``:
 
-* ``"update"`` (default): ``y_i = x_i + Σ_u C_ui (LOCs(x)_ui - x_i)``: both properties of the text
-  (``C_·i = 0 ⇒ y_i = x_i``; the scale stays: ``"update"`` in the same ``residual_growth.json``);
-  equal to ``"none"`` where ``Σ_u C_ui = 1``;
-* ``"identity"``: Eq. 11 as printed (the doubling). Function iterations that would overflow the
+* ``"identity"`` (default): Eq. 11 as printed. Function iterations that would overflow the
   stream's dtype (more than :func:`max_identity_iterations`, 60 in float32, over all scripts) are
   refused with an error, not run into NaN;
-* ``"none"``: the authors' code, ``y_i = Σ_u C_ui LOCs(x)_ui`` (keeps the scale, but maps a
-  variable no function reads to 0).
+* ``"update"``: ``y_i = x_i + Σ_u C_ui (LOCs(x)_ui - x_i)``, modwire's own reading: both properties
+  of the text and no doubling (the scale stays: ``"update"`` in the same ``residual_growth.json``);
+  equal to ``"none"`` where ``Σ_u C_ui = 1``;
+* ``"none"``: the authors' released code, ``y_i = Σ_u C_ui LOCs(x)_ui`` (keeps the scale, but maps a
+  variable no function reads to 0). With weights copied across, modwire with this reading is the
+  authors' digits model (``tests/reference/authors_ni.py``).
 
 With ``U = 1``, ``ε = 0``, no truncation (so ``C ≡ 1``) and one iteration, ``"update"`` and
 ``"none"`` make a script a stack of ``n_l`` pre-LN transformer layers whose linear maps are
 ``W·diag(LN(W_c c))`` (tested against the ViT's blocks).
+
+**Where the authors' code differs and the paper speaks** (modwire follows the paper): their queries
+have no bias (``LOCPod``), Eq. 4's ModLin has one; their per-function positional term (``sep_sum``)
+is ``(W c_u)_h``, Eq. 22-23's is a ModLin of the offset embedding.
 
 **Not in the paper** (modwire's choices, each from the authors' code or where the text is silent):
 type inference (Eq. 2, "an MLP") starts with a LayerNorm, as in the authors' code; the ``H``
@@ -85,7 +92,7 @@ from .set_model import SetModel, SetModelConfig
 from .tokenizer_config import TokenizerConfig
 from ..errors import UserError
 
-RESIDUALS = ("update", "identity", "none")
+RESIDUALS = ("identity", "update", "none")
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -114,7 +121,7 @@ class NeuralInterpreterConfig(SetModelConfig):
     type_depth: int = 2                # its number of linear layers
     freeze_signatures: bool = True     # signatures fixed at a random draw on the sphere (App. A.1.4)
     freeze_codes: bool = False
-    interpreter_residual: str = "update"   # Eq. 11: "update" (keeps the scale), "identity" (as printed), "none"
+    interpreter_residual: str = "identity"  # Eq. 11: "identity" (as printed), "update" (keeps the scale), "none" (authors)
     pos_dim: int = 32                  # relative positions (App. C.2.3): width of e_row / e_col
     function_positions: bool = True    # each function's own positional bias (Eq. 22-23)
 
@@ -162,8 +169,8 @@ def _check_identity_iterations(total: int, dtype: torch.dtype, what: str) -> Non
         raise UserError(
             f"{what}: interpreter_residual='identity' (NI Eq. 11 as printed) doubles the residual stream "
             f"every function iteration, so {total} iterations over all scripts would scale it by 2^{total} and "
-            f"overflow {dtype} (at most {limit}); use interpreter_residual='update' (the default: the identity "
-            f"path of Eq. 11 without the doubling), or 'none'")
+            f"overflow {dtype} (at most {limit}); use fewer iterations, or interpreter_residual='update' (the identity "
+            f"path of Eq. 11 without the doubling) or 'none' (the authors' code)")
 
 
 # ----------------------------------------------------------------------------- 1-3. functions, types
@@ -525,10 +532,10 @@ def _pgm(tau: float, d_type: int, frozen: bool) -> NeuralInterpreterConfig:
     preset (4 × 128 in the code's convention), type MLP 192 × 2, learned codes; panels of 80×80,
     8 context + 8 candidates, each candidate with the context and a CLS token (§4.3, App. D).
 
-    Parameters: 1 403 923 (neutral; 1.40-1.41 M over the regimes) against Table 7's 1.6 M, 12.3 %
+    Parameters: 1 403 795 (neutral; 1.40-1.41 M over the regimes) against Table 7's 1.6 M, 12.3 %
     under. The difference is the panel CNN, which App. D calls "shallow" without describing it:
-    modwire uses WReN's (four 3×3 stride-2 convolutions of 32 filters with BatchNorm, then a linear
-    map to 192; 183 840 parameters with the slot embeddings). ``embed.panel_channels`` widens it
+    modwire uses WReN's (four 3×3 stride-2 convolutions of 32 filters with BatchNorm and no bias,
+    then a linear map to 192; 183 712 parameters with the slot embeddings). ``embed.panel_channels`` widens it
     (``create_model(..., embed={"panel_channels": c}).num_parameters()`` gives the count at ``c``)."""
     return NeuralInterpreterConfig(
         num_classes=1, num_cls_tokens=1, num_scripts=2, num_iterations=8, num_locs=1, num_functions=5,
