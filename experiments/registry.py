@@ -66,6 +66,9 @@ def _one(name: str, *args: str, quick: tuple[str, ...] = ("--quick",)) -> dict:
 
 
 AIT_ROWS = "ait,vit,without_bottleneck,ait_authors"      # modwire's AiT, the ViT, W/O bottleneck, the authors' AiT
+# Rows that locate where the Triangle accuracy went (docs/ait.md): the embedding's positions, its patch
+# LayerNorms, and the ViT row as it ran before issue 35.
+AIT_ROWS_EMBEDDING = "ait_positions,vit_positions,vit_conv_embedding,ait_conv_embedding,vit_pre35"
 AIT_ROWS_PRE35 = "ait,vit,without_bottleneck,ait_no_collapse,without_bottleneck_no_collapse"   # the archived runs' rows
 CLEVR = ("--rows", "nfm,cnn", "--steps", "1600", "--batch", "32", "--train-images", "2500", "--val-images", "100",
          "--test-images", "200", "--stem", "2", "--lr", "2e-3", "--workers", "2")
@@ -89,11 +92,13 @@ def _ait_analysis(quick: bool) -> tuple[tuple[str, ...], ...]:
 
 
 def _ait_triangle(quick: bool) -> tuple[tuple[str, ...], ...]:
-    """Train Table 2's rows, then analyse seed 0's AiT runs (their workspace: ``OUT/analysis``)."""
+    """Train Table 2's rows (and the embedding rows; the quick run: Table 2's only), then analyse seed 0's
+    AiT runs (their workspace: ``OUT/analysis``)."""
     flags = QUICK_1 if quick else ()
     analyse = [("experiments/ait_analysis.py", f"{OUT}/{row}", "--no-plots", "--out", f"{OUT}/analysis/{row}",
                 *(("--samples", "16") if quick else ())) for row in ("ait", "ait_authors")]
-    return (_script("ait_triangle", "--rows", AIT_ROWS, "--seeds", "3", *flags), *analyse,
+    rows = AIT_ROWS if quick else f"{AIT_ROWS},{AIT_ROWS_EMBEDDING}"
+    return (_script("ait_triangle", "--rows", rows, "--seeds", "3", *flags), *analyse,
             ("experiments/ait_analysis.py", "--report", "--out", f"{OUT}/analysis"))
 
 
@@ -125,14 +130,18 @@ STUDIES: list[Study] = [
     Study("ni_fuzzy_boolean_residual_update", "NI Table 1 with interpreter_residual=\"update\" (modwire's Eq. 11 "
           "reading that keeps the scale)", **_one("ni_fuzzy_boolean", "--residual", "update"),
           time="~102 min (6134.6 s: its study.json; the shared 2 cores, other jobs running)", quick_time="47 s"),
+    Study("ni_fuzzy_boolean_residual_none", "NI Table 1 with interpreter_residual=\"none\" (the authors' released "
+          "digits preset)", **_one("ni_fuzzy_boolean", "--residual", "none"),
+          time="~2 h with other jobs on the 2 cores (its study.json's 6458.4 s is its resumed last part; the "
+               "pre-training ran before it)", quick_time="47 s"),
     Study("ni_fewshot", "NI Fig. 5a: few-shot adaptation, Neural Interpreter vs ViT",
           **_one("ni_fewshot", quick=QUICK_1),
           time="~11 min on 2 quiet cores (10.6 min measured, an earlier run); the committed run 24.1 min with other "
                "jobs (1445.3 s: its study.json)", quick_time="58 s"),
     Study("ait_triangle", "AiT Tables 1-2: AiT vs ViT and W/O bottleneck on Triangle; seed 0's workspace",
           steps=_ait_triangle(False), quick=_ait_triangle(True),
-          rebuild=_script("ait_triangle", "--rows", AIT_ROWS, "--seeds", "3", "--report"),
-          time="~2.5 h (15 runs of 12-19 min on quiet cores, 2 at a time: the committed results.jsonl)", quick_time="52 s"),
+          rebuild=_script("ait_triangle", "--rows", f"{AIT_ROWS},{AIT_ROWS_EMBEDDING}", "--seeds", "3", "--report"),
+          time="~5 h: 27 runs of 10-39 min measured with other studies on the 2 cores, 2 at a time (the committed results.jsonl)", quick_time="52 s"),
     Study("ait_memory_collapse_digits", "AiT Eq. 3-4: which part of the write keeps memory slots apart (digits)",
           **_one("ait_memory_collapse", "--task", "digits", "--steps", "150", *COLLAPSE_VARIANTS),
           time="~35 min on a quiet core (3 seeds × ~11 min; 59 min measured with other studies running: its results)", quick_time="53 s"),
