@@ -147,7 +147,7 @@ STUDIES: list[Study] = [
           time="~35 min on a quiet core (3 seeds × ~11 min; 59 min measured with other studies running: its results)", quick_time="53 s"),
     Study("ait_memory_collapse_triangle", "AiT Eq. 3-4: the memory slots on Triangle",
           **_one("ait_memory_collapse", "--task", "triangle", "--steps", "120", *COLLAPSE_VARIANTS),
-          time="~20 min on a quiet core (3 seeds × ~6 min; 34 min measured with other studies running: its results)", quick_time="75 s"),
+          time="~6 min (361 s measured with a test run beside it: its study.json)", quick_time="75 s"),
     Study("ait_analysis", "AiT Fig. 2, 10, 11: slot maps, patch diversity, Hopfield energy (Fashion-MNIST)",
           steps=_ait_analysis(False), quick=_ait_analysis(True),
           rebuild=("experiments/ait_analysis.py", "--report", "--out", OUT),
