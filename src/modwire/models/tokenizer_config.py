@@ -33,7 +33,8 @@ CONV_IMAGE_SIZE = Bounds(lo=8, multiple_of=8, note="the conv tokenizer downsampl
 #: The conv tokenizer's details as modwire built it before issue 35 (PyTorch's initialisation,
 #: positions ``N(0, 0.02²)``, no layer scale, LayerNorm eps 1e-5); with ``stem_channels =
 #: conv_channels`` (one width throughout) it is that network, parameter for parameter and draw for
-#: draw. The CPU presets keep it; a config saved before these fields existed loads with it.
+#: draw. The CPU presets keep it. A config.json saved before these fields existed is refused (the
+#: weights do not match); none was saved outside a test.
 CONV_BEFORE_ISSUE_35 = {"conv_layer_scale": 0.0, "conv_norm_eps": 1e-5, "conv_init": "torch", "pos_std": 0.02}
 
 

@@ -85,7 +85,8 @@ class TrainState:
         """Restore :meth:`extra_state` from a checkpoint's ``state.pt`` contents."""
 
 
-def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any], ckpt: Path, name: str = "optimizer") -> None:
+def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any], ckpt: Path,
+                   name: str = "optimizer") -> None:
     """``optimizer.load_state_dict(state)`` after checking that the checkpoint's parameter groups
     have this run's sizes (torch would only say that some group does not match)."""
     saved = [len(g["params"]) for g in state["param_groups"]]
