@@ -26,7 +26,9 @@ table does not move with the defaults. The committed results of earlier code
 ``authors`` variant had the authors' write and top-k but a write with gradient.
 Data: Fashion-MNIST (32×32, 4×4 patches; ``apt-get install dataset-fashion-mnist`` or ``--data-root DIR``
 holding the four idx files); where Fashion-MNIST is not at hand, ``--task digits`` (scikit-learn's
-bundled 8×8 digits upsampled to 32×32, the same model; 1.2k training images) or ``--task triangle``
+bundled 8×8 digits upsampled to 32×32, the same model with 8×8 patches, 16 tokens per image and a 2048-patch
+pool: a 4×4 patch of the upsampled image is one constant pixel, which the patch LayerNorm maps to one
+token whatever its value, ``--patch-size 4``; 1.4k training images) or ``--task triangle``
 (the built-in generated Triangle task, 64×64 in 8×8 patches: the same 64 tokens per image and pool).
 
 Per variant and training seed (``--seeds N``: seeds 0 .. N-1, default 3; the seed sets the
@@ -67,8 +69,11 @@ VARIANTS = {"paper": PAPER, "residual": {**PAPER, "write_residual": True},
             "authors": AUTHORS}
 MODEL = dict(num_classes=10, d_model=64, num_heads=4, ffn_hidden=128, bottleneck_size=512, classifier="mean",
              embed={"kind": "patches", "image_size": 32, "in_channels": 1, "patch_size": 4})
+# digits: 8×8 images upsampled 4× (nearest) to 32×32, so a 4×4 patch is one constant pixel, which the
+# authors' patch LayerNorm maps to one token whatever its value: the model would see no image. An 8×8
+# patch holds 2×2 of the digit's pixels.
 TASKS = {"fashion_mnist": {"num_classes": 10, "embed": MODEL["embed"]},
-         "digits": {"num_classes": 10, "embed": MODEL["embed"]},
+         "digits": {"num_classes": 10, "embed": {**MODEL["embed"], "patch_size": 8}},
          "triangle": {"num_classes": 2, "embed": {"kind": "patches", "image_size": 64, "in_channels": 1,
                                                   "patch_size": 8}}}
 
@@ -90,7 +95,8 @@ def data(n_train: int, n_test: int, root: str | None = None, task: str = "fashio
     return (*load("train", n_train), *load("test", n_test))
 
 
-def train_variant(name: str, steps: int, every: int, tensors, seed: int = 0, task: str = "fashion_mnist") -> dict:
+def train_variant(name: str, steps: int, every: int, tensors, seed: int = 0, task: str = "fashion_mnist",
+                  patch_size: int | None = None) -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -99,7 +105,8 @@ def train_variant(name: str, steps: int, every: int, tensors, seed: int = 0, tas
 
     x, y, xt, yt = tensors
     torch.manual_seed(seed)
-    model = create_model("ait_small_cifar10", **{**MODEL, **TASKS[task]}, **VARIANTS[name])
+    embed = {**TASKS[task]["embed"], **({"patch_size": patch_size} if patch_size else {})}
+    model = create_model("ait_small_cifar10", **{**MODEL, **TASKS[task], "embed": embed}, **VARIANTS[name])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     g = torch.Generator().manual_seed(seed)
     curve, start = [], time.perf_counter()
@@ -118,7 +125,8 @@ def train_variant(name: str, steps: int, every: int, tensors, seed: int = 0, tas
     with torch.no_grad():
         correct = sum(int((model(xt[i:i + 256]).argmax(-1) == yt[i:i + 256]).sum()) for i in range(0, len(xt), 256))
         diversity = model_patch_diversity(model, [xt[:128]]).mean(dim=-1).tolist()
-    return {"variant": name, "seed": seed, "task": task, "overrides": VARIANTS[name], "steps": steps, "curve": curve,
+    return {"variant": name, "seed": seed, "task": task, "patch_size": embed["patch_size"], "overrides": VARIANTS[name],
+            "steps": steps, "curve": curve,
             "test_top1": correct / len(xt), "patch_diversity": diversity,
             "seconds": round(time.perf_counter() - start, 1)}
 
@@ -189,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=common.positive, default=None, help="training seeds 0 .. N-1 (default 3; 1 with "
                                                                        "--quick)")
     ap.add_argument("--task", choices=sorted(TASKS), default="fashion_mnist")
+    ap.add_argument("--patch-size", type=common.positive, default=None,
+                    help="the patch side in pixels (default: the task's, 4; 8 for digits)")
     ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     ap.add_argument("--data-root", default=None, help="the directory of Fashion-MNIST's four idx files (default: "
                                                        "where Debian's dataset-fashion-mnist installs them)")
@@ -218,7 +228,8 @@ def train_variants(args) -> list[dict]:
     results = []
     for seed in range(args.seeds):
         for name in args.variants:
-            results.append(train_variant(name, steps, every, tensors, seed=seed, task=args.task))
+            results.append(train_variant(name, steps, every, tensors, seed=seed, task=args.task,
+                                         patch_size=args.patch_size))
             print(f"{name}, seed {seed}: slot cosine {results[-1]['curve'][-1]['slot_cos']}, test top-1 "
                   f"{results[-1]['test_top1']:.3f} ({results[-1]['seconds']:.0f} s)", flush=True)
             common.write_json_atomic(args.out / "results.json", results)

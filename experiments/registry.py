@@ -202,6 +202,12 @@ ARCHIVE: list[Study] = [
           folder="ait_triangle_pre35/analysis", rebuild=("experiments/ait_analysis.py", "--report", "--out", OUT)),
     Study("ait_memory_collapse_pre23", "the memory collapse of the former workspace (Fashion-MNIST)",
           rebuild=_script("ait_memory_collapse", "--report")),
+    Study("ait_memory_collapse_digits_pre35", "the memory collapse on digits with the former block (before issue 35)",
+          rebuild=_script("ait_memory_collapse", "--task", "digits", "--steps", "150", *COLLAPSE_VARIANTS, "--report")),
+    Study("ait_memory_collapse_digits_patch4", "the memory collapse on digits in 4×4 patches of the upsampled "
+          "image (one constant pixel each, which the patch LayerNorm maps to one token)",
+          rebuild=_script("ait_memory_collapse", "--task", "digits", "--steps", "150", "--patch-size", "4",
+                          *COLLAPSE_VARIANTS, "--report")),
     Study("nfm_sort_of_clevr_long", "NFM Table 6, 4000 steps, one seed, the first NFM core",
           rebuild=_script("nfm_sort_of_clevr", "--rows", "cnn,nfm", "--seeds", "1", "--steps", "4000", "--batch", "32",
                           "--train-images", "5000", "--val-images", "100", "--test-images", "200", "--stem", "2",
