@@ -112,6 +112,13 @@ STUDIES: list[Study] = [
           quick=(("-m", "modwire.demo", "--out-dir", OUT, "--no-progress", "--dataset", "digits", "--steps", "5",
                   "--max-samples", "64", "--drop", "0,0.5,0.875", "--draws", "2", "--no-plots"),),
           time="≤ 5 min (docs/demo.md)", quick_time="156 s"),
+    Study("demo_read_out_norm", "the demo with a LayerNorm before the read-out (read_out_norm=true), as both models "
+          "had before issue 35", steps=(("-m", "modwire.demo", "--out-dir", OUT, "--no-progress", "--set",
+                                          "model.overrides.read_out_norm=true"),),
+          quick=(("-m", "modwire.demo", "--out-dir", OUT, "--no-progress", "--dataset", "digits", "--steps", "5",
+                  "--max-samples", "64", "--drop", "0,0.5,0.875", "--draws", "2", "--no-plots", "--set",
+                  "model.overrides.read_out_norm=true"),),
+          time="≤ 5 min on quiet cores, as the demo", quick_time="as the demo's"),
     Study("nac_fewshot", "NAC Fig. 4: few-shot adaptation, NAC vs Perceiver IO (8-way, 1-16 shots)",
           **_one("nac_fewshot", "--lr-check", quick=QUICK_1),
           time="~10 min (584 s measured on 2 lightly loaded cores: its study.json)", quick_time="60 s"),

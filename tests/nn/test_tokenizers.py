@@ -167,3 +167,20 @@ def test_padding_is_hidden_from_the_read_in(name):
 def test_pad_id_is_validated():
     with pytest.raises(ValueError, match="'tokenizer.pad_id'.*vocab_size=16"):
         modwire.create_model("nac_micro", tokenizer={"kind": "embedding", "vocab_size": 16, "pad_id": 16})
+
+
+def test_patch_layernorm_maps_every_constant_patch_to_one_token():
+    """The AiT authors' patch LayerNorm removes a patch's mean and scale, so a one-colour patch carries
+    nothing: digits upsampled 4× (nearest) in 4×4 patches become one token per image whatever the digit
+    (why ``experiments/ait_memory_collapse.py`` cuts them into 8×8 patches); the strided conv keeps them."""
+    torch.manual_seed(0)
+    pixels = torch.rand(2, 1, 8, 8)
+    x = pixels.repeat_interleave(4, dim=2).repeat_interleave(4, dim=3)           # [2, 1, 32, 32], 4×4 blocks
+    norm = PatchEmbedding(32, 1, 4, 16, absolute_positions=False, norm=True)
+    tokens = norm(x)                                                              # [2, 64, 16]
+    torch.testing.assert_close(tokens, tokens[:1, :1].expand_as(tokens))
+    def spread(t):                                                                # how far tokens differ
+        return (t - t[:1, :1]).abs().amax()
+    assert spread(norm(torch.rand(2, 1, 32, 32))) > 0.1                         # varied patches: varied tokens
+    assert spread(PatchEmbedding(32, 1, 4, 16, absolute_positions=False)(x)) > 1e-3   # the strided conv
+    assert spread(PatchEmbedding(32, 1, 8, 16, absolute_positions=False, norm=True)(x)) > 0.1   # 2×2 pixels
