@@ -67,6 +67,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .nac import depthwise7
+
 EPS64 = torch.finfo(torch.float64).eps
 TINY64 = torch.finfo(torch.float64).tiny
 
@@ -501,14 +503,10 @@ def _strided_conv(x: Tensor, p: dict, name: str, k: int) -> Tensor:
 def _convnext_block(x: Tensor, p: dict, name: str) -> Tensor:
     """Their ``Block`` on ``[C, H, W]``: 7×7 depthwise conv (zero padding 3), then per pixel LN (eps
     1e-6), ``pwconv1``, GELU, ``pwconv2``, ``gamma``; plus the input."""
-    c, h, w = x.shape
-    padded = torch.zeros(c, h + 6, w + 6, dtype=x.dtype)
-    padded[:, 3:3 + h, 3:3 + w] = x
-    out = torch.empty_like(x)
-    for i in range(h):
-        for j in range(w):
-            v = (p[name + ".dwconv.weight"][:, 0] * padded[:, i:i + 7, j:j + 7]).sum((1, 2)) + p[name + ".dwconv.bias"]
-            v = layer_norm(v, eps=1e-6) * p[name + ".norm.weight"] + p[name + ".norm.bias"]
+    dw, out = depthwise7(x, p[name + ".dwconv.weight"], p[name + ".dwconv.bias"]), torch.empty_like(x)
+    for i in range(x.shape[1]):
+        for j in range(x.shape[2]):
+            v = layer_norm(dw[:, i, j], eps=1e-6) * p[name + ".norm.weight"] + p[name + ".norm.bias"]
             v = linear(v, p, name + ".pwconv1")
             v = 0.5 * v * (1 + torch.erf(v / math.sqrt(2.0)))
             v = linear(v, p, name + ".pwconv2")

@@ -92,14 +92,10 @@ def app_c_preprocessor(p: dict[str, Tensor], images: Tensor, *, eps: float, down
     tokens = []
     for x in images:
         h = ln(conv(x, "stem.0", 4), "stem.1")
-        c, rows, cols = h.shape
-        padded = torch.zeros(c, rows + 6, cols + 6, dtype=h.dtype)
-        padded[:, 3:3 + rows, 3:3 + cols] = h
-        block = torch.empty_like(h)
-        for i in range(rows):
-            for j in range(cols):
-                v = (p["block.dwconv.weight"][:, 0] * padded[:, i:i + 7, j:j + 7]).sum((1, 2)) + p["block.dwconv.bias"]
-                v = ln(v, "block.norm1") @ p["block.fc1.weight"].T + p["block.fc1.bias"]
+        dw, block = depthwise7(h, p["block.dwconv.weight"], p["block.dwconv.bias"]), torch.empty_like(h)
+        for i in range(h.shape[1]):
+            for j in range(h.shape[2]):
+                v = ln(dw[:, i, j], "block.norm1") @ p["block.fc1.weight"].T + p["block.fc1.bias"]
                 v = 0.5 * v * (1 + torch.erf(v / math.sqrt(2.0)))
                 v = ln(v, "block.norm2") if block_norms == 2 else v
                 v = v @ p["block.fc2.weight"].T + p["block.fc2.bias"]
@@ -108,6 +104,19 @@ def app_c_preprocessor(p: dict[str, Tensor], images: Tensor, *, eps: float, down
         pixels = [h[:, i, j] for i in range(h.shape[1]) for j in range(h.shape[2])]
         tokens.append(torch.stack([torch.cat([v, p["pos"][n]]) for n, v in enumerate(pixels)]))
     return torch.stack(tokens)
+
+
+def depthwise7(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """A 7×7 depthwise conv with zero padding 3, pixel by pixel: ``x [C, H, W]``, ``weight [C, 1, 7, 7]``
+    → ``[C, H, W]`` (ConvNeXt's ``dwconv``)."""
+    c, rows, cols = x.shape
+    padded = torch.zeros(c, rows + 6, cols + 6, dtype=x.dtype)
+    padded[:, 3:3 + rows, 3:3 + cols] = x
+    out = torch.empty_like(x)
+    for i in range(rows):
+        for j in range(cols):
+            out[:, i, j] = (weight[:, 0] * padded[:, i:i + 7, j:j + 7]).sum((1, 2)) + bias
+    return out
 
 
 def _col(v: Tensor, like: Tensor) -> Tensor:
