@@ -101,6 +101,12 @@ ROWS = [
         _prior("ring_of_cliques", "{num_cliques: 8}"), paper="NAC with Ring-of-Cliques Prior"),
     Row("nac_erdos_renyi", "NAC with Erdos-Renyi Prior", "nac_small", _prior("erdos_renyi", "{p: 0.2}"),
         paper="NAC with Erdos-Renyi Prior"),
+    # the LayerNorm before the read-out that both models had before issue 35 (neither the paper nor the
+    # authors' final configs): how much of the ladder it moves
+    Row("pio_read_out_norm", "Perceiver IO + LayerNorm before the read-out", "perceiver_io_small",
+        (NOK + "read_out_norm=true",)),
+    Row("nac_scale_free_read_out_norm", "NAC with Scale-Free Prior + LayerNorm before the read-out", "nac_small",
+        (*_prior("scale_free", "{beta: 0.5}"), NOK + "read_out_norm=true")),
 ]
 ROW = {r.key: r for r in ROWS}
 DEFAULT_ROWS = ("pio", "modfc", "frozen", "nac_scale_free")      # NAC Table 1's ladder; ~40 min on 2 cores
