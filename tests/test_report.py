@@ -19,7 +19,7 @@ registry = report.registry
 # the Sort-of-CLEVR runs of earlier NFM cores (their logs, tables and plots, which the notes describe)
 EXTRA_RESULT_FILES = ("experiments/results/ni_fuzzy_boolean/residual_growth.json",
                       "experiments/results/nfm_sort_of_clevr/", "experiments/results/nfm_sort_of_clevr_long/",
-                      "experiments/results/demo/.modwire-demo")
+                      "experiments/results/demo/.modwire-demo", "experiments/results/demo_read_out_norm/.modwire-demo")
 
 
 def readme(path: Path, middle: str = "old text\n") -> Path:
