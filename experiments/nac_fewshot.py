@@ -26,7 +26,8 @@ This runs the same protocol on what the machine has, sized for a CPU:
   10 epochs, no weight decay, batch 128, which is the whole k-shot set (8-128 images): 10
   full-batch steps for every k, so one lr serves every k; the graph regularizer stays at its
   pre-training weight. Each model fine-tunes at its best lr of ``--lr-check`` (:data:`MODELS`:
-  NAC 0.03, Perceiver IO 0.01; ``modwire finetune``'s default 0.05 is NI's): seed :data:`CHECK_SEED`
+  NAC 0.03, Perceiver IO 0.03 since issue 35's models, 0.01 before; ``modwire finetune``'s default 0.05
+  is NI's): seed :data:`CHECK_SEED`
   (a subset none of the curve's seeds draws) at :data:`LR_CHECK_SHOTS` shots, at each of
   :data:`LR_CHECK`.
 
@@ -84,7 +85,7 @@ MODELS = {
     "nac": Model("nac", "NAC (scale-free prior)", "nac_fashion_mnist.yaml", 3e-2,
                  ("model.overrides.graph_prior={name: scale_free, params: {beta: 0.5}}",
                   f"aux_loss_weights.graph={GRAPH_WEIGHT}"), (f"aux_loss_weights.graph={GRAPH_WEIGHT}",)),
-    "pio": Model("pio", "Perceiver IO", "perceiver_io_fashion_mnist.yaml", 1e-2),
+    "pio": Model("pio", "Perceiver IO", "perceiver_io_fashion_mnist.yaml", 3e-2),
 }
 PRETRAIN_TASK = "fashion_mnist"
 TARGET = "digits"                  # scikit-learn's 8×8 digits, upsampled to 1×32×32 (the task's default size)

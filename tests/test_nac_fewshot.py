@@ -27,7 +27,7 @@ def test_plan_pretrains_both_then_finetunes_every_k_of_fig_4_at_each_models_lr()
     assert [j.key for j in pre] == ["pretrain/nac", "pretrain/pio"]
     assert [(j.model, j.shots) for j in ft[:2]] == [("nac", 16), ("pio", 16)]          # the longest jobs first
     assert sorted({j.shots for j in ft}) == [1, 2, 4, 8, 16] and len(ft) == 10          # NAC Fig. 4: 1-16 shots
-    assert {(j.model, j.lr) for j in ft} == {("nac", 3e-2), ("pio", 1e-2)}          # each model's lr check
+    assert {(j.model, j.lr) for j in ft} == {("nac", 3e-2), ("pio", 3e-2)}          # each model's lr check
     assert {j.seed_list == [0, 1, 2] for j in ft} == {True}
     _, ft = fewshot.plan(args(pio_lr=3e-3, lr_check=True))
     checks = [j for j in ft if j.check]
