@@ -304,7 +304,7 @@ def _nac_fewshot(k: int) -> Claim:
     return Claim("NAC Fig. 4", f"few-shot top-1 %, 8-way, k = {k} per class: NAC vs Perceiver IO",
                  "NAC ahead (~10 at 1-4 shots, abstract)" if k <= 4 else "Fig. 4 only (no numbers)", "nac_fewshot",
                  (Seeds("NAC", {"model": "nac", "shots": k, "lr": 0.03, "check": False}, "values", True),
-                  Seeds("Perceiver IO", {"model": "pio", "shots": k, "lr": 0.01, "check": False}, "values", True)),
+                  Seeds("Perceiver IO", {"model": "pio", "shots": k, "lr": 0.03, "check": False}, "values", True)),
                  "Fashion-MNIST pre-training (400 steps), sklearn digits")
 
 
