@@ -213,6 +213,8 @@ ARCHIVE: list[Study] = [
           folder="ait_triangle_pre35/analysis", rebuild=("experiments/ait_analysis.py", "--report", "--out", OUT)),
     Study("ait_memory_collapse_pre23", "the memory collapse of the former workspace (Fashion-MNIST)",
           rebuild=_script("ait_memory_collapse", "--report")),
+    Study("ait_analysis_pre35", "AiT Fig. 2, 10, 11 on Fashion-MNIST with the former block (before issue 35), and the "
+          "former Triangle ViT's attention sparsity", rebuild=("experiments/ait_analysis.py", "--report", "--out", OUT)),
     Study("nac_fewshot_pre35", "NAC Fig. 4 at CPU scale with the NAC and Perceiver IO of before issue 35 (at c728a49)"),
     Study("demo_pre35", "the demo with the NAC and Perceiver IO of before issue 35 (run at 56df71a)"),
     Study("table1_ladder_pre35", "NAC Table 1 at CPU scale with the NAC and Perceiver IO of before issue 35 (and "
