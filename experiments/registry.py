@@ -108,8 +108,9 @@ STUDIES: list[Study] = [
           steps=(_script("table1_ladder"), _script("table1_ladder", "--rows", READ_OUT_NORM_ROWS)),
           quick=(_script("table1_ladder", *QUICK_1), _script("table1_ladder", "--rows", READ_OUT_NORM_ROWS, *QUICK_1)),
           rebuild=_script("table1_ladder", "--report"),
-          time="~40 min (24 runs, 84 run-minutes on 2 workers: the committed results.jsonl) and ~25 min for the 12 "
-               "runs of the rows with the read-out LayerNorm",
+          time="~40 min (24 runs, 84 run-minutes on 2 workers before issue 35, on quiet cores); measured 56 min for "
+               "the 24 (107 run-minutes) and 37 min for the 12 runs with the read-out LayerNorm (70 run-minutes), "
+               "with other studies running (the committed results.jsonl)",
           quick_time="102 s"),
     Study("demo", "NAC Fig. 5a / 15: accuracy as modules (NAC) / latents (Perceiver IO) are dropped",
           steps=(("-m", "modwire.demo", "--out-dir", OUT, "--no-progress"),),
@@ -125,7 +126,8 @@ STUDIES: list[Study] = [
           time="≤ 5 min on quiet cores, as the demo", quick_time="as the demo's"),
     Study("nac_fewshot", "NAC Fig. 4: few-shot adaptation, NAC vs Perceiver IO (8-way, 1-16 shots)",
           **_one("nac_fewshot", "--lr-check", quick=QUICK_1),
-          time="~10 min (584 s measured on 2 lightly loaded cores: its study.json)", quick_time="60 s"),
+          time="~10 min on 2 lightly loaded cores (584 s before issue 35); 16.5 min measured with other studies "
+               "running, then 210.5 s for Perceiver IO's fine-tuning at its new lr (its study.json)", quick_time="60 s"),
     Study("conditional_nac", "NAC Fig. 6: a conditional NAC's circuits (P) separate question types",
           steps=(_script("conditional_nac", "--overwrite"),),
           quick=(_script("conditional_nac", "--overwrite", "--quick"),),
@@ -162,7 +164,8 @@ STUDIES: list[Study] = [
     Study("ait_analysis", "AiT Fig. 2, 10, 11: slot maps, patch diversity, Hopfield energy (Fashion-MNIST)",
           steps=_ait_analysis(False), quick=_ait_analysis(True),
           rebuild=("experiments/ait_analysis.py", "--report", "--out", OUT),
-          time="not measured: two 600-step CPU runs and their analyses", quick_time="41 s"),
+          time="~21 min measured with another study on the 2 cores (two 600-step runs and their analyses)",
+          quick_time="41 s"),
     Study("nfm_sort_of_clevr", "NFM Table 6: NFM(CNN) vs CNN_MLP on Sort-of-CLEVR",
           **_one("nfm_sort_of_clevr", *CLEVR, "--seeds", "3", quick=QUICK_1),
           time="~12 min (6 runs, 23 run-minutes on 2 workers: the committed results.jsonl)", quick_time="13 s"),
