@@ -59,6 +59,14 @@ def _script(name: str, *args: str) -> tuple[str, ...]:
 QUICK_1 = ("--quick", "--seeds", "1")      # the quick version of a study over seeds: one seed (the last --seeds wins)
 
 
+def _demo(*args: str) -> dict:
+    """``python -m modwire.demo`` into OUT with ``args``, and its minutes-long version on digits."""
+    run = ("-m", "modwire.demo", "--out-dir", OUT, "--no-progress")
+    quick = ("--dataset", "digits", "--steps", "5", "--max-samples", "64", "--drop", "0,0.5,0.875", "--draws", "2",
+             "--no-plots")
+    return {"steps": ((*run, *args),), "quick": ((*run, *quick, *args),)}
+
+
 def _one(name: str, *args: str, quick: tuple[str, ...] = ("--quick",)) -> dict:
     """A study of one script: its run, its quick run (``quick`` added), its rebuild (``--report``)."""
     return {"steps": (_script(name, *args),), "quick": (_script(name, *args, *quick),),
@@ -113,17 +121,11 @@ STUDIES: list[Study] = [
                "with other studies running (the committed results.jsonl)",
           quick_time="102 s"),
     Study("demo", "NAC Fig. 5a / 15: accuracy as modules (NAC) / latents (Perceiver IO) are dropped",
-          steps=(("-m", "modwire.demo", "--out-dir", OUT, "--no-progress"),),
-          quick=(("-m", "modwire.demo", "--out-dir", OUT, "--no-progress", "--dataset", "digits", "--steps", "5",
-                  "--max-samples", "64", "--drop", "0,0.5,0.875", "--draws", "2", "--no-plots"),),
-          time="≤ 5 min (docs/demo.md)", quick_time="156 s"),
+          **_demo(), time="≤ 5 min (docs/demo.md)", quick_time="156 s"),
     Study("demo_read_out_norm", "the demo with a LayerNorm before the read-out (read_out_norm=true), as both models "
-          "had before issue 35", steps=(("-m", "modwire.demo", "--out-dir", OUT, "--no-progress", "--set",
-                                          "model.overrides.read_out_norm=true"),),
-          quick=(("-m", "modwire.demo", "--out-dir", OUT, "--no-progress", "--dataset", "digits", "--steps", "5",
-                  "--max-samples", "64", "--drop", "0,0.5,0.875", "--draws", "2", "--no-plots", "--set",
-                  "model.overrides.read_out_norm=true"),),
-          time="≤ 5 min on quiet cores, as the demo", quick_time="as the demo's"),
+          "had before issue 35", **_demo("--set", "model.overrides.read_out_norm=true"),
+          time="≤ 5 min on quiet cores, as the demo (1045 s measured with other studies on the 2 cores: its "
+               "study.json)", quick_time="not measured; the demo's is 156 s"),
     Study("nac_fewshot", "NAC Fig. 4: few-shot adaptation, NAC vs Perceiver IO (8-way, 1-16 shots)",
           **_one("nac_fewshot", "--lr-check", quick=QUICK_1),
           time="~10 min on 2 lightly loaded cores (584 s before issue 35); 16.5 min measured with other studies "
