@@ -17,9 +17,12 @@
 
 Also ``python -m modwire ...`` and ``torchrun --nproc-per-node N -m modwire train ...``.
 Misuse exits with code 2 and a usage message; bad configs, names and files exit 2
-with a message naming what was expected. ``train`` exits 1 when its run directory is
-locked by another run or a checkpoint cannot be written, 130 after SIGINT and 143 after
+with a message naming what was expected. A command exits 1 when a write fails (a full
+disk, a read-only directory: one line naming the file and what is free; what was written
+before is kept) and ``train`` when its run directory is locked by another run, 130 after SIGINT and 143 after
 SIGTERM (a ``last`` checkpoint is written first; resume with ``--resume RUN_DIR``).
+A command whose output is piped into a reader that quits early (``| head``) stops quietly
+with 141, as a Unix tool stopped by SIGPIPE does.
 """
 from __future__ import annotations
 
@@ -31,6 +34,8 @@ import traceback
 from pathlib import Path
 
 from .errors import UserError
+
+SIGPIPE_EXIT = 141   # stdout closed by its reader (`| head`): quiet, with the status of a Unix tool stopped by SIGPIPE
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -63,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--occlusion", type=int, metavar="SIZE",
                    help="one SIZE×SIZE Cutout box per image, set to 0 (NFM §4.4: 16; modwire.analysis.occlusion)")
     e.add_argument("--occlusion-seed", type=int, default=0, metavar="S", help="seed of the boxes (default 0)")
+    _weights_argument(e)
     _finetune_parser(sub)
     d = sub.add_parser("data", help="check a dataset's files before training: list every unreadable one")
     d.add_argument("action", choices=["check"])
@@ -111,8 +117,15 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="config overrides for every run, e.g. data.params.root=/data/tiny-imagenet")
     a.add_argument("--no-plots", action="store_true", help="write CSV/JSON only (no matplotlib needed)")
+    _weights_argument(a)
     _reproduce_parsers(sub)
     return ap
+
+
+def _weights_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--weights", choices=["live", "ema"], default=None,
+                   help="which weights of a run that kept an EMA (ema_decay > 0): default, the ones its validation "
+                        "scored and 'best' was chosen by (the EMA's); live: the weights the optimizer trained")
 
 
 def _reproduce_parsers(sub) -> None:
@@ -173,12 +186,11 @@ def _finetune_parser(sub) -> None:
     f.add_argument("--out", help="output directory (default RUN/finetune/<task>-<sets>[-<K>shot][-<N>way])")
     f.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                    help="training-config overrides for every seed, e.g. optim.grad_clip=1 data.params.root=/data")
+    _weights_argument(f)
 
 
 def cmd_train(args) -> int:
     from .training import load_config, train
-    from .files import DiskFullError
-    from .training.checkpoint import CheckpointWriteError
     from .training.divergence import TrainingDiverged
     from .training.feedback import dumps
     from .training.lock import RunLockedError
@@ -198,7 +210,7 @@ def cmd_train(args) -> int:
         raise UserError("--allow-change only applies with --resume")
     try:
         result = train(cfg, resume=bool(resume), allow_change=allow, overwrite=args.overwrite)
-    except (RunLockedError, CheckpointWriteError, DiskFullError, TrainingDiverged, PermissionError) as e:
+    except (RunLockedError, TrainingDiverged) as e:     # a failed write: _dispatch
         print(f"modwire train: error: {e}", file=sys.stderr)
         return 1
     print(dumps({k: result[k] for k in ("status", "step", "val", "best", "run_dir")}))
@@ -207,8 +219,6 @@ def cmd_train(args) -> int:
 
 def cmd_finetune(args) -> int:
     from .training import load_config
-    from .files import DiskFullError
-    from .training.checkpoint import CheckpointWriteError
     from .training.divergence import TrainingDiverged
     from .training.finetune import default_out_dir, finetune_overrides, finetune_seeds, summary_table
     from .training.lock import RunLockedError
@@ -230,6 +240,7 @@ def cmd_finetune(args) -> int:
         raise UserError(f"--lr: expected a positive number, got {args.lr}")
     base, meta = finetune_overrides(args.path, args.task, train=train, shots=args.shots, ways=args.ways,
                                     epochs=args.epochs, lr=args.lr, batch_size=args.batch_size)
+    base += [f"finetune.weights={args.weights}"] if args.weights else []
     out = Path(args.out) if args.out else default_out_dir(args.path, args.task, train, args.shots, args.ways)
 
     def config_for(seed: int, run_dir: Path):
@@ -240,7 +251,7 @@ def cmd_finetune(args) -> int:
     try:
         summary, code = finetune_seeds(config_for, seeds, out, meta={**meta, "seeds": seeds},
                                        log=lambda s: print(f"modwire finetune: {s}", file=sys.stderr))
-    except (RunLockedError, CheckpointWriteError, DiskFullError, TrainingDiverged, PermissionError) as e:
+    except (RunLockedError, TrainingDiverged) as e:     # a failed write: _dispatch
         print(f"modwire finetune: error: {e}", file=sys.stderr)
         return 1
     print(summary_table(summary))
@@ -304,16 +315,18 @@ def cmd_eval(args) -> int:
 
     from .analysis.report import load_run
     from .training import evaluate, make_loader
-    from .training.checkpoint import checkpoint_step, choose_checkpoint
+    from .training.checkpoint import checkpoint_step, choose_checkpoint, weight_files, weights_note
     from .training.feedback import dumps
 
     if _is_gan_run(args.path):   # a GAN's evaluation is its scores (FID) of its last checkpoint
         return _score_gan_run(args)
     ckpt, why = choose_checkpoint(args.path)
     tag, step = ckpt.name.split("-", 1)[0], checkpoint_step(ckpt)
-    print(f"modwire eval: scoring checkpoint {tag!r} (step {step}) at {ckpt}: {why}", file=sys.stderr)
+    weights = args.weights or weight_files(ckpt)[1]
+    print(f"modwire eval: scoring checkpoint {tag!r} (step {step}) at {ckpt}: {why}; weights: "
+          f"{weights_note(ckpt, args.weights)}", file=sys.stderr)
     overrides = [*args.overrides, *([f"data.max_samples={args.max_samples}"] if args.max_samples is not None else [])]
-    cfg, model, info, dataset = load_run(args.path, overrides, task=args.task, split=args.split)
+    cfg, model, info, dataset = load_run(args.path, overrides, task=args.task, split=args.split, weights=args.weights)
     extra = {}
     if args.occlusion is not None:  # NFM §4.4: one Cutout box per test image
         from .analysis.occlusion import OccludedDataset
@@ -328,8 +341,9 @@ def cmd_eval(args) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")
     loader = make_loader(dataset, cfg.data.batch_size, None, info, cfg.data.num_workers, drop_last=False)
     metrics = evaluate(model.to(device), loader, info, device, cfg.precision)
-    print(dumps({"checkpoint": str(ckpt), "tag": tag, "step": step, "task": args.task or cfg.data.task,
-                 "split": args.split or cfg.data.val_split, "samples": len(dataset), **extra, **metrics}))
+    print(dumps({"checkpoint": str(ckpt), "tag": tag, "step": step, "weights": weights,
+                 "task": args.task or cfg.data.task, "split": args.split or cfg.data.val_split,
+                 "samples": len(dataset), **extra, **metrics}))
     return 0
 
 
@@ -351,7 +365,8 @@ def _score_gan_run(args) -> int:
     from .training.gan import score_run
 
     given = [flag for flag, value in (("--task", args.task), ("--split", args.split), ("--occlusion", args.occlusion),
-                                      ("--max-samples", args.max_samples)) if value is not None]
+                                      ("--max-samples", args.max_samples), ("--weights", args.weights))
+             if value is not None]
     if given:
         raise UserError(f"{args.path} is a GAN run: eval scores its samples (classifier-FID; --set gan.eval.* for "
                         f"more samples or NFM §4.4's random attention), {', '.join(given)} do not apply to it")
@@ -369,12 +384,12 @@ def cmd_analyze(args) -> int:
             from .analysis.circuits import analyze_circuits
 
             analyze_circuits(args.path, out=args.out, overrides=args.overrides, split=args.split,
-                             max_samples=args.max_samples or 1000)
+                             max_samples=args.max_samples or 1000, weights=args.weights)
             return 0
         analyze(args.path, args.baseline, out_dir=args.out, drop=drop, edges=edges, split=args.split,
                 batch=args.batch, max_samples=args.max_samples, overrides=args.overrides,
                 plots=not args.no_plots, iters=args.iters, block_size=args.block_size, draws=args.draws,
-                draw_seed=args.draw_seed)
+                draw_seed=args.draw_seed, weights=args.weights)
     except ImportError as e:  # matplotlib / networkx missing: say which extra to install
         if "modwire[analysis]" not in str(e):
             raise
@@ -494,18 +509,49 @@ def reproduce_list(registry) -> str:
     return "\n".join(lines)
 
 
+def _one_line_warnings() -> None:
+    """A :class:`~modwire.errors.ConfigWarning` as one line (``modwire: warning: ...``), not Python's
+    ``file:line: category`` form; other warnings as Python shows them."""
+    import warnings
+
+    from .errors import ConfigWarning
+
+    shown = warnings.showwarning
+    if getattr(shown, "modwire", False):   # installed by an earlier main() in this process
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, ConfigWarning):
+            print(f"modwire: warning: {message}", file=sys.stderr, flush=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    show.modwire = True
+    warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = _parser()
+    _one_line_warnings()
     args, rest = ap.parse_known_args(argv)
     if rest and args.command != "results":       # only `results` passes its arguments on
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
-        if args.command == "results":
-            return _dispatch(args, rest)
-        return _dispatch(args)
+        code = _dispatch(args, rest)
+        sys.stdout.flush()                # output that fit the buffer meets a closed pipe here, not at exit
+        return code
     except BrokenPipeError:               # `modwire list models | head`: the reader has gone, not an error
+        _drop_stdout()
+        return SIGPIPE_EXIT
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: what is still buffered has no reader, and flushing it at exit would
+    raise again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):          # a stdout without a file descriptor (captured, replaced)
         sys.stdout = open(os.devnull, "w")
-        return 0
 
 
 def _dispatch(args, rest: list[str] | None = None) -> int:
@@ -514,14 +560,29 @@ def _dispatch(args, rest: list[str] | None = None) -> int:
             return cmd_results(args, rest or [])
         return {"train": cmd_train, "eval": cmd_eval, "finetune": cmd_finetune, "list": cmd_list,
                 "analyze": cmd_analyze, "data": cmd_data, "reproduce": cmd_reproduce}[args.command](args)
+    except BrokenPipeError:                          # stdout's reader has gone: main() ends quietly
+        raise
     except (UserError, FileNotFoundError) as e:      # what the user gave: one line, exit 2
         print(f"modwire {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except Exception:                                # anything else is modwire's fault: say so
-        traceback.print_exc()
-        print(f"modwire {args.command}: internal error: the traceback above is a bug in modwire, not a mistake in "
-              f"your command or config; please report it with the command you ran", file=sys.stderr)
+    except OSError as e:                             # a failed write (full disk, read-only): one line, exit 1
+        from .files import write_error
+
+        why = write_error(e)
+        if why is None:
+            return _bug(args.command)
+        print(f"modwire {args.command}: error: {why}", file=sys.stderr)
         return 1
+    except Exception:                                # anything else is modwire's fault: say so
+        return _bug(args.command)
+
+
+def _bug(command: str) -> int:
+    """The exception being handled is a bug in modwire: its traceback, and a sentence that says so."""
+    traceback.print_exc()
+    print(f"modwire {command}: internal error: the traceback above is a bug in modwire, not a mistake in "
+          f"your command or config; please report it with the command you ran", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

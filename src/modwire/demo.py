@@ -38,6 +38,7 @@ import torch
 
 from . import create_model, get_config, list_models, model_source
 from .errors import UserError
+from .files import atomic_write_text
 
 MODELS = ["nac_small", "perceiver_io_small"]
 DROP = (0.0, 0.25, 0.5, 0.75, 0.875, 0.9375)   # fractions of modules / latents dropped (0: the full model)
@@ -97,7 +98,7 @@ def fresh_out_dir(out_dir: str, parts: tuple[str, ...]) -> None:
         elif target.exists():
             target.unlink()
     path.mkdir(parents=True, exist_ok=True)
-    (path / MARKER).write_text("written by python -m modwire.demo, which replaces its runs here on each start\n")
+    atomic_write_text(path / MARKER, "written by python -m modwire.demo, which replaces its runs here on each start\n")
 
 
 def pick_data(choice: str = "auto") -> DemoData:

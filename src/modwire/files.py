@@ -3,8 +3,12 @@
 * :func:`atomic_write` / :func:`atomic_write_text`: write a temporary file next to the target, flush
   and fsync it, rename it over the target (``os.replace``), fsync the directory. A kill at any moment
   leaves the old file or the new one, never a mix; a failure removes the temporary file.
-* :func:`append_line`: one record appended to a log (``metrics.jsonl``); a failed append (disk full)
-  cuts the file back to its previous length, so no torn line is left behind.
+* :func:`append_line`: one record appended to a log (``metrics.jsonl``, ``resumes.jsonl``, a study's
+  results log); a failed append (disk full) cuts the file back to its previous length, so no torn
+  line is left behind.
+* :func:`write_error`: any failed write (``ENOSPC``, ``EDQUOT``, ``EROFS``, ...) as one sentence naming
+  the file, what is free and that what was written before is kept; the ``modwire`` command prints it
+  on one line and exits 1.
 * :func:`read_lines`: a log's lines; a torn last line (a kill mid-append on a file system that does
   not cut it back) is dropped with a warning.
 
@@ -24,7 +28,11 @@ from typing import Callable
 FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
-class DiskFullError(OSError):
+class WriteError(OSError):
+    """A write failed; the message names the file and says what was kept."""
+
+
+class DiskFullError(WriteError):
     """A write failed for lack of space; what was on disk before is intact."""
 
 
@@ -49,6 +57,23 @@ def disk_full(path: str | os.PathLike, needed: int | None, cause: BaseException)
 def is_disk_full(e: BaseException) -> bool:
     """An OSError for lack of space, or a library error that says so (safetensors' writer)."""
     return getattr(e, "errno", None) in FULL or "No space left" in str(e) or "Disk quota" in str(e)
+
+
+WRITE_ERRORS = (*FULL, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG)
+
+
+def write_error(e: OSError) -> str | None:
+    """The sentence for a failed write (None when ``e`` is not one: a missing file is the user's
+    path, reported elsewhere). A :class:`DiskFullError` already says it all."""
+    if isinstance(e, WriteError) or (isinstance(e, PermissionError) and e.errno is None):
+        return str(e)                   # modwire's own, or the run lock's "cannot write the run directory"
+    if getattr(e, "errno", None) not in WRITE_ERRORS:
+        return None
+    where = e.filename or "a file"
+    if e.errno in FULL:
+        return (f"{space_note(where, None)}; the files written before are kept (each is replaced whole or not "
+                f"at all). Free some space (or choose another output directory) and run again")
+    return f"cannot write {where}: {e.strerror or e}; the files written before are kept"
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -108,18 +133,29 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 
 
 def append_line(path: str | os.PathLike, line: str) -> None:
-    """Append ``line`` and a newline; on failure cut the file back to where it was."""
+    """Append ``line`` and a newline; on failure cut the file back to where it was. Unbuffered
+    (``os.write``): a buffered file would retry the failed write when it is cut back or closed."""
     path, data = Path(path), (line + "\n").encode()
-    with open(path, "ab") as f:
-        start = f.tell()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        start = os.fstat(fd).st_size
         try:
-            f.write(data)
-            f.flush()
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                if written == 0:            # a short write that makes no progress: the disk is full
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+                view = view[written:]
         except BaseException as e:
-            f.truncate(start)
+            try:
+                os.ftruncate(fd, start)
+            except OSError:
+                pass
             if is_disk_full(e):
                 raise disk_full(path, len(data), e) from None
             raise
+    finally:
+        os.close(fd)
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:

@@ -161,6 +161,26 @@ def test_forward_gives_finite_logits_and_eval_is_deterministic(name, build):
 
 
 @pytest.mark.parametrize("name", REAL)
+def test_output_dtype_is_the_parameters_under_autocast(name, build):
+    """Issue 36, item 6: one convention for every family: under bf16 autocast an fp32 model returns fp32
+    (a Linear head would return bf16, an einsum head fp32 on the CPU), close to its fp32 output; a bf16
+    model returns bf16."""
+    model = build(name).eval()
+    x, kwargs = make_inputs(model.config)
+    with torch.no_grad():
+        full = model(x, **kwargs)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            mixed = model(x, **kwargs)
+        assert mixed.dtype == torch.float32 and mixed.shape == full.shape
+        assert (mixed - full).abs().max() <= 0.1 * full.abs().max() + 0.1      # bf16 arithmetic, same model
+        half = model.to(torch.bfloat16)
+        x16 = x.to(torch.bfloat16) if x.is_floating_point() else x
+        kw16 = {k: v.to(torch.bfloat16) if torch.is_tensor(v) and v.is_floating_point() else v
+                for k, v in kwargs.items()}
+        assert half(x16, **kw16).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("name", REAL)
 def test_backward_gives_finite_gradients_to_every_trainable_parameter(name, build):
     model = build(name).train()
     x, kwargs = make_inputs(model.config)

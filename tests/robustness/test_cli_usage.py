@@ -61,3 +61,30 @@ def test_a_user_error_is_one_line_with_exit_2(tmp_path, capsys):
     assert not run.exists()                     # nothing touched the disk (not even the run lock)
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and "nac_micro" in err
+
+
+@pytest.mark.parametrize("command", [["list", "models"], ["list", "tasks"], ["reproduce", "--list"]])
+def test_a_closed_stdout_ends_quietly(command):
+    """Issue 36, item 3: `modwire list models | head -1`: the reader has gone before the output is written;
+    the command stops with 141 (as a Unix tool stopped by SIGPIPE), no traceback, no "bug in modwire"."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(cli.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-m", "modwire", *command], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=Path(src).parent, env=env)
+    proc.stdout.close()                     # the reader quits before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == cli.SIGPIPE_EXIT and err == "", err
+
+
+def test_a_closed_stdout_inside_a_command_is_not_called_a_bug(monkeypatch, capsys):
+    def closed(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "cmd_list", closed)
+    assert cli.main(["list", "models"]) == cli.SIGPIPE_EXIT
+    assert capsys.readouterr().err == ""

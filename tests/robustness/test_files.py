@@ -105,7 +105,8 @@ def test_safetensors_reporting_a_full_disk_is_a_clear_error_keeping_the_previous
 
     monkeypatch.setattr(st, "save_file", save_until_full)
     with pytest.raises(CheckpointWriteError, match=r"last-00000004: no space left to write .*: it needs about "
-                                                   r"[\d,]+ bytes.*the previous checkpoint .*last-00000002 is kept"):
+                                                   r"[\d,]+ bytes.*the run's checkpoint 'last' \(step 2, "
+                                                   r".*last-00000002\) is kept"):
         train(cfg(run, "checkpoint_every=2"))
     monkeypatch.undo()
     assert os.readlink(run / "checkpoints" / "last") == "last-00000002"
@@ -113,33 +114,23 @@ def test_safetensors_reporting_a_full_disk_is_a_clear_error_keeping_the_previous
     assert train(cfg(run, "checkpoint_every=2"), resume=True)["step"] == 8
 
 
-class _FullFile:
-    """A file object whose writes hit a full disk after ``room`` bytes (the bytes before it land)."""
+def _write_then_full(room):
+    """``os.write`` that lands ``room`` bytes, then finds the disk full (a short write, then ENOSPC)."""
+    real, calls = os.write, []
 
-    def __init__(self, f, room):
-        self.f, self.room = f, room
-
-    def write(self, data):
-        self.f.write(data[:self.room])
+    def write(fd, data):
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real(fd, bytes(data[:room]))
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    def __getattr__(self, name):
-        return getattr(self.f, name)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return self.f.__exit__(*exc)
+    return write
 
 
 def test_a_full_disk_while_appending_metrics_leaves_no_torn_line_and_a_clear_cli_error(tmp_path, monkeypatch,
                                                                                      capsys):
     log = tmp_path / "log.jsonl"
     append_line(log, '{"step": 1}')
-    real_open = open
-    monkeypatch.setattr("modwire.files.open", lambda p, mode="r", *a, **k: _FullFile(real_open(p, mode, *a, **k), 5),
-                        raising=False)
+    monkeypatch.setattr("modwire.files.os.write", _write_then_full(5))
     with pytest.raises(DiskFullError, match="no space left to write .*log.jsonl: it needs about 12 bytes"):
         append_line(log, '{"step": 2}')
     monkeypatch.undo()
@@ -220,6 +211,6 @@ def test_written_files_follow_the_umask(tmp_path):
         os.umask(old)
     files = [d / "model.safetensors", d / "config.json", d / "manifest.json", run / "metrics.jsonl",
              run / "config.yaml", *(run / "checkpoints" / "last").resolve().iterdir()]
-    assert "ema.safetensors" in {f.name for f in files}
+    assert "live.safetensors" in {f.name for f in files}
     modes = {str(f.relative_to(tmp_path)): oct(f.stat().st_mode & 0o777) for f in files}
     assert set(modes.values()) == {"0o644"}, modes

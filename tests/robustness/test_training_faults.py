@@ -149,20 +149,23 @@ def test_disk_full_keeps_the_previous_checkpoint_and_no_temporary_files(tmp_path
     from modwire.training import checkpoint
 
     run = tmp_path / "run"
-    real_save, calls = torch.save, []
+    real_open, calls = open, []
 
-    def save_until_full(obj, path, *a, **k):
-        calls.append(path)
-        if len(calls) >= 2:   # the second checkpoint's state.pt: the disk is full
-            with open(path, "wb") as f:
+    def open_until_full(path, mode="r", *a, **k):
+        f = real_open(path, mode, *a, **k)
+        if str(path).endswith("state.pt"):
+            calls.append(path)
+            if len(calls) >= 2:   # the second checkpoint's state.pt: the disk is full after 7 bytes
                 f.write(b"partial")
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-        return real_save(obj, path, *a, **k)
+                f.close()
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return f
 
-    monkeypatch.setattr(checkpoint.torch, "save", save_until_full)
+    monkeypatch.setattr(checkpoint, "open", open_until_full, raising=False)
     with pytest.raises(CheckpointWriteError, match=r"could not write checkpoint .*last-00000004: no space left to "
                                                    r"write .*: it needs about [\d,]+ bytes, [\d,]+ bytes free on its "
-                                                   r"file system; the previous checkpoint .*last-00000002"):
+                                                   r"file system; the run's checkpoint 'last' \(step 2, "
+                                                   r".*last-00000002\) is kept"):
         train(cfg(run, "checkpoint_every=2"))
     monkeypatch.undo()
     assert os.readlink(run / "checkpoints" / "last") == "last-00000002"

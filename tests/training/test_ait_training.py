@@ -132,7 +132,7 @@ def test_the_ema_model_takes_the_live_memory(tmp_path):
                              "progress=false"])
     assert train(cfg)["status"] == "finished"
     ckpt = tmp_path / "checkpoints" / "last"
-    live, ema = load_file(str(ckpt / "model.safetensors")), load_file(str(ckpt / "ema.safetensors"))
+    live, ema = load_file(str(ckpt / "live.safetensors")), load_file(str(ckpt / "model.safetensors"))
     keys = [k for k in live if k.endswith("workspace.memory")]
     assert keys and all(torch.equal(live[k], ema[k]) for k in keys)
     weight = next(k for k in live if k.endswith(".weight"))

@@ -56,3 +56,33 @@ def test_a_lost_id_file_is_taken_from_the_checkpoint_and_overwrite_makes_a_new_o
     assert (run / "run_id").read_text().strip() == ident
     train(_cfg(run, "max_steps=2"), overwrite=True)
     assert (run / "run_id").read_text().strip() != ident
+
+
+def test_a_best_checkpoint_of_another_run_is_refused_on_resume_and_by_eval(tmp_path, capsys):
+    """Issue 36, item 5: ``best`` swapped for another run's (copied in, or linked) is refused by a resume,
+    which would keep it as this run's best, and by eval / analyze / finetune, which would score it as
+    this run's; each error names both run ids."""
+    from modwire import cli
+
+    a = train_toy_run(tmp_path / "a", "max_steps=2")
+    b = train_toy_run(tmp_path / "b", "max_steps=2", "seed=1")
+    mine, theirs = ((r / "run_id").read_text().strip() for r in (a, b))
+    best = a / "checkpoints" / "best"
+    own = os.readlink(best)
+    shutil.copytree(b / "checkpoints" / "best", a / "checkpoints" / "best-99999999")
+    for target in ("best-99999999", str((b / "checkpoints" / "best").resolve())):
+        best.unlink()
+        os.symlink(target, best)
+        with pytest.raises(UserError, match=rf"--resume .*checkpoint .*written by another run \(run id {theirs}; "
+                                            rf"this run's is {mine}"):
+            train(_cfg(a, "max_steps=3"), resume=True, allow_change=["max_steps"])
+        for command in (["eval", str(a)], ["analyze", str(a), "--no-plots", "--drop", "0"],
+                        ["finetune", str(a), "--task", "toy_sets", "--seeds", "0", "--epochs", "1"]):
+            assert cli.main(command) == 2, command
+            err = capsys.readouterr().err
+            assert f"run {a}: checkpoint" in err and f"written by another run (run id {theirs}" in err, err
+            assert "Traceback" not in err
+    best.unlink()
+    os.symlink(own, best)
+    assert cli.main(["eval", str(a)]) == 0                          # its own best back: scored
+    assert train(_cfg(a, "max_steps=3"), resume=True, allow_change=["max_steps"])["step"] == 3

@@ -122,9 +122,12 @@ def test_cosine_schedule_reaches_min_lr_at_decay_steps_then_stays():
 
 def test_ema_and_bf16(tmp_path):
     result = train(cfg(tmp_path, "ema_decay=0.9", "precision=bf16", "epochs=1"))
-    ema = load_file(str(tmp_path / "run" / "checkpoints" / "last" / "ema.safetensors"))
+    ckpt = tmp_path / "run" / "checkpoints" / "last"
+    # model.safetensors: the weights validation scored (the EMA); live.safetensors: the trained ones
+    ema, live = load_file(str(ckpt / "model.safetensors")), load_file(str(ckpt / "live.safetensors"))
     model = result["model"].state_dict()
-    assert ema.keys() == model.keys()
+    assert ema.keys() == live.keys() == model.keys()
+    assert all(torch.equal(live[k], model[k]) for k in live)
     assert any(not torch.equal(ema[k], model[k]) for k in ema)
 
 

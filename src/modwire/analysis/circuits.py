@@ -120,13 +120,13 @@ def _categories(info) -> tuple[Callable, Sequence[str]]:
 
 def analyze_circuits(run_dir: str | os.PathLike, *, out: str | os.PathLike | None = None,
                      overrides: Sequence[str] = (), split: str | None = None, max_samples: int = 1000,
-                     seed: int = 0, log: Callable[[str], Any] = print) -> dict[str, Any]:
+                     seed: int = 0, log: Callable[[str], Any] = print, weights: str | None = None) -> dict[str, Any]:
     """NAC Fig. 6 for a trained conditional NAC run; writes into ``out`` (default
     ``RUN_DIR/analysis``) and returns the report (see ``conditional_report``)."""
     from .conditional import conditional_report
     from .runs import load_run, output_dir
 
-    cfg, model, info, dataset = load_run(run_dir, overrides, split=split)
+    cfg, model, info, dataset = load_run(run_dir, overrides, split=split, weights=weights)
     if not is_conditional(model) or model.kernel is None:
         raise UserError(f"{run_dir}: the circuit analysis (NAC Fig. 6) needs a conditional NAC with a kernel, "
                         f"got model {cfg.model.name!r}")

@@ -36,6 +36,7 @@ from torch import Tensor
 
 from .plots import _HINT, _pyplot, _save, draw_link_graph
 from ..errors import UserError
+from ..files import atomic_write_text
 
 __all__ = ["additive_fit", "conditional_report", "embed_link_probs", "finite", "graph_statistics", "lower_triangle",
            "pca_link_probs", "plot_link_prob_embedding", "plot_sample_graphs", "remove_group_means", "separation_by",
@@ -364,7 +365,7 @@ def conditional_report(P: Tensor | np.ndarray, labels: Sequence[Any] | Tensor | 
               "files": ["link_prob_embedding.png", "sample_graphs.png", "conditional.json"]}
     result = finite(result)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "conditional.json").write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
+    atomic_write_text(out / "conditional.json", json.dumps(result, indent=2, allow_nan=False) + "\n")
     return result
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from ..errors import UserError
+from ..files import atomic_write_text
 from ..models.capabilities import Adversarial
 from .catalog import Analysis, applicable, describe, not_applicable
 from .runs import load_run, other_analyses, output_dir, run_model_class
@@ -47,7 +48,8 @@ def run_root(path: str | os.PathLike) -> Path:
 
 def analyze_model(run_dir: str | os.PathLike, *, out_dir: str | os.PathLike | None = None, split: str | None = None,
                   max_samples: int | None = None, overrides: Sequence[str] = (), plots: bool = True,
-                  refuse: Sequence[str] = (), log: Callable[[str], None] | None = print) -> dict[str, Any]:
+                  refuse: Sequence[str] = (), log: Callable[[str], None] | None = print,
+                  weights: str | None = None) -> dict[str, Any]:
     """Run what applies to the run's model (module docstring) and write its files to ``out_dir``
     (default ``run_dir/analysis``); returns the summary (also ``summary.json``). ``refuse``:
     module-surgery flags the user gave (``--drop``, ...): a UserError naming what applies."""
@@ -60,9 +62,9 @@ def analyze_model(run_dir: str | os.PathLike, *, out_dir: str | os.PathLike | No
         require_plotting(graphs=False)
     cls = run_model_class(run_dir)
     if cls is not None and issubclass(cls, Adversarial):
-        return _analyze_generator(run_dir, out_dir, split, max_samples, overrides, plots, refuse, say)
+        return _analyze_generator(run_dir, out_dir, split, max_samples, overrides, plots, refuse, say, weights)
     extra = [f"data.max_samples={max_samples}"] if max_samples is not None else []
-    cfg, model, info, dataset = load_run(run_dir, [*overrides, *extra], split=split)   # as modwire eval
+    cfg, model, info, dataset = load_run(run_dir, [*overrides, *extra], split=split, weights=weights)  # as eval
     _refuse(run_dir, model, refuse)
     split = split or cfg.data.val_split
     if len(dataset) == 0:
@@ -76,7 +78,7 @@ def analyze_model(run_dir: str | os.PathLike, *, out_dir: str | os.PathLike | No
     from ..training import evaluate, make_loader
 
     loader = make_loader(dataset, cfg.data.batch_size, None, info, cfg.data.num_workers, drop_last=False)
-    summary["metrics"] = _metrics(run_dir, cfg.data.task, split, len(dataset),
+    summary["metrics"] = _metrics(run_dir, weights, cfg.data.task, split, len(dataset),
                                   evaluate(model, loader, info, device, cfg.precision))
     files = [_write_json(out / "metrics.json", summary["metrics"])]
     say("metrics: " + ", ".join(f"{k} {v:.4g}" for k, v in summary["metrics"].items()
@@ -99,19 +101,20 @@ def _header(run_dir, name: str, model: torch.nn.Module, **fields: Any) -> dict[s
             "analyses": [a.name for a in applicable(model)]}
 
 
-def _metrics(run_dir, task: str, split: str, samples: int, metrics: dict[str, float]) -> dict[str, Any]:
-    """``modwire eval``'s record: the checkpoint, its tag and step, task, split, samples, metrics."""
-    from ..training.checkpoint import checkpoint_step, choose_checkpoint
+def _metrics(run_dir, weights: str | None, task: str, split: str, samples: int,
+             metrics: dict[str, float]) -> dict[str, Any]:
+    """``modwire eval``'s record: the checkpoint, its tag and step, weights, task, split, samples, metrics."""
+    from ..training.checkpoint import checkpoint_step, choose_checkpoint, weight_files
 
     ckpt, _ = choose_checkpoint(run_dir)
     return {"checkpoint": str(ckpt), "tag": ckpt.name.split("-", 1)[0], "step": checkpoint_step(ckpt),
-            "task": task, "split": split, "samples": samples, **metrics}
+            "weights": weights or weight_files(ckpt)[1], "task": task, "split": split, "samples": samples, **metrics}
 
 
 def _write_json(path: Path, data: Any) -> Path:
     from .workspace_report import finite
 
-    path.write_text(json.dumps(finite(data), indent=1) + "\n")
+    atomic_write_text(path, json.dumps(finite(data), indent=1) + "\n")
     return path
 
 
@@ -166,13 +169,13 @@ def _none(*args, **kwargs) -> list[Path]:
 _RUNNERS = {"workspace": _workspace, "nfm_read_map": _nfm, "module_dropping": _none, "circuits": _none}
 
 
-def _analyze_generator(run_dir, out_dir, split, max_samples, overrides, plots: bool, refuse, say) -> dict[str, Any]:
+def _analyze_generator(run_dir, out_dir, split, max_samples, overrides, plots: bool, refuse, say,
+                       weights: str | None = None) -> dict[str, Any]:
     """A GAN run (NFM §4.1): no task and no split; its generator's read map over sampled latents
     when the generator runs in NFM. Its scores (FID): ``modwire eval RUN``."""
-    from ..models import from_pretrained
-    from ..training.checkpoint import resolve_checkpoint
+    from ..training.checkpoint import checkpoint_model, resolve_checkpoint
 
-    model = from_pretrained(resolve_checkpoint(run_dir)).eval()
+    model = checkpoint_model(resolve_checkpoint(run_dir), weights)[0].eval()
     _refuse(run_dir, model, refuse)
     given = [flag for flag, v in (("--split", split), ("--set", list(overrides))) if v]
     if given:

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ..errors import UserError
+from ..files import atomic_write
 from ..fields import check_argument
 
 if TYPE_CHECKING:
@@ -357,6 +358,8 @@ def plot_energy(energies: Sequence[tuple[Tensor, Tensor]], path: str | Path, *, 
 def _save(fig, plt, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    try:                          # a kill or a full disk never leaves half a picture
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, bbox_inches="tight", format=path.suffix[1:] or None))
+    finally:
+        plt.close(fig)
     return path

@@ -93,7 +93,8 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
             edges: Sequence[float] | None = None, split: str | None = None, batch: int | None = None,
             max_samples: int | None = None, overrides: Sequence[str] = (), plots: bool = True,
             iters: int | None = None, block_size: int | None = None, draws: int = 0, draw_seed: int = 0,
-            progress: Progress | None = None, log: Callable[[str], None] | None = print) -> dict[str, Any]:
+            progress: Progress | None = None, log: Callable[[str], None] | None = print,
+            weights: str | None = None) -> dict[str, Any]:
     """Run the analysis (see the module docstring) and write its files to ``out_dir``
     (default ``run_dir/analysis``). ``drop=None``: :data:`DEFAULT_DROP_FRACTIONS`;
     ``edges=None``: the default fractions for a NAC run, none for a Perceiver IO; explicit
@@ -101,7 +102,8 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
     ``summary.json``). ``batch`` / ``iters`` (None: 64 / 3) and ``block_size`` set the throughput
     and FLOP measurements of module dropping. ``draws`` (0, or >= 2) random drop orders from
     ``draw_seed`` are scored besides each model's own order (:mod:`modwire.analysis.dropping`);
-    ``progress(done, total)`` follows the dropped copies as they are scored.
+    ``progress(done, total)`` follows the dropped copies as they are scored. ``weights``: None, the
+    weights validation scored (the EMA's when the run kept one), or ``"live"`` / ``"ema"``.
 
     A run whose model does not describe its modules (no
     :class:`~modwire.models.capabilities.ModuleSurgery`) gets what applies to it instead
@@ -117,7 +119,7 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
                                            ("--draws", bool(draws)))
                   if given]
         return analyze_model(run_dir, out_dir=out_dir, split=split, max_samples=max_samples, overrides=overrides,
-                             plots=plots, refuse=refuse, log=log)
+                             plots=plots, refuse=refuse, log=log, weights=weights)
     batch, iters = 64 if batch is None else batch, 3 if iters is None else iters
     drop, edges = _check_options(DEFAULT_DROP_FRACTIONS if drop is None else drop, edges, batch=batch,
                                  max_samples=max_samples, iters=iters, block_size=block_size, plots=plots)
@@ -125,8 +127,8 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
     say = log or (lambda s: None)
     # load every run first: bad paths and kinds fail before any long computation
     names: set[str] = set()
-    main = open_run(run_dir, overrides, split, max_samples, names)
-    runs = [main, *(open_run(b, overrides, split, max_samples, names) for b in baselines)]
+    main = open_run(run_dir, overrides, split, max_samples, names, weights)
+    runs = [main, *(open_run(b, overrides, split, max_samples, names, weights) for b in baselines)]
     for r in runs[1:]:   # a baseline is compared on the same data: the same task and parameters
         if (r.cfg.data.task, r.cfg.data.params) != (main.cfg.data.task, main.cfg.data.params):
             raise UserError(f"--baseline {r.path}: trained on task {r.cfg.data.task!r} with params "

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import signal
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from ..errors import UserError
+from ..files import append_line
 
 
 def load_results(path: Path, keep: Callable[[dict], bool] = lambda r: True) -> dict[str, dict]:
@@ -29,10 +30,10 @@ def load_results(path: Path, keep: Callable[[dict], bool] = lambda r: True) -> d
     return out
 
 
-def append_results(results: Iterable[dict], log_file: IO[str], *, total: int, describe: Callable[[dict], str],
+def append_results(results: Iterable[dict], path: Path, *, total: int, describe: Callable[[dict], str],
                    log: Callable[[str], None]) -> list[str]:
-    """Append each finished job's result to the open results log as it arrives (flushed: a kill
-    loses at most the line being written), log one line per job (``describe(result)``), and return
+    """Append each finished job's result to the results log ``path`` as it arrives (a whole line or
+    none: :func:`modwire.files.append_line`), log one line per job (``describe(result)``), and return
     the failures (results with an ``error`` key, not recorded, so a rerun tries them again)."""
     failed: list[str] = []
     for i, r in enumerate(results, 1):
@@ -40,8 +41,7 @@ def append_results(results: Iterable[dict], log_file: IO[str], *, total: int, de
             failed.append(f"{r['key']}: {r['error']}")
             log(f"[{i}/{total}] {failed[-1]}")
             continue
-        log_file.write(json.dumps(r) + "\n")
-        log_file.flush()
+        append_line(path, json.dumps(r))
         log(f"[{i}/{total}] {r['key']}: {describe(r)} ({r['seconds']:.0f} s)")
     return failed
 
@@ -59,8 +59,7 @@ def run_jobs(run: Callable[[Any], dict], todo: list, path: Path, *, workers: int
     pool = mp.get_context("spawn").Pool(workers, maxtasksperchild=1) if workers else None
     results = pool.imap_unordered(run, todo) if pool else map(run, todo)
     try:
-        with path.open("a") as f:
-            return append_results(results, f, total=len(todo), log=log, describe=describe)
+        return append_results(results, path, total=len(todo), log=log, describe=describe)
     finally:
         if pool is not None:
             pool.terminate()

@@ -20,7 +20,7 @@ __all__ = ["AnalyzedRun", "evaluate_run", "forward", "load_run", "open_run", "ot
 
 
 def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str | None = None,
-             split: str | None = None):
+             split: str | None = None, weights: str | None = None):
     """A trained run as ``modwire eval`` sees it: ``(cfg, model, info, dataset)``.
 
     ``path``: a run directory (its ``checkpoints/best``, else ``checkpoints/last``) or a
@@ -29,17 +29,19 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
     applied. ``task`` / ``split`` default to the run's task and validation split (another
     task is built with its default parameters and the ``data.params.*`` of ``overrides``). The model is on the CPU, in eval mode;
     the dataset has the run's eval transform applied, cut to the first ``data.max_samples``
-    samples when that is set (in the run's config or an override)."""
-    from ..models import from_pretrained
+    samples when that is set (in the run's config or an override). ``weights``: None, the weights
+    validation scored (the EMA's when the run kept one), or ``"live"`` / ``"ema"``
+    (:func:`modwire.training.checkpoint.checkpoint_model`)."""
     from ..tasks import build_dataset, describe_task
     from ..training import apply_augmentation, load_config
-    from ..training.checkpoint import resolve_checkpoint
+    from ..training.checkpoint import check_weights_choice, checkpoint_model, resolve_checkpoint
 
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"no run directory or checkpoint at {p}: expected a run directory (with "
                                 f"config.yaml and checkpoints/best/ or checkpoints/last/) or a checkpoint directory")
     _check_eval_overrides(overrides)
+    check_weights_choice(weights)
     ckpt = resolve_checkpoint(p)
     run_cfg = next((q / "config.yaml" for q in (p, ckpt.parent.parent) if (q / "config.yaml").is_file()), None)
     if run_cfg is None and task is None:  # the defaults' task would be scored silently
@@ -55,7 +57,7 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
         from ..training.finetune import few_shot_eval_set
 
         dataset = few_shot_eval_set(cfg, info, dataset, split or cfg.data.val_split)
-    model = from_pretrained(ckpt)
+    model, _ = checkpoint_model(ckpt, weights)
     apply_eval_options(model, cfg, overrides)
     if task != cfg.data.task:   # another task's data (the run's own fits by construction)
         check_task_fits(model, info)
@@ -204,9 +206,9 @@ def run_model_class(path: str | os.PathLike) -> type | None:
     return MODEL_TYPES.get(data.get("model_type")) if isinstance(data, dict) else None
 
 
-def open_run(path, overrides, split, max_samples, names: set[str]) -> AnalyzedRun:
+def open_run(path, overrides, split, max_samples, names: set[str], weights: str | None = None) -> AnalyzedRun:
     """:func:`load_run`, its split cut to ``max_samples``, named uniquely among ``names``."""
-    cfg, model, info, dataset = load_run(path, overrides, split=split)
+    cfg, model, info, dataset = load_run(path, overrides, split=split, weights=weights)
     if not isinstance(model, ModuleSurgery):
         raise UserTypeError(f"{path}: modwire analyze drops modules and edges (NAC App. F), which needs a model "
                             f"that describes its modules (NAC, Perceiver IO, Neural Interpreter); this run's "

@@ -99,11 +99,28 @@ def no_weight_decay_names(module: nn.Module, exempt: tuple[str, ...] = ()) -> tu
                  if p.ndim <= 1 or n.rsplit(".", 1)[-1] == "bias" or id(p) in norms or under(n))
 
 
+def _output_in_parameter_dtype(module: nn.Module, args: Any, output: Any) -> Any:
+    """Forward hook of every model: its output in its parameters' dtype. Under autocast the last op
+    would decide (bf16 from a Linear head, fp32 from an einsum head on the CPU, which autocast leaves
+    alone), so families differed; now an fp32 model returns fp32 under bf16 / fp16 autocast on every
+    device, as the loss and metrics expect, and a bf16 model returns bf16."""
+    if isinstance(output, Tensor) and output.is_floating_point():
+        dtype = next(module.parameters()).dtype
+        if output.dtype != dtype:
+            return output.to(dtype)
+    return output
+
+
 class PretrainedModel(nn.Module):
-    """Mixin for models with a ``config``: save/load and parameter counting."""
+    """Mixin for models with a ``config``: save/load and parameter counting. ``model(...)`` returns its
+    output in the parameters' dtype, under autocast too (:func:`_output_in_parameter_dtype`)."""
 
     config_class: ClassVar[type[ModelConfig]]
     config: ModelConfig
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register_forward_hook(_output_in_parameter_dtype)
 
     @property
     def num_classes(self) -> int:

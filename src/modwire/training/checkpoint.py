@@ -1,8 +1,9 @@
 """Checkpoints: a directory per save, swapped in atomically, checksummed.
 
 ``<run>/checkpoints/<tag>`` is a symbolic link to ``<run>/checkpoints/<tag>-<step>/``,
-which holds ``model.safetensors`` + ``config.json`` (what ``from_pretrained`` reads),
-``ema.safetensors`` when an EMA is kept, ``state.pt`` (optimizer, scheduler, step,
+which holds ``model.safetensors`` + ``config.json`` (what ``from_pretrained`` reads: **the weights
+validation scored**, the EMA's when one is kept), ``live.safetensors`` when an EMA is kept (the
+weights the optimizer trains, which a resume continues), ``state.pt`` (optimizer, scheduler, step,
 epoch, RNG states, metrics; tensors and plain containers only, read back with
 ``torch.load(weights_only=True)``, so no pickled code is ever executed),
 ``checkpoint.json`` (tag, step, epoch, the last validation and the step it was measured
@@ -17,6 +18,8 @@ raises :class:`CheckpointWriteError` naming the path and the cause.
 from __future__ import annotations
 
 import errno
+import io
+import json
 import os
 import re
 import shutil
@@ -28,19 +31,23 @@ import torch
 from ..manifest import MANIFEST_FILE, verify_manifest, write_manifest
 from ..models.base import CONFIG_FILE, WEIGHTS_FILE
 from ..errors import UserError
-from ..files import follow_umask, is_disk_full, space_note
+from ..files import WriteError, follow_umask, is_disk_full, space_note
 
-STATE_FILE, EMA_FILE, SUMMARY_FILE = "state.pt", "ema.safetensors", "checkpoint.json"
+STATE_FILE, LIVE_FILE, SUMMARY_FILE = "state.pt", "live.safetensors", "checkpoint.json"
+RUN_ID_NAME = "run_id"     # RUN_DIR/run_id: the run's identity, carried by each of its checkpoints
+OLD_EMA_FILE = "ema.safetensors"   # the layout before issue 36: model.safetensors held the live weights
+WEIGHTS = ("live", "ema")
 
 
-class CheckpointWriteError(OSError):
+class CheckpointWriteError(WriteError):
     """A checkpoint could not be written; the previous one is intact."""
 
 
 def save_checkpoint(run_dir: str | os.PathLike, tag: str, model, state: dict[str, Any],
-                    ema_state: dict[str, torch.Tensor] | None = None, *,
+                    live_state: dict[str, torch.Tensor] | None = None, *,
                     summary: dict[str, Any] | None = None) -> Path:
-    """Write ``<run>/checkpoints/<tag>-<step>/`` and point ``<tag>`` at it (atomically)."""
+    """Write ``<run>/checkpoints/<tag>-<step>/`` and point ``<tag>`` at it (atomically). ``model``: the
+    weights validation scored (the EMA model when one is kept); ``live_state``: then the trained weights."""
     root = Path(run_dir) / "checkpoints"
     link = root / tag
     old = link.resolve() if link.is_symlink() else None
@@ -49,11 +56,13 @@ def save_checkpoint(run_dir: str | os.PathLike, tag: str, model, state: dict[str
     # two names, so the directory the link points to is never touched before the switch.
     target = root / (f"{base}.1" if old is not None and old.name == base else base)
     tmp = root / f".{target.name}.tmp"
+    state_bytes = io.BytesIO()   # torch.save on a full disk fails as "unexpected pos": serialised here, the
+    torch.save(state, state_bytes)   # bytes are written with open(), whose failure is an OSError (ENOSPC)
     try:
         root.mkdir(parents=True, exist_ok=True)
         for stale in root.glob(f".{tag}-*.tmp"):   # left by a process killed mid-save (the run is locked)
             shutil.rmtree(stale, ignore_errors=True)
-        _write_files(tmp, model, state, ema_state, summary)
+        _write_files(tmp, model, state_bytes, live_state, summary)
         if target.exists():  # a leftover no link points to
             shutil.rmtree(target)
         os.replace(tmp, target)
@@ -63,9 +72,9 @@ def save_checkpoint(run_dir: str | os.PathLike, tag: str, model, state: dict[str
         full = is_disk_full(e)
         if not (full or isinstance(e, OSError)):
             raise
-        kept = f"the previous checkpoint {old} is kept" if old is not None and old.exists() else \
-            "no earlier checkpoint exists"
-        cause = space_note(target, _bytes(model, state, ema_state)) if full else f"{e.strerror or e} ({e.filename or tmp})"
+        kept = _kept(root)
+        needed = state_bytes.getbuffer().nbytes + _bytes(model.state_dict()) + _bytes(live_state or {})
+        cause = space_note(target, needed) if full else f"{e.strerror or e} ({e.filename or tmp})"
         error = CheckpointWriteError(f"could not write checkpoint {target}: {cause}; {kept}")
         error.errno = getattr(e, "errno", None) or (errno.ENOSPC if full else None)
         raise error from None
@@ -74,18 +83,21 @@ def save_checkpoint(run_dir: str | os.PathLike, tag: str, model, state: dict[str
     return target
 
 
-def _bytes(model, state: dict[str, Any], ema_state: dict[str, torch.Tensor] | None) -> int:
-    """About the size of a checkpoint: its tensors' bytes."""
-    def size(x: Any) -> int:
-        if isinstance(x, torch.Tensor):
-            return x.numel() * x.element_size()
-        if isinstance(x, dict):
-            return sum(size(v) for v in x.values())
-        return sum(size(v) for v in x) if isinstance(x, (list, tuple)) else 0
-    return size(model.state_dict()) + size(state) + size(ema_state or {})
+def _kept(root: Path) -> str:
+    """What a failed save leaves: ``the checkpoints 'last' (step 8, ...), 'best' (...) are kept``."""
+    tags = [(p.name, p.resolve()) for p in sorted(root.iterdir()) if p.is_symlink() and p.resolve().is_dir()] \
+        if root.is_dir() else []
+    if not tags:
+        return "no earlier checkpoint exists"
+    listed = ", ".join(f"{tag!r} (step {checkpoint_step(d)}, {d})" for tag, d in tags)
+    return f"the run's checkpoint{'s' if len(tags) > 1 else ''} {listed} {'are' if len(tags) > 1 else 'is'} kept"
 
 
-def _write_files(d: Path, model, state: dict[str, Any], ema_state: dict[str, torch.Tensor] | None,
+def _bytes(tensors: dict[str, torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def _write_files(d: Path, model, state: io.BytesIO, live_state: dict[str, torch.Tensor] | None,
                  summary: dict[str, Any] | None) -> None:
     from safetensors.torch import save_file
 
@@ -96,11 +108,12 @@ def _write_files(d: Path, model, state: dict[str, Any], ema_state: dict[str, tor
     if summary is not None:
         (d / SUMMARY_FILE).write_text(dumps(summary) + "\n")
         names.append(SUMMARY_FILE)
-    if ema_state is not None:
-        save_file({k: v.detach().contiguous().cpu() for k, v in ema_state.items()}, str(d / EMA_FILE))
-        follow_umask(d / EMA_FILE)
-        names.append(EMA_FILE)
-    torch.save(state, d / STATE_FILE)
+    if live_state is not None:
+        save_file({k: v.detach().contiguous().cpu() for k, v in live_state.items()}, str(d / LIVE_FILE))
+        follow_umask(d / LIVE_FILE)
+        names.append(LIVE_FILE)
+    with open(d / STATE_FILE, "wb") as f:
+        f.write(state.getbuffer())
     write_manifest(d, names)
 
 
@@ -131,8 +144,15 @@ def choose_checkpoint(path: str | os.PathLike) -> tuple[Path, str]:
     """``(checkpoint directory, why it was chosen)`` for a run or checkpoint directory.
 
     A run's ``best`` is scored unless its ``last`` is newer (a run interrupted after its
-    best validation, or one whose final steps were never validated): then ``last``."""
-    p = Path(path)
+    best validation, or one whose final steps were never validated): then ``last``. A run's checkpoint
+    that another run wrote (copied or linked in by hand) is refused, naming both run ids."""
+    ckpt, why = _choose(Path(path))
+    if not (Path(path) / WEIGHTS_FILE).is_file():        # chosen from a run directory: it must be the run's
+        check_checkpoint_owner(path, ckpt, doing=f"run {path}")
+    return ckpt, why
+
+
+def _choose(p: Path) -> tuple[Path, str]:
     if (p / WEIGHTS_FILE).is_file():
         return p.resolve(), "the checkpoint directory given"
     found = {tag: (p / "checkpoints" / tag).resolve() for tag in ("best", "last")
@@ -156,15 +176,86 @@ def choose_checkpoint(path: str | os.PathLike) -> tuple[Path, str]:
     return found[tag], f"the run has only '{tag}'"
 
 
+def checkpoint_run_id(ckpt: str | os.PathLike) -> str | None:
+    """The run id a checkpoint carries (its ``checkpoint.json``); None for one written before run ids."""
+    summary = Path(ckpt) / "checkpoint.json"
+    try:
+        data = json.loads(summary.read_text())
+    except (OSError, ValueError):       # none (before run ids), or damaged: the manifest check names it
+        return None
+    return data.get("run_id") if isinstance(data, dict) else None
+
+
+def check_checkpoint_owner(run_dir: str | os.PathLike, ckpt: str | os.PathLike, doing: str | None = None) -> str | None:
+    """Refuse a checkpoint of ``run_dir`` that another run wrote (copied or linked in by hand): a resume
+    from it, or eval / analyze / finetune scoring it as this run's. Returns the checkpoint's run id.
+    Checkpoints and runs from before run ids (none recorded) are not checked. ``doing``: the error's
+    prefix (default ``--resume RUN_DIR``)."""
+    path, ckpt = Path(run_dir) / RUN_ID_NAME, Path(ckpt)
+    theirs = checkpoint_run_id(ckpt)
+    mine = path.read_text().strip() if path.is_file() else None
+    if theirs is not None and mine is not None and theirs != mine:
+        raise UserError(f"{doing or f'--resume {run_dir}'}: checkpoint {ckpt.resolve()} was written by another run "
+                        f"(run id {theirs}; this run's is {mine}, in {path}): it was copied or linked in by hand. "
+                        f"Point {ckpt} back at one of this run's own checkpoints, or start a new run from those "
+                        f"weights with --set finetune.init={ckpt.resolve()}")
+    return theirs
+
+
 def _summary(ckpt: Path) -> dict[str, Any]:
     """``checkpoint.json`` of a checkpoint ({} for checkpoints written before it existed)."""
-    import json
-
     try:
         data = json.loads((ckpt / SUMMARY_FILE).read_text())
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def weight_files(ckpt: str | os.PathLike) -> tuple[dict[str, Path], str]:
+    """``({"live": file, "ema": file}, scored)``: a checkpoint's weight files by kind and which one
+    validation scored (``"ema"`` when an EMA was kept). Reads the layout before issue 36 too, where
+    ``model.safetensors`` held the live weights and ``ema.safetensors`` the EMA."""
+    d = Path(ckpt)
+    if (d / OLD_EMA_FILE).is_file():
+        return {"live": d / WEIGHTS_FILE, "ema": d / OLD_EMA_FILE}, "ema"
+    if (d / LIVE_FILE).is_file():
+        return {"live": d / LIVE_FILE, "ema": d / WEIGHTS_FILE}, "ema"
+    return {"live": d / WEIGHTS_FILE}, "live"
+
+
+def check_weights_choice(weights: str | None) -> None:
+    if weights is not None and weights not in WEIGHTS:
+        raise UserError(f"weights: expected one of {list(WEIGHTS)} (or none: the weights validation scored), "
+                        f"got {weights!r}")
+
+
+def weights_note(ckpt: str | os.PathLike, weights: str | None) -> str:
+    """``"ema (what validation scored; --weights live for the trained ones)"``: which weights a reader loads."""
+    files, scored = weight_files(ckpt)
+    if weights is not None and weights != scored:
+        return f"{weights} (asked for; validation scored the {scored} weights)"
+    if len(files) == 1:
+        return "live (the run kept no EMA)"
+    return f"{scored} (what validation scored and 'best' was chosen by; --weights live for the trained ones)"
+
+
+def checkpoint_model(ckpt: str | os.PathLike, weights: str | None = None) -> tuple[torch.nn.Module, str]:
+    """``(model, kind)``: the model of a checkpoint directory with the weights validation scored
+    (``weights=None``: the EMA's when one was kept), or the ``"live"`` / ``"ema"`` ones asked for.
+    Every reader of a run (eval, analyze, finetune) loads through here; ``from_pretrained`` on the
+    checkpoint directory gives the scored weights too."""
+    from ..models import from_pretrained
+
+    check_weights_choice(weights)
+    files, scored = weight_files(ckpt)
+    kind = weights or scored
+    if kind not in files:
+        raise UserError(f"weights={kind!r}: checkpoint {ckpt} kept no EMA (the run's ema_decay was 0), so it holds "
+                        f"one set of weights, the live ones; leave the choice out or ask for 'live'")
+    model = from_pretrained(ckpt)
+    if files[kind] != Path(ckpt) / WEIGHTS_FILE:
+        load_weights(model, files[kind])
+    return model, kind
 
 
 def load_state(ckpt_dir: str | os.PathLike) -> dict[str, Any]:
@@ -205,8 +296,6 @@ def load_weights(module: torch.nn.Module, path: str | os.PathLike) -> None:
 def _config_differences(saved_file: Path, config) -> list[str]:
     """``key: saved vs now`` for each model-config field that differs from the checkpoint's
     ``config.json`` (the likely cause of a weight mismatch); [] when either is unavailable."""
-    import json
-
     try:
         saved, now = json.loads(saved_file.read_text()), config.to_dict()
     except (OSError, ValueError, AttributeError):
@@ -229,5 +318,6 @@ def _few(keys: list[str], n: int = 4) -> str:
     return f"[{shown}{f', … ({len(keys)} in all)' if len(keys) > n else ''}]"
 
 
-__all__ = ["CheckpointWriteError", "MANIFEST_FILE", "checkpoint_step", "choose_checkpoint", "load_state",
-           "load_weights", "resolve_checkpoint", "save_checkpoint"]
+__all__ = ["CheckpointWriteError", "MANIFEST_FILE", "RUN_ID_NAME", "WEIGHTS", "check_checkpoint_owner",
+           "checkpoint_model", "checkpoint_run_id", "checkpoint_step",
+           "choose_checkpoint", "load_state", "load_weights", "resolve_checkpoint", "save_checkpoint", "weight_files"]

@@ -8,11 +8,12 @@ relations between fields."""
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Optional, Sequence
 
-from ..errors import UserError, UserTypeError
+from ..errors import ConfigWarning, UserError, UserTypeError
 from ..fields import COUNT, NON_NEGATIVE, POSITIVE, UNIT, Bounds, Choices, check_tree, did_you_mean
 from .gan_config import GANSection, check_gan_settings
 from ..tasks.base import BAD_SAMPLE_OPTIONS
@@ -127,8 +128,11 @@ class FinetuneSection:
     new_task: bool = False                        # fresh task-specific outputs (model.new_task): CLS tokens / head
     train: list[str] = field(default_factory=lambda: ["all"])  # parameter sets that train, e.g. [cls, type_inference]
     add_functions: int = 0                        # > 0: model.add_functions(n) first (NI §4.2, Fig. 5b)
+    weights: Optional[str] = None                 # init's weights: null = what its validation scored (the EMA's when
+                                                  # it kept one) | live | ema
 
     bounds: ClassVar[dict[str, Bounds]] = {"add_functions": NON_NEGATIVE}
+    choices: ClassVar[dict[str, tuple]] = {"weights": (None, "live", "ema")}
 
 
 @dataclass
@@ -196,6 +200,39 @@ def resolve_num_workers(value: Any, local_world: int | None = None, device: Any 
 
 class ConfigError(UserError):
     """A config file or ``--set`` override that cannot be used; the message names the file / key."""
+
+
+def check_run_length(c: TrainConfig, total: int) -> None:
+    """The settings that count optimizer steps, against the run's ``total``, before the first step:
+    each that cannot do what it says in this run warns (:class:`~modwire.errors.ConfigWarning`, naming
+    the field, the run's length and what the run does instead): a warm-up the run never leaves, step
+    milestones it never reaches, weights kept every N > total steps, a cosine decay that stops above
+    ``min_lr``, no record or checkpoint before the end (``log_every`` at its default does not warn). The
+    run goes on (a smoke test of a long recipe is a short run of it); ``-W error::modwire.errors.ConfigWarning``
+    (Python) or a filter makes them errors."""
+    o, run = c.optim, f"the run has {total} optimizer step{'s' if total != 1 else ''} in all"
+    notes = []
+    if o.warmup_steps and o.warmup_steps >= total:
+        notes.append(f"config key 'optim.warmup_steps': {o.warmup_steps}, but {run}: it ends still warming up "
+                     f"(lr rising from optim.warmup_lr={o.warmup_lr:g}), never at optim.lr={o.lr:g}; set "
+                     f"warmup_steps below {total} or train longer (epochs, max_steps)")
+    if o.schedule == "step" and min(o.milestones) >= total:
+        notes.append(f"config key 'optim.milestones': {list(o.milestones)}, but {run}: the learning rate never "
+                     f"steps; give milestones below {total} or optim.schedule: constant")
+    if c.keep_weights_every > total:
+        notes.append(f"config key 'keep_weights_every': {c.keep_weights_every}, but {run}: no weights are kept; "
+                     f"set it to at most {total}, or 0")
+    if o.schedule == "cosine" and o.decay_steps > total:
+        notes.append(f"config key 'optim.decay_steps': {o.decay_steps} is beyond the run's {total} steps: the "
+                     f"cosine decay stops part-way, above optim.min_lr={o.min_lr:g}")
+    if c.log_every > total and c.log_every != TrainConfig.log_every:   # a short run at the default says nothing
+        notes.append(f"config key 'log_every': {c.log_every} is beyond the run's {total} steps: metrics.jsonl gets "
+                     f"the last step's losses only")
+    if c.checkpoint_every > total:
+        notes.append(f"config key 'checkpoint_every': {c.checkpoint_every} is beyond the run's {total} steps: "
+                     f"checkpoints are written at epoch ends only")
+    for note in notes:
+        warnings.warn(note, ConfigWarning, stacklevel=3)
 
 
 #: Top-level keys that no longer exist, and where what they set lives now (an unknown-key error
@@ -438,6 +475,9 @@ def _validate_finetune(c: TrainConfig) -> None:
     if f.new_task and f.init is None:
         raise UserError("config key 'finetune.new_task': new task outputs replace a trained model's, so it needs "
                         "finetune.init (a run or checkpoint directory)")
+    if f.weights is not None and f.init is None:
+        raise UserError(f"config key 'finetune.weights': got {f.weights!r}, but it chooses the weights of "
+                        f"finetune.init, which is not set")
     if f.add_functions and f.init is None:
         raise UserError("config key 'finetune.add_functions': functions are added to a trained model, so it needs "
                         "finetune.init (a run or checkpoint directory)")

@@ -36,13 +36,12 @@ def pretrained_model(cfg: TrainConfig, info) -> torch.nn.Module:
     ``finetune.add_functions`` (a Neural Interpreter). Without ``new_task`` the model's class count
     must fit the task (the number of heads is the model's to check: configs name it apart).
     Random draws (a new head, new functions) come from the global RNG the trainer seeded."""
-    from ..models import from_pretrained
-    from .checkpoint import choose_checkpoint
+    from .checkpoint import checkpoint_model, choose_checkpoint
 
     if not Path(cfg.finetune.init).exists():
         raise FileNotFoundError(f"config key 'finetune.init': no run directory or checkpoint at {cfg.finetune.init}")
     ckpt, _ = choose_checkpoint(cfg.finetune.init)     # FileNotFoundError names the expected layout
-    model = from_pretrained(ckpt)
+    model, _ = checkpoint_model(ckpt, cfg.finetune.weights)   # what its validation scored, unless asked
     heads = getattr(info, "heads", 1)
     classes = cfg.data.few_shot.ways or info.num_classes
     if cfg.finetune.new_task:

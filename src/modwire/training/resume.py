@@ -10,9 +10,10 @@ changes), and the run's effective config is ``config.yaml`` with those changes a
 order.
 
 A run also has an identity, ``RUN_DIR/run_id`` (32 hex digits, created with the run), written into each
-of its checkpoints (``checkpoint.json`` and ``state.pt``): a resume refuses a ``last`` checkpoint that
-another run wrote (copied or linked in by hand), which would otherwise continue silently from foreign
-weights and counters.
+of its checkpoints (``checkpoint.json`` and ``state.pt``): a resume refuses a ``last`` or ``best``
+checkpoint that another run wrote (copied or linked in by hand), which would otherwise continue silently
+from foreign weights and counters (:func:`modwire.training.checkpoint.check_checkpoint_owner`; eval,
+analyze and finetune check the checkpoint they choose from a run directory too).
 """
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ from typing import Any, Iterable
 from .config import TrainConfig, load_config, to_yaml
 from .gan_config import GAN_HARMLESS_KEYS
 from ..errors import UserError
-from ..files import atomic_write_text
+from ..files import append_line, atomic_write_text
+from .checkpoint import RUN_ID_NAME
 
-CONFIG_NAME, RESUMES_NAME, RUN_ID_NAME = "config.yaml", "resumes.jsonl", "run_id"
+CONFIG_NAME, RESUMES_NAME = "config.yaml", "resumes.jsonl"
 HARMLESS_KEYS = ("epochs", "max_steps", "log_every", "progress", "checkpoint_every", "data.num_workers", "device",
                  "compile", *GAN_HARMLESS_KEYS)
 IGNORED = ("out_dir",)     # the run directory is the run's identity; it may have been moved
@@ -138,17 +140,14 @@ def check_resume(run_dir: str | os.PathLike, cfg: TrainConfig, allow: Iterable[s
 def record_resume(run_dir: str | os.PathLike, step: int, changes: dict[str, tuple]) -> None:
     record = {"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "changes": {k: [old, new] for k, (old, new) in changes.items()}}
-    with (Path(run_dir) / RESUMES_NAME).open("a") as f:
-        f.write(json.dumps(record) + "\n")
+    append_line(Path(run_dir) / RESUMES_NAME, json.dumps(record))
 
 
 def write_config_once(run_dir: str | os.PathLike, cfg: TrainConfig) -> None:
     """Write ``config.yaml`` if the run has none; it is never replaced."""
     path = Path(run_dir) / CONFIG_NAME
     if not path.exists():
-        tmp = path.with_name(f".{CONFIG_NAME}.tmp")
-        tmp.write_text(to_yaml(cfg))
-        os.replace(tmp, path)
+        atomic_write_text(path, to_yaml(cfg))
 
 
 def run_id(run_dir: str | os.PathLike, proposed: str | None = None) -> str:
@@ -160,23 +159,3 @@ def run_id(run_dir: str | os.PathLike, proposed: str | None = None) -> str:
     ident = proposed or uuid.uuid4().hex
     atomic_write_text(path, ident + "\n")
     return ident
-
-
-def checkpoint_run_id(ckpt: str | os.PathLike) -> str | None:
-    """The run id a checkpoint carries (its ``checkpoint.json``); None for one written before run ids."""
-    summary = Path(ckpt) / "checkpoint.json"
-    return json.loads(summary.read_text()).get("run_id") if summary.is_file() else None
-
-
-def check_checkpoint_owner(run_dir: str | os.PathLike, ckpt: str | os.PathLike) -> str | None:
-    """Refuse to resume ``run_dir`` from a checkpoint another run wrote; returns the checkpoint's run id.
-    Checkpoints and runs from before run ids (none recorded) are not checked."""
-    path, ckpt = Path(run_dir) / RUN_ID_NAME, Path(ckpt)
-    theirs = checkpoint_run_id(ckpt)
-    mine = path.read_text().strip() if path.is_file() else None
-    if theirs is not None and mine is not None and theirs != mine:
-        raise UserError(f"--resume {run_dir}: checkpoint {ckpt.resolve()} was written by another run (run id "
-                        f"{theirs}; this run's is {mine}, in {path}): it was copied or linked in by hand. Point "
-                        f"{ckpt} back at one of this run's own checkpoints, or start a new run from those weights "
-                        f"with --set finetune.init={ckpt.resolve()}")
-    return theirs

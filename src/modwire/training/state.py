@@ -16,8 +16,7 @@ from typing import Any
 
 import torch
 
-from .checkpoint import EMA_FILE, load_state, load_weights, save_checkpoint
-from ..models.base import WEIGHTS_FILE
+from .checkpoint import load_state, load_weights, save_checkpoint, weight_files
 from ..errors import UserError
 
 COUNTERS = ("step", "epoch", "micro", "best", "val", "val_step", "val_pending")
@@ -51,25 +50,26 @@ class TrainState:
                     scaler=self.scaler.state_dict(), rng=rng_state(), run_id=self.run_id, **self.extra_state())
         if self.ema is not None:
             full["ema_n_averaged"] = self.ema.n_averaged
-        ema = self.ema.module.state_dict() if self.ema is not None else None
-        summary = {"tag": tag, **{k: getattr(self, k) for k in ("step", "epoch", "val", "val_step", "val_pending",
-                                                               "best", "run_id")}}
-        return save_checkpoint(run_dir, tag, self.model, full, ema, summary=summary)
+        live = self.model.state_dict() if self.ema is not None else None   # model.safetensors: what was scored
+        summary = {"tag": tag, "weights": "ema" if self.ema is not None else "live",
+                   **{k: getattr(self, k) for k in ("step", "epoch", "val", "val_step", "val_pending", "best", "run_id")}}
+        return save_checkpoint(run_dir, tag, self.eval_model, full, live, summary=summary)
 
     def load(self, ckpt_dir: str | os.PathLike) -> "TrainState":
         """Restore weights, optimizer, schedule, scaler, EMA, counters and RNG states from a
         checkpoint directory (its checksums verified first)."""
         ckpt = Path(ckpt_dir)
         full = load_state(ckpt)                     # verifies manifest.json
-        load_weights(self.model, ckpt / WEIGHTS_FILE)
+        files, _ = weight_files(ckpt)
+        load_weights(self.model, files["live"])
         load_optimizer(self.optimizer, full["optimizer"], ckpt)
         self.scheduler.load_state_dict(full["scheduler"])
         if full.get("scaler"):
             self.scaler.load_state_dict(full["scaler"])
         if self.ema is not None:
-            if not (ckpt / EMA_FILE).is_file():
-                raise UserError(f"{ckpt} holds no {EMA_FILE}, but the config keeps an EMA (ema_decay > 0)")
-            load_weights(self.ema.module, ckpt / EMA_FILE)
+            if "ema" not in files:
+                raise UserError(f"{ckpt} holds no EMA weights, but the config keeps an EMA (ema_decay > 0)")
+            load_weights(self.ema.module, files["ema"])
             self.ema.n_averaged.copy_(full["ema_n_averaged"])
         self.load_extra_state(full, ckpt)
         for k in COUNTERS:

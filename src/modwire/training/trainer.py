@@ -36,6 +36,7 @@ import contextlib
 import math
 import shutil
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -55,21 +56,22 @@ from ..tasks import build_dataset, describe_task, get_task
 from ..tasks.base import EpochDataset, SkipBadSamples
 from ..tasks.metrics import LOWER_IS_BETTER
 from . import distributed
-from .config import TrainConfig, compile_mode
+from .checkpoint import RUN_ID_NAME, check_checkpoint_owner, checkpoint_step
+from .config import TrainConfig, check_run_length, compile_mode
 from .divergence import NonFiniteGuard, TrainingDiverged, grad_norm, last_saved_step
 from .feedback import Feedback, MetricsLog
 from .finetune_setup import few_shot_splits, pretrained_model, select_trainable
 from .lock import RunLock
 from .gan import build_gan_run, gan_model_overrides, is_adversarial
 from .optim import build_optimizer, build_scheduler
-from .resume import (CONFIG_NAME, RESUMES_NAME, RUN_ID_NAME, absolute_roots, check_checkpoint_owner, check_resume,
+from .resume import (CONFIG_NAME, RESUMES_NAME, absolute_roots, check_resume,
                      record_resume, run_id, saved_config_changes, write_config_once)
 from .runtime import (autocast, batch_len, call_model, check_labels, compute_loss, evaluate, make_loader,
                       to_device)
 from .run import TrainingRun
 from .signals import StopSignals
 from .state import TrainState
-from ..errors import UserError, UserTypeError
+from ..errors import ConfigWarning, UserError, UserTypeError
 
 __all__ = ["apply_augmentation", "build_datasets", "build_model_for_task", "evaluate", "make_loader", "train"]
 
@@ -107,6 +109,9 @@ def build_datasets(cfg: TrainConfig) -> tuple[Any, Any]:
     the dataset declares its labels, else the first N; the header says which)."""
     d = cfg.data
     train_set = build_dataset(d.task, d.train_split, max_samples=d.max_samples, sample_seed=cfg.seed, **d.params)
+    if d.max_samples > len(train_set):
+        warnings.warn(f"config key 'data.max_samples': {d.max_samples} is more than the {d.train_split!r} split's "
+                      f"{len(train_set)} samples: all of them are used", ConfigWarning, stacklevel=3)
     val_set = build_dataset(d.task, d.val_split, max_samples=d.max_samples, sample_seed=cfg.seed, **d.params)
     if d.few_shot.shots or d.few_shot.ways:        # k-shot n-way subset of the run's seed (finetune_setup.py)
         train_set, val_set = few_shot_splits(cfg, describe_task(d.task, d.params), train_set, val_set)
@@ -252,6 +257,10 @@ def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path,
                         f"is empty, so the run could never be validated; choose another split or give it samples")
     steps_per_epoch = len(train_loader) // cfg.grad_accum
     total = cfg.epochs * steps_per_epoch if cfg.max_steps <= 0 else min(cfg.max_steps, cfg.epochs * steps_per_epoch)
+    if cfg.max_steps > cfg.epochs * steps_per_epoch:
+        warnings.warn(f"config key 'max_steps': {cfg.max_steps} is beyond epochs={cfg.epochs} × {steps_per_epoch} "
+                      f"steps per epoch: the run stops after {total} steps (raise epochs to reach max_steps)",
+                      ConfigWarning, stacklevel=3)
     program = Supervised(info, train_set, sampler, train_loader, val_loader, mixer, local_batch, steps_per_epoch,
                          cfg.grad_accum)
     run = TrainingRun(cfg, dist_info, run_dir, program, total)
@@ -287,17 +296,21 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
         changes = prepare_directory(cfg, run_dir, resume=resume, allow=allow_change, overwrite=overwrite) \
             if dist_info.main else {}
         run, state = build_run(cfg, dist_info, run_dir, overrides)    # writes nothing; raises on bad data
+        check_run_length(cfg, run.total)                   # settings that count steps vs the run's length
         if overwrite and dist_info.main:
             discard_previous_run(run_dir)                  # only once the new run is known to build
         if resume:
             if dist_info.main:                      # a checkpoint of another run is refused (resume.py)
                 state.run_id = check_checkpoint_owner(run_dir, run_dir / "checkpoints" / "last")
+                if (run_dir / "checkpoints" / "best").is_symlink():          # kept as this run's best
+                    check_checkpoint_owner(run_dir, run_dir / "checkpoints" / "best")
             state.load(run_dir / "checkpoints" / "last")
         if dist_info.main:
             write_config_once(run_dir, cfg)        # never replaced (resume.py)
             state.run_id = run_id(run_dir, state.run_id)   # created with the run; each checkpoint carries it
             if resume:
                 record_resume(run_dir, state.step, changes)
+                restore_best(run, state)
         start(run, state, resumed=resume)
         run.guard = NonFiniteGuard(cfg.nonfinite, run_dir)
         try:
@@ -576,13 +589,22 @@ def _improves_best(state: TrainState, key: str | None, lower_is_better: bool) ->
     return False
 
 
+def restore_best(run: TrainingRun, state: TrainState) -> None:
+    """On resume: a run stopped between writing ``last`` and ``best`` (a full disk, a kill) recorded its
+    best at this step without the checkpoint; ``last`` holds those weights, so ``best`` is written now."""
+    best = run.dir / "checkpoints" / "best"
+    if state.best and state.best.get("step") == state.step and \
+            not (best.is_symlink() and checkpoint_step(best.resolve()) == state.step):
+        save(run, state, "best")
+
+
 def keep_weights(run: TrainingRun, state: TrainState) -> None:
     """``keep_weights_every``: the model's weights and config at this step, kept in
     ``checkpoints/weights-<step>/`` (a ``from_pretrained`` directory; e.g. AiT Fig. 10's patch
     diversity over training, ``modwire.analysis.workspace.diversity_over_training``)."""
     every = run.cfg.keep_weights_every
     if every and state.step % every == 0 and run.dist.main:
-        state.model.save_pretrained(run.dir / "checkpoints" / f"weights-{state.step:08d}")
+        state.eval_model.save_pretrained(run.dir / "checkpoints" / f"weights-{state.step:08d}")   # what is scored
 
 
 def save(run: TrainingRun, state: TrainState, tag: str) -> None:
