@@ -106,3 +106,17 @@ def test_the_layout_before_issue_36_is_read_by_kind(tmp_path):
         (tmp_path / name).write_bytes(b"")
     assert weight_files(tmp_path) == ({"live": tmp_path / "model.safetensors", "ema": tmp_path / "ema.safetensors"},
                                       "ema")
+
+
+def test_analyze_and_finetune_say_which_weights_they_load(ema_run, tmp_path, capsys):
+    run, _ = ema_run
+    capsys.readouterr()
+    assert cli.main(["analyze", str(run), "--no-plots", "--drop", "0", "--max-samples", "16", "--iters", "1",
+                     "--out", str(tmp_path / "a")]) == 0
+    assert "weights: ema (what validation scored" in capsys.readouterr().out
+    assert cli.main(["analyze", str(run), "--no-plots", "--drop", "0", "--max-samples", "16", "--iters", "1",
+                     "--out", str(tmp_path / "b"), "--weights", "live"]) == 0
+    assert "weights: live (asked for; validation scored the ema weights)" in capsys.readouterr().out
+    assert cli.main(["finetune", str(run), "--task", "toy_sets", "--seeds", "0", "--epochs", "1", "--weights", "live", "--batch-size", "16",
+                     "--out", str(tmp_path / "ft")]) == 0
+    assert "(weights: live (asked for; validation scored the ema weights)); training all" in capsys.readouterr().err

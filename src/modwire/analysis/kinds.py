@@ -29,6 +29,8 @@ import torch
 
 from ..errors import UserError
 from ..files import atomic_write_text
+from ..training.checkpoint import (checkpoint_model, checkpoint_step, choose_checkpoint, resolve_checkpoint,
+                                   weight_files, weights_note)
 from ..models.capabilities import Adversarial
 from .catalog import Analysis, applicable, describe, not_applicable
 from .runs import load_run, other_analyses, output_dir, run_model_class
@@ -40,8 +42,6 @@ GAN_LATENTS = 256   # latents of a GAN generator's read map unless --max-samples
 
 def run_root(path: str | os.PathLike) -> Path:
     """The run directory of ``path`` (a run directory, or one of its checkpoint directories)."""
-    from ..training.checkpoint import resolve_checkpoint
-
     p = Path(path)
     return p if (p / "checkpoints").is_dir() else resolve_checkpoint(p).parent.parent
 
@@ -74,7 +74,7 @@ def analyze_model(run_dir: str | os.PathLike, *, out_dir: str | os.PathLike | No
     out = output_dir(out_dir if out_dir is not None else Path(run_dir) / "analysis")
     summary = _header(run_dir, cfg.model.name, model, task=cfg.data.task, split=split, num_samples=len(dataset))
     say(f"analyzing {summary['model']} ({summary['model_type']}): task {cfg.data.task!r}, split {split!r}, "
-        f"{len(dataset)} samples, device {device.type}")
+        f"{len(dataset)} samples, device {device.type}; weights: {weights_note(resolve_checkpoint(run_dir), weights)}")
     from ..training import evaluate, make_loader
 
     loader = make_loader(dataset, cfg.data.batch_size, None, info, cfg.data.num_workers, drop_last=False)
@@ -104,8 +104,6 @@ def _header(run_dir, name: str, model: torch.nn.Module, **fields: Any) -> dict[s
 def _metrics(run_dir, weights: str | None, task: str, split: str, samples: int,
              metrics: dict[str, float]) -> dict[str, Any]:
     """``modwire eval``'s record: the checkpoint, its tag and step, weights, task, split, samples, metrics."""
-    from ..training.checkpoint import checkpoint_step, choose_checkpoint, weight_files
-
     ckpt, _ = choose_checkpoint(run_dir)
     return {"checkpoint": str(ckpt), "tag": ckpt.name.split("-", 1)[0], "step": checkpoint_step(ckpt),
             "weights": weights or weight_files(ckpt)[1], "task": task, "split": split, "samples": samples, **metrics}
@@ -173,8 +171,6 @@ def _analyze_generator(run_dir, out_dir, split, max_samples, overrides, plots: b
                        weights: str | None = None) -> dict[str, Any]:
     """A GAN run (NFM §4.1): no task and no split; its generator's read map over sampled latents
     when the generator runs in NFM. Its scores (FID): ``modwire eval RUN``."""
-    from ..training.checkpoint import checkpoint_model, resolve_checkpoint
-
     model = checkpoint_model(resolve_checkpoint(run_dir), weights)[0].eval()
     _refuse(run_dir, model, refuse)
     given = [flag for flag, v in (("--split", split), ("--set", list(overrides))) if v]

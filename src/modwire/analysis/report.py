@@ -50,6 +50,7 @@ from .runs import AnalyzedRun, load_run, open_run, output_dir, run_model_class
 from ..models.capabilities import ModuleSurgery
 from ..errors import UserError
 from ..files import atomic_write_text
+from ..training.checkpoint import resolve_checkpoint, weights_note
 
 __all__ = ["DEFAULT_DROP_FRACTIONS", "DEFAULT_EDGE_FRACTIONS", "analyze", "check_fractions", "load_run",
            "parse_fractions"]
@@ -146,7 +147,8 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
     split_name = split or main.cfg.data.val_split
     say(f"analyzing {main.label}: {main.num_modules} {main.noun}, task {main.cfg.data.task!r}, split "
         f"{split_name!r}, {len(main.dataset)} samples, device {device.type}"
-        + (f"; baselines: {', '.join(r.label for r in runs[1:])}" if runs[1:] else ""))
+        + (f"; baselines: {', '.join(r.label for r in runs[1:])}" if runs[1:] else "")
+        + f"; weights: {weights_note(resolve_checkpoint(run_dir), weights)}")
 
     drop_rows = module_dropping_curve(runs, drop, batch=batch, iters=iters, device=device, draws=draws,
                                       draw_seed=draw_seed, progress=progress)

@@ -56,7 +56,7 @@ from ..tasks import build_dataset, describe_task, get_task
 from ..tasks.base import EpochDataset, SkipBadSamples
 from ..tasks.metrics import LOWER_IS_BETTER
 from . import distributed
-from .checkpoint import RUN_ID_NAME, check_checkpoint_owner, checkpoint_step
+from .checkpoint import RUN_ID_NAME, check_checkpoint_owner, checkpoint_step, choose_checkpoint, weights_note
 from .config import TrainConfig, check_run_length, compile_mode
 from .divergence import NonFiniteGuard, TrainingDiverged, grad_norm, last_saved_step
 from .feedback import Feedback, MetricsLog
@@ -401,7 +401,9 @@ def start(run: TrainingRun, state: TrainState, *, resumed: bool) -> None:
         "steps": lines["steps"],
         "device": f"{run.device} × {run.dist.world}, precision {cfg.precision}"
                   f"{f', compiled ({mode})' if mode else ''}{_loader_workers(run)}",
-        **({"fine-tuning": f"from {cfg.finetune.init}; training {', '.join(cfg.finetune.train)}"
+        **({"fine-tuning": f"from {cfg.finetune.init} (weights: "
+                           f"{weights_note(choose_checkpoint(cfg.finetune.init)[0], cfg.finetune.weights)}); "
+                           f"training {', '.join(cfg.finetune.train)}"
                            f"{'; new task outputs' if cfg.finetune.new_task else ''}"} if cfg.finetune.init else {})})
     state.model.train()
     run.tick = time.perf_counter()
