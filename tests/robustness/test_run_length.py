@@ -70,3 +70,22 @@ def test_log_every_at_its_default_does_not_warn_in_a_short_run(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConfigWarning)
         assert _train(tmp_path / "run", "max_steps=2")["step"] == 2
+
+
+@pytest.mark.parametrize("extra,match", [
+    (["ema_decay=0.999"], r"'ema_decay': 0.999 averages over about 1000 steps, but the run has 4 optimizer steps"),
+    (["optim.decay_steps=2", "optim.warmup_steps=3"],
+     r"'optim.decay_steps': 2 is not after the warm-up's 3 steps: the learning rate drops to optim.min_lr"),
+])
+def test_an_ema_or_decay_that_cannot_act_in_the_run_warns(tmp_path, extra, match):
+    with pytest.warns(ConfigWarning, match=match):
+        _train(tmp_path / "run", *extra)
+
+
+@pytest.mark.parametrize("extra,key", [(["optim.gamma=0.5"], "optim.gamma"),
+                                       (["optim.decay_steps=10", "optim.schedule=linear"], "optim.decay_steps")])
+def test_a_schedule_setting_the_schedule_does_not_use_is_refused(extra, key):
+    from modwire.errors import UserError
+
+    with pytest.raises(UserError, match=rf"config key '{key}': got .*, but it is used only by optim.schedule"):
+        load_config(None, [*BASE, *extra])

@@ -225,6 +225,13 @@ def check_run_length(c: TrainConfig, total: int) -> None:
     if o.schedule == "cosine" and o.decay_steps > total:
         notes.append(f"config key 'optim.decay_steps': {o.decay_steps} is beyond the run's {total} steps: the "
                      f"cosine decay stops part-way, above optim.min_lr={o.min_lr:g}")
+    if o.schedule == "cosine" and 0 < o.decay_steps <= o.warmup_steps:
+        notes.append(f"config key 'optim.decay_steps': {o.decay_steps} is not after the warm-up's "
+                     f"{o.warmup_steps} steps: the learning rate drops to optim.min_lr={o.min_lr:g} when it ends")
+    if c.ema_decay and 1 / (1 - c.ema_decay) > total:
+        notes.append(f"config key 'ema_decay': {c.ema_decay:g} averages over about {1 / (1 - c.ema_decay):.0f} "
+                     f"steps, but {run}: the EMA weights, which are validated and saved as the run's, stay "
+                     f"close to the first steps' (lower ema_decay, or train longer)")
     if c.log_every > total and c.log_every != TrainConfig.log_every:   # a short run at the default says nothing
         notes.append(f"config key 'log_every': {c.log_every} is beyond the run's {total} steps: metrics.jsonl gets "
                      f"the last step's losses only")
@@ -451,6 +458,12 @@ def validate(c: TrainConfig) -> None:
     if c.optim.schedule != "step" and c.optim.milestones:
         raise UserError(f"config key 'optim.milestones': got {list(c.optim.milestones)}, but they are used only by "
                         f"optim.schedule: step (the schedule is {c.optim.schedule!r})")
+    if c.optim.gamma != OptimSection.gamma and c.optim.schedule != "step":
+        raise UserError(f"config key 'optim.gamma': got {c.optim.gamma:g}, but it is used only by optim.schedule: "
+                        f"step (the schedule is {c.optim.schedule!r})")
+    if c.optim.decay_steps and c.optim.schedule != "cosine":
+        raise UserError(f"config key 'optim.decay_steps': got {c.optim.decay_steps}, but it is used only by "
+                        f"optim.schedule: cosine (the schedule is {c.optim.schedule!r})")
     if c.data.mixup_alpha != 1.0 and c.data.mixup != "input":
         raise UserError(f"config key 'data.mixup_alpha': got {c.data.mixup_alpha:g}, but it sets Input Mixup only "
                         f"(data.mixup: input); data.mixup is {c.data.mixup!r}")
