@@ -15,6 +15,7 @@ in :mod:`modwire.models.tokenizer_config`; their names are re-exported here, so
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import typing
@@ -99,28 +100,35 @@ def no_weight_decay_names(module: nn.Module, exempt: tuple[str, ...] = ()) -> tu
                  if p.ndim <= 1 or n.rsplit(".", 1)[-1] == "bias" or id(p) in norms or under(n))
 
 
-def _output_in_parameter_dtype(module: nn.Module, args: Any, output: Any) -> Any:
-    """Forward hook of every model: its output in its parameters' dtype. Under autocast the last op
+def _in_parameter_dtype(forward: Any) -> Any:
+    """``forward`` returning its output in the model's parameters' dtype. Under autocast the last op
     would decide (bf16 from a Linear head, fp32 from an einsum head on the CPU, which autocast leaves
     alone), so families differed; now an fp32 model returns fp32 under bf16 / fp16 autocast on every
-    device, as the loss and metrics expect, and a bf16 model returns bf16."""
-    if isinstance(output, Tensor) and output.is_floating_point():
-        dtype = next(module.parameters()).dtype
-        if output.dtype != dtype:
-            return output.to(dtype)
-    return output
+    device, as the loss and metrics expect, and a bf16 model returns bf16. Inside ``forward`` (not a
+    hook), so ``torch.compile`` traces it into the model's one graph."""
+    @functools.wraps(forward)
+    def in_parameter_dtype(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        output = forward(self, *args, **kwargs)
+        if isinstance(output, Tensor) and output.is_floating_point():
+            dtype = next(self.parameters()).dtype
+            if output.dtype != dtype:
+                return output.to(dtype)
+        return output
+    return in_parameter_dtype
 
 
 class PretrainedModel(nn.Module):
-    """Mixin for models with a ``config``: save/load and parameter counting. ``model(...)`` returns its
-    output in the parameters' dtype, under autocast too (:func:`_output_in_parameter_dtype`)."""
+    """Mixin for models with a ``config``: save/load and parameter counting. Every model's ``forward``
+    returns its output in the parameters' dtype, under autocast too (:func:`_in_parameter_dtype`, applied
+    to each subclass's own ``forward`` when the class is defined)."""
 
     config_class: ClassVar[type[ModelConfig]]
     config: ModelConfig
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.register_forward_hook(_output_in_parameter_dtype)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "forward" in cls.__dict__:
+            cls.forward = _in_parameter_dtype(cls.__dict__["forward"])
 
     @property
     def num_classes(self) -> int:
