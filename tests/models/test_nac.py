@@ -3,7 +3,8 @@ import torch
 
 import modwire
 from modwire.models import NACConfig, PerceiverIO, PerceiverIOConfig, create_model
-from modwire.models.base import Intermediates, TokenizerConfig
+from modwire.models.base import Intermediates
+from modwire.models.tokenizer_config import TokenizerConfig
 from modwire.models.nac import NAC, KernelConfig
 
 

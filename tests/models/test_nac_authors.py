@@ -16,7 +16,7 @@ import torch
 
 import modwire
 from modwire.models import NACConfig, PerceiverIOConfig
-from modwire.models.base import TokenizerConfig
+from modwire.models.tokenizer_config import TokenizerConfig
 from modwire.models.tokenizer_config import build_tokenizer
 from modwire.nn.init import single_thread
 from modwire.models.nac import NAC, KernelConfig

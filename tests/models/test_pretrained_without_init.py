@@ -8,7 +8,7 @@ from torch import nn
 import modwire
 import modwire.nn.init as init_module
 from modwire.analysis.sparsify import eliminate_edges
-from modwire.models.base import _load
+from modwire.models.base import load_model
 
 
 def _equal_state(a: nn.Module, b: nn.Module) -> None:
@@ -94,7 +94,7 @@ class _WithTensorAttribute(_WithUnsavedBuffer):
 @pytest.mark.parametrize("cls", [_WithUnsavedBuffer, _WithTensorAttribute])
 def test_a_tensor_outside_the_state_dict_falls_back_to_a_normal_build(cls):
     saved = cls()
-    loaded = _load(cls, None, saved.state_dict(), "memory", "cpu")
+    loaded = load_model(cls, None, saved.state_dict(), "memory", "cpu")
     assert torch.equal(loaded.table, torch.arange(4.0))
     if cls is _WithTensorAttribute:
         assert torch.equal(loaded.inner[0].scale, torch.full((2,), 3.0))
@@ -104,6 +104,6 @@ def test_a_tensor_outside_the_state_dict_falls_back_to_a_normal_build(cls):
 def test_loading_keeps_the_models_dtype(tmp_path):
     model = modwire.create_model("perceiver_io_micro")
     half = {k: v.half() for k, v in model.state_dict().items()}
-    loaded = _load(type(model), model.config, half, "memory", "cpu")
+    loaded = load_model(type(model), model.config, half, "memory", "cpu")
     assert all(p.dtype == torch.float32 for p in loaded.parameters())
     torch.testing.assert_close(loaded.state_dict()["latents"], model.state_dict()["latents"].half().float())

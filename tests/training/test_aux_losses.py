@@ -9,7 +9,9 @@ from torch import Tensor, nn
 
 import toy_task  # noqa: F401  (registers "toy_sets")
 from modwire.models import list_models
-from modwire.models.base import ModelConfig, PretrainedModel, TokenizerConfig, build_tokenizer, single_input
+from modwire.models.base import PretrainedModel
+from modwire.models.config import ModelConfig
+from modwire.models.tokenizer_config import TokenizerConfig, build_tokenizer, single_input
 from modwire.models.registry import register_model_type, register_preset
 from modwire.training import load_config, train
 

@@ -4,13 +4,12 @@
 ``save_pretrained(dir)`` writes ``config.json`` and ``model.safetensors``
 atomically (temporary file, then rename); ``from_pretrained(dir)`` never unpickles
 (:func:`read_pretrained`) and builds the model without initialising the weights it then
-overwrites (:func:`_load`). The table of model types (:data:`MODEL_TYPES`, filled by
+overwrites (:func:`load_model`). The table of model types (:data:`MODEL_TYPES`, filled by
 ``modwire.models.registry.register_model_type``) lives here, not in the registry, because
 loading dispatches on it and the registry imports this module.
 
 The config machinery lives in :mod:`modwire.models.config` and the shared tokenizer config
-in :mod:`modwire.models.tokenizer_config`; their names are re-exported here, so
-``from modwire.models.base import ModelConfig`` keeps working.
+in :mod:`modwire.models.tokenizer_config`.
 """
 from __future__ import annotations
 
@@ -27,16 +26,12 @@ import torch
 from torch import Tensor, nn
 
 from ..nn.init import single_thread
-from .config import COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_choice, deep_merge, heads_of
-from .tokenizer_config import TOKENIZERS, TokenizerConfig, build_tokenizer, single_input
+from .config import ModelConfig
 from ..errors import UnknownNameError, UserError
 from ..fields import did_you_mean
 
 __all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "MODEL_TYPES", "NORM_LAYERS", "Intermediates", "PretrainedModel",
-           "config_class", "no_weight_decay_names", "read_pretrained", "unknown_name",
-           # re-exported from .config and .tokenizer_config, where they lived here before the split
-           "COUNT", "POSITIVE", "Bounds", "ConfigBase", "ModelConfig", "check_choice", "deep_merge", "heads_of",
-           "TOKENIZERS", "TokenizerConfig", "build_tokenizer", "single_input"]
+           "config_class", "load_model", "no_weight_decay_names", "read_pretrained", "unknown_name"]
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 
@@ -193,7 +188,7 @@ class PretrainedModel(nn.Module):
         config, state = read_pretrained(directory)
         if not isinstance(config, cls.config_class):
             raise UserError(f"{directory} holds a {config.model_type!r} model, not {cls.config_class.model_type!r}")
-        return _load(cls, config, state, directory, map_location)
+        return load_model(cls, config, state, directory, map_location)
 
 
 #: ``model_type`` → model class, filled by :func:`modwire.models.registry.register_model_type`.
@@ -261,8 +256,8 @@ def _read_config(path: Path, config_class: typing.Callable[[str], type[ModelConf
         raise type(e)(f"{path}: {e.args[0] if e.args else e}") from None
 
 
-def _load(cls: type[nn.Module], config: ModelConfig, state: dict[str, torch.Tensor], where: Any,
-          map_location) -> nn.Module:
+def load_model(cls: type[nn.Module], config: ModelConfig, state: dict[str, torch.Tensor], where: Any,
+               map_location) -> nn.Module:
     """``cls(config)`` holding ``state``, without initialising the weights it then overwrites:
     the model is built on the meta device (no memory, no sampling) and the loaded tensors are
     assigned to it. Should a tensor not come from ``state`` (a buffer left out of the state

@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 from torch import nn
 
-from .base import MODEL_TYPES, ModelConfig, PretrainedModel, _load, read_pretrained, unknown_name
+from .base import MODEL_TYPES, PretrainedModel, load_model, read_pretrained, unknown_name
+from .config import ModelConfig
 from ..errors import UserError, UserTypeError
 
 _PRESETS: dict[str, tuple[type[PretrainedModel], Callable[[], ModelConfig], str]] = {}
@@ -68,4 +69,4 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
 def from_pretrained(directory: str | os.PathLike, map_location: str = "cpu") -> nn.Module:
     """Load any model saved with ``save_pretrained`` (dispatching on its ``model_type``)."""
     config, state = read_pretrained(directory)
-    return _load(_MODEL_TYPES[config.model_type], config, state, directory, map_location)
+    return load_model(_MODEL_TYPES[config.model_type], config, state, directory, map_location)

@@ -150,10 +150,6 @@ def read_wnids(path: Path, task: str, layout: str) -> list[str]:
     return lines
 
 
-def _is_image(p: Path, suffixes: Sequence[str] = IMAGE_SUFFIXES) -> bool:
-    return p.is_file() and p.suffix.lower() in suffixes and not p.name.startswith(".")
-
-
 def class_dirs(path: Path) -> list[str]:
     """The names of the sub-folders of ``path`` (hidden ``.*`` and ``__*`` ones skipped), sorted."""
     return sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith((".", "__")))
