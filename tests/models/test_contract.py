@@ -1,6 +1,6 @@
 """The contract every registered preset keeps (in the style of timm's ``test_models.py``):
-it builds; a valid input made from its config (and, for a conditional NAC, a condition made
-from its generator's tokenizer config) gives finite logits ``[B, num_classes]``; backward gives
+it builds; the example input its config declares (``ModelConfig.example_inputs``; no branching on
+the model type here) gives finite logits of the shape it declares (``output_shape``); backward gives
 finite gradients to every trainable parameter (all of them are used); save_pretrained /
 from_pretrained gives identical eval outputs; two eval forwards are equal; every name in
 ``no_weight_decay()`` is a parameter's full name; the config survives JSON.
@@ -28,72 +28,16 @@ REAL = [pytest.param(name, marks=pytest.mark.slow) if name in BIG else name for 
 BATCH = 2
 
 
-def make_input(tok, batch, *, device="cpu", seed=0):
-    """A valid input for a tokenizer config: images ``[B, C, S, S]`` (conv), sets ``[B, N, input_dim]``
-    (linear) or ids ``[B, N]`` < vocab_size (embedding); ``N`` within ``max_len`` when positions are learned."""
-    g = None if device == "meta" else torch.Generator(device).manual_seed(seed)
-    n = min(5, tok.max_len) if tok.max_len > 0 else 5
-    if tok.kind == "conv":
-        return torch.randn(batch, tok.in_channels, tok.image_size, tok.image_size, generator=g, device=device)
-    if tok.kind == "linear":
-        return torch.randn(batch, n, tok.input_dim, generator=g, device=device)
-    if tok.kind == "embedding":
-        return torch.randint(0, tok.vocab_size, (batch, n), generator=g, device=device)
-    raise AssertionError(f"no test input for tokenizer kind {tok.kind!r}")
-
-
-def make_set_input(embed, batch, *, device="cpu", seed=0):
-    """A valid ``x`` for a set model's embedding (ViT, NI): images / PGM panels ``[B, C, S, S]`` or
-    vectors ``[B, N, input_dim]``."""
-    g = None if device == "meta" else torch.Generator(device).manual_seed(seed)
-    if embed.kind in ("patches", "panels"):
-        return torch.rand(batch, embed.in_channels, embed.image_size, embed.image_size, generator=g, device=device)
-    n = min(5, embed.max_len) if embed.max_len > 0 else 5
-    return torch.randn(batch, n, embed.input_dim, generator=g, device=device)
-
-
 def expected_shape(config, batch=BATCH):
-    """``[B, num_classes]``; a PGM set model ``[B, candidates]``; several CLS tokens of one output
-    each (NI §4.1) ``[B, T]``."""
-    if config.model_type == "transformer_lm":                # next-token logits at every position
-        return (batch, min(5, config.max_len), config.vocab_size)
-    embed = getattr(config, "embed", None)
-    if embed is not None and embed.kind == "panels":
-        return (batch, embed.in_channels - embed.num_context)
-    if embed is not None and config.num_cls_tokens > 1 and not config.task_input:
-        return (batch, config.num_cls_tokens) if config.num_classes == 1 else \
-            (batch, config.num_cls_tokens, config.num_classes)
-    return (batch, config.num_classes)
+    """The shape the preset declares for its example input (``ModelConfig.output_shape``)."""
+    return config.output_shape(config.example_inputs(batch, device="meta"))
 
 
 def make_inputs(config, batch=BATCH, *, device="cpu", seed=0):
-    """``(x, kwargs)`` for ``model(x, **kwargs)``."""
-    if config.model_type == "cnn_mlp":                       # CNN_MLP (NFM §4.3): an image and a question vector
-        g = None if device == "meta" else torch.Generator(device).manual_seed(seed)
-        x = torch.rand(batch, config.in_channels, config.image_size, config.image_size, generator=g, device=device)
-        q = torch.rand(batch, 1, config.question_dim, generator=g, device=device) if config.question_dim else None
-        return x, ({"question": q} if q is not None else {})
-    if config.model_type == "transformer_lm":                # token ids [B, T]
-        g = None if device == "meta" else torch.Generator(device).manual_seed(seed)
-        return torch.randint(0, config.vocab_size, (batch, min(5, config.max_len)), generator=g, device=device), {}
-    if config.model_type == "gan":                           # latents z [B, latent_dim] (models/gan.py)
-        g = None if device == "meta" else torch.Generator(device).manual_seed(seed)
-        return torch.randn(batch, config.latent_dim, generator=g, device=device), {}
-    if getattr(config, "embed", None) is not None:          # a set model (ViT, NI, AiT)
-        kwargs = {"task": torch.arange(batch, device=device) % config.num_cls_tokens} if config.task_input else {}
-        if config.question_dim:                              # AiT §5.8's question token
-            g = None if device == "meta" else torch.Generator(device).manual_seed(seed + 1)
-            kwargs["question"] = torch.randn(batch, 1, config.question_dim, generator=g, device=device)
-        return make_set_input(config.embed, batch, device=device, seed=seed), kwargs
-    if getattr(config, "tokenizer", None) is None and hasattr(config, "image_size"):   # a CNN (PreActResNet)
-        g = None if device == "meta" else torch.Generator(device).manual_seed(seed)
-        size = (batch, config.in_channels, config.image_size, config.image_size)
-        return torch.rand(*size, generator=g, device=device), {}
-    kwargs = {}
-    generator = getattr(config, "generator", None)
-    if generator is not None and generator.kind == "conditional":
-        kwargs["condition"] = make_input(generator.tokenizer, batch, device=device, seed=seed + 1)
-    return make_input(config.tokenizer, batch, device=device, seed=seed), kwargs
+    """``(x, kwargs)`` for ``model(x, **kwargs)``: the example input the preset declares
+    (``ModelConfig.example_inputs``), its first input apart."""
+    inputs = config.example_inputs(batch, device=device, seed=seed)
+    return inputs.pop(config.input_names()[0]), inputs
 
 
 @pytest.fixture(scope="module")

@@ -95,6 +95,13 @@ def _check_keys(cls: type, keys: dict[str, Any], path: str = "") -> None:
                                f"{cls.field_names()}{'.' + hint if hint else ''}")
 
 
+def example_generator(device: Any, seed: int) -> Any:
+    """A torch generator seeded with ``seed`` on ``device`` (None on ``meta``, where nothing is drawn)."""
+    import torch
+
+    return None if str(device) == "meta" else torch.Generator(device).manual_seed(seed)
+
+
 def _is_config(hint: Any) -> bool:
     return isinstance(hint, type) and issubclass(hint, ConfigBase)
 
@@ -209,6 +216,18 @@ class ModelConfig(ConfigBase):
     def input_names(self) -> tuple[str, ...]:
         """The names of the inputs this configured model takes (``("x",)``: one input, ``model(x)``)."""
         return ("x",)
+
+    def example_inputs(self, batch: int = 2, *, device: Any = "cpu", seed: int = 0) -> dict[str, Any]:
+        """A valid random input of ``batch`` samples for ``model(**inputs)``, keyed by
+        :meth:`input_names` and drawn from ``seed`` (on the ``meta`` device nothing is drawn): what the
+        contract and compile tests and the benchmarks feed each preset (timm's ``input_size``). Each
+        model type declares its own."""
+        raise UserError(f"model type {self.model_type!r} declares no example input (its config class "
+                        f"implements no example_inputs)")
+
+    def output_shape(self, inputs: dict[str, Any]) -> tuple[int, ...]:
+        """The shape of ``model(**inputs)``: ``[B, num_classes]`` unless the model type says otherwise."""
+        return (len(next(iter(inputs.values()))), self.num_classes)
 
     def for_inputs(self, inputs: Inputs, num_classes: int, heads: int = 1) -> "ModelConfig":
         """This config fitted to a task's inputs, class count and heads: ``replace(**input_overrides(...))``."""

@@ -34,6 +34,7 @@ also reports the InfoNCE loss of those images as ``auxiliary_losses()["infomax"]
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -43,7 +44,7 @@ from torch.nn.utils.parametrizations import spectral_norm
 from ..nn.checks import check_float, check_not_empty, check_tensor
 from ..nn.gan_losses import infonce_loss
 from .base import PretrainedModel
-from .config import COUNT, ConfigBase, ModelConfig
+from .config import COUNT, ConfigBase, ModelConfig, example_generator
 from .nfm import NFMConfig, build_body, set_random_attention
 from .registry import register_model_type, register_preset
 from ..errors import UserError
@@ -93,6 +94,13 @@ class GANConfig(ModelConfig):
     @property
     def latent_dim(self) -> int:
         return self.generator.latent_dim
+
+    def input_names(self) -> tuple[str, ...]:
+        return ("z",)                              # model(z): D(G(z))
+
+    def example_inputs(self, batch: int = 2, *, device: Any = "cpu", seed: int = 0) -> dict[str, Any]:
+        """Latents ``z [B, latent_dim]``."""
+        return {"z": torch.randn(batch, self.latent_dim, generator=example_generator(device, seed), device=device)}
 
     def validate(self) -> None:
         g = self.generator

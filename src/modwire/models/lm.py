@@ -55,7 +55,7 @@ from ..nn.init import trunc_normal_
 from ..nn.nfm import NFMLayer
 from ..nn.checks import min_max, values_checkable
 from .base import Intermediates, PretrainedModel
-from .config import COUNT, Bounds, ModelConfig, heads_of
+from .config import COUNT, Bounds, ModelConfig, example_generator, heads_of
 from .inputs import Inputs, named_inputs
 from .nfm import NFMConfig, build_body
 from .registry import register_model_type, register_preset
@@ -89,6 +89,15 @@ class TransformerLMConfig(ModelConfig):
     def num_classes(self) -> int:
         """Output classes per position: the vocabulary."""
         return self.vocab_size
+
+    def example_inputs(self, batch: int = 2, *, device: Any = "cpu", seed: int = 0) -> dict[str, Any]:
+        """Token ids ``[B, T]``, ``T = min(5, max_len)``."""
+        return {"x": torch.randint(0, self.vocab_size, (batch, min(5, self.max_len)),
+                                   generator=example_generator(device, seed), device=device)}
+
+    def output_shape(self, inputs: dict[str, Any]) -> tuple[int, ...]:
+        """Next-token logits at every position: ``[B, T, vocab_size]``."""
+        return (*inputs["x"].shape, self.vocab_size)
 
     def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
         """A task of token ids ``x [T]`` whose targets are ids of the same vocabulary: ``vocab_size``

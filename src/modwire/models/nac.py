@@ -212,6 +212,12 @@ class NACConfig(ModelConfig):
     def input_names(self) -> tuple[str, ...]:
         return ("x", "condition") if self.generator.kind == "conditional" else ("x",)
 
+    def example_inputs(self, batch: int = 2, *, device: Any = "cpu", seed: int = 0) -> dict[str, Any]:
+        x = {"x": self.tokenizer.example_input(batch, device=device, seed=seed)}
+        if self.generator.kind == "conditional":   # NAC §2.2: the generator reads its own input
+            x["condition"] = self.generator.tokenizer.example_input(batch, device=device, seed=seed + 1)
+        return x
+
     @property
     def modulation_spec(self) -> ModulationSpec:
         return ModulationSpec(self.modulation, self.d_code, self.alpha_init)

@@ -63,6 +63,9 @@ class PerceiverIOConfig(ModelConfig):
     def validate(self) -> None:
         check_head_split(self, ("num_heads", "read_in_heads", "read_out_heads"))
 
+    def example_inputs(self, batch: int = 2, *, device: Any = "cpu", seed: int = 0) -> dict[str, Any]:
+        return {"x": self.tokenizer.example_input(batch, device=device, seed=seed)}
+
     def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
         """Perceiver IO reads one input through its tokenizer (the encoder's key/value array);
         one read-out: ``heads`` must be 1."""

@@ -55,7 +55,7 @@ from torch import Tensor, nn
 
 from ..nn.checks import check_float, check_not_empty
 from .base import Intermediates, PretrainedModel
-from .config import COUNT, Bounds, ModelConfig, check_single_head
+from .config import COUNT, Bounds, ModelConfig, check_single_head, example_generator
 from .inputs import Inputs, named_inputs
 from .nfm import NFMConfig, build_body, set_random_attention
 from .registry import register_model_type, register_preset
@@ -142,6 +142,13 @@ class CNNMLPConfig(ModelConfig):
 
     def input_names(self) -> tuple[str, ...]:
         return ("x", "question") if self.question_dim else ("x",)
+
+    def example_inputs(self, batch: int = 2, *, device: Any = "cpu", seed: int = 0) -> dict[str, Any]:
+        g = example_generator(device, seed)
+        x = {"x": torch.rand(batch, self.in_channels, self.image_size, self.image_size, generator=g, device=device)}
+        if self.question_dim:                      # NFM §4.3: the question vector
+            x["question"] = torch.rand(batch, 1, self.question_dim, generator=g, device=device)
+        return x
 
 
 def conv_block(c_in: int, c_out: int, order: str = "conv_relu_bn") -> nn.Sequential:

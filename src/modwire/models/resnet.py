@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from ..nn.checks import check_float, check_not_empty
 from .base import Intermediates, PretrainedModel
-from .config import COUNT, Bounds, ModelConfig, check_single_head
+from .config import COUNT, Bounds, ModelConfig, check_single_head, example_generator
 from .inputs import Inputs, named_inputs
 from .nfm import NFMConfig, build_body, set_random_attention
 from .registry import register_model_type, register_preset
@@ -84,6 +84,12 @@ class PreActResNetConfig(ModelConfig):
                                           for n in self.num_blocks):
             raise UserError(f"config field 'num_blocks': got {self.num_blocks!r}, expected a non-empty list of "
                             f"integers >= 1 (blocks per stage, e.g. [2, 2, 2, 2] for PreActResNet-18)")
+
+    def example_inputs(self, batch: int = 2, *, device: Any = "cpu", seed: int = 0) -> dict[str, Any]:
+        import torch
+
+        size = (batch, self.in_channels, self.image_size, self.image_size)
+        return {"x": torch.rand(*size, generator=example_generator(device, seed), device=device)}
 
     def input_overrides(self, inputs: Inputs, num_classes: int, heads: int = 1) -> dict[str, Any]:
         check_single_head(heads, self.model_type)

@@ -45,7 +45,7 @@ from ..nn.init import trunc_normal_
 from ..nn.tokenizers import NormLinearNorm
 from ..nn.checks import check_float, check_tensor, min_max, values_checkable
 from .base import Intermediates, PretrainedModel
-from .config import COUNT, Bounds, ModelConfig
+from .config import COUNT, Bounds, ModelConfig, example_generator
 from .inputs import Inputs, named_inputs
 from .tokenizer_config import EMBEDDINGS, TokenizerConfig, build_tokenizer
 from ..errors import UserError
@@ -111,6 +111,25 @@ class SetModelConfig(ModelConfig):
 
     def input_names(self) -> tuple[str, ...]:
         return ("x",) + ("task",) * self.task_input + ("question",) * bool(self.question_dim)
+
+    def example_inputs(self, batch: int = 2, *, device: Any = "cpu", seed: int = 0) -> dict[str, Any]:
+        x = {"x": self.embed.example_input(batch, device=device, seed=seed)}
+        if self.task_input:                        # NI App. C.1: which CLS token's head scores each sample
+            x["task"] = torch.arange(batch, device=device) % self.num_cls_tokens
+        if self.question_dim:                      # AiT §5.8's question token
+            x["question"] = torch.randn(batch, 1, self.question_dim, generator=example_generator(device, seed + 1),
+                                        device=device)
+        return x
+
+    def output_shape(self, inputs: dict[str, Any]) -> tuple[int, ...]:
+        """``[B, candidates]`` for PGM panels, ``[B, T]`` / ``[B, T, C]`` for ``T > 1`` CLS tokens without
+        ``task`` ids (NI §4.1), else ``[B, num_classes]``."""
+        b, e = len(inputs["x"]), self.embed
+        if e.kind == "panels":
+            return (b, e.in_channels - e.num_context)
+        if self.num_cls_tokens > 1 and not self.task_input:
+            return (b, self.num_cls_tokens) if self.num_classes == 1 else (b, self.num_cls_tokens, self.num_classes)
+        return (b, self.num_classes)
 
 
 def _question_dim(spec) -> int:

@@ -19,7 +19,7 @@ from torch import nn
 
 from ..nn import ConvTokenizer, EmbeddingTokenizer, LinearTokenizer, PanelEncoder, PatchEmbedding
 from ..fields import check_value
-from .config import COUNT, FIELD, POSITIVE, Bounds, ConfigBase
+from .config import COUNT, FIELD, POSITIVE, Bounds, ConfigBase, example_generator
 from .inputs import InputSpec, Inputs
 from ..errors import UserError
 
@@ -105,6 +105,20 @@ class TokenizerConfig(ConfigBase):
 
     def unused_fields(self) -> tuple[str, ...]:   # an unknown kind: the choices table names it
         return tuple(n for n in self.bounds if n not in self.uses.get(self.kind, ()))
+
+    def example_input(self, batch: int, *, device: Any = "cpu", seed: int = 0) -> Any:
+        """A valid random input of ``batch`` samples for this input layer: images ``[B, C, S, S]``
+        (conv: normal; patches, panels: uniform in [0, 1]), sets ``[B, N, input_dim]`` (linear) or ids
+        ``[B, N] < vocab_size`` (embedding), ``N = 5`` (at most ``max_len`` when positions are learned)."""
+        import torch
+
+        g, n = example_generator(device, seed), min(5, self.max_len) if self.max_len > 0 else 5
+        if self.kind in ("conv", "patches", "panels"):
+            draw = torch.randn if self.kind == "conv" else torch.rand
+            return draw(batch, self.in_channels, self.image_size, self.image_size, generator=g, device=device)
+        if self.kind == "embedding":
+            return torch.randint(0, self.vocab_size, (batch, n), generator=g, device=device)
+        return torch.randn(batch, n, self.input_dim, generator=g, device=device)
 
     def validate(self) -> None:
         """The image size each image layer needs (conv: a multiple of 8; patches: of ``patch_size``)
