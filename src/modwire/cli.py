@@ -32,6 +32,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import Callable
 
 from .errors import UserError
 
@@ -532,12 +533,43 @@ def _one_line_warnings() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = _parser()
-    _one_line_warnings()
     args, rest = ap.parse_known_args(argv)
     if rest and args.command != "results":       # only `results` passes its arguments on
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
+    return run_command(args.command, lambda: _dispatch(args, rest))
+
+
+def _dispatch(args, rest: list[str] | None = None) -> int:
+    if args.command == "results":
+        return cmd_results(args, rest or [])
+    return {"train": cmd_train, "eval": cmd_eval, "finetune": cmd_finetune, "list": cmd_list,
+            "analyze": cmd_analyze, "data": cmd_data, "reproduce": cmd_reproduce}[args.command](args)
+
+
+def run_command(command: str, run: Callable[[], int]) -> int:
+    """Run one command as every modwire command ends (``modwire ...`` and ``python -m modwire.demo``):
+    a mistake in what the user gave is one line and exit 2; a failed write (full disk, read-only) one
+    line and exit 1; a closed stdout (``| head``) quiet, 141; anything else a bug in modwire, shown with
+    its traceback and a line saying so, exit 1. A :class:`~modwire.errors.ConfigWarning` is one line."""
+    _one_line_warnings()
     try:
-        code = _dispatch(args, rest)
+        try:
+            code = run()
+        except BrokenPipeError:                      # stdout's reader has gone: below
+            raise
+        except (UserError, FileNotFoundError) as e:  # what the user gave
+            print(f"modwire {command}: error: {e}", file=sys.stderr)
+            return 2
+        except OSError as e:                         # a failed write
+            from .files import write_error
+
+            why = write_error(e)
+            if why is None:
+                return _bug(command)
+            print(f"modwire {command}: error: {why}", file=sys.stderr)
+            return 1
+        except Exception:                            # anything else is modwire's fault: say so
+            return _bug(command)
         sys.stdout.flush()                # output that fit the buffer meets a closed pipe here, not at exit
         return code
     except BrokenPipeError:               # `modwire list models | head`: the reader has gone, not an error
@@ -552,29 +584,6 @@ def _drop_stdout() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, ValueError):          # a stdout without a file descriptor (captured, replaced)
         sys.stdout = open(os.devnull, "w")
-
-
-def _dispatch(args, rest: list[str] | None = None) -> int:
-    try:
-        if args.command == "results":
-            return cmd_results(args, rest or [])
-        return {"train": cmd_train, "eval": cmd_eval, "finetune": cmd_finetune, "list": cmd_list,
-                "analyze": cmd_analyze, "data": cmd_data, "reproduce": cmd_reproduce}[args.command](args)
-    except BrokenPipeError:                          # stdout's reader has gone: main() ends quietly
-        raise
-    except (UserError, FileNotFoundError) as e:      # what the user gave: one line, exit 2
-        print(f"modwire {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:                             # a failed write (full disk, read-only): one line, exit 1
-        from .files import write_error
-
-        why = write_error(e)
-        if why is None:
-            return _bug(args.command)
-        print(f"modwire {args.command}: error: {why}", file=sys.stderr)
-        return 1
-    except Exception:                                # anything else is modwire's fault: say so
-        return _bug(args.command)
 
 
 def _bug(command: str) -> int:

@@ -455,4 +455,6 @@ def _out_dir_or_usage_error(out_dir: str, parts: tuple[str, ...]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from .cli import run_command   # how every command ends: one-line errors, a closed pipe, bugs said so
+
+    sys.exit(run_command("demo", lambda: main() or 0))
