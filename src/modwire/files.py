@@ -65,8 +65,8 @@ WRITE_ERRORS = (*FULL, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.
 def write_error(e: OSError) -> str | None:
     """The sentence for a failed write (None when ``e`` is not one: a missing file is the user's
     path, reported elsewhere). A :class:`DiskFullError` already says it all."""
-    if isinstance(e, WriteError) or (isinstance(e, PermissionError) and e.errno is None):
-        return str(e)                   # modwire's own, or the run lock's "cannot write the run directory"
+    if isinstance(e, WriteError):
+        return str(e)                   # modwire's own (a checkpoint, a full disk, the run directory)
     if getattr(e, "errno", None) not in WRITE_ERRORS:
         return None
     where = e.filename or "a file"

@@ -39,6 +39,18 @@ def test_a_second_run_on_a_locked_directory_refuses_naming_the_holder(tmp_path):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+def test_a_run_refused_before_it_writes_leaves_no_directory(tmp_path):
+    """Checks that need the data (a batch larger than the split) come after the lock, which creates
+    the run directory: a refused run removes what it created, and an existing directory is kept."""
+    with pytest.raises(ValueError, match="smaller than one global batch"):
+        train(cfg(tmp_path / "new" / "run", "data.batch_size=128"))
+    assert not (tmp_path / "new" / "run").exists()
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(ValueError, match="smaller than one global batch"):
+        train(cfg(tmp_path / "kept", "data.batch_size=128"))
+    assert (tmp_path / "kept").is_dir()
+
+
 def test_a_stale_lock_of_a_dead_process_does_not_block(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / ".lock").write_text("pid=999999 host=gone\n")
@@ -178,7 +190,9 @@ def test_an_unwritable_run_directory_is_a_clear_error(tmp_path, capsys):
     blocker.write_text("")
     assert cli.main(["train", "--set", f"out_dir={blocker / 'run'}", "data.task=toy_sets",
                      "model.name=nac_micro"]) == 1
-    assert f"cannot write the run directory {blocker / 'run'}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"modwire train: error: cannot write the run directory {blocker / 'run'}" in err
+    assert "Traceback" not in err and "bug in modwire" not in err
 
 
 # ----------------------------------------------------------------------------- interrupts

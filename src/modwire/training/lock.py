@@ -1,7 +1,8 @@
 """One writer per run directory.
 
 A run holds ``fcntl.flock`` on ``<run>/.lock`` (pid and host written inside) for as long
-as it writes the directory. A second run on the same directory fails at once with
+as it writes the directory. A directory the lock created and the run never wrote into (a config
+refused once the data was read) is removed on release. A second run on the same directory fails at once with
 :class:`RunLockedError` naming the holder. The kernel releases the lock when its process
 dies, however it dies (SIGKILL included), so a ``.lock`` file left behind by a dead run
 never blocks the next one. (``flock`` is advisory and local to one machine; on network
@@ -13,6 +14,8 @@ import errno
 import os
 import socket
 from pathlib import Path
+
+from ..files import WriteError
 
 LOCK_FILE = ".lock"
 
@@ -28,16 +31,18 @@ class RunLock:
         self.run = Path(run_dir)
         self.path = self.run / LOCK_FILE
         self._fd: int | None = None
+        self._created = False                       # the lock made the run directory (release may remove it)
 
     def acquire(self) -> "RunLock":
         import fcntl
 
         try:
+            self._created = not self.run.exists()
             self.run.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
-            error = PermissionError(f"cannot write the run directory {self.run}: {e.strerror or e} "
-                                    f"({e.filename or self.path})")
+            error = WriteError(f"cannot write the run directory {self.run}: {e.strerror or e} "
+                               f"({e.filename or self.path})")
             error.errno = e.errno
             raise error from None
         try:
@@ -64,6 +69,9 @@ class RunLock:
         if self._fd is not None:
             import fcntl
 
+            if self._created and os.listdir(self.run) == [LOCK_FILE]:   # a run refused before it wrote
+                self.path.unlink()                                       # anything leaves no directory
+                self.run.rmdir()
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
