@@ -3,12 +3,12 @@
     modwire train CONFIG.yaml [--set key=value ...] [--resume] [--allow-change KEYS] [--overwrite]
     modwire train --resume RUN_DIR [--set key=value ...] [--allow-change KEYS]
     modwire eval RUN_DIR_OR_CHECKPOINT [--task NAME] [--split SPLIT] [--max-samples N] [--occlusion SIZE]
-                 [--set key=value ...]
+                 [--weights live|ema] [--set key=value ...]
     modwire finetune RUN --task T [--train SETS] [--shots K --ways N] [--seeds 0,1,2] [--epochs E] [--lr LR]
-                     [--batch-size B] [--out DIR] [--set key=value ...]
+                     [--batch-size B] [--out DIR] [--weights live|ema] [--set key=value ...]
     modwire list models|tasks
     modwire analyze RUN_DIR [--baseline RUN_DIR ...] [--out DIR] [--drop FRACTIONS] [--draws N] [--edges FRACTIONS] [--block-size N]
-                    [--split SPLIT] [--batch N] [--max-samples N] [--set key=value ...] [--no-plots]
+                    [--split SPLIT] [--batch N] [--max-samples N] [--weights live|ema] [--set key=value ...] [--no-plots]
     modwire reproduce NAME [--quick] [--out DIR] [--dry-run]    |    modwire reproduce --list
     modwire results [--write FILE | --check FILE | --rebuild [NAME ...]]
 
