@@ -108,7 +108,8 @@ def finetune_seeds(config_for: Callable[[int, Path], TrainConfig], seeds: Sequen
         try:
             result = train(cfg, resume=resume)
         except Exception:
-            _remove_if_unused(run_dir, out)       # a run refused before it began leaves no directory behind
+            _remove_if_empty(out)                 # a run refused before it began leaves no directory behind
+                                                  # (its own directory: removed by its run lock)
             raise
         if result["status"] != "finished":
             log(f"seed {seed}: interrupted at step {result['step']}; run the same command again to resume")
@@ -118,15 +119,9 @@ def finetune_seeds(config_for: Callable[[int, Path], TrainConfig], seeds: Sequen
     return _write_summary(out, cfg, results, meta), 0
 
 
-def _remove_if_unused(run_dir: Path, out: Path) -> None:
-    """Remove ``run_dir`` if it holds nothing but the run lock, then ``out`` if it is empty."""
-    from .lock import LOCK_FILE
-
-    if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {LOCK_FILE}:
-        (run_dir / LOCK_FILE).unlink(missing_ok=True)
-        run_dir.rmdir()
-        if out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
+def _remove_if_empty(out: Path) -> None:
+    if out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
 
 
 def _read_result(path: Path) -> dict[str, Any]:
