@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import modwire
+from modwire.models.capabilities import Intermediating
 
 PRESETS = modwire.list_models()
 BIG = {"nac_tiny_imagenet", "nac_imagenet", "perceiver_io_tiny_imagenet", "nac_conditional_nlvr2",
@@ -107,14 +108,16 @@ def test_forward_gives_finite_logits_and_eval_is_deterministic(name, build):
 @pytest.mark.parametrize("name", REAL)
 def test_output_dtype_is_the_parameters_under_autocast(name, build):
     """Issue 36, item 6: one convention for every family: under bf16 autocast an fp32 model returns fp32
-    (a Linear head would return bf16, an einsum head fp32 on the CPU), close to its fp32 output; a bf16
-    model returns bf16."""
+    (a Linear head would return bf16, an einsum head fp32 on the CPU), close to its fp32 output, and so
+    do its ``forward_intermediates`` logits; a bf16 model returns bf16."""
     model = build(name).eval()
     x, kwargs = make_inputs(model.config)
     with torch.no_grad():
         full = model(x, **kwargs)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             mixed = model(x, **kwargs)
+            if isinstance(model, Intermediating):                      # its logits too
+                assert model.forward_intermediates(x, **kwargs).logits.dtype == torch.float32
         assert mixed.dtype == torch.float32 and mixed.shape == full.shape
         assert (mixed - full).abs().max() <= 0.1 * full.abs().max() + 0.1      # bf16 arithmetic, same model
         half = model.to(torch.bfloat16)

@@ -104,26 +104,31 @@ def _in_parameter_dtype(forward: Any) -> Any:
     @functools.wraps(forward)
     def in_parameter_dtype(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
         output = forward(self, *args, **kwargs)
-        if isinstance(output, Tensor) and output.is_floating_point():
+        logits = output.logits if isinstance(output, Intermediates) else output
+        if isinstance(logits, Tensor) and logits.is_floating_point():
             dtype = next(self.parameters()).dtype
-            if output.dtype != dtype:
-                return output.to(dtype)
+            if logits.dtype != dtype:
+                logits = logits.to(dtype)
+                if isinstance(output, Intermediates):      # forward_intermediates: its logits
+                    return dataclasses.replace(output, logits=logits)
+                return logits
         return output
     return in_parameter_dtype
 
 
 class PretrainedModel(nn.Module):
     """Mixin for models with a ``config``: save/load and parameter counting. Every model's ``forward``
-    returns its output in the parameters' dtype, under autocast too (:func:`_in_parameter_dtype`, applied
-    to each subclass's own ``forward`` when the class is defined)."""
+    returns its output in the parameters' dtype, under autocast too, and ``forward_intermediates`` its
+    logits (:func:`_in_parameter_dtype`, applied to each subclass's own methods when the class is defined)."""
 
     config_class: ClassVar[type[ModelConfig]]
     config: ModelConfig
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "forward" in cls.__dict__:
-            cls.forward = _in_parameter_dtype(cls.__dict__["forward"])
+        for name in ("forward", "forward_intermediates"):
+            if name in cls.__dict__:
+                setattr(cls, name, _in_parameter_dtype(cls.__dict__[name]))
 
     @property
     def num_classes(self) -> int:
