@@ -63,8 +63,9 @@ WRITE_ERRORS = (*FULL, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.
 
 
 def write_error(e: OSError) -> str | None:
-    """The sentence for a failed write (None when ``e`` is not one: a missing file is the user's
-    path, reported elsewhere). A :class:`DiskFullError` already says it all."""
+    """The sentence for a failed write, or a file the system would not let modwire read or write
+    (``EACCES``, ``EPERM``, ``EIO``); None for any other OSError (a missing file is the user's path,
+    reported elsewhere). A :class:`WriteError` already says it all."""
     if isinstance(e, WriteError):
         return str(e)                   # modwire's own (a checkpoint, a full disk, the run directory)
     if getattr(e, "errno", None) not in WRITE_ERRORS:
@@ -73,7 +74,9 @@ def write_error(e: OSError) -> str | None:
     if e.errno in FULL:
         return (f"{space_note(where, None)}; the files written before are kept (each is replaced whole or not "
                 f"at all). Free some space (or choose another output directory) and run again")
-    return f"cannot write {where}: {e.strerror or e}; the files written before are kept"
+    # EACCES / EPERM / EIO may come from a read too: say what the system said, about which file
+    verb = "cannot write" if e.errno in (errno.EROFS, errno.EFBIG) else "cannot access"
+    return f"{verb} {where}: {e.strerror or e}; the files modwire wrote before are kept"
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -3,6 +3,7 @@ rewrite on resume loses nothing), a full disk is a clear error that keeps what w
 metrics line is dropped on resume, weight files carry checksums verified on load, and files follow the
 user's umask."""
 import errno
+import re
 import json
 import os
 import signal
@@ -214,3 +215,15 @@ def test_written_files_follow_the_umask(tmp_path):
     assert "live.safetensors" in {f.name for f in files}
     modes = {str(f.relative_to(tmp_path)): oct(f.stat().st_mode & 0o777) for f in files}
     assert set(modes.values()) == {"0o644"}, modes
+
+
+@pytest.mark.parametrize("code,said", [(errno.ENOSPC, r"no space left to write /x/y: it has [\d,]+ bytes free|free space unknown"),
+                                       (errno.EROFS, r"cannot write /x/y: Read-only file system"),
+                                       (errno.EACCES, r"cannot access /x/y: Permission denied")])
+def test_a_failed_write_or_access_is_one_sentence_naming_the_file(code, said):
+    """The central handler's wording (modwire.files.write_error): a read refused with EACCES is not
+    called a write; any other OSError is not its to word (None: the command then reports a bug)."""
+    from modwire.files import write_error
+
+    assert re.search(said, write_error(OSError(code, os.strerror(code), "/x/y")))
+    assert write_error(OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), "/x/y")) is None

@@ -4,6 +4,7 @@ locks, resume rules, corrupted and unwritable checkpoints, interrupts during val
 import errno
 import json
 import os
+import shutil
 import signal
 
 import pytest
@@ -49,6 +50,22 @@ def test_a_run_refused_before_it_writes_leaves_no_directory(tmp_path):
     with pytest.raises(ValueError, match="smaller than one global batch"):
         train(cfg(tmp_path / "kept", "data.batch_size=128"))
     assert (tmp_path / "kept").is_dir()
+
+
+def test_resume_writes_the_best_checkpoint_a_stopped_run_recorded_but_never_wrote(tmp_path):
+    """A run stopped between writing ``last`` and ``best`` (a full disk, a kill) recorded its best at
+    that step; on resume ``best`` is written from ``last`` (same weights) before anything else."""
+    run = tmp_path / "run"
+    result = train(cfg(run, "epochs=1"))
+    best = run / "checkpoints" / "best"
+    step = result["best"]["step"]
+    assert step == result["step"] == 4
+    target = best.resolve()
+    best.unlink()
+    shutil.rmtree(target)                                            # as if the save of best had failed
+    train(cfg(run, "epochs=1"), resume=True)
+    assert best.is_symlink() and best.resolve().name == f"best-{step:08d}"
+    same_weights(from_pretrained(best), from_pretrained(run / "checkpoints" / "last"))
 
 
 def test_a_stale_lock_of_a_dead_process_does_not_block(tmp_path):

@@ -114,9 +114,11 @@ def test_analyze_and_finetune_say_which_weights_they_load(ema_run, tmp_path, cap
     assert cli.main(["analyze", str(run), "--no-plots", "--drop", "0", "--max-samples", "16", "--iters", "1",
                      "--out", str(tmp_path / "a")]) == 0
     assert "weights: ema (what validation scored" in capsys.readouterr().out
+    assert json.loads((tmp_path / "a" / "summary.json").read_text())["weights"] == "ema"
     assert cli.main(["analyze", str(run), "--no-plots", "--drop", "0", "--max-samples", "16", "--iters", "1",
                      "--out", str(tmp_path / "b"), "--weights", "live"]) == 0
     assert "weights: live (asked for; validation scored the ema weights)" in capsys.readouterr().out
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["weights"] == "live"
     assert cli.main(["finetune", str(run), "--task", "toy_sets", "--seeds", "0", "--epochs", "1", "--weights", "live", "--batch-size", "16",
                      "--out", str(tmp_path / "ft")]) == 0
     assert "(weights: live (asked for; validation scored the ema weights)); training all" in capsys.readouterr().err

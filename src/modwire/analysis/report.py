@@ -50,7 +50,7 @@ from .runs import AnalyzedRun, load_run, open_run, output_dir, run_model_class
 from ..models.capabilities import ModuleSurgery
 from ..errors import UserError
 from ..files import atomic_write_text
-from ..training.checkpoint import resolve_checkpoint, weights_note
+from ..training.checkpoint import resolve_checkpoint, weight_files, weights_note
 
 __all__ = ["DEFAULT_DROP_FRACTIONS", "DEFAULT_EDGE_FRACTIONS", "analyze", "check_fractions", "load_run",
            "parse_fractions"]
@@ -145,17 +145,19 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
         r.model.to(device)
     out = output_dir(out_dir if out_dir is not None else Path(run_dir) / "analysis")
     split_name = split or main.cfg.data.val_split
+    ckpt = resolve_checkpoint(run_dir)
     say(f"analyzing {main.label}: {main.num_modules} {main.noun}, task {main.cfg.data.task!r}, split "
         f"{split_name!r}, {len(main.dataset)} samples, device {device.type}"
         + (f"; baselines: {', '.join(r.label for r in runs[1:])}" if runs[1:] else "")
-        + f"; weights: {weights_note(resolve_checkpoint(run_dir), weights)}")
+        + f"; weights: {weights_note(ckpt, weights)}")
 
     drop_rows = module_dropping_curve(runs, drop, batch=batch, iters=iters, device=device, draws=draws,
                                       draw_seed=draw_seed, progress=progress)
     edge_rows = edge_curve(runs, list(DEFAULT_EDGE_FRACTIONS) if edges is None else edges, batch=batch,
                            iters=iters, block_size=block_size, device=device)
     summary = write_outputs(out, runs, drop_rows, edge_rows, split=split_name, batch=batch, iters=iters,
-                            device=device, plots=plots, draws=draws, draw_seed=draw_seed)
+                            device=device, plots=plots, draws=draws, draw_seed=draw_seed,
+                            weights=weights or weight_files(ckpt)[1])
     say(_table(drop_rows, edge_rows, summary["metric"], summary["modules_dropped_stats"]))
     say("wrote:\n" + "\n".join(f"  {p}" for p in summary["files"]))
     return summary
@@ -186,10 +188,11 @@ def _check_options(drop, edges, *, batch: int, max_samples: int | None, iters: i
 
 def write_outputs(out: Path, runs: list[AnalyzedRun], drop_rows: list[dict[str, Any]], edge_rows: list[dict[str, Any]],
                   *, split: str, batch: int, iters: int, device: torch.device, plots: bool, draws: int = 0,
-                  draw_seed: int = 0) -> dict[str, Any]:
+                  draw_seed: int = 0, weights: str = "live") -> dict[str, Any]:
     """Write ``modules_dropped.csv``, ``modules_dropped_stats.csv`` (with random draws),
     ``edges_removed.csv`` (if any rows), the PNGs and ``summary.json`` into ``out``; return the
-    summary (its ``files`` lists them all)."""
+    summary (its ``files`` lists them all; ``weights``: which of the runs' checkpoint weights were scored,
+    ``live`` or ``ema``)."""
     main, others = runs[0], runs[1:]
     keys: list[str] = []
     for row in drop_rows + edge_rows:
@@ -213,6 +216,7 @@ def write_outputs(out: Path, runs: list[AnalyzedRun], drop_rows: list[dict[str, 
     summary = {
         "run": str(main.path), "model": main.cfg.model.name, "model_type": main.kind, "task": main.cfg.data.task,
         "split": split, "num_samples": len(main.dataset), "metric": metric, "num_modules": main.num_modules,
+        "weights": weights,
         "batch": batch, "timing_iters": iters, "device": device.type, "torch_threads": torch.get_num_threads(),
         "baselines": [{"run": str(r.path), "name": r.name, "model": r.cfg.model.name, "model_type": r.kind,
                        "num_modules": r.num_modules} for r in others],
