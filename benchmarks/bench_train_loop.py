@@ -41,7 +41,7 @@ from modwire.training import load_config, train
 from modwire.training.config import resolve_num_workers
 from modwire.training.optim import build_optimizer
 from modwire.training.runtime import call_model, compute_loss, make_loader, to_device
-from modwire.training.trainer import build_model_for_task
+from modwire.training import build_model_for_task
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 0.80

@@ -199,7 +199,7 @@ def one_seed(args, seed: int) -> dict:
     from modwire.analysis.report import load_run
     from modwire.tasks import build_dataset, get_task
     from modwire.training import build_model_for_task, evaluate, load_config, train
-    from modwire.training.trainer import make_loader
+    from modwire.training import make_loader
 
     out = args.out / f"seed_{seed}"
     sets = [f"out_dir={out}", f"epochs={args.epochs}", f"seed={seed}", "progress=false"]

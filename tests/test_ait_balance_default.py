@@ -11,7 +11,7 @@ import toy_task  # noqa: E402,F401  (registers toy_sets)
 
 from modwire.models.ait import AiT  # noqa: E402
 from modwire.training import load_config, train  # noqa: E402
-from modwire.training.trainer import aux_loss_weights  # noqa: E402
+from modwire.training.supervised import aux_loss_weights  # noqa: E402
 
 
 def run(tmp_path, *extra):

@@ -124,13 +124,13 @@ def make_dry(tokens: list[str]) -> list[str]:
 
 # validates a `modwire train` command line without training: the config and its overrides
 # (load_config), the task's parameters and the model's overrides against the preset
-# (model_overrides_for_task; builds no weights, reads no data)
+# (the run kind's model_overrides, training/kinds.py; builds no weights, reads no data)
 VALIDATE = """
 import sys
 from modwire.training import load_config
-from modwire.training.trainer import model_overrides_for_task
+from modwire.training.kinds import kind_of_config
 cfg = load_config(sys.argv[1] or None, sys.argv[2:])
-model_overrides_for_task(cfg)
+kind_of_config(cfg).model_overrides(cfg)
 print(f"valid: {cfg.model.name} on {cfg.data.task}")
 """
 

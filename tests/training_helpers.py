@@ -6,7 +6,7 @@ import signal
 def signal_after_step(monkeypatch, step: int, signum: int = signal.SIGINT) -> None:
     """Deliver ``signum`` to this process right after optimizer step ``step`` (a real signal,
     handled by the trainer like one from a user or a cluster scheduler)."""
-    from modwire.training import trainer
+    from modwire.training import supervised as trainer
 
     real = trainer.optimizer_step
 

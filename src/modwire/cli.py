@@ -224,10 +224,11 @@ def cmd_finetune(args) -> int:
     from .training.finetune import default_out_dir, finetune_overrides, finetune_seeds, summary_table
     from .training.lock import RunLockedError
 
-    if _is_gan_run(args.path):
-        raise UserError(f"{args.path} is a GAN run: it has no task outputs to fine-tune. What applies to it: "
-                        f"modwire eval {args.path} (its scores), modwire train --resume {args.path} (more steps, "
-                        f"with --set max_steps=N --allow-change max_steps), modwire analyze {args.path}")
+    from .training.kinds import kind_of_run
+
+    kind = kind_of_run(args.path)                        # the run-kind table (training/kinds.py)
+    if not kind.task_outputs:
+        raise UserError(f"{args.path} is a {kind.noun} run: it has no task outputs to fine-tune. {kind.instead}")
     seeds = _int_list(args.seeds, "--seeds")
     train = [t.strip() for t in args.train.split(",") if t.strip()]
     if not train:
@@ -319,8 +320,11 @@ def cmd_eval(args) -> int:
     from .training.checkpoint import checkpoint_step, choose_checkpoint, weight_files, weights_note
     from .training.feedback import dumps
 
-    if _is_gan_run(args.path):   # a GAN's evaluation is its scores (FID) of its last checkpoint
-        return _score_gan_run(args)
+    from .training.kinds import kind_of_run
+
+    kind = kind_of_run(args.path)           # the run-kind table (training/kinds.py)
+    if kind.score is not None:              # a kind scored its own way (a GAN: FID of its samples)
+        return _score_run(kind, args)
     ckpt, why = choose_checkpoint(args.path)
     tag, step = ckpt.name.split("-", 1)[0], checkpoint_step(ckpt)
     weights = args.weights or weight_files(ckpt)[1]
@@ -348,30 +352,17 @@ def cmd_eval(args) -> int:
     return 0
 
 
-def _is_gan_run(path: str) -> bool:
-    """Does the run's (best, else last) checkpoint hold a model with the Adversarial capability?"""
-    from .models.base import MODEL_TYPES
-    from .models.capabilities import Adversarial
-    from .training.checkpoint import resolve_checkpoint
-
-    try:
-        kind = json.loads((resolve_checkpoint(Path(path)) / "config.json").read_text()).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        return False                      # the command that reads it reports what is wrong with it
-    return kind in MODEL_TYPES and issubclass(MODEL_TYPES[kind], Adversarial)
-
-
-def _score_gan_run(args) -> int:
+def _score_run(kind, args) -> int:
+    """``modwire eval`` of a run whose kind scores it (``RunKind.score``): the task flags do not apply."""
     from .training.feedback import dumps
-    from .training.gan import score_run
 
     given = [flag for flag, value in (("--task", args.task), ("--split", args.split), ("--occlusion", args.occlusion),
                                       ("--max-samples", args.max_samples), ("--weights", args.weights))
              if value is not None]
     if given:
-        raise UserError(f"{args.path} is a GAN run: eval scores its samples (classifier-FID; --set gan.eval.* for "
-                        f"more samples or NFM §4.4's random attention), {', '.join(given)} do not apply to it")
-    print(dumps(score_run(args.path, args.overrides)))
+        raise UserError(f"{args.path} is a {kind.noun} run: eval scores {kind.scores}, {', '.join(given)} "
+                        f"{'does' if len(given) == 1 else 'do'} not apply to it")
+    print(dumps(kind.score(args.path, args.overrides)))
     return 0
 
 
@@ -381,12 +372,6 @@ def cmd_analyze(args) -> int:
     drop = parse_fractions(args.drop, "--drop", closed=False) if args.drop is not None else None
     edges = parse_fractions(args.edges, "--edges", closed=True) if args.edges is not None else None
     try:
-        if _is_conditional_run(args.path):  # NAC Fig. 6: the designs a conditional generator produces
-            from .analysis.circuits import analyze_circuits
-
-            analyze_circuits(args.path, out=args.out, overrides=args.overrides, split=args.split,
-                             max_samples=args.max_samples or 1000, weights=args.weights)
-            return 0
         analyze(args.path, args.baseline, out_dir=args.out, drop=drop, edges=edges, split=args.split,
                 batch=args.batch, max_samples=args.max_samples, overrides=args.overrides,
                 plots=not args.no_plots, iters=args.iters, block_size=args.block_size, draws=args.draws,
@@ -397,19 +382,6 @@ def cmd_analyze(args) -> int:
         print(f"modwire analyze: error: {e}", file=sys.stderr)
         return 2
     return 0
-
-
-def _is_conditional_run(path: str) -> bool:
-    """Does the run's (best, else last) checkpoint hold a conditional NAC? (config.json only)"""
-    import json
-
-    from .training.checkpoint import resolve_checkpoint
-
-    try:
-        data = json.loads((resolve_checkpoint(Path(path)) / "config.json").read_text())
-    except (OSError, ValueError):
-        return False  # analyze() reports what is wrong with the directory
-    return isinstance(data, dict) and (data.get("generator") or {}).get("kind") == "conditional"
 
 
 def cmd_list(args) -> int:

@@ -15,7 +15,7 @@ from modwire.analysis.edges import graph_frame
 from modwire.analysis.runs import AnalyzedRun
 from modwire.models.nac import FrozenGraphConfig
 from modwire.training import load_config, train
-from modwire.training.trainer import evaluate, make_loader
+from modwire.training import evaluate, make_loader
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 U = 12  # processor modules of nac_micro, latents of perceiver_io_micro

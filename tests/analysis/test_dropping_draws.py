@@ -14,7 +14,7 @@ from modwire.analysis.runs import open_run
 from modwire.analysis.sparsify import keep_modules
 from modwire.errors import UserError
 from modwire.training import load_config, train
-from modwire.training.trainer import evaluate, make_loader
+from modwire.training import evaluate, make_loader
 
 U, N = 12, 8   # modules of nac_micro / latents of perceiver_io_micro; validation samples scored
 

@@ -22,7 +22,7 @@ def cfg(out, *extra):
 @pytest.fixture
 def poison_at_step(monkeypatch):
     """The task loss of optimizer step ``n`` (0-based) becomes NaN, as a diverging run's would."""
-    from modwire.training import trainer
+    from modwire.training import supervised as trainer
 
     real, calls = trainer.compute_loss, []
 
@@ -117,7 +117,7 @@ def test_fp16_overflowing_gradients_are_the_scalers_to_skip_not_a_divergence():
 
     from modwire.training.divergence import NonFiniteGuard
     from modwire.training.state import TrainState
-    from modwire.training.trainer import optimizer_step
+    from modwire.training.supervised import optimizer_step
 
     w = torch.nn.Parameter(torch.ones(3))
     model = torch.nn.Module()

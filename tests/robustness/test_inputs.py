@@ -89,7 +89,7 @@ def test_image_folder_bad_layouts(tmp_path):
 
 
 def test_augmentation_needs_an_image_task(tmp_path):
-    from modwire.training.trainer import apply_augmentation
+    from modwire.training.supervised import apply_augmentation
 
     cfg = load_config(None, ["model.name=nac_micro", "data.task=listops", "data.mixup=true"])
     with pytest.raises(ValueError, match=r"need an image classification task; task 'listops' gives \{'x': 'tokens'\}"):

@@ -34,7 +34,7 @@ def _train(out, *extra):
                                 r"them are used"),
 ])
 def test_a_setting_the_run_cannot_honour_warns_before_the_first_step(tmp_path, extra, match, monkeypatch):
-    from modwire.training import trainer
+    from modwire.training import supervised as trainer
 
     steps = []
     real = trainer.optimizer_step

@@ -255,7 +255,7 @@ def test_eval_scores_last_when_it_is_newer_than_best_and_says_so(tmp_path, monke
     assert "'last' (step 6) is newer than 'best' (step 4) and its latest steps were never validated" in captured.err
     # a finished run whose final validation scored lower keeps scoring 'best', and says why
     finished = tmp_path / "finished"
-    import modwire.training.trainer as trainer
+    import modwire.training.supervised as trainer
 
     scores, real_evaluate = iter([0.5, 0.7, 0.6]), trainer.evaluate   # epoch 3 scores below epoch 2, whatever
     monkeypatch.setattr(trainer, "evaluate", lambda model, loader, info, *a, **k: {   # the weights' luck

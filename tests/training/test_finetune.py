@@ -123,23 +123,23 @@ def test_summary_mean_and_sample_std():
 
 def test_cli_runs_seeds_and_an_interrupted_sweep_resumes_skipping_finished_seeds(pretrained, tmp_path, monkeypatch,
                                                                                 capsys):
-    from modwire.training import trainer
+    from modwire.training import supervised, trainer
 
-    real_step, real_train = trainer.optimizer_step, trainer.train
+    real_step, real_train = supervised.optimizer_step, trainer.train
 
     def step_then_term(run, state, *rest):                            # SIGTERM in seed 1's first step
         real_step(run, state, *rest)
         if run.cfg.seed == 1 and state.step == 1:
             os.kill(os.getpid(), signal.SIGTERM)
 
-    monkeypatch.setattr(trainer, "optimizer_step", step_then_term)
+    monkeypatch.setattr(supervised, "optimizer_step", step_then_term)
     out = tmp_path / "ft"
     args = ["finetune", str(pretrained["nac_micro"]), "--task", "toy_classes", "--shots", "3", "--ways", "4",
             "--seeds", "0,1,2", "--epochs", "2", "--train", "head", "--out", str(out), "--set", *QUIET]
     assert cli.main(args) == 143
     assert (out / "seed-0" / "result.json").is_file() and not (out / "seed-1" / "result.json").exists()
     assert not (out / "seed-2").exists()
-    monkeypatch.setattr(trainer, "optimizer_step", real_step)
+    monkeypatch.setattr(supervised, "optimizer_step", real_step)
     calls = []
     monkeypatch.setattr(trainer, "train", lambda cfg, resume=False: calls.append((cfg.seed, resume))
                         or real_train(cfg, resume=resume))

@@ -13,14 +13,19 @@ Every model trained on a task also gets its metrics on the split (as ``modwire e
 """
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
+from ..errors import UserError
+
 from ..models.capabilities import HasNFM, HasWorkspace, ModuleSurgery
 
-__all__ = ["ANALYSES", "Analysis", "applicable", "describe", "is_conditional", "not_applicable"]
+__all__ = ["ANALYSES", "Analysis", "applicable", "describe", "is_conditional", "is_conditional_run", "not_applicable"]
 
 
 def is_conditional(model: torch.nn.Module) -> bool:
@@ -28,6 +33,18 @@ def is_conditional(model: torch.nn.Module) -> bool:
     from ..models.nac import NAC
 
     return isinstance(model, NAC) and model.config.generator.kind == "conditional"
+
+
+def is_conditional_run(path: str | os.PathLike) -> bool:
+    """Does the run's (best, else last) checkpoint hold a conditional NAC? (its ``config.json`` only)"""
+    from ..training.checkpoint import resolve_checkpoint
+
+    try:
+        data = json.loads((resolve_checkpoint(Path(path)) / "config.json").read_text())
+    except (OSError, ValueError, UserError):
+        return False  # the analysis that loads it reports what is wrong with the directory
+    return isinstance(data, dict) and data.get("model_type") == "nac" and \
+        (data.get("generator") or {}).get("kind") == "conditional"
 
 
 def _has_workspace(model: torch.nn.Module) -> bool:

@@ -31,13 +31,13 @@ from ..errors import UserError
 from ..files import atomic_write_text
 from ..training.checkpoint import (checkpoint_model, checkpoint_step, choose_checkpoint, resolve_checkpoint,
                                    weight_files, weights_note)
-from ..models.capabilities import Adversarial
+from ..training.kinds import kind_of_run
 from .catalog import Analysis, applicable, describe, not_applicable
-from .runs import load_run, other_analyses, output_dir, run_model_class
+from .runs import load_run, other_analyses, output_dir
 
 __all__ = ["analyze_model", "run_root"]
 
-GAN_LATENTS = 256   # latents of a GAN generator's read map unless --max-samples
+LATENT_SAMPLES = 256   # latents of a generator's read map unless --max-samples
 
 
 def run_root(path: str | os.PathLike) -> Path:
@@ -60,9 +60,9 @@ def analyze_model(run_dir: str | os.PathLike, *, out_dir: str | os.PathLike | No
         from .plots import require_plotting
 
         require_plotting(graphs=False)
-    cls = run_model_class(run_dir)
-    if cls is not None and issubclass(cls, Adversarial):
-        return _analyze_generator(run_dir, out_dir, split, max_samples, overrides, plots, refuse, say, weights)
+    kind = kind_of_run(run_dir)              # the run-kind table (training/kinds.py)
+    if not kind.task_outputs:                # no task: a GAN's generator, over sampled latents
+        return _analyze_generator(run_dir, kind, out_dir, split, max_samples, overrides, plots, refuse, say, weights)
     extra = [f"data.max_samples={max_samples}"] if max_samples is not None else []
     cfg, model, info, dataset = load_run(run_dir, [*overrides, *extra], split=split, weights=weights)  # as eval
     _refuse(run_dir, model, refuse)
@@ -167,20 +167,21 @@ def _none(*args, **kwargs) -> list[Path]:
 _RUNNERS = {"workspace": _workspace, "nfm_read_map": _nfm, "module_dropping": _none, "circuits": _none}
 
 
-def _analyze_generator(run_dir, out_dir, split, max_samples, overrides, plots: bool, refuse, say,
+def _analyze_generator(run_dir, kind, out_dir, split, max_samples, overrides, plots: bool, refuse, say,
                        weights: str | None = None) -> dict[str, Any]:
-    """A GAN run (NFM §4.1): no task and no split; its generator's read map over sampled latents
-    when the generator runs in NFM. Its scores (FID): ``modwire eval RUN``."""
+    """A run of a kind without task outputs (a GAN, NFM §4.1): no task and no split; its generator's
+    read map over sampled latents when the generator runs in NFM. Its scores: ``modwire eval RUN``."""
     model = checkpoint_model(resolve_checkpoint(run_dir), weights)[0].eval()
     _refuse(run_dir, model, refuse)
     given = [flag for flag, v in (("--split", split), ("--set", list(overrides))) if v]
     if given:
-        raise UserError(f"{run_dir} is a GAN run: its read map is over sampled latents (--max-samples of them), "
+        raise UserError(f"{run_dir} is a {kind.noun} run: its read map is over sampled latents (--max-samples of them), "
                         f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to it")
     out = output_dir(out_dir if out_dir is not None else Path(run_dir) / "analysis")
-    summary = _header(run_dir, model.config.model_type, model, num_samples=max_samples or GAN_LATENTS,
-                      metrics=None, note=f"a GAN has no task metrics: modwire eval {run_dir} scores its samples")
-    say(f"analyzing a GAN run: {summary['note']}")
+    summary = _header(run_dir, model.config.model_type, model, num_samples=max_samples or LATENT_SAMPLES,
+                      metrics=None, note=f"a {kind.noun} has no task metrics: modwire eval {run_dir} scores "
+                                         f"{kind.scores}")
+    say(f"analyzing a {kind.noun} run: {summary['note']}")
     files: list[Path] = []
     for a in applicable(model):
         files += _RUNNERS[a.name](model, None, out, summary, plots=plots, say=say)

@@ -117,12 +117,12 @@ def read_map(model: torch.nn.Module, batches: Iterable, *, max_batches: int | No
 
 
 def generator_read_map(gan: torch.nn.Module, *, samples: int = 256, batch: int = 64, seed: int = 0) -> ReadMap:
-    """The read map of an NFM GAN generator (NFM §4.1, Fig. 1) over ``samples`` latents
+    """The read map of a generator running in NFM (NFM §4.1, Fig. 1; a model with the
+    :class:`~modwire.models.capabilities.Adversarial` capability) over ``samples`` latents
     ``z ~ N(0, I)`` drawn from ``seed`` (eval mode, no gradients)."""
-    from ..models.capabilities import nfm_modules
-    from ..models.gan import GAN
+    from ..models.capabilities import Adversarial, nfm_modules
 
-    bodies = nfm_modules(gan.generator) if isinstance(gan, GAN) else []
+    bodies = nfm_modules(gan) if isinstance(gan, Adversarial) else []
     if not bodies:
         raise UserError(f"expected a GAN whose generator runs in NFM (nfm.enabled), got {type(gan).__name__}")
     if samples < 1 or batch < 1:
@@ -134,7 +134,7 @@ def generator_read_map(gan: torch.nn.Module, *, samples: int = 256, batch: int =
     try:
         with torch.no_grad():
             for start in range(0, samples, batch):
-                gan.generator(gan.sample_latents(min(batch, samples - start), generator=g), record=True)
+                gan.generate(gan.sample_latents(min(batch, samples - start), generator=g), record=True)
                 recs.append(list(bodies[0].records))
     finally:
         gan.train(was)

@@ -46,6 +46,7 @@ import torch
 
 from .dropping import Progress, check_drop_fractions, check_draws, drop_stats, module_dropping_curve
 from .edges import GRAPH_THRESHOLD, edge_curve, graph_frame, graph_summary, link_probs
+from .catalog import is_conditional_run
 from .runs import AnalyzedRun, load_run, open_run, output_dir, run_model_class
 from ..models.capabilities import ModuleSurgery
 from ..errors import UserError
@@ -106,19 +107,28 @@ def analyze(run_dir: str | os.PathLike, baselines: Sequence[str | os.PathLike] =
     ``progress(done, total)`` follows the dropped copies as they are scored. ``weights``: None, the
     weights validation scored (the EMA's when the run kept one), or ``"live"`` / ``"ema"``.
 
-    A run whose model does not describe its modules (no
+    A conditional NAC gets its circuits (NAC Fig. 6: :func:`modwire.analysis.circuits.analyze_circuits`,
+    ``max_samples`` default 1000). A run whose model does not describe its modules (no
     :class:`~modwire.models.capabilities.ModuleSurgery`) gets what applies to it instead
     (:func:`modwire.analysis.kinds.analyze_model`: its metrics, an AiT's workspace analyses,
     an NFM model's read map); ``baselines``, ``drop``, ``edges`` and the timing options are refused for it."""
+    refuse = [flag for flag, given in (("--baseline", bool(list(baselines))), ("--drop", drop is not None),
+                                       ("--edges", edges is not None), ("--batch", batch is not None),
+                                       ("--iters", iters is not None), ("--block-size", block_size is not None),
+                                       ("--draws", bool(draws)))
+              if given]
+    if is_conditional_run(run_dir):  # NAC Fig. 6: the designs a conditional generator produces (catalog: circuits)
+        from .circuits import analyze_circuits
+
+        if refuse:
+            raise UserError(f"{run_dir} holds a conditional NAC: modwire analyze shows its circuits (NAC Fig. 6); "
+                            f"{', '.join(refuse)} {'is' if len(refuse) == 1 else 'are'} for dropping modules")
+        return analyze_circuits(run_dir, out=out_dir, overrides=overrides, split=split,
+                                max_samples=max_samples or 1000, weights=weights, log=log or (lambda s: None))
     cls = run_model_class(run_dir)
     if cls is not None and not issubclass(cls, ModuleSurgery):
         from .kinds import analyze_model
 
-        refuse = [flag for flag, given in (("--baseline", bool(list(baselines))), ("--drop", drop is not None),
-                                           ("--edges", edges is not None), ("--batch", batch is not None),
-                                           ("--iters", iters is not None), ("--block-size", block_size is not None),
-                                           ("--draws", bool(draws)))
-                  if given]
         return analyze_model(run_dir, out_dir=out_dir, split=split, max_samples=max_samples, overrides=overrides,
                              plots=plots, refuse=refuse, log=log, weights=weights)
     batch, iters = 64 if batch is None else batch, 3 if iters is None else iters

@@ -17,7 +17,7 @@ protocol             methods                                  used by
 :class:`EpochAware`   ``start_epoch(epoch, generator)``        the trainer (AiT "Reset memory")
 :class:`Intermediating` ``forward_intermediates(x, ...)``      analyses of attention and records
 :class:`ModuleSurgery` ``module_axis()``                       module dropping (NAC App. F)
-:class:`Adversarial`  ``sample_latents(n, generator=)``         the trainer's GAN program, eval's FID
+:class:`Adversarial`  ``sample_latents(n)``, ``generate(z)``   the run-kind table, eval's FID
 :class:`HasWorkspace` ``workspaces`` (a property)              ``modwire analyze`` (AiT Fig. 2, 7, 10, 11)
 :class:`HasNFM`       config option ``nfm``, :func:`nfm_modules` ``modwire analyze`` (NFM read map, Fig. 1)
 ==================== ======================================== ===================================
@@ -89,6 +89,8 @@ class Adversarial(Protocol):
     runs its GAN program (``modwire.training.gan``), ``modwire eval`` scores its samples (FID)."""
 
     def sample_latents(self, n: int, *, generator: torch.Generator | None = None) -> torch.Tensor: ...
+
+    def generate(self, z: torch.Tensor, *, record: bool = False) -> torch.Tensor: ...
 
 
 @runtime_checkable

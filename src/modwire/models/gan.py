@@ -275,6 +275,11 @@ class GAN(PretrainedModel):
         z = torch.randn(n, self.config.latent_dim, generator=generator)
         return z.to(next(self.parameters()).device)
 
+    def generate(self, z: Tensor, *, record: bool = False) -> Tensor:
+        """``G(z)``: ``z [B, latent_dim] → images [B, C, S, S]`` in [-1, 1]; ``record``: the generator's NFM
+        readers keep their records (``modwire.analysis.nfm.generator_read_map``)."""
+        return self.generator(z, record=record)
+
     def forward(self, z: Tensor) -> Tensor:
         """``D(G(z))``: ``z [B, latent_dim] → logits [B, 1]``; a training forward with InfoMax heads also
         computes the InfoNCE loss of the generated images (``auxiliary_losses``)."""

@@ -5,7 +5,9 @@ that evaluation and ``modwire.analysis`` share with the trainer."""
 from .config import TrainConfig, load_config
 from .runtime import autocast, call_model, evaluate, make_loader, to_device
 from .state import TrainState
-from .trainer import apply_augmentation, build_datasets, build_model_for_task, train
+from . import gan, supervised  # noqa: F401  (register their rows of the run-kind table, training/kinds.py)
+from .supervised import apply_augmentation, build_datasets, build_model_for_task
+from .trainer import train
 
 __all__ = ["TrainConfig", "TrainState", "apply_augmentation", "autocast", "build_datasets", "build_model_for_task",
            "call_model", "evaluate", "load_config", "make_loader", "to_device", "train"]

@@ -15,7 +15,8 @@ from typing import Any, ClassVar, Optional, Sequence
 
 from ..errors import ConfigWarning, UserError, UserTypeError
 from ..fields import COUNT, NON_NEGATIVE, POSITIVE, UNIT, Bounds, Choices, check_tree, did_you_mean
-from .gan_config import GANSection, check_gan_settings
+from .gan_config import GANSection
+from .kinds import check_kind_settings
 from ..tasks.base import BAD_SAMPLE_OPTIONS
 from .divergence import NONFINITE
 
@@ -473,7 +474,7 @@ def validate(c: TrainConfig) -> None:
         raise UserError(f"config key 'optim.min_lr': got {c.optim.min_lr:g}, expected <= optim.lr ({c.optim.lr:g}): "
                         f"the schedule decays from lr to min_lr")
     _validate_finetune(c)
-    check_gan_settings(c)
+    check_kind_settings(c, flat_config(c), flat_config(TrainConfig()))   # what the run's kind reads (kinds.py)
 
 
 def _validate_finetune(c: TrainConfig) -> None:
@@ -500,6 +501,23 @@ def _validate_finetune(c: TrainConfig) -> None:
     if shot.ways and c.data.mixup:
         raise UserError("config key 'data.mixup': mixup mixes the task's labels, but data.few_shot.ways "
                         "renumbers them: switch one off")
+
+
+def flat_config(cfg: TrainConfig) -> dict[str, Any]:
+    """``{"optim.lr": 3e-4, "model.overrides.tokenizer.max_len": 64, ...}``: every leaf by its key path."""
+    from omegaconf import OmegaConf
+
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, dict) and node:
+            for k, v in node.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            out[prefix] = node
+
+    walk("", OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True))
+    return out
 
 
 def to_yaml(c: TrainConfig) -> str:

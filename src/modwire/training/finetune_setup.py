@@ -37,11 +37,16 @@ def pretrained_model(cfg: TrainConfig, info) -> torch.nn.Module:
     must fit the task (the number of heads is the model's to check: configs name it apart).
     Random draws (a new head, new functions) come from the global RNG the trainer seeded."""
     from .checkpoint import checkpoint_model, choose_checkpoint
+    from .kinds import kind_of_model
 
     if not Path(cfg.finetune.init).exists():
         raise FileNotFoundError(f"config key 'finetune.init': no run directory or checkpoint at {cfg.finetune.init}")
     ckpt, _ = choose_checkpoint(cfg.finetune.init)     # FileNotFoundError names the expected layout
     model, _ = checkpoint_model(ckpt, cfg.finetune.weights)   # what its validation scored, unless asked
+    kind = kind_of_model(type(model))           # the run-kind table (kinds.py)
+    if not kind.task_outputs:
+        raise UserError(f"config key 'finetune.init': {cfg.finetune.init} holds a {kind.noun} model, which has no "
+                        f"task outputs to fine-tune. {kind.instead}")
     heads = getattr(info, "heads", 1)
     classes = cfg.data.few_shot.ways or info.num_classes
     if cfg.finetune.new_task:

@@ -39,12 +39,13 @@ from ..models import create_model, get_config
 from ..models.capabilities import Adversarial
 from ..models.gan import GAN
 from ..models.inputs import named_inputs
-from ..models.registry import get_preset
 from ..nn.gan_losses import discriminator_loss, generator_loss, infonce_loss
 from ..seeding import torch_generator
 from ..tasks import build_dataset, describe_task
 from . import distributed
 from .config import TrainConfig
+from .gan_config import GAN_HARMLESS_KEYS, GAN_READS, check_gan_settings
+from .kinds import RunKind, register_kind
 from .optim import build_optimizer, build_scheduler
 from .run import TrainingRun
 from .signals import StopSignals
@@ -52,11 +53,6 @@ from .state import TrainState, load_optimizer
 
 # Purposes of the seeded streams (the second part of every derived seed).
 D_LATENTS, G_LATENTS, GRID_LATENTS, EVAL_LATENTS, REAL_ORDER, DATA_ORDER = 1, 2, 3, 4, 5, 6
-
-
-def is_adversarial(name: str) -> bool:
-    """Whether preset ``name`` is trained by the GAN program (its class is :class:`Adversarial`)."""
-    return issubclass(get_preset(name)[0], Adversarial)
 
 
 def gan_model_overrides(cfg: TrainConfig) -> dict[str, Any]:
@@ -226,6 +222,9 @@ class GANProgram:
     def evaluate(self, run: TrainingRun, state: GANState, stop: StopSignals) -> dict[str, float]:
         return score(state.model, run.cfg, self.real, run.dir, run.device)
 
+    def log_fields(self) -> dict[str, Any]:
+        return {}
+
     def summary(self, run: TrainingRun, state: GANState) -> dict[str, str]:
         cfg = run.cfg
         return {"data": f"{len(self.real.dataset)} {cfg.data.train_split} images ({self.real.per_epoch} batches "
@@ -374,3 +373,15 @@ def score_run(run_dir: str | Path, overrides: Sequence[str] = ()) -> dict[str, A
     model.eval()
     return {"run": str(run), "step": step, "random_attention": cfg.gan.eval.random_attention,
             **score(model, cfg, real_images(cfg, model), run, device)}
+
+
+# ----------------------------------------------------------------------------- its row of the run-kind table
+
+ADVERSARIAL = register_kind(RunKind(
+    "adversarial", Adversarial, model_overrides=gan_model_overrides, build_run=build_gan_run, reads=GAN_READS,
+    section="gan", check=check_gan_settings, harmless_keys=GAN_HARMLESS_KEYS, score=score_run, task_outputs=False,
+    label="GAN", scores="its samples (classifier-FID; --set gan.eval.* for more samples or NFM §4.4's random attention)",
+    instead="What applies to a GAN run: modwire eval RUN (its scores: classifier-FID; --set gan.eval.* for more "
+            "samples or NFM §4.4's random attention), modwire train --resume RUN (more steps, with --set "
+            "max_steps=N --allow-change max_steps), modwire analyze RUN (an NFM generator's read map over "
+            "sampled latents)."))

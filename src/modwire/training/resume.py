@@ -4,7 +4,7 @@ A run directory's ``config.yaml`` is written once, when the run starts, and neve
 rewritten. ``modwire train --resume RUN_DIR`` continues with that config; the config form
 (``modwire train CFG --resume``) must agree with it. Any difference is listed key by key
 (``old → new``) and refused, unless every differing key is harmless (it changes neither the
-model, the data nor the optimizer: :data:`HARMLESS_KEYS`) and named in ``--allow-change``. Allowed
+model, the data nor the optimizer: :func:`~modwire.training.kinds.harmless_keys`) and named in ``--allow-change``. Allowed
 changes are appended to ``RUN_DIR/resumes.jsonl`` (one record per resume: step, time,
 changes), and the run's effective config is ``config.yaml`` with those changes applied in
 order.
@@ -24,33 +24,14 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterable
 
-from .config import TrainConfig, load_config, to_yaml
-from .gan_config import GAN_HARMLESS_KEYS
+from .config import TrainConfig, flat_config, load_config, to_yaml
+from .kinds import harmless_keys
 from ..errors import UserError
 from ..files import append_line, atomic_write_text
 from .checkpoint import RUN_ID_NAME
 
 CONFIG_NAME, RESUMES_NAME = "config.yaml", "resumes.jsonl"
-HARMLESS_KEYS = ("epochs", "max_steps", "log_every", "progress", "checkpoint_every", "data.num_workers", "device",
-                 "compile", *GAN_HARMLESS_KEYS)
 IGNORED = ("out_dir",)     # the run directory is the run's identity; it may have been moved
-
-
-def flat_config(cfg: TrainConfig) -> dict[str, Any]:
-    """``{"optim.lr": 3e-4, "model.overrides.tokenizer.max_len": 64, ...}``: every leaf by its key path."""
-    from omegaconf import OmegaConf
-
-    out: dict[str, Any] = {}
-
-    def walk(prefix: str, node: Any) -> None:
-        if isinstance(node, dict) and node:
-            for k, v in node.items():
-                walk(f"{prefix}.{k}" if prefix else str(k), v)
-        else:
-            out[prefix] = node
-
-    walk("", OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True))
-    return out
 
 
 def is_data_root(key: str) -> bool:
@@ -118,17 +99,17 @@ def saved_config_changes(run_dir: str | os.PathLike, cfg: TrainConfig) -> dict[s
 
 def check_resume(run_dir: str | os.PathLike, cfg: TrainConfig, allow: Iterable[str] = ()) -> dict[str, tuple]:
     """The allowed differences between the run's config and ``cfg``; anything else is refused."""
-    allow = set(allow)
-    not_harmless = sorted(allow - set(HARMLESS_KEYS))
+    allow, harmless = set(allow), harmless_keys()
+    not_harmless = sorted(allow - set(harmless))
     if not_harmless:
         raise UserError(f"--allow-change {','.join(not_harmless)}: only keys that change neither the model, "
-                        f"the data nor the optimizer may change on resume: {', '.join(HARMLESS_KEYS)}")
+                        f"the data nor the optimizer may change on resume: {', '.join(harmless)}")
     changes = saved_config_changes(run_dir, cfg)
     refused = {k: v for k, v in changes.items() if k not in allow}
     if refused:
         listed = "; ".join(f"{k}: {old!r} → {new!r}" for k, (old, new) in refused.items())
-        hard = [k for k in refused if k not in HARMLESS_KEYS]
-        soft = [k for k in refused if k in HARMLESS_KEYS]
+        hard = [k for k in refused if k not in harmless]
+        soft = [k for k in refused if k in harmless]
         why = (f"{', '.join(hard)} would change the model, data or optimizer of a run already under way: "
                f"start a new run (another out_dir) instead" if hard else "")
         hint = f"allow {', '.join(soft)} with --allow-change {','.join(soft)}" if soft else ""

@@ -4,17 +4,17 @@
 The trainer (:mod:`modwire.training.trainer`) owns everything every run shares: the run
 directory and its lock, the config record and resume checks, signals, checkpoints,
 ``metrics.jsonl``, the start-up header and progress. A program brings what differs between kinds
-of model: supervised learning (:class:`~modwire.training.trainer.Supervised`: micro-batches,
+of model: supervised learning (:class:`~modwire.training.supervised.Supervised`: micro-batches,
 the task loss, validation on ``data.val_split``) or adversarial training
 (:class:`~modwire.training.gan.GANProgram`: ``n_dis`` discriminator steps and one generator
-step, FID scores, sample grids).
+step, FID scores, sample grids). Which program a run gets is its kind's (:mod:`modwire.training.kinds`).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -32,7 +32,9 @@ class Program(Protocol):
     ``state.step``, ``state.epoch``, ``state.micro`` and setting ``state.val_pending`` when an
     evaluation is due) and returns its losses as detached scalars; ``evaluate`` returns the
     metrics (None when a stop request interrupted it); ``best_metric`` names the metric that
-    decides ``best`` and whether lower is better; ``summary`` gives the header's lines."""
+    decides ``best`` and whether lower is better; ``summary`` gives the header's lines (``data``,
+    ``steps``, and optionally ``workers``, appended to the device line); ``log_fields`` adds the
+    program's own counters to each ``metrics.jsonl`` record."""
 
     best_metric: tuple[str | None, bool]
 
@@ -41,6 +43,8 @@ class Program(Protocol):
     def evaluate(self, run: "TrainingRun", state: TrainState, stop: StopSignals) -> dict[str, float] | None: ...
 
     def summary(self, run: "TrainingRun", state: TrainState) -> dict[str, str]: ...
+
+    def log_fields(self) -> dict[str, Any]: ...
 
 
 @dataclass

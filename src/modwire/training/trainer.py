@@ -1,6 +1,8 @@
 """The training loop, in plain PyTorch, in nanoGPT's shape.
 
-``train(config)`` builds the model for the task and its data (:func:`build_run`), then
+``train(config)`` asks the run-kind table (:mod:`modwire.training.kinds`) how the config's model
+trains: its kind builds the model, data and optimizers and a :class:`~modwire.training.run.Program`
+(supervised learning: :mod:`modwire.training.supervised`), then the loop here
 runs one iteration per optimizer step, in commented sections: evaluate / checkpoint at
 the end of each epoch → micro-steps (gradient accumulation as an inner loop; autocast,
 optional ``torch.compile``) → clip and step (EMA) → log. Everything that must survive a
@@ -36,241 +38,28 @@ import contextlib
 import math
 import shutil
 import time
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 import torch
 from omegaconf import OmegaConf
 from torch import Tensor
-from torch.utils.data import DataLoader
 
-from ..models import create_model, get_config
-from ..models.base import PretrainedModel
-from ..models.capabilities import EpochAware
-from ..models.config import deep_merge
-from ..models.inputs import named_inputs
-from ..seeding import torch_generator
-from ..tasks import build_dataset, describe_task, get_task
-from ..tasks.base import EpochDataset, SkipBadSamples
-from ..tasks.metrics import LOWER_IS_BETTER
 from . import distributed
 from .checkpoint import RUN_ID_NAME, check_checkpoint_owner, checkpoint_step, choose_checkpoint, weights_note
 from .config import TrainConfig, check_run_length, compile_mode
-from .divergence import NonFiniteGuard, TrainingDiverged, grad_norm, last_saved_step
+from .divergence import NonFiniteGuard, TrainingDiverged, last_saved_step
 from .feedback import Feedback, MetricsLog
-from .finetune_setup import few_shot_splits, pretrained_model, select_trainable
+from .kinds import kind_of_config
 from .lock import RunLock
-from .gan import build_gan_run, gan_model_overrides, is_adversarial
-from .optim import build_optimizer, build_scheduler
 from .resume import (CONFIG_NAME, RESUMES_NAME, absolute_roots, check_resume,
                      record_resume, run_id, saved_config_changes, write_config_once)
-from .runtime import (autocast, batch_len, call_model, check_labels, compute_loss, evaluate, make_loader,
-                      to_device)
 from .run import TrainingRun
 from .signals import StopSignals
 from .state import TrainState
-from ..errors import ConfigWarning, UserError, UserTypeError
+from ..errors import UserError, UserTypeError
 
-__all__ = ["apply_augmentation", "build_datasets", "build_model_for_task", "evaluate", "make_loader", "train"]
-
-
-# ----------------------------------------------------------------------------- building a run
-
-def build_model_for_task(cfg: TrainConfig) -> PretrainedModel:
-    """The preset ``cfg.model.name`` with :func:`model_overrides_for_task`."""
-    return create_model(cfg.model.name, **model_overrides_for_task(cfg))
-
-
-def model_overrides_for_task(cfg: TrainConfig) -> dict[str, Any]:
-    """The preset's input layers fitted to the task's description at ``cfg.data.params``
-    (``ModelConfig.input_overrides``), then the user's overrides, which win (nested settings such
-    as ``tokenizer`` merge: a user's ``tokenizer.max_len`` keeps the tokenizer kind the task's inputs
-    call for). Validates the task, its params and the whole model config; builds no weights."""
-    if is_adversarial(cfg.model.name):                  # a GAN makes images; it does not read the task's inputs
-        return gan_model_overrides(cfg)
-    info = describe_task(cfg.data.task, cfg.data.params)
-    preset = get_config(cfg.model.name)
-    user = OmegaConf.to_container(cfg.model.overrides) if OmegaConf.is_config(cfg.model.overrides) \
-        else dict(cfg.model.overrides)
-    overrides = deep_merge(preset.normalize(preset.input_overrides(info.inputs, info.num_classes, info.heads)),
-                           preset.normalize(user))
-    given, taken = sorted(named_inputs(info.inputs)), sorted(get_config(cfg.model.name, **overrides).input_names())
-    if given != taken:
-        raise UserError(f"model {cfg.model.name!r} (with model.overrides) takes the inputs {taken}, but task "
-                        f"{info.name!r} gives {given}")
-    return overrides
-
-
-def build_datasets(cfg: TrainConfig) -> tuple[Any, Any]:
-    """The run's training and validation datasets (``data.params`` go to the task's build;
-    ``data.max_samples > 0`` keeps N samples of each: a class-stratified draw of the run's seed where
-    the dataset declares its labels, else the first N; the header says which)."""
-    d = cfg.data
-    train_set = build_dataset(d.task, d.train_split, max_samples=d.max_samples, sample_seed=cfg.seed, **d.params)
-    if d.max_samples > len(train_set):
-        warnings.warn(f"config key 'data.max_samples': {d.max_samples} is more than the {d.train_split!r} split's "
-                      f"{len(train_set)} samples: all of them are used", ConfigWarning, stacklevel=3)
-    val_set = build_dataset(d.task, d.val_split, max_samples=d.max_samples, sample_seed=cfg.seed, **d.params)
-    if d.few_shot.shots or d.few_shot.ways:        # k-shot n-way subset of the run's seed (finetune_setup.py)
-        train_set, val_set = few_shot_splits(cfg, describe_task(d.task, d.params), train_set, val_set)
-    return train_set, val_set
-
-
-def apply_augmentation(cfg: TrainConfig, info, train_set, val_set):
-    """Per-sample transforms (``data.augment``) and batch-level Mixup/CutMix with label smoothing
-    (``data.mixup``: :func:`make_mixer`). ``augment``: ``true`` / ``"deit"``, the NAC App. C regimen for image tasks
-    (crop, flip, RandAugment, normalise, erasing); ``"crop_flip"`` / ``"resized_crop_flip"``, AiT
-    App. A.1's CIFAR (padded random crop) / Pet (random resized crop) pipelines, flip and normalise
-    (evaluation normalised alike: ``TRAIN_PIPELINES``); ``"randaugment"``, RandAugment alone (NI App.
-    C, digits: no crop or flip), on the image ``x`` of a single- or multi-input task (e.g. the
-    digits multi-task's ``{"x", "task"}``: ``task`` passes through); evaluation is untouched."""
-    augment = "deit" if cfg.data.augment is True else cfg.data.augment
-    if not (augment or cfg.data.mixup):
-        return train_set, val_set, None
-    from ..tasks.augment import (TRAIN_PIPELINES, AugmentedDataset, eval_transform, rand_augment_transform,
-                                 standard_train_transform)
-
-    info = info.resolve(cfg.data.params)  # the class count and image size of these params
-    named = named_inputs(info.inputs)
-    spec = named.get("x")
-    single = len(named) == 1
-    if spec is None or spec.kind != "image" or info.loss != "cross_entropy" or (
-            not single and (augment == "deit" or cfg.data.mixup)):
-        kinds = {name: s.kind for name, s in named.items()}
-        raise UserError(f"data.augment / data.mixup need an image classification task; task {info.name!r} gives "
-                        f"{kinds!r} inputs and a {info.loss!r} loss (with several inputs, only data.augment: "
-                        f"randaugment, without mixup, which augments the image 'x' and passes the others through)")
-    mixer = make_mixer(cfg, info.num_classes)
-    if augment == "randaugment":
-        fill = 0.5 if spec.channels != 3 else (0.485, 0.456, 0.406)   # timm fills with the ImageNet mean
-        train_set = AugmentedDataset(train_set, rand_augment_transform(fill=fill), cfg.seed)
-    elif augment:
-        c = spec.channels
-        norm = {} if c == 3 else {"mean": (0.5,) * c, "std": (0.5,) * c}
-        make = TRAIN_PIPELINES.get(augment, standard_train_transform)
-        train_set = AugmentedDataset(train_set, make(spec.height, **norm), cfg.seed)
-        val_set = AugmentedDataset(val_set, eval_transform(spec.height, **norm), cfg.seed)
-    return train_set, val_set, mixer
-
-
-def make_mixer(cfg: TrainConfig, num_classes: int):
-    """The batch mixer of ``data.mixup``: ``true`` / ``"deit"``, DeiT's Mixup (α 0.8) / CutMix (α 1.0)
-    with label smoothing (NAC App. C); ``"input"``, Input Mixup as in NFM Table 2 / Verma et al. 2019:
-    every batch mixed with a random permutation of itself, ``lam ~ Beta(α, α)`` (``data.mixup_alpha``,
-    1.0), no CutMix, label smoothing ``optim.label_smoothing`` (0 there); ``false``: None."""
-    from ..tasks.augment import MixupCutmix
-
-    if cfg.data.mixup == "input":
-        return MixupCutmix(mixup_alpha=cfg.data.mixup_alpha, cutmix_alpha=0.0, prob=1.0, num_classes=num_classes,
-                            label_smoothing=cfg.optim.label_smoothing, pairing="permutation")
-    if cfg.data.mixup:
-        return MixupCutmix(num_classes=num_classes, label_smoothing=cfg.optim.label_smoothing)
-    return None
-
-
-@dataclass
-class Supervised:
-    """The supervised :class:`~modwire.training.run.Program`: micro-batches of the task's training
-    split, its loss plus the model's auxiliary losses, validation on ``data.val_split`` at the end of
-    each epoch (and of the run)."""
-
-    info: Any                                   # the task's TaskInfo
-    train_set: Any
-    sampler: distributed.EpochSampler
-    train_loader: DataLoader
-    val_loader: DataLoader
-    mixer: Any                                  # MixupCutmix or None
-    local_batch: int                            # micro-batch per process
-    steps_per_epoch: int
-    grad_accum: int
-    batches: Any = None                         # the current epoch's batch iterator
-    aux_checked: bool = False
-
-    @property
-    def best_metric(self) -> tuple[str, bool]:
-        key = self.info.metrics[0]
-        return key, key in LOWER_IS_BETTER
-
-    @property
-    def micro_used(self) -> int:
-        """Micro-batches per epoch that fill whole steps (a ragged tail is skipped)."""
-        return self.steps_per_epoch * self.grad_accum
-
-    def step(self, run: TrainingRun, state: TrainState) -> dict[str, Tensor]:
-        # ---- micro-steps: forward and backward over grad_accum micro-batches
-        losses = accumulate(run, state)
-        # ---- clip the gradient, step the optimizer, the schedule (LambdaLR: warm-up, cosine) and the EMA
-        optimizer_step(run, state, losses["loss"])
-        return losses
-
-    def evaluate(self, run: TrainingRun, state: TrainState, stop: StopSignals) -> dict[str, float] | None:
-        return evaluate(state.eval_model, self.val_loader, self.info, run.device, run.cfg.precision, stop=stop,
-                        progress=run.feedback.validation)
-
-    def summary(self, run: TrainingRun, state: TrainState) -> dict[str, str]:
-        cfg = run.cfg
-        note = getattr(self.train_set, "note", None)      # data.max_samples' subset (tasks/base.py)
-        return {"data": f"{len(self.train_set)} {cfg.data.train_split} / {len(self.val_loader.dataset)} "
-                        f"{cfg.data.val_split} samples" + (f" (max_samples: {note})" if note else ""),
-                "steps": f"{self.steps_per_epoch} per epoch, {run.total} in all (batch {cfg.data.batch_size} = "
-                         f"{run.dist.world} × {cfg.grad_accum} × {self.local_batch})"}
-
-
-def build_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_dir: Path,
-              overrides: dict[str, Any] | None = None) -> tuple[TrainingRun, TrainState]:
-    """Model, data, loaders, optimizer, schedule: a :class:`TrainingRun` and a fresh :class:`TrainState`
-    (a GAN preset's: :func:`modwire.training.gan.build_gan_run`)."""
-    if not cfg.finetune.init and is_adversarial(cfg.model.name):   # with init, model.name only labels the run
-        return build_gan_run(cfg, dist_info, run_dir, overrides)
-    world = dist_info.world
-    if cfg.data.batch_size % (world * cfg.grad_accum):
-        raise UserError(f"data.batch_size={cfg.data.batch_size} must be divisible by processes × grad_accum "
-                        f"= {world} × {cfg.grad_accum}")
-    if cfg.precision == "fp16" and dist_info.device.type != "cuda":
-        # the fp16 loss scaler is a CUDA mechanism: elsewhere it skips steps while the counter advances
-        raise UserError(f"config key 'precision': fp16 needs a CUDA device, the run is on "
-                        f"{dist_info.device.type}: use bf16 (or fp32)")
-    local_batch = cfg.data.batch_size // (world * cfg.grad_accum)
-    info = get_task(cfg.data.task)
-    torch.manual_seed(cfg.seed)
-    model = pretrained_model(cfg, describe_task(cfg.data.task, cfg.data.params)) if cfg.finetune.init \
-        else create_model(cfg.model.name, **(overrides if overrides is not None else model_overrides_for_task(cfg)))
-    select_trainable(model, cfg.finetune.train)     # the rest frozen, left out of the optimizer (finetune_setup.py)
-    model = model.to(dist_info.device)
-    train_set, val_set, mixer = apply_augmentation(cfg, info, *build_datasets(cfg))
-    sampler = distributed.EpochSampler(len(train_set), cfg.seed, dist_info.rank, world)
-    loaded, collate = train_set, None
-    if cfg.data.bad_samples == "skip":          # unreadable files dropped from their batch and counted
-        loaded = SkipBadSamples(train_set)
-        collate = loaded.collate_fn(info.collate)
-    train_loader = make_loader(loaded, local_batch, sampler, info, cfg.data.num_workers, drop_last=True,
-                               device=dist_info.device, collate=collate)
-    val_loader = make_loader(val_set, local_batch, None, info, cfg.data.num_workers, drop_last=False,
-                             device=dist_info.device)
-    if len(train_loader) < cfg.grad_accum:
-        raise UserError(f"the {cfg.data.train_split} split ({len(train_set)} samples) is smaller than one "
-                        f"global batch ({cfg.data.batch_size})")
-    if len(val_set) == 0:          # found now, not after the first epoch
-        raise UserError(f"config key 'data.val_split': the {cfg.data.val_split!r} split of task {cfg.data.task!r} "
-                        f"is empty, so the run could never be validated; choose another split or give it samples")
-    steps_per_epoch = len(train_loader) // cfg.grad_accum
-    total = cfg.epochs * steps_per_epoch if cfg.max_steps <= 0 else min(cfg.max_steps, cfg.epochs * steps_per_epoch)
-    if cfg.max_steps > cfg.epochs * steps_per_epoch:
-        warnings.warn(f"config key 'max_steps': {cfg.max_steps} is beyond epochs={cfg.epochs} × {steps_per_epoch} "
-                      f"steps per epoch: the run stops after {total} steps (raise epochs to reach max_steps)",
-                      ConfigWarning, stacklevel=3)
-    program = Supervised(info, train_set, sampler, train_loader, val_loader, mixer, local_batch, steps_per_epoch,
-                         cfg.grad_accum)
-    run = TrainingRun(cfg, dist_info, run_dir, program, total)
-    optimizer = build_optimizer(model, cfg.optim)
-    ema = None
-    if cfg.ema_decay > 0:
-        from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-        ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay))
-    scaler = torch.amp.GradScaler(dist_info.device.type, enabled=cfg.precision == "fp16")
-    return run, TrainState(model, optimizer, build_scheduler(optimizer, total, cfg.optim), scaler, ema)
+__all__ = ["train"]
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -287,15 +76,16 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
     if not isinstance(cfg, TrainConfig) and OmegaConf.get_type(cfg) is not TrainConfig:
         raise UserTypeError(f"train: expected a TrainConfig from modwire.training.load_config(path, overrides), "
                             f"got {type(cfg).__name__}")
+    kind = kind_of_config(cfg)                 # how this model trains (kinds.py): supervised, adversarial, ...
     # a bad model or task fails here, before the run directory is touched (computed once, used by build_run)
-    overrides = None if cfg.finetune.init else model_overrides_for_task(cfg)
+    overrides = None if cfg.finetune.init else kind.model_overrides(cfg)
     cfg = absolute_roots(cfg)                  # recorded absolute: a resume from elsewhere reads the same data
     dist_info = distributed.setup(cfg.device)
     run_dir = Path(cfg.out_dir)
     with (RunLock(run_dir) if dist_info.main else contextlib.nullcontext()), StopSignals() as stop:
         changes = prepare_directory(cfg, run_dir, resume=resume, allow=allow_change, overwrite=overwrite) \
             if dist_info.main else {}
-        run, state = build_run(cfg, dist_info, run_dir, overrides)    # writes nothing; raises on bad data
+        run, state = kind.build_run(cfg, dist_info, run_dir, overrides)    # writes nothing; raises on bad data
         check_run_length(cfg, run.total)                   # settings that count steps vs the run's length
         if overwrite and dist_info.main:
             discard_previous_run(run_dir)                  # only once the new run is known to build
@@ -400,7 +190,7 @@ def start(run: TrainingRun, state: TrainState, *, resumed: bool) -> None:
         "parameters": f"{state.model.num_parameters():,} ({state.model.num_parameters(True):,} trainable)",
         "steps": lines["steps"],
         "device": f"{run.device} × {run.dist.world}, precision {cfg.precision}"
-                  f"{f', compiled ({mode})' if mode else ''}{_loader_workers(run)}",
+                  f"{f', compiled ({mode})' if mode else ''}{lines.get('workers', '')}",
         **({"fine-tuning": f"from {cfg.finetune.init} (weights: "
                            f"{weights_note(choose_checkpoint(cfg.finetune.init)[0], cfg.finetune.weights)}); "
                            f"training {', '.join(cfg.finetune.train)}"
@@ -409,129 +199,12 @@ def start(run: TrainingRun, state: TrainState, *, resumed: bool) -> None:
     run.tick = time.perf_counter()
 
 
-def _loader_workers(run: TrainingRun) -> str:
-    """``", 2 data workers"``: the resolved ``data.num_workers`` of the training loader (none for a GAN)."""
-    if not isinstance(run.program, Supervised):
-        return ""
-    n = run.program.train_loader.num_workers
-    return f", {n} data worker{'s' if n != 1 else ''}" + (" (auto)" if run.cfg.data.num_workers == "auto" else "")
-
-
 def finish(run: TrainingRun) -> None:
     if run.feedback is not None:
         run.feedback.close()
     if run.log is not None:
         run.log.close()
     distributed.teardown()
-
-
-def next_batch(run: TrainingRun, state: TrainState) -> tuple[Any, Tensor]:
-    """The next micro-batch on the device: labels checked, mixup applied. An epoch's iterator
-    starts at ``state.micro`` (exact resume part-way through an epoch)."""
-    p = run.program
-    if p.batches is None:
-        if state.micro == 0 and isinstance(state.model, EpochAware):  # AiT's "reset memory" (Table 2); not
-            state.model.start_epoch(state.epoch, torch_generator(run.cfg.seed, state.epoch))  # mid-epoch
-        p.sampler.set_epoch(state.epoch, start=state.micro * p.local_batch)
-        if isinstance(p.train_set, EpochDataset):
-            p.train_set.set_epoch(state.epoch)
-        p.batches = iter(p.train_loader)
-    batch = next(p.batches)
-    if batch is None:                            # data.bad_samples: skip, and no item of the batch was readable
-        raise UserError(f"every sample of a training batch was unreadable ({bad_samples_skipped(p)} skipped so "
-                        f"far): run modwire data check on this config to list the files")
-    x, y = batch
-    check_labels(y, p.info, state.model.num_classes)
-    if p.mixer is not None:  # a draw that depends only on (seed, rank, epoch, position)
-        x, y = p.mixer(x, y, torch_generator(run.cfg.seed, run.dist.rank, state.epoch, state.micro))
-    return to_device(x, run.device), to_device(y, run.device)
-
-
-def accumulate(run: TrainingRun, state: TrainState) -> dict[str, Tensor]:
-    """``grad_accum`` micro-steps of forward and backward. Returns the step's losses (the task's
-    as ``loss``, each auxiliary one unweighted as ``aux/<name>``), averaged over micro-batches."""
-    cfg, n = run.cfg, run.cfg.grad_accum
-    shown: dict[str, Tensor] = {}
-    for i in range(n):
-        x, y = next_batch(run, state)
-        sync = run.net.no_sync() if i < n - 1 and run.dist.world > 1 else contextlib.nullcontext()
-        with sync:
-            with autocast(run.device, cfg.precision):
-                out = call_model(run.net, x)
-            loss = compute_loss(run.program.info, out, y, cfg.optim.label_smoothing)
-            aux = auxiliary_losses(run, state.model)
-            objective = loss / n                                   # each micro-batch's share of the step
-            if aux:
-                weights = aux_loss_weights(run, state.model)
-                objective = objective + sum(weights[k] * v for k, v in aux.items()) / n
-            state.scaler.scale(objective).backward()
-        state.micro += 1
-        run.seen += batch_len(x) * run.dist.world
-        for k, v in {"loss": loss, **{f"aux/{k}": v for k, v in aux.items()}}.items():
-            shown[k] = shown.get(k, 0) + v.detach().float() / n
-    return shown
-
-
-def aux_loss_weights(run: TrainingRun, model: torch.nn.Module) -> dict[str, float]:
-    """The weight of each auxiliary loss: the config's ``aux_loss_weights`` over the model's paper
-    defaults (``aux_loss_defaults``, e.g. AiT's σ = 1e-2 for ``balance``, AiT Eq. 6)."""
-    defaults = model.aux_loss_defaults if isinstance(model, PretrainedModel) else {}
-    return {**defaults, **run.cfg.aux_loss_weights}
-
-
-def auxiliary_losses(run: TrainingRun, model: torch.nn.Module) -> dict[str, Tensor]:
-    """The auxiliary losses the model reported for this forward pass, each with a configured
-    weight (``aux_loss_weights``, else the model's default): none is added or dropped silently."""
-    aux = model.auxiliary_losses() if isinstance(model, PretrainedModel) else {}
-    weights = aux_loss_weights(run, model)
-    missing = sorted(set(aux) - set(weights))
-    if missing:
-        raise UserError(f"model {run.cfg.model.name!r} reports the auxiliary loss(es) {missing} but the training "
-                        f"config gives no weight: set aux_loss_weights.{missing[0]} (e.g. --set "
-                        f"aux_loss_weights.{missing[0]}=0.01; 0 logs it without training on it)")
-    if not run.program.aux_checked:
-        unused = sorted(set(run.cfg.aux_loss_weights) - set(aux))
-        if unused:
-            raise UserError(f"config key 'aux_loss_weights.{unused[0]}': model {run.cfg.model.name!r} reports no "
-                            f"auxiliary loss named {unused[0]!r} (it reports {sorted(aux) or 'none'})")
-        run.program.aux_checked = True
-    return aux
-
-
-def optimizer_step(run: TrainingRun, state: TrainState, loss: Tensor | None = None) -> None:
-    """Clip, step (through the fp16 scaler), schedule, EMA; then advance the counters. ``loss``: the
-    step's task loss, watched with the gradients' norm by the run's :class:`NonFiniteGuard`."""
-    norm = None
-    if run.cfg.optim.grad_clip > 0:
-        state.scaler.unscale_(state.optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), run.cfg.optim.grad_clip)
-    elif run.cfg.precision != "fp16":      # fp16: the scaler itself skips steps with inf gradients
-        norm = grad_norm(state.model.parameters())
-    # fp16: inf gradients are the loss scaler's to skip (it lowers the scale), not a divergence; its
-    # first steps overflow by design. The guard then watches the loss (and, at checkpoints, the weights).
-    watched = None if state.scaler.is_enabled() else norm
-    take = True if loss is None or run.guard is None else run.guard.observe(state.step, loss, watched)
-    if take or state.scaler.is_enabled():   # fp16: the scaler skips a step with inf gradients itself
-        state.scaler.step(state.optimizer)
-    state.scaler.update()
-    state.optimizer.zero_grad(set_to_none=True)
-    state.scheduler.step()
-    if state.ema is not None:
-        state.ema.update_parameters(state.model)
-        copy_buffers(state.model, state.ema.module)
-    state.step += 1
-    if state.micro == run.program.micro_used:       # the epoch is over (a ragged tail is skipped)
-        state.epoch, state.micro, run.program.batches = state.epoch + 1, 0, None
-        state.val_pending = True
-    state.val_pending |= state.step >= run.total
-
-
-@torch.no_grad()
-def copy_buffers(model: torch.nn.Module, ema: torch.nn.Module) -> None:
-    """The EMA model averages parameters only; its buffers (an AiT memory, BatchNorm statistics)
-    follow the live model's, which AveragedModel would otherwise leave at their first values."""
-    for dst, src in zip(ema.buffers(), model.buffers()):
-        dst.copy_(src)
 
 
 def log_step(run: TrainingRun, state: TrainState, losses: dict[str, Tensor]) -> None:
@@ -545,20 +218,13 @@ def log_step(run: TrainingRun, state: TrainState, losses: dict[str, Tensor]) -> 
             values /= run.dist.world
         if run.guard is not None:
             run.guard.check()                              # a host sync here anyway (the record's values)
-        bad = bad_samples_skipped(run.program)
         record = {"step": state.step, "epoch": state.epoch, **dict(zip(losses, values.tolist())),
                   "lr": state.scheduler.get_last_lr()[0], "samples_per_s": rate,
                   **({"skipped_steps": run.guard.skipped} if run.guard is not None and run.guard.skipped else {}),
-                  **({"bad_samples_skipped": bad} if bad else {})}
+                  **run.program.log_fields()}
         run.log.log(record)
         run.seen, run.tick = 0, time.perf_counter()
     run.feedback.step(record, state.val)
-
-
-def bad_samples_skipped(program) -> int:
-    """Unreadable training samples dropped so far (``data.bad_samples: skip``; 0 otherwise)."""
-    data = program.train_loader.dataset if isinstance(program, Supervised) else None
-    return data.skipped if isinstance(data, SkipBadSamples) else 0
 
 
 def validate_and_save(run: TrainingRun, state: TrainState, stop: StopSignals) -> None:
