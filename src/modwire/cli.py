@@ -317,7 +317,8 @@ def cmd_eval(args) -> int:
 
     from .analysis.report import load_run
     from .training import evaluate, make_loader
-    from .training.checkpoint import checkpoint_step, choose_checkpoint, weight_files, weights_note
+    from .training.checkpoint import checkpoint_step, choose_checkpoint
+    from .training.ema import weight_files, weights_note
     from .training.feedback import dumps
 
     from .training.kinds import kind_of_run

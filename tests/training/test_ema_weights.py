@@ -14,7 +14,7 @@ from modwire import cli
 from modwire.errors import UserError
 from modwire.models import from_pretrained
 from modwire.training import load_config, train
-from modwire.training.checkpoint import checkpoint_model, weight_files
+from modwire.training.ema import checkpoint_model, weight_files
 from modwire.training.finetune_setup import pretrained_model
 from modwire.tasks import describe_task
 from training_helpers import signal_after_step

@@ -29,8 +29,8 @@ import torch
 
 from ..errors import UserError
 from ..files import atomic_write_text
-from ..training.checkpoint import (checkpoint_model, checkpoint_step, choose_checkpoint, resolve_checkpoint,
-                                   weight_files, weights_note)
+from ..training.checkpoint import checkpoint_step, choose_checkpoint, resolve_checkpoint
+from ..training.ema import checkpoint_model, weight_files, weights_note
 from ..training.kinds import kind_of_run
 from .catalog import Analysis, applicable, describe, not_applicable
 from .runs import load_run, other_analyses, output_dir

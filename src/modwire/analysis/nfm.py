@@ -116,28 +116,28 @@ def read_map(model: torch.nn.Module, batches: Iterable, *, max_batches: int | No
     return read_map_from_records(recs)
 
 
-def generator_read_map(gan: torch.nn.Module, *, samples: int = 256, batch: int = 64, seed: int = 0) -> ReadMap:
+def generator_read_map(model: torch.nn.Module, *, samples: int = 256, batch: int = 64, seed: int = 0) -> ReadMap:
     """The read map of a generator running in NFM (NFM §4.1, Fig. 1; a model with the
     :class:`~modwire.models.capabilities.Adversarial` capability) over ``samples`` latents
     ``z ~ N(0, I)`` drawn from ``seed`` (eval mode, no gradients)."""
     from ..models.capabilities import Adversarial, nfm_modules
 
-    bodies = nfm_modules(gan) if isinstance(gan, Adversarial) else []
+    bodies = nfm_modules(model) if isinstance(model, Adversarial) else []
     if not bodies:
-        raise UserError(f"expected a GAN whose generator runs in NFM (nfm.enabled), got {type(gan).__name__}")
+        raise UserError(f"expected a GAN whose generator runs in NFM (nfm.enabled), got {type(model).__name__}")
     if samples < 1 or batch < 1:
         raise UserError(f"samples and batch must be >= 1, got {samples} and {batch}")
     g = torch.Generator().manual_seed(seed)
-    was = gan.training
-    gan.eval()
+    was = model.training
+    model.eval()
     recs = []
     try:
         with torch.no_grad():
             for start in range(0, samples, batch):
-                gan.generate(gan.sample_latents(min(batch, samples - start), generator=g), record=True)
+                model.generate(model.sample_latents(min(batch, samples - start), generator=g), record=True)
                 recs.append(list(bodies[0].records))
     finally:
-        gan.train(was)
+        model.train(was)
     return read_map_from_records(recs)
 
 

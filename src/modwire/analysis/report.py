@@ -51,7 +51,8 @@ from .runs import AnalyzedRun, load_run, open_run, output_dir, run_model_class
 from ..models.capabilities import ModuleSurgery
 from ..errors import UserError
 from ..files import atomic_write_text
-from ..training.checkpoint import resolve_checkpoint, weight_files, weights_note
+from ..training.checkpoint import resolve_checkpoint
+from ..training.ema import weight_files, weights_note
 
 __all__ = ["DEFAULT_DROP_FRACTIONS", "DEFAULT_EDGE_FRACTIONS", "analyze", "check_fractions", "load_run",
            "parse_fractions"]

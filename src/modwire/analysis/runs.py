@@ -31,10 +31,11 @@ def load_run(path: str | os.PathLike, overrides: Sequence[str] = (), task: str |
     the dataset has the run's eval transform applied, cut to the first ``data.max_samples``
     samples when that is set (in the run's config or an override). ``weights``: None, the weights
     validation scored (the EMA's when the run kept one), or ``"live"`` / ``"ema"``
-    (:func:`modwire.training.checkpoint.checkpoint_model`)."""
+    (:func:`modwire.training.ema.checkpoint_model`)."""
     from ..tasks import build_dataset, describe_task
     from ..training import apply_augmentation, load_config
-    from ..training.checkpoint import check_weights_choice, checkpoint_model, resolve_checkpoint
+    from ..training.checkpoint import resolve_checkpoint
+    from ..training.ema import check_weights_choice, checkpoint_model
 
     p = Path(path)
     if not p.exists():

@@ -3,7 +3,8 @@
 ``<run>/checkpoints/<tag>`` is a symbolic link to ``<run>/checkpoints/<tag>-<step>/``,
 which holds ``model.safetensors`` + ``config.json`` (what ``from_pretrained`` reads: **the weights
 validation scored**, the EMA's when one is kept), ``live.safetensors`` when an EMA is kept (the
-weights the optimizer trains, which a resume continues), ``state.pt`` (optimizer, scheduler, step,
+weights the optimizer trains, which a resume continues; the EMA's files and their readers:
+:mod:`modwire.training.ema`), ``state.pt`` (optimizer, scheduler, step,
 epoch, RNG states, metrics; tensors and plain containers only, read back with
 ``torch.load(weights_only=True)``, so no pickled code is ever executed),
 ``checkpoint.json`` (tag, step, epoch, the last validation and the step it was measured
@@ -33,10 +34,8 @@ from ..models.base import CONFIG_FILE, WEIGHTS_FILE
 from ..errors import UserError
 from ..files import WriteError, follow_umask, is_disk_full, space_note
 
-STATE_FILE, LIVE_FILE, SUMMARY_FILE = "state.pt", "live.safetensors", "checkpoint.json"
+STATE_FILE, SUMMARY_FILE = "state.pt", "checkpoint.json"
 RUN_ID_NAME = "run_id"     # RUN_DIR/run_id: the run's identity, carried by each of its checkpoints
-OLD_EMA_FILE = "ema.safetensors"   # the layout before issue 36: model.safetensors held the live weights
-WEIGHTS = ("live", "ema")
 
 
 class CheckpointWriteError(WriteError):
@@ -44,10 +43,11 @@ class CheckpointWriteError(WriteError):
 
 
 def save_checkpoint(run_dir: str | os.PathLike, tag: str, model, state: dict[str, Any],
-                    live_state: dict[str, torch.Tensor] | None = None, *,
+                    extra_weights: dict[str, dict[str, torch.Tensor]] | None = None, *,
                     summary: dict[str, Any] | None = None) -> Path:
     """Write ``<run>/checkpoints/<tag>-<step>/`` and point ``<tag>`` at it (atomically). ``model``: the
-    weights validation scored (the EMA model when one is kept); ``live_state``: then the trained weights."""
+    weights validation scored (the EMA model when one is kept: ``training/ema.py``); ``extra_weights``:
+    more safetensors files by name (the EMA's ``live.safetensors``: the trained weights)."""
     root = Path(run_dir) / "checkpoints"
     link = root / tag
     old = link.resolve() if link.is_symlink() else None
@@ -62,7 +62,7 @@ def save_checkpoint(run_dir: str | os.PathLike, tag: str, model, state: dict[str
         root.mkdir(parents=True, exist_ok=True)
         for stale in root.glob(f".{tag}-*.tmp"):   # left by a process killed mid-save (the run is locked)
             shutil.rmtree(stale, ignore_errors=True)
-        _write_files(tmp, model, state_bytes, live_state, summary)
+        _write_files(tmp, model, state_bytes, extra_weights or {}, summary)
         if target.exists():  # a leftover no link points to
             shutil.rmtree(target)
         os.replace(tmp, target)
@@ -73,7 +73,8 @@ def save_checkpoint(run_dir: str | os.PathLike, tag: str, model, state: dict[str
         if not (full or isinstance(e, OSError)):
             raise
         kept = _kept(root)
-        needed = state_bytes.getbuffer().nbytes + _bytes(model.state_dict()) + _bytes(live_state or {})
+        needed = state_bytes.getbuffer().nbytes + _bytes(model.state_dict()) + \
+            sum(_bytes(w) for w in (extra_weights or {}).values())
         cause = space_note(target, needed) if full else f"{e.strerror or e} ({e.filename or tmp})"
         error = CheckpointWriteError(f"could not write checkpoint {target}: {cause}; {kept}")
         error.errno = getattr(e, "errno", None) or (errno.ENOSPC if full else None)
@@ -97,7 +98,7 @@ def _bytes(tensors: dict[str, torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
-def _write_files(d: Path, model, state: io.BytesIO, live_state: dict[str, torch.Tensor] | None,
+def _write_files(d: Path, model, state: io.BytesIO, extra_weights: dict[str, dict[str, torch.Tensor]],
                  summary: dict[str, Any] | None) -> None:
     from safetensors.torch import save_file
 
@@ -108,10 +109,10 @@ def _write_files(d: Path, model, state: io.BytesIO, live_state: dict[str, torch.
     if summary is not None:
         (d / SUMMARY_FILE).write_text(dumps(summary) + "\n")
         names.append(SUMMARY_FILE)
-    if live_state is not None:
-        save_file({k: v.detach().contiguous().cpu() for k, v in live_state.items()}, str(d / LIVE_FILE))
-        follow_umask(d / LIVE_FILE)
-        names.append(LIVE_FILE)
+    for name, weights in extra_weights.items():
+        save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, str(d / name))
+        follow_umask(d / name)
+        names.append(name)
     with open(d / STATE_FILE, "wb") as f:
         f.write(state.getbuffer())
     write_manifest(d, names)
@@ -211,53 +212,6 @@ def _summary(ckpt: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def weight_files(ckpt: str | os.PathLike) -> tuple[dict[str, Path], str]:
-    """``({"live": file, "ema": file}, scored)``: a checkpoint's weight files by kind and which one
-    validation scored (``"ema"`` when an EMA was kept). Reads the layout before issue 36 too, where
-    ``model.safetensors`` held the live weights and ``ema.safetensors`` the EMA."""
-    d = Path(ckpt)
-    if (d / OLD_EMA_FILE).is_file():
-        return {"live": d / WEIGHTS_FILE, "ema": d / OLD_EMA_FILE}, "ema"
-    if (d / LIVE_FILE).is_file():
-        return {"live": d / LIVE_FILE, "ema": d / WEIGHTS_FILE}, "ema"
-    return {"live": d / WEIGHTS_FILE}, "live"
-
-
-def check_weights_choice(weights: str | None) -> None:
-    if weights is not None and weights not in WEIGHTS:
-        raise UserError(f"weights: expected one of {list(WEIGHTS)} (or none: the weights validation scored), "
-                        f"got {weights!r}")
-
-
-def weights_note(ckpt: str | os.PathLike, weights: str | None) -> str:
-    """``"ema (what validation scored; --weights live for the trained ones)"``: which weights a reader loads."""
-    files, scored = weight_files(ckpt)
-    if weights is not None and weights != scored:
-        return f"{weights} (asked for; validation scored the {scored} weights)"
-    if len(files) == 1:
-        return "live (the run kept no EMA)"
-    return f"{scored} (what validation scored and 'best' was chosen by; --weights live for the trained ones)"
-
-
-def checkpoint_model(ckpt: str | os.PathLike, weights: str | None = None) -> tuple[torch.nn.Module, str]:
-    """``(model, kind)``: the model of a checkpoint directory with the weights validation scored
-    (``weights=None``: the EMA's when one was kept), or the ``"live"`` / ``"ema"`` ones asked for.
-    Every reader of a run (eval, analyze, finetune) loads through here; ``from_pretrained`` on the
-    checkpoint directory gives the scored weights too."""
-    from ..models import from_pretrained
-
-    check_weights_choice(weights)
-    files, scored = weight_files(ckpt)
-    kind = weights or scored
-    if kind not in files:
-        raise UserError(f"weights={kind!r}: checkpoint {ckpt} kept no EMA (the run's ema_decay was 0), so it holds "
-                        f"one set of weights, the live ones; leave the choice out or ask for 'live'")
-    model = from_pretrained(ckpt)
-    if files[kind] != Path(ckpt) / WEIGHTS_FILE:
-        load_weights(model, files[kind])
-    return model, kind
-
-
 def load_state(ckpt_dir: str | os.PathLike) -> dict[str, Any]:
     """The training state of a checkpoint, verified and loaded without unpickling code."""
     path = Path(ckpt_dir) / STATE_FILE
@@ -318,6 +272,6 @@ def _few(keys: list[str], n: int = 4) -> str:
     return f"[{shown}{f', … ({len(keys)} in all)' if len(keys) > n else ''}]"
 
 
-__all__ = ["CheckpointWriteError", "MANIFEST_FILE", "RUN_ID_NAME", "WEIGHTS", "check_checkpoint_owner",
-           "checkpoint_model", "checkpoint_run_id", "checkpoint_step",
-           "choose_checkpoint", "load_state", "load_weights", "resolve_checkpoint", "save_checkpoint", "weight_files"]
+__all__ = ["CheckpointWriteError", "MANIFEST_FILE", "RUN_ID_NAME", "check_checkpoint_owner", "checkpoint_run_id",
+           "checkpoint_step", "choose_checkpoint", "load_state", "load_weights", "resolve_checkpoint",
+           "save_checkpoint"]

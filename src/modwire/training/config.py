@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Optional, Sequence
 from ..errors import ConfigWarning, UserError, UserTypeError
 from ..fields import COUNT, NON_NEGATIVE, POSITIVE, UNIT, Bounds, Choices, check_tree, did_you_mean
 from .gan_config import GANSection
+from .ema import horizon_note
 from .kinds import check_kind_settings
 from ..tasks.base import BAD_SAMPLE_OPTIONS
 from .divergence import NONFINITE
@@ -229,17 +230,14 @@ def check_run_length(c: TrainConfig, total: int) -> None:
     if o.schedule == "cosine" and 0 < o.decay_steps <= o.warmup_steps:
         notes.append(f"config key 'optim.decay_steps': {o.decay_steps} is not after the warm-up's "
                      f"{o.warmup_steps} steps: the learning rate drops to optim.min_lr={o.min_lr:g} when it ends")
-    if c.ema_decay and 1 / (1 - c.ema_decay) > total:
-        notes.append(f"config key 'ema_decay': {c.ema_decay:g} averages over about {1 / (1 - c.ema_decay):.0f} "
-                     f"steps, but {run}: the EMA weights, which are validated and saved as the run's, stay "
-                     f"close to the first steps' (lower ema_decay, or train longer)")
+    notes.append(horizon_note(c.ema_decay, total))                   # the EMA's own check (ema.py)
     if c.log_every > total and c.log_every != TrainConfig.log_every:   # a short run at the default says nothing
         notes.append(f"config key 'log_every': {c.log_every} is beyond the run's {total} steps: metrics.jsonl gets "
                      f"the last step's losses only")
     if c.checkpoint_every > total:
         notes.append(f"config key 'checkpoint_every': {c.checkpoint_every} is beyond the run's {total} steps: "
                      f"checkpoints are written at epoch ends only")
-    for note in notes:
+    for note in filter(None, notes):
         warnings.warn(note, ConfigWarning, stacklevel=3)
 
 

@@ -36,7 +36,8 @@ def pretrained_model(cfg: TrainConfig, info) -> torch.nn.Module:
     ``finetune.add_functions`` (a Neural Interpreter). Without ``new_task`` the model's class count
     must fit the task (the number of heads is the model's to check: configs name it apart).
     Random draws (a new head, new functions) come from the global RNG the trainer seeded."""
-    from .checkpoint import checkpoint_model, choose_checkpoint
+    from .checkpoint import choose_checkpoint
+    from .ema import checkpoint_model
     from .kinds import kind_of_model
 
     if not Path(cfg.finetune.init).exists():

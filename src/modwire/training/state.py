@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from .checkpoint import load_state, load_weights, save_checkpoint, weight_files
+from .checkpoint import load_state, load_weights, save_checkpoint
+from .ema import LIVE_FILE, WeightEMA, weight_files
 from ..errors import UserError
 
 COUNTERS = ("step", "epoch", "micro", "best", "val", "val_step", "val_pending")
@@ -28,7 +29,7 @@ class TrainState:
     optimizer: torch.optim.Optimizer
     scheduler: Any                                  # torch.optim.lr_scheduler.LRScheduler
     scaler: torch.amp.GradScaler
-    ema: Any = None                                 # torch.optim.swa_utils.AveragedModel or None
+    ema: WeightEMA | None = None                    # ema_decay > 0 (training/ema.py)
     step: int = 0
     epoch: int = 0
     micro: int = 0
@@ -49,8 +50,8 @@ class TrainState:
         full.update(optimizer=self.optimizer.state_dict(), scheduler=self.scheduler.state_dict(),
                     scaler=self.scaler.state_dict(), rng=rng_state(), run_id=self.run_id, **self.extra_state())
         if self.ema is not None:
-            full["ema_n_averaged"] = self.ema.n_averaged
-        live = self.model.state_dict() if self.ema is not None else None   # model.safetensors: what was scored
+            full.update(self.ema.state())
+        live = {LIVE_FILE: self.model.state_dict()} if self.ema is not None else None   # model.safetensors: scored
         summary = {"tag": tag, "weights": "ema" if self.ema is not None else "live",
                    **{k: getattr(self, k) for k in ("step", "epoch", "val", "val_step", "val_pending", "best", "run_id")}}
         return save_checkpoint(run_dir, tag, self.eval_model, full, live, summary=summary)
@@ -67,10 +68,7 @@ class TrainState:
         if full.get("scaler"):
             self.scaler.load_state_dict(full["scaler"])
         if self.ema is not None:
-            if "ema" not in files:
-                raise UserError(f"{ckpt} holds no EMA weights, but the config keeps an EMA (ema_decay > 0)")
-            load_weights(self.ema.module, files["ema"])
-            self.ema.n_averaged.copy_(full["ema_n_averaged"])
+            self.ema.load(full, ckpt)
         self.load_extra_state(full, ckpt)
         for k in COUNTERS:
             setattr(self, k, full.get(k, getattr(self, k)))

@@ -34,6 +34,7 @@ from ..tasks.metrics import LOWER_IS_BETTER
 from . import distributed
 from .config import TrainConfig
 from .divergence import grad_norm
+from .ema import WeightEMA
 from .finetune_setup import few_shot_splits, pretrained_model, select_trainable
 from .kinds import RunKind, register_kind
 from .optim import build_optimizer, build_scheduler
@@ -241,10 +242,7 @@ def build_supervised_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_
                          cfg.grad_accum)
     run = TrainingRun(cfg, dist_info, run_dir, program, total)
     optimizer = build_optimizer(model, cfg.optim)
-    ema = None
-    if cfg.ema_decay > 0:
-        from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-        ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay))
+    ema = WeightEMA.for_config(model, cfg.ema_decay)
     scaler = torch.amp.GradScaler(dist_info.device.type, enabled=cfg.precision == "fp16")
     return run, TrainState(model, optimizer, build_scheduler(optimizer, total, cfg.optim), scaler, ema)
 
@@ -341,21 +339,12 @@ def optimizer_step(run: TrainingRun, state: TrainState, loss: Tensor | None = No
     state.optimizer.zero_grad(set_to_none=True)
     state.scheduler.step()
     if state.ema is not None:
-        state.ema.update_parameters(state.model)
-        copy_buffers(state.model, state.ema.module)
+        state.ema.update(state.model)
     state.step += 1
     if state.micro == run.program.micro_used:       # the epoch is over (a ragged tail is skipped)
         state.epoch, state.micro, run.program.batches = state.epoch + 1, 0, None
         state.val_pending = True
     state.val_pending |= state.step >= run.total
-
-
-@torch.no_grad()
-def copy_buffers(model: torch.nn.Module, ema: torch.nn.Module) -> None:
-    """The EMA model averages parameters only; its buffers (an AiT memory, BatchNorm statistics)
-    follow the live model's, which AveragedModel would otherwise leave at their first values."""
-    for dst, src in zip(ema.buffers(), model.buffers()):
-        dst.copy_(src)
 
 
 # ----------------------------------------------------------------------------- its row of the run-kind table

@@ -46,7 +46,8 @@ from omegaconf import OmegaConf
 from torch import Tensor
 
 from . import distributed
-from .checkpoint import RUN_ID_NAME, check_checkpoint_owner, checkpoint_step, choose_checkpoint, weights_note
+from .checkpoint import RUN_ID_NAME, check_checkpoint_owner, checkpoint_step, choose_checkpoint
+from .ema import weights_note
 from .config import TrainConfig, check_run_length, compile_mode
 from .divergence import NonFiniteGuard, TrainingDiverged, last_saved_step
 from .feedback import Feedback, MetricsLog
