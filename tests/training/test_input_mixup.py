@@ -8,7 +8,7 @@ import torch
 
 from modwire.tasks.augment import MixupCutmix
 from modwire.training import load_config, train
-from modwire.training.supervised import make_mixer
+from modwire.training.mixup import make_mixer
 
 
 def _mixer(*overrides):

@@ -10,7 +10,8 @@ import modwire.training.config as training_config
 from modwire.tasks import build_dataset, get_task
 from modwire.tasks.augment import AugmentedDataset
 from modwire.training import load_config, make_loader, train
-from modwire.training.config import compile_mode, resolve_num_workers
+from modwire.training.config import resolve_num_workers
+from modwire.training.precision import compile_mode
 from modwire.training.runtime import PREFETCH_FACTOR, to_device
 
 import toy_task  # noqa: F401  (registers "toy_sets")

@@ -3,7 +3,8 @@ checkpoints, the loop, resume rules, run locks, signals, torchrun support; and t
 runtime helpers (``autocast``, ``make_loader``, ``evaluate``, ``to_device``, ``call_model``)
 that evaluation and ``modwire.analysis`` share with the trainer."""
 from .config import TrainConfig, load_config
-from .runtime import autocast, call_model, evaluate, make_loader, to_device
+from .precision import autocast
+from .runtime import call_model, evaluate, make_loader, to_device
 from .state import TrainState
 from . import gan, supervised  # noqa: F401  (register their rows of the run-kind table, training/kinds.py)
 from .supervised import apply_augmentation, build_datasets, build_model_for_task

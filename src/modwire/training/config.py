@@ -14,21 +14,19 @@ from pathlib import Path
 from typing import Any, ClassVar, Optional, Sequence
 
 from ..errors import ConfigWarning, UserError, UserTypeError
-from ..fields import COUNT, NON_NEGATIVE, POSITIVE, UNIT, Bounds, Choices, check_tree, did_you_mean
+from ..fields import COUNT, NON_NEGATIVE, POSITIVE, UNIT, Bounds, check_tree, did_you_mean
 from .gan_config import GANSection
 from .ema import horizon_note
 from .kinds import check_kind_settings
 from ..tasks.base import BAD_SAMPLE_OPTIONS
 from .divergence import NONFINITE
+from .mixup import MIXUP_CHOICES, check_mixup_config
+from .precision import COMPILE_CHOICES, PRECISIONS, check_compile_setting
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "radam", "sgd")
 SCHEDULES = ("cosine", "linear", "constant", "step")
 DEVICES = ("auto", "cpu", "cuda")
 AUGMENT_CHOICES = (False, True, "deit", "randaugment", "crop_flip", "resized_crop_flip")  # data.augment; True = "deit"
-MIXUP_CHOICES = (False, True, "deit", "input")   # data.mixup; True = "deit"
-COMPILE_CHOICES = Choices((False, True, "default", "reduce-overhead", "max-autotune"),
-                          note="true = 'default'; the mode of torch.compile(mode=...)")
 MAX_AUTO_WORKERS = 4        # data.num_workers: auto never starts more loader processes than this per process
 
 
@@ -172,14 +170,6 @@ class TrainConfig:
         "seed": NON_NEGATIVE, "ema_decay": UNIT}
     choices: ClassVar[dict[str, tuple]] = {"precision": PRECISIONS, "device": DEVICES, "compile": COMPILE_CHOICES,
                                            "nonfinite": NONFINITE}
-
-
-def compile_mode(value: Any) -> str | None:
-    """The ``torch.compile`` mode of a ``compile`` setting: None (off), ``"default"`` for ``true``, or
-    the mode named."""
-    if value is False or value is None:
-        return None
-    return "default" if value is True else str(value)
 
 
 def resolve_num_workers(value: Any, local_world: int | None = None, device: Any = None) -> int:
@@ -447,9 +437,7 @@ def validate(c: TrainConfig) -> None:
     """Check every field against the ``choices`` / ``bounds`` tables of its section
     (:func:`modwire.fields.check_tree`), then the relations between fields; raise a ``UserError``
     naming the key path, the value and what is expected."""
-    if not isinstance(c.compile, (bool, str)):    # the choices table alone would take 1 for true, 0 for false
-        raise UserError(f"config key 'compile': got {c.compile!r}, expected one of {list(COMPILE_CHOICES)} "
-                        f"({COMPILE_CHOICES.note})")
+    check_compile_setting(c.compile)               # precision.py
     check_tree(c)
     if c.optim.schedule == "step" and not c.optim.milestones:
         raise UserError("config key 'optim.milestones': the step schedule needs at least one milestone (steps at "
@@ -463,9 +451,7 @@ def validate(c: TrainConfig) -> None:
     if c.optim.decay_steps and c.optim.schedule != "cosine":
         raise UserError(f"config key 'optim.decay_steps': got {c.optim.decay_steps}, but it is used only by "
                         f"optim.schedule: cosine (the schedule is {c.optim.schedule!r})")
-    if c.data.mixup_alpha != 1.0 and c.data.mixup != "input":
-        raise UserError(f"config key 'data.mixup_alpha': got {c.data.mixup_alpha:g}, but it sets Input Mixup only "
-                        f"(data.mixup: input); data.mixup is {c.data.mixup!r}")
+    check_mixup_config(c)                          # mixup.py
     if len(c.optim.betas) != 2:
         raise UserError(f"config key 'optim.betas': got {list(c.optim.betas)}, expected two numbers [beta1, beta2]")
     if c.optim.min_lr > c.optim.lr:
@@ -477,7 +463,7 @@ def validate(c: TrainConfig) -> None:
 
 def _validate_finetune(c: TrainConfig) -> None:
     """The relations between the fine-tuning fields (``finetune.*``, ``data.few_shot``)."""
-    f, shot = c.finetune, c.data.few_shot
+    f = c.finetune
     if f.init is not None and not f.init.strip():
         raise UserError("config key 'finetune.init': got an empty path, expected a run or checkpoint directory "
                         "(or null to train from scratch)")
@@ -496,9 +482,6 @@ def _validate_finetune(c: TrainConfig) -> None:
     if not f.train or not all(isinstance(n, str) and n.strip() for n in f.train):
         raise UserError(f"config key 'finetune.train': got {list(f.train)!r}, expected a non-empty list of "
                         f"parameter-set names such as [all] or [cls, type_inference]")
-    if shot.ways and c.data.mixup:
-        raise UserError("config key 'data.mixup': mixup mixes the task's labels, but data.few_shot.ways "
-                        "renumbers them: switch one off")
 
 
 def flat_config(cfg: TrainConfig) -> dict[str, Any]:

@@ -3,7 +3,6 @@ model on it, mixed precision, loaders, the task loss, label checks and ``evaluat
 Public, so ``modwire.analysis`` and the CLI import nothing private from the trainer."""
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Any, Callable
 
@@ -15,8 +14,8 @@ from torch.utils.data import DataLoader
 from ..tasks import compute_metrics
 from ..tasks.metrics import IGNORE_INDEX, token_metrics, token_sums
 from ..errors import UserError
+from .precision import autocast
 
-AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 Batch = Tensor | dict[str, Tensor]
 
 
@@ -36,13 +35,6 @@ def call_model(model: torch.nn.Module, x: Batch) -> Tensor:
 
 def batch_len(x: Batch) -> int:
     return len(next(iter(x.values()))) if isinstance(x, dict) else len(x)
-
-
-def autocast(device: torch.device, precision: str):
-    """``torch.autocast`` for ``bf16`` / ``fp16``; a no-op context for ``fp32``."""
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=AUTOCAST[precision])
 
 
 PREFETCH_FACTOR = 4         # batches each loader worker keeps ready

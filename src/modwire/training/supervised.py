@@ -37,14 +37,16 @@ from .divergence import grad_norm
 from .ema import WeightEMA
 from .finetune_setup import few_shot_splits, pretrained_model, select_trainable
 from .kinds import RunKind, register_kind
+from .mixup import make_mixer, mix
 from .optim import build_optimizer, build_scheduler
 from .run import TrainingRun
-from .runtime import autocast, batch_len, call_model, check_labels, compute_loss, evaluate, make_loader, to_device
+from .precision import autocast, check_device, loss_scaler
+from .runtime import batch_len, call_model, check_labels, compute_loss, evaluate, make_loader, to_device
 from .signals import StopSignals
 from .state import TrainState
 
 __all__ = ["SUPERVISED", "Supervised", "apply_augmentation", "build_datasets", "build_model_for_task",
-           "build_supervised_run", "make_mixer", "model_overrides_for_task"]
+           "build_supervised_run", "model_overrides_for_task"]
 
 
 def build_model_for_task(cfg: TrainConfig) -> PretrainedModel:
@@ -87,7 +89,7 @@ def build_datasets(cfg: TrainConfig) -> tuple[Any, Any]:
 
 def apply_augmentation(cfg: TrainConfig, info, train_set, val_set):
     """Per-sample transforms (``data.augment``) and batch-level Mixup/CutMix with label smoothing
-    (``data.mixup``: :func:`make_mixer`). ``augment``: ``true`` / ``"deit"``, the NAC App. C regimen for image tasks
+    (``data.mixup``: :func:`modwire.training.mixup.make_mixer`). ``augment``: ``true`` / ``"deit"``, the NAC App. C regimen for image tasks
     (crop, flip, RandAugment, normalise, erasing); ``"crop_flip"`` / ``"resized_crop_flip"``, AiT
     App. A.1's CIFAR (padded random crop) / Pet (random resized crop) pipelines, flip and normalise
     (evaluation normalised alike: ``TRAIN_PIPELINES``); ``"randaugment"``, RandAugment alone (NI App.
@@ -120,21 +122,6 @@ def apply_augmentation(cfg: TrainConfig, info, train_set, val_set):
         train_set = AugmentedDataset(train_set, make(spec.height, **norm), cfg.seed)
         val_set = AugmentedDataset(val_set, eval_transform(spec.height, **norm), cfg.seed)
     return train_set, val_set, mixer
-
-
-def make_mixer(cfg: TrainConfig, num_classes: int):
-    """The batch mixer of ``data.mixup``: ``true`` / ``"deit"``, DeiT's Mixup (α 0.8) / CutMix (α 1.0)
-    with label smoothing (NAC App. C); ``"input"``, Input Mixup as in NFM Table 2 / Verma et al. 2019:
-    every batch mixed with a random permutation of itself, ``lam ~ Beta(α, α)`` (``data.mixup_alpha``,
-    1.0), no CutMix, label smoothing ``optim.label_smoothing`` (0 there); ``false``: None."""
-    from ..tasks.augment import MixupCutmix
-
-    if cfg.data.mixup == "input":
-        return MixupCutmix(mixup_alpha=cfg.data.mixup_alpha, cutmix_alpha=0.0, prob=1.0, num_classes=num_classes,
-                            label_smoothing=cfg.optim.label_smoothing, pairing="permutation")
-    if cfg.data.mixup:
-        return MixupCutmix(num_classes=num_classes, label_smoothing=cfg.optim.label_smoothing)
-    return None
 
 
 @dataclass
@@ -205,10 +192,7 @@ def build_supervised_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_
     if cfg.data.batch_size % (world * cfg.grad_accum):
         raise UserError(f"data.batch_size={cfg.data.batch_size} must be divisible by processes × grad_accum "
                         f"= {world} × {cfg.grad_accum}")
-    if cfg.precision == "fp16" and dist_info.device.type != "cuda":
-        # the fp16 loss scaler is a CUDA mechanism: elsewhere it skips steps while the counter advances
-        raise UserError(f"config key 'precision': fp16 needs a CUDA device, the run is on "
-                        f"{dist_info.device.type}: use bf16 (or fp32)")
+    check_device(cfg.precision, dist_info.device)    # precision.py
     local_batch = cfg.data.batch_size // (world * cfg.grad_accum)
     info = get_task(cfg.data.task)
     torch.manual_seed(cfg.seed)
@@ -243,7 +227,7 @@ def build_supervised_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_
     run = TrainingRun(cfg, dist_info, run_dir, program, total)
     optimizer = build_optimizer(model, cfg.optim)
     ema = WeightEMA.for_config(model, cfg.ema_decay)
-    scaler = torch.amp.GradScaler(dist_info.device.type, enabled=cfg.precision == "fp16")
+    scaler = loss_scaler(cfg.precision, dist_info.device)
     return run, TrainState(model, optimizer, build_scheduler(optimizer, total, cfg.optim), scaler, ema)
 
 
@@ -264,8 +248,7 @@ def next_batch(run: TrainingRun, state: TrainState) -> tuple[Any, Tensor]:
                         f"far): run modwire data check on this config to list the files")
     x, y = batch
     check_labels(y, p.info, state.model.num_classes)
-    if p.mixer is not None:  # a draw that depends only on (seed, rank, epoch, position)
-        x, y = p.mixer(x, y, torch_generator(run.cfg.seed, run.dist.rank, state.epoch, state.micro))
+    x, y = mix(p.mixer, x, y, run.cfg.seed, run.dist.rank, state.epoch, state.micro)   # mixup.py
     return to_device(x, run.device), to_device(y, run.device)
 
 

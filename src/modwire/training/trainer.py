@@ -48,11 +48,12 @@ from torch import Tensor
 from . import distributed
 from .checkpoint import RUN_ID_NAME, check_checkpoint_owner, checkpoint_step, choose_checkpoint
 from .ema import weights_note
-from .config import TrainConfig, check_run_length, compile_mode
+from .config import TrainConfig, check_run_length
 from .divergence import NonFiniteGuard, TrainingDiverged, last_saved_step
 from .feedback import Feedback, MetricsLog
 from .kinds import kind_of_config
 from .lock import RunLock
+from .precision import compile_mode, compile_net
 from .resume import (CONFIG_NAME, RESUMES_NAME, absolute_roots, check_resume,
                      record_resume, run_id, saved_config_changes, write_config_once)
 from .run import TrainingRun
@@ -178,9 +179,8 @@ def start(run: TrainingRun, state: TrainState, *, resumed: bool) -> None:
     if run.dist.world > 1:
         run.net = torch.nn.parallel.DistributedDataParallel(
             state.model, device_ids=[run.device.index] if run.device.type == "cuda" else None)
+    run.net = compile_net(run.net, cfg.compile)        # precision.py
     mode = compile_mode(cfg.compile)
-    if mode is not None:             # "reduce-overhead": CUDA graphs on CUDA; on the CPU as "default"
-        run.net = torch.compile(run.net, mode=mode)
     run.log = MetricsLog(run.dir, main, resume_step=state.step if resumed else None)
     run.feedback = Feedback(title=f"{cfg.model.name} on {cfg.data.task}", total=run.total, start=state.step,
                             enabled=cfg.progress, main=main)
