@@ -378,9 +378,13 @@ def score_run(run_dir: str | Path, overrides: Sequence[str] = ()) -> dict[str, A
 # ----------------------------------------------------------------------------- its row of the run-kind table
 
 ADVERSARIAL = register_kind(RunKind(
-    "adversarial", Adversarial, model_overrides=gan_model_overrides, build_run=build_gan_run, reads=GAN_READS,
-    section="gan", check=check_gan_settings, harmless_keys=GAN_HARMLESS_KEYS, score=score_run, task_outputs=False,
-    label="GAN", scores="its samples (classifier-FID; --set gan.eval.* for more samples or NFM §4.4's random attention)",
+    "adversarial", Adversarial, label="GAN",
+    model_overrides=gan_model_overrides, build_run=build_gan_run,
+    reads=GAN_READS, reads_note="a GAN's length is max_steps generator steps; its losses are weighted by gan.loss.*",
+    section="gan", check=check_gan_settings, harmless_keys=GAN_HARMLESS_KEYS,
+    score=score_run, scores="its samples (classifier-FID; --set gan.eval.* for more samples or NFM §4.4's random "
+                            "attention)",
+    task_outputs=False,
     instead="What applies to a GAN run: modwire eval RUN (its scores: classifier-FID; --set gan.eval.* for more "
             "samples or NFM §4.4's random attention), modwire train --resume RUN (more steps, with --set "
             "max_steps=N --allow-change max_steps), modwire analyze RUN (an NFM generator's read map over "

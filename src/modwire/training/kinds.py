@@ -11,8 +11,8 @@ ask the table instead of naming a family:
 ``build_run``      model, data, optimizers: a :class:`~modwire.training.run.TrainingRun` whose
                    :class:`~modwire.training.run.Program` takes one step and evaluates, and its state
 ``reads``          the training config keys (dotted prefixes) the kind reads; any other key set away from
-                   its default is refused by name when the config is read. None: every key except the
-                   ``section`` of another kind
+                   its default is refused by name when the config is read (``reads_note``: where its
+                   settings are instead). None: every key except the ``section`` of another kind
 ``section``        the config section only this kind reads (``gan``)
 ``check``          the relations among its own settings
 ``harmless_keys``  its keys a resume may change (``--allow-change``)
@@ -56,6 +56,7 @@ class RunKind:
     model_overrides: Callable[[Any], dict[str, Any]]
     build_run: Callable[..., tuple[Any, Any]]
     reads: tuple[str, ...] | None = None
+    reads_note: str = ""                # said with a refused key: where its settings are instead
     section: str | None = None
     check: Callable[[Any], None] | None = None
     harmless_keys: tuple[str, ...] = ()
@@ -154,6 +155,6 @@ def check_kind_settings(cfg: Any, flat: dict[str, Any], defaults: dict[str, Any]
         if kind.reads is not None and not _covered(key, kind.reads):
             fix = f"leave it at {defaults[key]!r}" if key in defaults else "remove it"
             raise UserError(f"config key {key!r}: got {value!r}, but a {kind.noun} run (model {cfg.model.name!r}) "
-                            f"does not read it: {fix}. {kind.instead}")
+                            f"does not read it: {fix}" + (f" ({kind.reads_note})" if kind.reads_note else ""))
     if kind.check is not None:
         kind.check(cfg)
