@@ -1,23 +1,16 @@
-"""The training loop, in plain PyTorch, in nanoGPT's shape.
+"""The training loop, in plain PyTorch, in nanoGPT's shape; the same loop for every kind of run.
 
 ``train(config)`` asks the run-kind table (:mod:`modwire.training.kinds`) how the config's model
 trains: its kind builds the model, data and optimizers and a :class:`~modwire.training.run.Program`
-(supervised learning: :mod:`modwire.training.supervised`), then the loop here
-runs one iteration per optimizer step, in commented sections: evaluate / checkpoint at
-the end of each epoch → micro-steps (gradient accumulation as an inner loop; autocast,
-optional ``torch.compile``) → clip and step (EMA) → log. Everything that must survive a
-restart lives in a :class:`~modwire.training.state.TrainState` (model, optimizer,
-scheduler, scaler, EMA, counters, RNG states), saved atomically and checksummed as the
-``last`` / ``best`` checkpoints. ``metrics.jsonl`` logs every ``log_every`` steps.
-
-Auxiliary losses: the objective is the task loss plus ``Σ weight · loss`` over the losses
-the model reports (``model.auxiliary_losses()``, e.g. NAC's graph regularizer, App. A)
-with weights from ``aux_loss_weights``, each logged as ``aux/<name>``. A model with a
-``start_epoch(epoch, generator)`` method is told when each training epoch starts (AiT's
-"reset memory", Table 2), with a generator seeded by ``(seed, epoch)``; not on a resume
-part-way through an epoch. With an EMA, the EMA model takes the live model's buffers (an AiT
-memory, BatchNorm statistics). ``keep_weights_every`` keeps the weights every N steps
-(analyses over training). No model-specific code here.
+(supervised learning: :mod:`modwire.training.supervised`; a GAN's: :mod:`modwire.training.gan`). The
+loop here runs one iteration per optimizer step, in commented sections: evaluate / checkpoint when an
+epoch (or the run) has ended → the program's step → log. It owns what every run shares: the run
+directory and its lock, the config record and resume checks, signals, the non-finite guard
+(:mod:`~modwire.training.divergence`), ``torch.compile`` (:mod:`~modwire.training.precision`),
+checkpoints (``last``, ``best`` by the program's metric, ``keep_weights_every``), ``metrics.jsonl``
+(every ``log_every`` steps), the header and progress. Everything that must survive a restart lives
+in a :class:`~modwire.training.state.TrainState` (model, optimizer, scheduler, scaler, EMA, counters,
+RNG states), saved atomically and checksummed. No model-specific code here.
 
 Resume and faults (see docs/training.md, "Runs you do not lose"):
 
