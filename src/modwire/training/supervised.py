@@ -7,6 +7,13 @@ builds it. Also here, because only this kind has them: the model fitted to the t
 (:func:`model_overrides_for_task`), the datasets (``data.max_samples``, few-shot subsets),
 augmentation and mixup (``data.augment``, ``data.mixup``), gradient accumulation, the fp16 scaler,
 the EMA update and the non-finite guard's view of each step.
+
+Auxiliary losses: the objective is the task loss plus ``Σ weight · loss`` over the losses the model
+reports (``model.auxiliary_losses()``, e.g. NAC's graph regularizer, App. A) with weights from
+``aux_loss_weights`` over the model's defaults, each logged as ``aux/<name>``; a reported loss without a
+weight, or a weight without a loss, is refused. A model with the ``EpochAware`` capability is told when
+each training epoch starts (AiT's "reset memory", Table 2), with a generator seeded by ``(seed, epoch)``;
+not on a resume part-way through an epoch.
 """
 from __future__ import annotations
 
