@@ -14,7 +14,7 @@ This runs the same protocol on what the machine has, sized for a CPU:
   scale-free prior of NAC Table 1's row (β = 0.5, graph weight 5e-3; Fig. 4's NAC has a scale-free
   prior) and ``configs/cpu/perceiver_io_fashion_mnist.yaml``, the same budget for both:
   :data:`PRETRAIN_STEPS` steps of 128, AdamW at 1e-3 with 100 warm-up steps
-  (``experiments/table1_ladder.py``'s Fashion-MNIST setting, longer);
+  (``modwire.experiments.table1_ladder``'s Fashion-MNIST setting, longer);
 * few-shot fine-tuning of every parameter (``--train all``) with a new 8-way head on scikit-learn's
   digits (``digits``: 1×32×32, the input shape of the pre-training; a task the models never saw),
   8 classes and ``k`` images of each drawn by the seed, for ``k`` in :data:`SHOTS`, 3 seeds, through
@@ -36,9 +36,9 @@ single-threaded worker processes (pre-training first, both models in parallel); 
 appended to ``OUT/results.jsonl`` and skipped by a rerun, and an interrupted fine-tuning resumes seed
 by seed. The table (mean ± std over seeds per k, next to the paper's claim) is printed and written to
 ``OUT/table.md``, the plot to ``OUT/fewshot.png``, the study run's record to ``OUT/study.json``
-(``experiments/common.py``).
+(:mod:`modwire.experiments.common`).
 
-Run: ``python experiments/nac_fewshot.py --lr-check`` (the committed run: 584 s on 2 cores with light
+Run: ``python -m modwire.experiments.nac_fewshot --lr-check`` (the committed run: 584 s on 2 cores with light
 other load, its study.json; several times that beside busy jobs); ``--lr-check`` fine-tunes the check
 seed at each lr of :data:`LR_CHECK`; ``--quick`` is a smoke test; ``--report`` reprints the table and
 rebuilds ``OUT/study.json`` from ``OUT/results.jsonl`` (no training). ``experiments/results/nac_fewshot/``
@@ -50,21 +50,19 @@ import argparse
 import hashlib
 import json
 import os
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.experiments import common
 from modwire.files import atomic_write_text
-import common  # noqa: E402
-import fewshot as shared  # noqa: E402
+from modwire.experiments import fewshot as shared
 
 # ----------------------------------------------------------------------------- the models
 
-CONFIGS = common.ROOT / "configs" / "cpu"
+CONFIGS = common.CONFIGS / "cpu"
 PRETRAIN_STEPS = 400               # batch 128: 51,200 images, most of one Fashion-MNIST epoch
-GRAPH_WEIGHT = "5e-3"              # NAC Table 1's row (experiments/table1_ladder.py)
+GRAPH_WEIGHT = "5e-3"              # NAC Table 1's row (modwire.experiments.table1_ladder)
 
 
 @dataclass(frozen=True)
@@ -276,7 +274,7 @@ def plot(results: dict[str, dict], models: list[str], lrs: dict[str, float], pat
 def report(out: Path, models: list[str], lrs: dict[str, float]) -> str:
     results = load_results(out / "results.jsonl")
     table = format_table(results, models, lrs)
-    atomic_write_text(out / "table.md", "# NAC Fig. 4 at CPU scale (experiments/nac_fewshot.py)\n" + table + "\n")
+    atomic_write_text(out / "table.md", "# NAC Fig. 4 at CPU scale (modwire.experiments.nac_fewshot)\n" + table + "\n")
     figure = plot(results, models, lrs, out / "fewshot.png")
     return table + f"\n\ntable: {out / 'table.md'}" + (f", plot: {figure}" if figure else
                                                          " (no plot: no curve yet, or no matplotlib)")

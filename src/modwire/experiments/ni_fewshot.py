@@ -29,9 +29,9 @@ appended to ``OUT/results.jsonl`` and skipped by a rerun, and an interrupted fin
 seed by seed. ``--lr-check`` fine-tunes one seed at a few learning rates (the paper's included),
 to see whether App. C.2.2's constant rates still work at this scale. The table (mean ± std over
 seeds per k, next to the paper's claim) is printed and written to ``OUT/table.md``, the plot to
-``OUT/fewshot.png``, the study run's record to ``OUT/study.json`` (``experiments/common.py``).
+``OUT/fewshot.png``, the study run's record to ``OUT/study.json`` (:mod:`modwire.experiments.common`).
 
-Run: ``python experiments/ni_fewshot.py``; ``--lr-check`` fine-tunes seed 0 at a few learning
+Run: ``python -m modwire.experiments.ni_fewshot``; ``--lr-check`` fine-tunes seed 0 at a few learning
 rates; ``--quick`` is a smoke test; ``--report`` reprints the table and rebuilds ``OUT/study.json`` from
 ``OUT/results.jsonl`` (no training). ``experiments/results/ni_fewshot/study.json`` is the run
 reported in the README (its run logs are not committed; its table recorded the minutes each part
@@ -42,15 +42,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.experiments import common
 from modwire.files import atomic_write_text
-import common  # noqa: E402
-import fewshot as shared  # noqa: E402
+from modwire.experiments import fewshot as shared
 
 # ----------------------------------------------------------------------------- the models
 
@@ -256,7 +254,7 @@ def plot(results: dict[str, dict], models: list[str], lrs: dict[str, float], pat
 def report(out: Path, models: list[str], lrs: dict[str, float]) -> str:
     results = load_results(out / "results.jsonl")
     table = format_table(results, models, lrs)
-    atomic_write_text(out / "table.md", "# NI Fig. 5a at CPU scale (experiments/ni_fewshot.py)\n" + table + "\n")
+    atomic_write_text(out / "table.md", "# NI Fig. 5a at CPU scale (modwire.experiments.ni_fewshot)\n" + table + "\n")
     figure = plot(results, models, lrs, out / "fewshot.png")
     return table + f"\n\ntable: {out / 'table.md'}" + (f", plot: {figure}" if figure else
                                                          " (no plot: no curve yet, or no matplotlib)")

@@ -22,9 +22,9 @@ Each training run is one job (row, task, seed, lr, warm-up), run in a pool of si
 worker processes; finished jobs are appended to ``OUT/results.jsonl`` at once, and a rerun skips
 them, so an interrupted study resumes where it stopped. The table (mean ± std over seeds, next
 to the paper's Table 1) is printed and written to ``OUT/table.md``, the plot to ``OUT/ladder.png``,
-the study run's record to ``OUT/study.json`` (``experiments/common.py``).
+the study run's record to ``OUT/study.json`` (:mod:`modwire.experiments.common`).
 
-Run: ``python experiments/table1_ladder.py`` (the default set: Table 1's four rungs, Perceiver IO,
+Run: ``python -m modwire.experiments.table1_ladder`` (the default set: Table 1's four rungs, Perceiver IO,
 + ModFC, + frozen sparse graph, NAC with the scale-free prior, on both tasks with 3 seeds; about
 40 minutes on 2 cores); ``--rows`` picks rows (e.g. the in-between ones), ``--full`` runs every
 row with 5 seeds (about 4 hours); ``--sweep`` adds the learning-rate sweep (30 minutes a task);
@@ -40,15 +40,13 @@ import itertools
 import math
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.experiments import common
 from modwire.files import atomic_write_text
-import common  # noqa: E402
 
 # ----------------------------------------------------------------------------- the ladder
 
@@ -119,7 +117,7 @@ PAPER = {"Perceiver IO": (58.89, 17.57), "+ ModFC": (58.91, 18.01), "+ Sparse gr
 
 # ----------------------------------------------------------------------------- the tasks
 
-CONFIGS = common.ROOT / "configs" / "cpu"
+CONFIGS = common.CONFIGS / "cpu"
 
 
 @dataclass(frozen=True)
@@ -388,7 +386,7 @@ def plan(args: argparse.Namespace, image: str) -> list[Job]:
 def report(out: Path, tasks: list[str]) -> str:
     groups = aggregate(load_results(out / "results.jsonl").values())
     table = format_table(groups, tasks)
-    atomic_write_text(out / "table.md", "# NAC Table 1 at CPU scale (experiments/table1_ladder.py)\n" + table + "\n")
+    atomic_write_text(out / "table.md", "# NAC Table 1 at CPU scale (modwire.experiments.table1_ladder)\n" + table + "\n")
     figure = plot(groups, tasks, out / "ladder.png")
     return table + f"\n\ntable: {out / 'table.md'}" + (f", plot: {figure}" if figure else " (no matplotlib: no plot)")
 
