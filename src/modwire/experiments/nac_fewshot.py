@@ -50,39 +50,40 @@ import argparse
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from modwire.experiments import common
-from modwire.files import atomic_write_text
 from modwire.experiments import fewshot as shared
+from modwire.files import atomic_write_text
 
 # ----------------------------------------------------------------------------- the models
 
 CONFIGS = common.CONFIGS / "cpu"
 PRETRAIN_STEPS = 400               # batch 128: 51,200 images, most of one Fashion-MNIST epoch
-GRAPH_WEIGHT = "5e-3"              # NAC Table 1's row (modwire.experiments.table1_ladder)
+GRAPH_WEIGHT = 5e-3                # NAC Table 1's row (modwire.experiments.table1_ladder)
 
 
 @dataclass(frozen=True)
 class Model:
-    """A CPU config pre-trained on Fashion-MNIST: its file, its ``--set`` overrides, its constant
-    fine-tuning lr (RAdam; its best of ``--lr-check``: the paper gives none) and the overrides its
-    fine-tuning needs besides ``modwire finetune``'s (the auxiliary loss weight it reports)."""
+    """A CPU config pre-trained on Fashion-MNIST: its file, its config values (``load_config(values=...)``),
+    its constant fine-tuning lr (RAdam; its best of ``--lr-check``: the paper gives none) and the values
+    its fine-tuning needs besides ``modwire finetune``'s (the auxiliary loss weight it reports)."""
 
     key: str
     label: str
     config: str
     finetune_lr: float
-    sets: tuple[str, ...] = ()
-    finetune_sets: tuple[str, ...] = ()
+    sets: Mapping[str, Any] = field(default_factory=dict)
+    finetune_sets: Mapping[str, Any] = field(default_factory=dict)
 
 
 MODELS = {
     "nac": Model("nac", "NAC (scale-free prior)", "nac_fashion_mnist.yaml", 3e-2,
-                 ("model.overrides.graph_prior={name: scale_free, params: {beta: 0.5}}",
-                  f"aux_loss_weights.graph={GRAPH_WEIGHT}"), (f"aux_loss_weights.graph={GRAPH_WEIGHT}",)),
+                 {"model.overrides.graph_prior": {"name": "scale_free", "params": {"beta": 0.5}},
+                  "aux_loss_weights.graph": GRAPH_WEIGHT}, {"aux_loss_weights.graph": GRAPH_WEIGHT}),
     "pio": Model("pio", "Perceiver IO", "perceiver_io_fashion_mnist.yaml", 3e-2),
 }
 PRETRAIN_TASK = "fashion_mnist"
@@ -131,28 +132,30 @@ class Job:
         from modwire.training import load_config
 
         m = MODELS[self.model]
-        sets = [*m.sets, f"max_steps={PRETRAIN_STEPS}", "epochs=1000", "progress=false", "log_every=50", "seed=0",
-                f"out_dir={json.dumps(str(out / self.key))}"]
+        sets = {**m.sets, "max_steps": PRETRAIN_STEPS, "epochs": 1000, "progress": False, "log_every": 50, "seed": 0,
+                "out_dir": out / self.key}
         if self.data_root:
-            sets.append(f"data.params.root={json.dumps(self.data_root)}")
+            sets["data.params.root"] = self.data_root
         if self.quick:
-            sets += ["max_steps=3", "data.batch_size=16", "data.max_samples=160", "optim.warmup_steps=1"]
-        return load_config(str(CONFIGS / m.config), sets)
+            sets.update({"max_steps": 3, "data.batch_size": 16, "data.max_samples": 160, "optim.warmup_steps": 1})
+        return load_config(CONFIGS / m.config, values=sets)
 
     def finetune_config_for(self, out: Path) -> tuple[Callable, Path]:
-        """``(config_for(seed, run_dir), OUT of finetune_seeds)`` as ``modwire finetune`` builds them."""
+        """``(config_for(seed, run_dir), OUT of finetune_seeds)`` as ``modwire finetune`` builds them: its
+        ``--set`` overrides (:func:`~modwire.training.finetune.finetune_overrides`) with the study's values
+        (keys those overrides do not set)."""
         from modwire.training import load_config
         from modwire.training.finetune import finetune_overrides
 
         base, _ = finetune_overrides(out / Job(self.model).key, TARGET, train=["all"], shots=self.shots, ways=WAYS,
                                      epochs=1 if self.quick else EPOCHS, lr=self.lr,
                                      batch_size=min(FINETUNE_BATCH, self.shots * WAYS))
-        extra = [*MODELS[self.model].finetune_sets, "data.val_split=test", "progress=false", "log_every=1000"]
+        extra = {**MODELS[self.model].finetune_sets, "data.val_split": "test", "progress": False, "log_every": 1000}
         if self.quick:                   # twice the shots of each of 10 classes; fewer test images
-            extra.append(f"data.max_samples={max(100, 20 * self.shots)}")
+            extra["data.max_samples"] = max(100, 20 * self.shots)
 
         def config_for(seed: int, run_dir: Path):
-            return load_config(None, [*base, *extra, f"seed={seed}", f"out_dir={json.dumps(str(run_dir))}"])
+            return load_config(None, base, values={**extra, "seed": seed, "out_dir": run_dir})
         return config_for, out / self.key
 
 
