@@ -81,9 +81,9 @@ def analyse_ait(args: argparse.Namespace, out: Path) -> dict:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    from modwire.experiments.common import StudyParser
+    from modwire.experiments.common import StudyParser, prog
 
-    ap = StudyParser(description=__doc__.split("\n\n")[0])
+    ap = StudyParser(prog=prog(), description=__doc__.split("\n\n")[0])
     ap.results = "ait_analysis"
     ap.add_argument("ait", nargs="?", help="an AiT run directory (config.yaml, checkpoints/)")
     ap.add_argument("--vit", help="a ViT run directory: its attention-sparsity violins (Figure 7)")

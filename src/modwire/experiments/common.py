@@ -54,12 +54,19 @@ class StudyParser(argparse.ArgumentParser):
         return parsed
 
 
+def prog() -> str | None:
+    """``python -m modwire.experiments.NAME`` when a study runs as ``python -m`` (usage lines name the
+    command, not the module's file); else argparse's default."""
+    main = Path(sys.argv[0])
+    return f"python -m modwire.experiments.{main.stem}" if main.parent == Path(__file__).parent else None
+
+
 def parser(doc: str, out: Path | str | None, quick: str, *, workers: int | None = None,
            report: str | None = None, results: str | None = None) -> StudyParser:
     """A study's parser: its docstring's first paragraph as description, ``--out`` (default ``out``;
     with ``results``, the clone's ``experiments/results/RESULTS``), ``--quick`` (a smoke test:
     ``quick``), and ``--workers`` / ``--report`` where given."""
-    ap = StudyParser(description=doc.split("\n\n")[0])
+    ap = StudyParser(prog=prog(), description=doc.split("\n\n")[0])
     ap.results = results
     ap.add_argument("--out", type=Path, default=None if out is None else Path(out))
     ap.add_argument("--quick", action="store_true", help=f"smoke test: {quick}")
