@@ -1,15 +1,13 @@
-"""experiments/ait_memory_collapse.py: a smoke run writes its table, and the four variants are the
+"""modwire.experiments.ait_memory_collapse: a smoke run writes its table, and the four variants are the
 paper's workspace and the two options of modwire.nn.workspace ("Memory collapse")."""
 import json
 
-import experiment_script
 import pytest
 from task_fixtures import write_mnist
 
+from modwire.analysis.workspace import slot_similarity
+from modwire.experiments import ait_memory_collapse as collapse
 from modwire.models.ait import AUTHORS_AIT, NO_COLLAPSE
-
-collapse = experiment_script.load("ait_memory_collapse")
-from modwire.analysis.workspace import slot_similarity  # noqa: E402
 
 
 def test_variants_are_the_defaults_the_authors_and_each_option_with_the_write_stated():

@@ -1,18 +1,16 @@
-"""experiments/ait_triangle.py: its rows are the Table 2 ablations on one CPU-sized preset, and
+"""modwire.experiments.ait_triangle: its rows are the Table 2 ablations on one CPU-sized preset, and
 an in-process smoke run writes, scores and tabulates a row."""
 import json
 
-import experiment_script
 import pytest
 
+from modwire.experiments import ait_triangle as tri
 from modwire.models.ait import ABLATIONS, AUTHORS_AIT, NO_COLLAPSE
 from modwire.training import load_config
 
-tri = experiment_script.load("ait_triangle")
-
 
 def sets(row, tmp_path):
-    return load_config(None, tri.row_overrides(row, 100, tmp_path))
+    return load_config(values=tri.row_overrides(row, 100, tmp_path))
 
 
 def test_rows_are_table2_ablations_of_one_preset_with_the_papers_workspace(tmp_path):

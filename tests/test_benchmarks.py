@@ -74,7 +74,7 @@ def test_bench_input_checks_runs_and_reports_the_ratio():
 
 
 def test_graph_align_quick_prints_a_row_per_prior_and_kernel():
-    out = subprocess.run([sys.executable, str(ROOT / "experiments" / "graph_align.py"), "--quick"],
+    out = subprocess.run([sys.executable, "-m", "modwire.experiments.graph_align", "--quick"],
                          capture_output=True, text=True, timeout=120, check=True).stdout
     rows = re.findall(r"^\| (\w+) \| 16 \| [\d.]+, [\d.]+ \| ([\d.]+) / ([\d.]+) / ([\d.]+) \| (\d+)% .* \| (\d+)% .*\|$",
                       out, flags=re.M)
@@ -89,7 +89,7 @@ def test_graph_align_quick_prints_a_row_per_prior_and_kernel():
 
 @pytest.mark.slow
 def test_conditional_nac_quick_prints_what_it_saves(tmp_path):
-    out = subprocess.run([sys.executable, str(ROOT / "experiments" / "conditional_nac.py"), "--quick",
+    out = subprocess.run([sys.executable, "-m", "modwire.experiments.conditional_nac", "--quick",
                           "--seeds", "0", "--out", str(tmp_path / "run")], capture_output=True, text=True,
                          timeout=300, check=True).stdout
     (saved,) = json.loads((tmp_path / "run" / "experiment.json").read_text())["seeds"]

@@ -215,7 +215,7 @@ RULES: tuple[Rule, ...] = (
     Rule(r"modwire reproduce \S+ --quick --out \S+", "as written",
          "the study's quick form (tiny data, a few steps) into the scratch directory", expect=r"study\.json"),
     Rule(r"modwire reproduce \S+ --dry-run", "as written", "prints the study's commands, runs none",
-         expect=r"experiments/"),
+         expect=r"-m modwire\.experiments\."),
     Rule(r"modwire results( --check README\.md)?", "as written",
          "reads the committed result files (README.md is linked in)", expect=r"results:begin|Paper|the results section matches the result files"),
     Rule(r"modwire list (models|tasks)", "as written", "prints the registry", expect=r"nac_small|fashion_mnist"),

@@ -1,4 +1,4 @@
-"""experiments/common.py: what every study does once (the grid of runs, the study's one results file,
+"""modwire.experiments.common: what every study does once (the grid of runs, the study's one results file,
 mean ± std over seeds, Markdown tables, figures), tested with values."""
 import argparse
 import json
@@ -8,12 +8,11 @@ import re
 import sys
 from pathlib import Path
 
-import experiment_script
 import numpy as np
 import pytest
 
-common = experiment_script.load("common")
-from modwire.analysis import study  # noqa: E402  (the one results format)
+from modwire.analysis import study  # the one results format
+from modwire.experiments import common
 
 
 # ----------------------------------------------------------------------------- the results file
@@ -41,13 +40,13 @@ def test_study_rebuilt_from_logs_names_them_and_claims_no_commit_machine_or_time
     log.write_text('{"key": "a", "seed": 1}\n')
     args = argparse.Namespace(out=tmp_path, report=True)
     path = common.finish_study(tmp_path, "toy", [{"key": "a", "seed": 1}], args=args, started=0.0, seeds=[1, 1],
-                               logs=[log], script="/somewhere/experiments/toy.py", argv=["--report", "--out", "x y"])
+                               logs=[log], script="/somewhere/modwire/experiments/toy.py", argv=["--report", "--out", "x y"])
     got = json.loads(path.read_text())
     assert list(got) == list(study.KEYS)
     assert (got["commit"], got["machine"], got["wall_time_s"], got["seeds"]) == (None, None, None, [1])
     assert got["source"]["logs"] == [str(log.resolve())]          # outside the checkout: as given
     assert got["source"]["logs_commit"] is None                   # not in git
-    assert got["source"]["command"] == "python experiments/toy.py --report --out 'x y'"
+    assert got["source"]["command"] == "python -m modwire.experiments.toy --report --out 'x y'"
     assert got["results"] == [{"key": "a", "seed": 1}] and study.read_study(path) == got
     assert got["config"] is None                                  # no run's config.yaml: the arguments are not known
     (tmp_path / "run-a").mkdir()
@@ -107,9 +106,9 @@ def test_the_commit_is_marked_dirty_when_the_code_differs_from_it(tmp_path):
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
     (tmp_path / "experiments" / "results" / "log.json").write_text("{}")       # a result: not code
     assert study.git_commit(tmp_path) == head
-    (tmp_path / "experiments" / "new_study.py").write_text("")                 # an uncommitted script
+    (tmp_path / "src" / "new_study.py").write_text("")                         # an uncommitted study
     assert study.git_commit(tmp_path) == f"{head}-dirty"
-    (tmp_path / "experiments" / "new_study.py").unlink()
+    (tmp_path / "src" / "new_study.py").unlink()
     (tmp_path / "src" / "a.py").write_text("x = 2\n")                          # a changed module
     assert study.git_commit(tmp_path / "src") == f"{head}-dirty"
 

@@ -1,11 +1,10 @@
-"""experiments/gan_fashion_mnist.py (NFM Table 4 at CPU scale): the records it reads from each run's
+"""modwire.experiments.gan_fashion_mnist (NFM Table 4 at CPU scale): the records it reads from each run's
 metrics, its table, --report on the committed layout, and a quick run of both generators."""
 import json
 
-import experiment_script
 import pytest
 
-gan = experiment_script.load("gan_fashion_mnist")
+from modwire.experiments import gan_fashion_mnist as gan
 
 
 def _log(path, key: str, fids: dict[int, float]) -> None:

@@ -101,7 +101,7 @@ MACHINE_PATHS = re.compile(r"/usr/share/datasets|Path\.home\(|expanduser\(['\"]~
 def test_no_test_benchmark_or_experiment_names_a_machine_path():
     """The guard's run-time refusal, before run time: a literal path to the machine's data or temporary
     directory in a test, benchmark or experiment (the guard and this test name them to refuse them)."""
-    files = [*ROOT.glob("tests/**/*.py"), *ROOT.glob("benchmarks/*.py"), *ROOT.glob("experiments/*.py")]
+    files = [*ROOT.glob("tests/**/*.py"), *ROOT.glob("benchmarks/*.py"), *ROOT.glob("src/modwire/experiments/*.py")]
     mine = {ROOT / "tests" / "hermetic.py", Path(__file__).resolve()}
     found = [f"{f.relative_to(ROOT)}:{i}: {line.strip()}" for f in files if f not in mine
              for i, line in enumerate(f.read_text().splitlines(), 1) if MACHINE_PATHS.search(line)]

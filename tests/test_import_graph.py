@@ -1,6 +1,7 @@
 """The import graph of ``src/modwire``, read from the source with ``ast``: no import cycle, and
-no floor imports a floor above it (``nn`` < ``models`` < ``tasks`` < ``training`` < ``analysis``
-and the CLI). Imports inside functions count: they run, only later."""
+no floor imports a floor above it (``nn`` < ``models`` < ``tasks`` < ``training`` < ``analysis`` <
+``experiments`` < the CLI: the studies import everything below them and only the CLI imports them).
+Imports inside functions count: they run, only later."""
 from __future__ import annotations
 
 import ast
@@ -15,9 +16,11 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 ABOVE = {
     "modwire.nn": ("modwire.models", "modwire.tasks", "modwire.training", "modwire.analysis", "modwire.experiments",
                    "modwire.cli"),
-    "modwire.models": ("modwire.tasks", "modwire.training", "modwire.analysis", "modwire.cli"),
-    "modwire.tasks": ("modwire.training", "modwire.analysis", "modwire.cli"),
-    "modwire.training": ("modwire.analysis", "modwire.cli"),
+    "modwire.models": ("modwire.tasks", "modwire.training", "modwire.analysis", "modwire.experiments", "modwire.cli"),
+    "modwire.tasks": ("modwire.training", "modwire.analysis", "modwire.experiments", "modwire.cli"),
+    "modwire.training": ("modwire.analysis", "modwire.experiments", "modwire.cli"),
+    "modwire.analysis": ("modwire.experiments", "modwire.cli"),
+    "modwire.experiments": ("modwire.cli",),
 }
 
 
@@ -117,8 +120,17 @@ def test_the_layer_check_reports_an_upward_import():
     g.add_edge("modwire.nn.kernel", "modwire.models.base", line=3)
     g.add_edge("modwire.training.trainer", "modwire.models", line=4)       # downward: fine
     g.add_edge("modwire.tasks.base", "modwire.cli", line=5)
-    assert layer_violations(g) == ["modwire.nn.kernel -> modwire.models.base (line 3)",
+    g.add_edge("modwire.experiments.common", "modwire.cli", line=6)
+    g.add_edge("modwire.experiments.common", "modwire.analysis.study", line=7)   # downward: fine
+    assert layer_violations(g) == ["modwire.experiments.common -> modwire.cli (line 6)",
+                                   "modwire.nn.kernel -> modwire.models.base (line 3)",
                                    "modwire.tasks.base -> modwire.cli (line 5)"]
+
+
+def test_only_the_cli_imports_the_studies(graph):
+    importers = {a for a, b in graph.edges
+                 if _within(b, "modwire.experiments") and not _within(a, "modwire.experiments")}
+    assert importers == {"modwire.cli"}
 
 
 def test_relative_function_level_and_submodule_imports_are_resolved(tmp_path):

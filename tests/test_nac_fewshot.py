@@ -1,17 +1,17 @@
-"""experiments/nac_fewshot.py (NAC Fig. 4 at CPU scale): the jobs it plans, its table, and an in-process
+"""modwire.experiments.nac_fewshot (NAC Fig. 4 at CPU scale): the jobs it plans, its table, and an in-process
 quick run whose two models fine-tune on the same k-shot subsets and whose study.json ``--report`` rebuilds."""
 import argparse
 import json
 import statistics
 from pathlib import Path
 
-import experiment_script
 import pytest
 import yaml
 from task_fixtures import write_mnist
 
-fewshot = experiment_script.load("nac_fewshot")
-report = experiment_script.load("report")
+from modwire.experiments import nac_fewshot as fewshot
+from modwire.experiments import report
+
 LR = {m: fewshot.MODELS[m].finetune_lr for m in ("nac", "pio")}
 NAC_KEY, PIO_KEY = (f"finetune/{m}_lr{LR[m]:g}/2shot" for m in ("nac", "pio"))
 
@@ -133,4 +133,4 @@ def _check_study(out: Path, nac: dict, pio: dict) -> None:
     assert fewshot.main(["--report", "--out", str(out)]) == 0
     rebuilt = json.loads((out / "study.json").read_text())
     assert json.dumps(rebuilt["results"]) == json.dumps(ran["results"]) and rebuilt["seeds"] == ran["seeds"]
-    assert rebuilt["source"]["command"] == f"python experiments/nac_fewshot.py --report --out {out}"
+    assert rebuilt["source"]["command"] == f"python -m modwire.experiments.nac_fewshot --report --out {out}"

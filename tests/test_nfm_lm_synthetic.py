@@ -1,14 +1,13 @@
-"""experiments/nfm_lm_synthetic.py: the generated corpus and a --quick run of every variant."""
+"""modwire.experiments.nfm_lm_synthetic: the generated corpus and a --quick run of every variant."""
 import json
 
 import numpy as np
 
-from experiment_script import load
 from modwire.tasks.loaders import wikitext
 
 
 def test_corpus_has_the_wikitext_layout_and_number_agreement(tmp_path):
-    exp = load("nfm_lm_synthetic")
+    from modwire.experiments import nfm_lm_synthetic as exp
     root = exp.write_corpus(tmp_path / "data", 40)
     vocab = wikitext.vocabulary(root)
     assert vocab[0] == "<eos>" and "=" in vocab and "<unk>" in vocab
@@ -22,7 +21,7 @@ def test_corpus_has_the_wikitext_layout_and_number_agreement(tmp_path):
 def test_quick_run_writes_every_variant_and_seed(tmp_path):
     """--quick --seeds 2: a record per (variant, seed), seeds-major, on one corpus (the seed changes the
     training only); the table's mean ± std; --report rebuilds the same study.json results."""
-    exp = load("nfm_lm_synthetic")
+    from modwire.experiments import nfm_lm_synthetic as exp
     assert exp.main(["--quick", "--seeds", "2", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "results.json").read_text())
     assert [(r["variant"], r["seed"]) for r in rows] == [(v, s) for s in (0, 1) for v in ("base", "nfm", "nfm_2pass")]

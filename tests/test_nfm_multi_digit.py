@@ -1,18 +1,16 @@
-"""experiments/nfm_multi_digit.py (NFM Table 5 at CPU scale): each run is the CPU config with the
+"""modwire.experiments.nfm_multi_digit (NFM Table 5 at CPU scale): each run is the CPU config with the
 regime's counts and the model's preset; an in-process smoke run trains, scores every count and
 tabulates next to the paper."""
 import json
 
-import experiment_script
 import pytest
 
+from modwire.experiments import nfm_multi_digit as md
 from modwire.training import build_model_for_task, load_config
-
-md = experiment_script.load("nfm_multi_digit")
 
 
 def sets(regime, model, tmp_path, **kw):
-    return load_config(str(md.CONFIG), md.overrides(regime, model, 0, 100, tmp_path, **kw))
+    return load_config(md.CONFIG, values=md.overrides(regime, model, 0, 100, tmp_path, **kw))
 
 
 def test_runs_are_the_cpu_config_with_the_regime_and_the_model(tmp_path):
@@ -28,7 +26,7 @@ def test_runs_are_the_cpu_config_with_the_regime_and_the_model(tmp_path):
         md.parse(["--regimes", "1_4"])
 
 
-@pytest.mark.parametrize("config", [md.CONFIG, md.ROOT / "configs" / "nfm_multi_digit_1_5.yaml"])
+@pytest.mark.parametrize("config", [md.CONFIG, md.common.CONFIGS / "nfm_multi_digit_1_5.yaml"])
 def test_configs_read_nfm_eight_times(config):
     cfg = load_config(str(config))
     model = build_model_for_task(cfg)

@@ -1,24 +1,22 @@
-"""experiments/nfm_preact_resnet.py (NFM Table 2 at CPU scale): both rows are the committed CPU recipes
+"""modwire.experiments.nfm_preact_resnet (NFM Table 2 at CPU scale): both rows are the committed CPU recipes
 with one budget of one epoch (one validation, at the last step: no checkpoint is selected on the test
 split), and an in-process smoke run on a tiny Fashion-MNIST fixture trains, scores the last checkpoint
 clean and under one 16×16 box, tabulates next to the paper and rebuilds the same study.json from its log."""
 import json
 from dataclasses import asdict
 
-import experiment_script
 import pytest
 from omegaconf import OmegaConf
 from task_fixtures import write_mnist
 
+from modwire.experiments import nfm_preact_resnet as npr
 from modwire.training import load_config
-
-npr = experiment_script.load("nfm_preact_resnet")
 
 
 def test_runs_are_the_cpu_recipes_with_one_budget(tmp_path):
     a = npr.parse(["--out", str(tmp_path), "--data-root", "/data/fmnist"])
     assert (a.steps, a.batch, a.seeds, a.samples, a.occlusion) == (200, 64, 3, 12_800, 16)   # one epoch of 200 steps
-    base, nfm = (load_config(str(npr.CONFIGS[m]), npr.overrides(m, 2, a)) for m in ("base", "nfm"))
+    base, nfm = (load_config(npr.CONFIGS[m], values=npr.overrides(m, 2, a)) for m in ("base", "nfm"))
     assert (base.model.name, nfm.model.name) == ("preact_resnet18_cifar10", "nfm_preact_resnet18_cifar10")
     assert base.model.overrides == nfm.model.overrides == {"initial_channels": 8, "num_blocks": [1, 1, 1]}
     for cfg in (base, nfm):

@@ -1,27 +1,25 @@
-"""experiments/nfm_sort_of_clevr.py (NFM Table 6 / 7 at CPU scale): its runs are the two Table 6 presets on
+"""modwire.experiments.nfm_sort_of_clevr (NFM Table 6 / 7 at CPU scale): its runs are the two Table 6 presets on
 sort_of_clevr_image with one budget, and an in-process smoke run trains, scores the test split per question
 kind, tabulates next to the paper and skips finished runs on a rerun."""
 import json
 
-import experiment_script
 import pytest
 
+from modwire.experiments import nfm_sort_of_clevr as soc
 from modwire.training import load_config
-
-soc = experiment_script.load("nfm_sort_of_clevr")
 
 
 def test_runs_are_the_table6_presets_with_one_budget(tmp_path):
     a = soc.parse(["--steps", "300", "--batch", "32", "--stem", "1", "--holdout", "2"])
-    cnn = load_config(None, soc.row_overrides("cnn", a, 0, tmp_path))
-    nfm = load_config(None, soc.row_overrides("nfm", a, 1, tmp_path))
-    one = load_config(None, soc.row_overrides("nfm_one_pass", a, 0, tmp_path))
+    cnn = load_config(values=soc.row_overrides("cnn", a, 0, tmp_path))
+    nfm = load_config(values=soc.row_overrides("nfm", a, 1, tmp_path))
+    one = load_config(values=soc.row_overrides("nfm_one_pass", a, 0, tmp_path))
     assert (cnn.model.name, nfm.model.name) == ("cnn_mlp_sort_of_clevr", "nfm_cnn_mlp_sort_of_clevr")
     assert cnn.model.overrides == {"block_order": "conv_relu_bn"}                  # the authors' order (issue 23)
     assert nfm.model.overrides == {"stem_layers": 1, "block_order": "conv_relu_bn"}
     assert one.model.overrides == {"stem_layers": 1, "nfm": {"passes": 1}, "block_order": "conv_relu_bn"}
     old = soc.parse(["--block-order", "conv_bn_relu"])
-    old_cnn = load_config(None, soc.row_overrides("cnn", old, 0, tmp_path))
+    old_cnn = load_config(values=soc.row_overrides("cnn", old, 0, tmp_path))
     assert old_cnn.model.overrides == {"block_order": "conv_bn_relu"}
     assert soc.sizes(old)["block_order"] == "conv_bn_relu" != soc.sizes(a)["block_order"]
     for cfg in (cnn, nfm):

@@ -1,16 +1,15 @@
-"""experiments/ni_fewshot.py: the jobs it plans, its table, and an in-process smoke run."""
+"""modwire.experiments.ni_fewshot: the jobs it plans, its table, and an in-process smoke run."""
 import argparse
 import json
 import re
 from pathlib import Path
 
-import experiment_script
 import pytest
 from task_fixtures import write_mnist
 
+from modwire.experiments import ni_fewshot as fewshot
+
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "experiments" / "ni_fewshot.py"
-fewshot = experiment_script.load("ni_fewshot")
 
 
 def args(**kw) -> argparse.Namespace:

@@ -1,15 +1,13 @@
-"""experiments/ni_finetune_diagnosis.py (NI Table 1's "+ all" fine-tuning, instrumented): parameter
+"""modwire.experiments.ni_finetune_diagnosis (NI Table 1's "+ all" fine-tuning, instrumented): parameter
 groups, which run folder a run is read from, and a smoke run on a --quick study."""
 import json
 
-import experiment_script
 import pytest
 
 import modwire
 from modwire.analysis.study import read_study
-
-dg = experiment_script.load("ni_finetune_diagnosis")
-fz = experiment_script.load("ni_fuzzy_boolean")
+from modwire.experiments import ni_finetune_diagnosis as dg
+from modwire.experiments import ni_fuzzy_boolean as fz
 
 
 def test_every_parameter_of_the_fuzzy_boolean_model_has_one_group():

@@ -1,14 +1,13 @@
-"""experiments/ni_fuzzy_boolean.py (NI Table 1 at CPU scale): its table from run files, and a
+"""modwire.experiments.ni_fuzzy_boolean (NI Table 1 at CPU scale): its table from run files, and a
 smoke run through ``modwire train`` and ``modwire finetune``."""
 import json
 from pathlib import Path
 
-import experiment_script
 import pytest
 
+from modwire.experiments import ni_fuzzy_boolean as fz
+
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "experiments" / "ni_fuzzy_boolean.py"
-fz = experiment_script.load("ni_fuzzy_boolean")
 
 
 def _write_setting(out: Path, setting: str, values: list[tuple[float, float]]) -> None:
@@ -111,7 +110,7 @@ def test_report_reads_each_seed_next_to_its_summary_and_rebuilds_the_study_file(
     logs = {Path(p).relative_to(tmp_path).as_posix() for p in got["source"]["logs"]}
     assert logs == {"pretrain/result.json", "pretrain/dynamic.json", "finetune-cls/summary.json",
                     "finetune-cls/seed-0/result.json", "finetune-cls/seed-1/result.json"}
-    assert got["source"]["command"] == f"python experiments/ni_fuzzy_boolean.py --report --out {tmp_path}"
+    assert got["source"]["command"] == f"python -m modwire.experiments.ni_fuzzy_boolean --report --out {tmp_path}"
 
 
 def test_residual_option_sets_the_pretrained_models_eq11_reading_and_names_the_study(tmp_path, monkeypatch):

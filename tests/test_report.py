@@ -1,17 +1,16 @@
-"""experiments/report.py (``modwire results``): the README's results table from the committed
+"""modwire.experiments.report (``modwire results``): the README's results table from the committed
 study.json files; ``--check`` passes on a section ``--write`` wrote and fails when one number
 differs; every claim's number is read from its study's records."""
 import json
 import shutil
 from pathlib import Path
 
-import experiment_script
 import pytest
 
 from modwire import cli
+from modwire.experiments import report
 
 ROOT = Path(__file__).resolve().parents[1]
-report = experiment_script.load("report")
 registry = report.registry
 
 
@@ -215,7 +214,7 @@ def test_a_committed_study_file_is_what_its_logs_give(name, tmp_path):
 
 
 def test_ait_analysis_report_collects_each_analysed_run_without_loading_a_model(tmp_path):
-    analysis = experiment_script.load("ait_analysis")
+    from modwire.experiments import ait_analysis as analysis
     (tmp_path / "paper" / "run").mkdir(parents=True)
     (tmp_path / "paper" / "summary.json").write_text(json.dumps({"ait": {
         "run": "somewhere", "slot_cosine": [0.5, 0.4], "memory_unchanged": True,

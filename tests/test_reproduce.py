@@ -1,16 +1,16 @@
 """``modwire reproduce``: the registry covers the papers' claims, ``--list`` shows them, an unknown
 or script-less study is a clear error, a study runs end to end with ``--quick`` into ``--out`` and
 writes a study.json the report reads, and outside a clone the command says a clone is needed."""
+import importlib.util
 import json
 from pathlib import Path
 
-import experiment_script
 import pytest
 
 from modwire import cli
+from modwire.experiments import nfm_lm_synthetic, paths, report
 
 ROOT = Path(__file__).resolve().parents[1]
-report = experiment_script.load("report")
 registry = report.registry
 
 # issue 27: at least these
@@ -24,8 +24,7 @@ def test_registry_covers_the_issues_studies_with_runnable_scripts():
     for s in registry.STUDIES:
         assert s.steps, s.name
         for step in (*s.steps, *s.quick, *((s.rebuild,) if s.rebuild else ())):
-            target = step[0] if step[0] != "-m" else None
-            assert target is None or (ROOT / target).is_file(), f"{s.name}: {target} does not exist"
+            assert step[0] == "-m" and importlib.util.find_spec(step[1]) is not None, f"{s.name}: {step[:2]}"
         if s.steps:
             assert s.time and s.quick_time and len(s.quick) == len(s.steps), s.name
             assert any(registry.OUT in a for step in s.steps for a in step), f"{s.name}: writes outside OUT"
@@ -54,19 +53,32 @@ def test_dry_run_prints_the_steps_with_the_output_folder(tmp_path, capsys):
     assert len(err) == len(registry.STUDY["ait_analysis"].quick) == 5
     assert err[0].startswith(f"modwire reproduce ait_analysis: python -m modwire train {registry.AIT_FASHION}")
     assert f"out_dir={tmp_path / 'a'}/paper/run" in err[0] and "max_steps=6" in err[0]
-    assert err[-1].endswith(f"experiments/ait_analysis.py --report --out {tmp_path / 'a'}")
+    assert err[-1].endswith(f"python -m modwire.experiments.ait_analysis --report --out {tmp_path / 'a'}")
     assert not (tmp_path / "a").exists()
 
 
+def test_the_clone_is_this_packages_repository_else_the_current_directory(tmp_path):
+    assert paths.find_checkout() == paths.ROOT == ROOT
+    site = tmp_path / "site-packages"                         # an installed package: no clone above it
+    assert paths.find_checkout(site, cwd=tmp_path) is None
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "experiments" / "results").mkdir(parents=True)
+    assert paths.find_checkout(site, cwd=tmp_path) == tmp_path.resolve()
+
+
 def test_outside_a_clone_it_says_a_clone_is_needed(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli, "package_root", lambda: tmp_path / "site-packages")
-    monkeypatch.chdir(tmp_path)
-    assert cli.main(["reproduce", "--list"]) == 2
-    err = capsys.readouterr().err
-    assert "are in a clone of the modwire repository, not in the installed package" in err
-    assert cli.main(["results"]) == 2 and "pip install -e ." in capsys.readouterr().err
-    monkeypatch.chdir(ROOT)                                   # run inside the clone: found there
-    assert cli.main(["reproduce", "--list"]) == 0
+    """No clone: --list still works; reproduce, results and a study's default --out say what is
+    missing (a study never writes into the installed package)."""
+    monkeypatch.setattr(paths, "ROOT", None)
+    monkeypatch.setattr(report, "RESULTS", None)
+    assert cli.main(["reproduce", "--list"]) == 0 and "graph_align" in capsys.readouterr().out
+    assert cli.main(["reproduce", "graph_align", "--quick"]) == 2
+    assert "clone of the modwire repository" in capsys.readouterr().err
+    assert cli.main(["results"]) == 2 and "give --results DIR" in capsys.readouterr().err
+    assert cli.main(["results", "--rebuild", "table1_ladder"]) == 2 and "clone" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        nfm_lm_synthetic.main(["--report"])
+    assert e.value.code == 2 and "nfm_lm_synthetic: give --out DIR" in capsys.readouterr().err
 
 
 def test_quick_study_runs_end_to_end_and_the_report_reads_its_file(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""experiments/table1_ladder.py: the jobs it plans, its OOD splits, its table, and a smoke run."""
+"""modwire.experiments.table1_ladder: the jobs it plans, its OOD splits, its table, and a smoke run."""
 import argparse
 import itertools
 import json
@@ -7,17 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import experiment_script
 import pytest
 import torch
 
+from modwire.experiments import table1_ladder as ladder
 from modwire.tasks import build_dataset
 from modwire.tasks.augment.rand_augment import rotate
 from modwire.tasks.synthetic.listops import nesting_depth
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "experiments" / "table1_ladder.py"
-ladder = experiment_script.load("table1_ladder")
 
 
 def args(**kw) -> argparse.Namespace:
@@ -134,7 +132,7 @@ def test_bad_counts_are_usage_errors(argv, capsys):
 
 @pytest.mark.slow
 def test_quick_run_trains_scores_and_resumes(tmp_path):
-    cmd = [sys.executable, str(SCRIPT), "--quick", "--rows", "pio,nac_scale_free", "--tasks", "listops",
+    cmd = [sys.executable, "-m", "modwire.experiments.table1_ladder", "--quick", "--rows", "pio,nac_scale_free", "--tasks", "listops",
            "--seeds", "1", "--workers", "1", "--out", str(tmp_path)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout
     results = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]

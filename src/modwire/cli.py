@@ -12,8 +12,9 @@
     modwire reproduce NAME [--quick] [--out DIR] [--dry-run]    |    modwire reproduce --list
     modwire results [--write FILE | --check FILE | --rebuild [NAME ...]]
 
-``reproduce`` and ``results`` run the studies of ``experiments/`` (``experiments/registry.py``,
-``experiments/report.py``), which live in a clone of the repository, not in the installed package.
+``reproduce`` and ``results`` run the studies of :mod:`modwire.experiments` (its ``registry`` and
+``report``); they read configs and results from a clone of the repository
+(:mod:`modwire.experiments.paths`; ``reproduce --list`` needs none).
 
 Also ``python -m modwire ...`` and ``torchrun --nproc-per-node N -m modwire train ...``.
 Misuse exits with code 2 and a usage message; bad configs, names and files exit 2
@@ -130,8 +131,8 @@ def _weights_argument(p: argparse.ArgumentParser) -> None:
 
 
 def _reproduce_parsers(sub) -> None:
-    r = sub.add_parser("reproduce", help="run a study of experiments/ at CPU scale (--list: which there are)",
-                       description="Run one study of experiments/ (experiments/registry.py) at CPU scale, or its "
+    r = sub.add_parser("reproduce", help="run a study of modwire.experiments at CPU scale (--list: which there are)",
+                       description="Run one study of modwire.experiments (its registry) at CPU scale, or its "
                                    "minutes-long --quick version; it writes OUT/study.json (and its plot), which "
                                    "`modwire results` reads from experiments/results/NAME/. Needs a clone of the "
                                    "repository.")
@@ -408,46 +409,22 @@ def cmd_list(args) -> int:
 
 # ----------------------------------------------------------------------------- reproduce, results
 
-def package_root() -> Path:
-    """The folder two levels above this package: the repository's root when it runs from a clone
-    (``src/modwire``), ``site-packages``' parent when installed."""
-    return Path(__file__).resolve().parents[2]
-
-
-def checkout(command: str) -> Path:
-    """The repository clone whose ``experiments/`` holds the studies: the one this package was
-    installed from (``pip install -e .``), else the current directory; a clear error without one."""
-    for root in (package_root(), Path.cwd()):
-        if (root / "experiments" / "registry.py").is_file() and (root / "experiments" / "report.py").is_file():
-            return root
-    raise UserError(f"modwire {command} runs the studies of experiments/, which are in a clone of the modwire "
-                    f"repository, not in the installed package: clone the repository, install it from there "
-                    f"(pip install -e .) and run `modwire {command}` inside the clone (found no "
-                    f"experiments/registry.py in {package_root()} or in {Path.cwd()})")
-
-
-def _experiments_module(root: Path, name: str):
-    """``experiments/<name>.py`` of the clone, imported by path (the studies are scripts, not a package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"modwire_experiments_{name}", root / "experiments" / f"{name}.py")
-    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)   # dataclasses look the module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def cmd_results(args, rest: list[str]) -> int:
-    """``modwire results ...``: ``experiments/report.py`` with the same arguments."""
-    return _experiments_module(checkout("results"), "report").main(rest, prog="modwire results")
+    """``modwire results ...``: :mod:`modwire.experiments.report` with the same arguments."""
+    from .experiments import report
+
+    return report.main(rest, prog="modwire results")
 
 
 def cmd_reproduce(args) -> int:
-    """Run a study's commands (``experiments/registry.py``) from the clone's root with this Python."""
+    """Run a study's commands (:data:`modwire.experiments.registry.STUDIES`) from the clone's root
+    with this Python."""
     import shlex
     import subprocess
 
-    root = checkout("reproduce")
-    registry = _experiments_module(root, "registry")
+    from .experiments import registry
+    from .experiments.paths import require_checkout
+
     if args.list:
         print(reproduce_list(registry))
         return 0
@@ -457,6 +434,7 @@ def cmd_reproduce(args) -> int:
     study = registry.STUDY.get(args.name)
     if study is None:
         raise UserError(f"unknown study {args.name!r}; the studies are: {known} (modwire reproduce --list)")
+    root = require_checkout(f"modwire reproduce {study.name}")   # its configs/, its experiments/results/
     default = Path("runs", "reproduce", study.name) if args.quick else Path("experiments", "results", study.results)
     out = Path(args.out).resolve() if args.out else root / default
     if not args.quick and not args.out and (out / "study.json").is_file():

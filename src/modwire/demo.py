@@ -315,7 +315,7 @@ def write_result(args: argparse.Namespace, data: DemoData, runs: dict[str, dict]
 # The race (``--race``): ListOps (NAC Table 3) with short expressions (depth ≤ 3, at most
 # 64 tokens; the race prints each model's train steps/s); chance is 10%. configs/cpu/nac_listops.yaml
 # and perceiver_io_listops.yaml hold the same settings. Each model trains at its best peak
-# learning rate and warm-up from experiments/table1_ladder.py's sweep (the paper, too, tunes them
+# learning rate and warm-up from modwire.experiments.table1_ladder's sweep (the paper, too, tunes them
 # separately, NAC Table 4): at Perceiver IO's setting the NAC stays on the label-prior plateau,
 # because its initial states, an MLP of the codes (§2.2), take far larger Adam steps than free
 # latents, and its kernel makes it more sensitive still.

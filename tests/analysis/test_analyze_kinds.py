@@ -104,9 +104,7 @@ def test_ait_run_gets_metrics_and_the_workspace_analyses(runs, tmp_path, capsys)
 
 
 def test_the_experiment_script_and_analyze_share_the_workspace_numbers(runs, tmp_path, capsys):
-    import experiment_script
-
-    script = experiment_script.load("ait_analysis")
+    from modwire.experiments import ait_analysis as script
     assert script.main([str(runs["ait"]), "--samples", "10", "--no-plots", "--out", str(tmp_path / "e")]) == 0
     from_script = json.loads((tmp_path / "e" / "summary.json").read_text())["ait"]
     _analyze(runs["ait"], tmp_path / "a", capsys, "--max-samples", "10")

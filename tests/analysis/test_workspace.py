@@ -285,9 +285,7 @@ def _train(out, model: str, overrides: tuple[str, ...] = ()) -> None:
 
 
 def test_script_arguments_are_checked():
-    import experiment_script
-
-    script = experiment_script.load("ait_analysis")
+    from modwire.experiments import ait_analysis as script
     for argv in ([], ["run", "--mass", "1.5"], ["run", "--samples", "0"]):
         with pytest.raises(SystemExit) as e:
             script.parse(argv)
@@ -297,10 +295,8 @@ def test_script_arguments_are_checked():
 def test_script_on_a_vit_run_writes_the_sparsity_violins_and_its_numbers(tmp_path, monkeypatch):
     import json
 
-    import experiment_script
-
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    script = experiment_script.load("ait_analysis")
+    from modwire.experiments import ait_analysis as script
     _train(tmp_path / "vit", "vit_micro")
     out = tmp_path / "out"
     assert script.main(["--vit", str(tmp_path / "vit"), "--out", str(out), "--samples", "12", "--no-plots"]) == 0
@@ -400,10 +396,8 @@ def test_ait_diversity_over_a_list_of_models_matches_each_models_records():
 def test_script_on_an_ait_run_writes_every_figure_and_its_numbers(tmp_path, monkeypatch):
     import json
 
-    import experiment_script
-
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    script = experiment_script.load("ait_analysis")
+    from modwire.experiments import ait_analysis as script
     _train(tmp_path / "ait", "ait_micro", ("aux_loss_weights={balance: 0.01}",))
     _train(tmp_path / "vit", "vit_micro")
     out = tmp_path / "out"

@@ -1,5 +1,5 @@
-"""The one format of a result file: ``study.json``, written by every study of ``experiments/`` and by the
-demo, read by the results report (``experiments/report.py``, ``modwire results``).
+"""The one format of a result file: ``study.json``, written by every study of :mod:`modwire.experiments`
+and by the demo, read by the results report (:mod:`modwire.experiments.report`, ``modwire results``).
 
 ``{"study", "config", "seeds", "commit", "wall_time_s", "machine", "source", "results"}``: the study's
 name, its configuration (the command's arguments), the seeds, the git commit and the machine it ran on,
@@ -48,7 +48,7 @@ def _git(args: list[str], root: Path) -> str | None:
     return run.stdout.strip() or None
 
 
-CODE = ("src", "configs", "experiments/*.py")     # what a study's numbers depend on, for ``-dirty``
+CODE = ("src", "configs")     # what a study's numbers depend on (the studies are src/modwire/experiments), for -dirty
 
 
 def git_commit(root: Path = _HERE) -> str | None:

@@ -1,6 +1,6 @@
 """The workspace analyses of a trained AiT as one report (AiT Figures 2, 7, 10, 11): what
 ``modwire analyze`` writes for a model with global-workspace layers
-(:class:`~modwire.models.capabilities.HasWorkspace`) and what ``experiments/ait_analysis.py`` runs.
+(:class:`~modwire.models.capabilities.HasWorkspace`) and what ``modwire.experiments.ait_analysis`` runs.
 
 :func:`workspace_summary` gives, on a list of loader batches of the run's split (the squashed pool
 competes within a batch, so the batch size matters):

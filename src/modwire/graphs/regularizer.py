@@ -23,7 +23,7 @@ the prior node with the k-th largest degree of ``P0`` (stable sorts, ties by ind
 assignment ``a0``; Eq. 9 is then evaluated on ``P[:, a0⁻¹]`` (column ``i`` ↔ module
 ``a0⁻¹(i)``). ``σ`` is then equivariant and the loss invariant to relabelling the
 modules (for ``P`` without tied degrees or tied optimal assignments). Its effect on the
-loss value is measured by ``experiments/graph_align.py``.
+loss value is measured by ``modwire.experiments.graph_align``.
 """
 from __future__ import annotations
 

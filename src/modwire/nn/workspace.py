@@ -65,7 +65,7 @@ the FFN's residual and added only ``Ξ̂``): with Eq. 3-4 as printed the slots b
 training (mean cosine between slots → 1); biases on the projections collapse the memory even
 with frozen random weights (tested below, unchanged); the authors' residual write kept the
 slots apart on digits and Fashion-MNIST but not on Triangle. The measurements
-(``experiments/ait_memory_collapse.py``, ``experiments/ait_analysis.py``) are in
+(``modwire.experiments.ait_memory_collapse``, ``modwire.experiments.ait_analysis``) are in
 ``experiments/results/ait_memory_collapse_*/`` and ``experiments/results/ait_analysis/`` and in
 docs/ait.md; whether the memory collapses under the current block is not measured yet.
 """

@@ -11,7 +11,7 @@ import os
 import warnings
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, ClassVar, Mapping, Optional, Sequence
 
 from ..errors import ConfigWarning, UserError, UserTypeError
 from ..fields import COUNT, NON_NEGATIVE, POSITIVE, UNIT, Bounds, check_tree, did_you_mean
@@ -377,7 +377,14 @@ def apply_override(cfg: Any, item: str, *, schema: type | None = None) -> Any:
                           f"({getattr(exc, 'problem', None) or exc})") from None
     if not replace:
         return OmegaConf.merge(cfg, parsed)
-    new = OmegaConf.select(parsed, key)
+    return _replace_subtree(cfg, key, OmegaConf.select(parsed, key), schema)
+
+
+def _replace_subtree(cfg: Any, key: str, new: Any, schema: type | None = None) -> Any:
+    """``key:=VALUE``: ``new`` in place of the key's whole subtree (a typed section restarts from its
+    defaults in ``schema``, default :class:`TrainConfig`)."""
+    from omegaconf import OmegaConf
+
     default = OmegaConf.select(OmegaConf.structured(schema or TrainConfig), key, default=None)
     if OmegaConf.is_dict(default) and is_dataclass(OmegaConf.get_type(default)):
         new = OmegaConf.merge(default, new)  # a typed section restarts from its defaults
@@ -385,8 +392,38 @@ def apply_override(cfg: Any, item: str, *, schema: type | None = None) -> Any:
     return cfg
 
 
-def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> TrainConfig:
-    """A validated :class:`TrainConfig` from a YAML file (optional) and ``--set`` overrides.
+def apply_values(cfg: Any, values: Mapping[str, Any]) -> Any:
+    """Settings given as data into the OmegaConf config ``cfg``, key by key: each key a dotted path
+    (``"optim.lr"``) or a section (``"optim"`` with a mapping), each value merged as the
+    ``key=VALUE`` override of the same value would be (a mapping keeps the entries it does not
+    name); a key ending in ``:`` replaces the subtree, as ``key:=VALUE`` does
+    (``{"data.params:": {"size": 16}}``). Errors name the key."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if not isinstance(values, Mapping) or not all(isinstance(k, str) and k for k in values):
+        raise UserTypeError(f"values: expected a mapping of config keys (dotted paths such as 'optim.lr') to "
+                            f"values, got {type(values).__name__} {values!r}")
+    for name, value in values.items():
+        key, replace = name.removesuffix(":").strip(), name.endswith(":")
+        check_moved_keys([key], f"config value {name!r}")
+        if not key or key == "base" or key.startswith("base."):
+            raise ConfigError(f"config value {name!r}: expected a config key ('base:' is read from config files only)")
+        nested = str(value) if isinstance(value, Path) else value   # a path field is a str
+        for part in reversed(key.split(".")):
+            nested = {part: nested}
+        try:
+            new = OmegaConf.create(nested)
+            cfg = _replace_subtree(cfg, key, OmegaConf.select(new, key)) if replace else OmegaConf.merge(cfg, new)
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"config value {name!r}: {_omegaconf_message(exc)}") from None
+    return cfg
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
+                values: Mapping[str, Any] | None = None) -> TrainConfig:
+    """A validated :class:`TrainConfig` from a YAML file (optional), settings given as data
+    (``values``, for code: :func:`apply_values`) and ``--set`` overrides (strings, for the command line).
 
     File: a mapping of the config's keys. ``base: FILE`` or ``base: [FILE, ...]`` (paths
     relative to the file's folder) makes it a delta: the base files apply first, in order
@@ -394,7 +431,11 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
     error), then the file itself, deep-merged (a mapping in the file updates the base's
     mapping key by key; lists and scalars replace).
 
-    Overrides, applied in order after the files, each parsed as YAML:
+    Values, applied after the files: ``{"optim.lr": 1e-3, "data.params": {"size": 64}}`` is the
+    data form of ``["optim.lr=0.001", "data.params={size: 64}"]`` (a ``Path`` becomes its text;
+    ``"data.params:"`` replaces, as ``data.params:=``).
+
+    Overrides, applied in order after the files and the values, each parsed as YAML:
 
     - ``key=VALUE`` merges: ``data.params={size: 64}`` sets ``size`` and keeps the other params;
     - ``key:=VALUE`` replaces the subtree: ``data.params:={size: 64}`` leaves ``size`` as the
@@ -416,6 +457,8 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
             cfg = OmegaConf.merge(cfg, layer)
         except OmegaConfBaseException as exc:
             raise ConfigError(f"config file {file}: {_omegaconf_message(exc)}") from None
+    if values:
+        cfg = apply_values(cfg, values)
     for item in overrides:
         check_moved_keys([item.partition("=")[0].rstrip(":").strip()], f"override {item!r}")
         try:

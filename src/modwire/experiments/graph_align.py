@@ -14,23 +14,20 @@ an untrained model) per prior and per ``U``, this prints
 
 Two kernels: ``d_sig = 64, ε = 1`` (NAC Table 4 at initialisation: ``P`` is nearly
 constant around ``e⁻¹``) and ``d_sig = 8, ε = 0.25`` (more spread-out ``P``).
-Run: ``PYTHONPATH=src python experiments/graph_align.py`` (a few minutes on 2 cores;
+Run: ``PYTHONPATH=src python -m modwire.experiments.graph_align`` (a few minutes on 2 cores;
 ``--quick`` for a smoke test). Computed in float64 on the CPU. The rows go to ``OUT/study.json``
-(``experiments/common.py``; ``--quick`` writes it only where ``--out`` is given).
+(:mod:`modwire.experiments.common`; ``--quick`` writes it only where ``--out`` is given).
 """
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
+from modwire.experiments import common
 from modwire.graphs import GraphRegularizer, list_priors
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
-import common  # noqa: E402
 
 DEFAULT_OUT = Path("runs/experiments/graph_align")
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import common
+from modwire.experiments import common
 
 
 def load_results(path: Path) -> dict[str, dict]:

@@ -29,9 +29,9 @@ appended to ``OUT/results.jsonl`` and skipped by a rerun, and an interrupted fin
 seed by seed. ``--lr-check`` fine-tunes one seed at a few learning rates (the paper's included),
 to see whether App. C.2.2's constant rates still work at this scale. The table (mean ± std over
 seeds per k, next to the paper's claim) is printed and written to ``OUT/table.md``, the plot to
-``OUT/fewshot.png``, the study run's record to ``OUT/study.json`` (``experiments/common.py``).
+``OUT/fewshot.png``, the study run's record to ``OUT/study.json`` (:mod:`modwire.experiments.common`).
 
-Run: ``python experiments/ni_fewshot.py``; ``--lr-check`` fine-tunes seed 0 at a few learning
+Run: ``python -m modwire.experiments.ni_fewshot``; ``--lr-check`` fine-tunes seed 0 at a few learning
 rates; ``--quick`` is a smoke test; ``--report`` reprints the table and rebuilds ``OUT/study.json`` from
 ``OUT/results.jsonl`` (no training). ``experiments/results/ni_fewshot/study.json`` is the run
 reported in the README (its run logs are not committed; its table recorded the minutes each part
@@ -40,33 +40,30 @@ took); what it found is stated in docs/ni.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.experiments import common
+from modwire.experiments import fewshot as shared
 from modwire.files import atomic_write_text
-import common  # noqa: E402
-import fewshot as shared  # noqa: E402
 
 # ----------------------------------------------------------------------------- the models
 
-NOK = "model.overrides."
-PATCHES_8 = NOK + "embed={kind: patches, image_size: 32, in_channels: 3, patch_size: 8, positions: relative}"
+PATCHES_8 = {"kind": "patches", "image_size": 32, "in_channels": 3, "patch_size": 8, "positions": "relative"}
 
 
 @dataclass(frozen=True)
 class Model:
-    """A CPU-sized NI Table 4 / Table 5 model: preset, overrides, pre-training budget, and the
-    constant fine-tuning lr (NI App. C.2.2 unless the lr check says otherwise)."""
+    """A CPU-sized NI Table 4 / Table 5 model: preset, its ``model.overrides``, pre-training budget, and
+    the constant fine-tuning lr (NI App. C.2.2 unless the lr check says otherwise)."""
 
     key: str
     label: str
     preset: str
-    sets: tuple[str, ...]
+    overrides: Mapping[str, Any]
     steps: int                     # pre-training steps at batch 128
     lr: float                      # pre-training peak lr (cosine to 1e-6, no warm-up, as Tables 4-5)
     finetune_lr: float
@@ -74,21 +71,19 @@ class Model:
 
 # NI Table 4 keeps its structure (1 script, 5 functions, 1 LOC, frozen signatures, τ = 1.4,
 # d_type = 24, 4 heads, relative positions); widths 192 → 64, 8 → 2 function iterations.
-NI_SETS = (PATCHES_8, NOK + "d_model=64", NOK + "d_code=64", NOK + "num_iterations=2", NOK + "num_heads=4",
-           NOK + "qk_head_dim=16", NOK + "ffn_hidden=128", NOK + "type_hidden=64", NOK + "pos_dim=16")
+NI_SETS = {"embed": PATCHES_8, "d_model": 64, "d_code": 64, "num_iterations": 2, "num_heads": 4, "qk_head_dim": 16,
+           "ffn_hidden": 128, "type_hidden": 64, "pos_dim": 16}
 # NI Table 5 (8 layers of 192-d, 3 heads × 64, MLP 192) → 4 layers of 64-d, 2 heads × 32, MLP 128.
-VIT_SETS = (PATCHES_8, NOK + "d_model=64", NOK + "num_layers=4", NOK + "num_heads=2", NOK + "ffn_hidden=128",
-            NOK + "pos_dim=16")
+VIT_SETS = {"embed": PATCHES_8, "d_model": 64, "num_layers": 4, "num_heads": 2, "ffn_hidden": 128, "pos_dim": 16}
 MODELS = {
     "ni": Model("ni", "Neural Interpreter", "ni_digits", NI_SETS, steps=1500, lr=2e-3, finetune_lr=0.05),
     "vit": Model("vit", "ViT", "vit_digits", VIT_SETS, steps=1500, lr=2e-3, finetune_lr=0.03),
 }
 # --quick: micro models, a few steps
-QUICK_SETS = (NOK + "embed={kind: patches, image_size: 32, in_channels: 3, patch_size: 16, positions: relative}",
-              NOK + "d_model=16", NOK + "num_heads=2", NOK + "ffn_hidden=16", NOK + "pos_dim=4")
-QUICK_EXTRA = {"ni": (NOK + "d_code=16", NOK + "num_iterations=1", NOK + "qk_head_dim=4", NOK + "type_hidden=16",
-                      NOK + "num_functions=2", NOK + "d_type=4"),
-               "vit": (NOK + "num_layers=1",)}
+QUICK_SETS = {"embed": {**PATCHES_8, "patch_size": 16}, "d_model": 16, "num_heads": 2, "ffn_hidden": 16, "pos_dim": 4}
+QUICK_EXTRA = {"ni": {"d_code": 16, "num_iterations": 1, "qk_head_dim": 4, "type_hidden": 16, "num_functions": 2,
+                      "d_type": 4},
+               "vit": {"num_layers": 1}}
 
 PRETRAIN_TASK = "digits_multitask_offline"
 PRETRAIN_SIZE = {"train": 12000, "val": 1500, "test": 10}
@@ -134,17 +129,19 @@ class Job:
         from modwire.training import load_config
 
         m = MODELS[self.model]
-        sets = [f"model.name={m.preset}", *m.sets, f"data.task={PRETRAIN_TASK}", "data.batch_size=128",
-                f"data.params.size={json.dumps(PRETRAIN_SIZE)}", "optim.name=radam", f"optim.lr={m.lr}",
-                "optim.min_lr=1e-6", "optim.warmup_steps=0", "optim.weight_decay=0", f"max_steps={m.steps}",
-                "epochs=1000", "progress=false", "log_every=25", "seed=0", f"out_dir={json.dumps(str(out / self.key))}"]
-        if self.quick:
-            sets += [*QUICK_SETS, *QUICK_EXTRA[self.model], "max_steps=3", "data.batch_size=16",
-                     'data.params.size={"train": 48, "val": 30, "test": 3}']
-        return load_config(None, sets)
+        overrides = {**m.overrides, **QUICK_SETS, **QUICK_EXTRA[self.model]} if self.quick else m.overrides
+        sets = {"model.name": m.preset, "model.overrides": overrides, "data.task": PRETRAIN_TASK,
+                "data.batch_size": 16 if self.quick else 128,
+                "data.params.size": {"train": 48, "val": 30, "test": 3} if self.quick else PRETRAIN_SIZE,
+                "optim.name": "radam", "optim.lr": m.lr, "optim.min_lr": 1e-6, "optim.warmup_steps": 0,
+                "optim.weight_decay": 0, "max_steps": 3 if self.quick else m.steps, "epochs": 1000,
+                "progress": False, "log_every": 25, "seed": 0, "out_dir": out / self.key}
+        return load_config(values=sets)
 
     def finetune_config_for(self, out: Path) -> tuple[Callable, Path]:
-        """``(config_for(seed, run_dir), OUT of finetune_seeds)`` as ``modwire finetune`` builds them."""
+        """``(config_for(seed, run_dir), OUT of finetune_seeds)`` as ``modwire finetune`` builds them: its
+        ``--set`` overrides (:func:`~modwire.training.finetune.finetune_overrides`) with the study's values
+        (keys those overrides do not set)."""
         from modwire.training import load_config
         from modwire.training.finetune import finetune_overrides
 
@@ -152,11 +149,11 @@ class Job:
                                      epochs=1 if self.quick else EPOCHS, lr=self.lr,
                                      batch_size=min(FINETUNE_BATCH, self.shots * 10))
         pool = max(100, 20 * self.shots) if self.quick else POOL   # quick: twice the shots of each of 10 classes
-        extra = [f"data.params={json.dumps(target_params(self.data_root))}", "data.val_split=test", f"data.max_samples={pool}",
-                 "progress=false", "log_every=1000"]
+        extra = {"data.params": target_params(self.data_root), "data.val_split": "test", "data.max_samples": pool,
+                 "progress": False, "log_every": 1000}
 
         def config_for(seed: int, run_dir: Path):
-            return load_config(None, [*base, *extra, f"seed={seed}", f"out_dir={json.dumps(str(run_dir))}"])
+            return load_config(None, base, values={**extra, "seed": seed, "out_dir": run_dir})
         return config_for, out / self.key
 
 
@@ -256,7 +253,7 @@ def plot(results: dict[str, dict], models: list[str], lrs: dict[str, float], pat
 def report(out: Path, models: list[str], lrs: dict[str, float]) -> str:
     results = load_results(out / "results.jsonl")
     table = format_table(results, models, lrs)
-    atomic_write_text(out / "table.md", "# NI Fig. 5a at CPU scale (experiments/ni_fewshot.py)\n" + table + "\n")
+    atomic_write_text(out / "table.md", "# NI Fig. 5a at CPU scale (modwire.experiments.ni_fewshot)\n" + table + "\n")
     figure = plot(results, models, lrs, out / "fewshot.png")
     return table + f"\n\ntable: {out / 'table.md'}" + (f", plot: {figure}" if figure else
                                                          " (no plot: no curve yet, or no matplotlib)")

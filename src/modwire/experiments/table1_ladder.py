@@ -22,9 +22,9 @@ Each training run is one job (row, task, seed, lr, warm-up), run in a pool of si
 worker processes; finished jobs are appended to ``OUT/results.jsonl`` at once, and a rerun skips
 them, so an interrupted study resumes where it stopped. The table (mean ± std over seeds, next
 to the paper's Table 1) is printed and written to ``OUT/table.md``, the plot to ``OUT/ladder.png``,
-the study run's record to ``OUT/study.json`` (``experiments/common.py``).
+the study run's record to ``OUT/study.json`` (:mod:`modwire.experiments.common`).
 
-Run: ``python experiments/table1_ladder.py`` (the default set: Table 1's four rungs, Perceiver IO,
+Run: ``python -m modwire.experiments.table1_ladder`` (the default set: Table 1's four rungs, Perceiver IO,
 + ModFC, + frozen sparse graph, NAC with the scale-free prior, on both tasks with 3 seeds; about
 40 minutes on 2 cores); ``--rows`` picks rows (e.g. the in-between ones), ``--full`` runs every
 row with 5 seeds (about 4 hours); ``--sweep`` adds the learning-rate sweep (30 minutes a task);
@@ -40,73 +40,76 @@ import itertools
 import math
 import os
 import shutil
-import sys
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.experiments import common
 from modwire.files import atomic_write_text
-import common  # noqa: E402
 
 # ----------------------------------------------------------------------------- the ladder
 
-NOK = "model.overrides."
+MO = "model.overrides."
 
 
 @dataclass(frozen=True)
 class Row:
-    """One rung: a model preset and its overrides (``key=value`` sets of ``modwire train``)."""
+    """One rung: a model preset and its config values (``load_config(values=...)``: mostly ``model.overrides``)."""
 
     key: str
     label: str
     model: str
-    sets: tuple[str, ...] = ()
+    sets: Mapping[str, Any] = field(default_factory=dict)
     paper: str | None = None        # the Table 1 row it reproduces (None: an in-between step)
 
 
-PIO_LIKE = (NOK + "modulation=none", NOK + "kernel.enabled=false", NOK + "num_output_modules=1",
-            NOK + "initial_state=code")
-NO_QV_BIAS = NOK + "qv_bias=false"   # the Perceiver IO's (the authors'); NAC Eq. 1 prints a bias b
+PIO_LIKE = {MO + "modulation": "none", MO + "kernel.enabled": False, MO + "num_output_modules": 1,
+            MO + "initial_state": "code"}
+NO_QV_BIAS = {MO + "qv_bias": False}   # the Perceiver IO's (the authors'); NAC Eq. 1 prints a bias b
 
 
-def _prior(name: str, params: str, weight: str = "5e-3") -> tuple[str, ...]:
-    return (f"{NOK}graph_prior={{name: {name}, params: {params}}}", f"aux_loss_weights.graph={weight}")
+def _pio_like_but(key: str) -> dict:
+    """:data:`PIO_LIKE` without its ``key`` (that part of the NAC kept)."""
+    return {k: v for k, v in PIO_LIKE.items() if k != MO + key}
+
+
+def _prior(name: str, params: dict, weight: float = 5e-3) -> dict:
+    return {MO + "graph_prior": {"name": name, "params": params}, "aux_loss_weights.graph": weight}
 
 
 ROWS = [
     Row("pio", "Perceiver IO", "perceiver_io_small", paper="Perceiver IO"),
-    Row("nac_as_pio", "NAC with everything off (= Perceiver IO)", "nac_small", (*PIO_LIKE, NO_QV_BIAS)),
+    Row("nac_as_pio", "NAC with everything off (= Perceiver IO)", "nac_small", {**PIO_LIKE, **NO_QV_BIAS}),
     Row("mlp_states", "Perceiver IO + initial states MLP(code) only", "nac_small",
-        (*PIO_LIKE[:3], NOK + "initial_state=mlp", NO_QV_BIAS)),
+        {**_pio_like_but("initial_state"), MO + "initial_state": "mlp", **NO_QV_BIAS}),
     Row("outputs", "Perceiver IO + 8 confidence-weighted outputs only", "nac_small",
-        (*PIO_LIKE[:2], PIO_LIKE[3], NO_QV_BIAS)),
-    Row("modfc_only", "Perceiver IO + ModFC only", "nac_small",
-        (PIO_LIKE[1], PIO_LIKE[2], PIO_LIKE[3], NO_QV_BIAS)),
-    Row("modfc", "+ ModFC (NAC without kernel)", "nac_small", (NOK + "kernel.enabled=false",), paper="+ ModFC"),
+        {**_pio_like_but("num_output_modules"), **NO_QV_BIAS}),
+    Row("modfc_only", "Perceiver IO + ModFC only", "nac_small", {**_pio_like_but("modulation"), **NO_QV_BIAS}),
+    Row("modfc", "+ ModFC (NAC without kernel)", "nac_small", {MO + "kernel.enabled": False}, paper="+ ModFC"),
     Row("frozen", "+ Sparse graph (not learnable)", "nac_small",
-        (NOK + "frozen_graph={name: scale_free, params: {beta: 0.5}, seed: 0}",),
+        {MO + "frozen_graph": {"name": "scale_free", "params": {"beta": 0.5}, "seed": 0}},
         paper="+ Sparse graph (not learnable)"),
     Row("nac_noprior", "NAC, no graph prior", "nac_small"),
     Row("nac_expected", "NAC, no prior, expected kernel in training", "nac_small",
-        (NOK + "kernel.train_mode=expected",)),
-    Row("nac_code", "NAC, no prior, states = code (free latents)", "nac_small", (NOK + "initial_state=code",)),
-    Row("nac_scale_free", "NAC with Scale-Free Prior", "nac_small", _prior("scale_free", "{beta: 0.5}"),
+        {MO + "kernel.train_mode": "expected"}),
+    Row("nac_code", "NAC, no prior, states = code (free latents)", "nac_small", {MO + "initial_state": "code"}),
+    Row("nac_scale_free", "NAC with Scale-Free Prior", "nac_small", _prior("scale_free", {"beta": 0.5}),
         paper="NAC with Scale-Free Prior"),
     Row("nac_planted", "NAC with Planted-Partition Prior", "nac_small",
-        _prior("planted_partition", "{num_clusters: 8, p_in: 0.9, p_out: 0.05}"),
+        _prior("planted_partition", {"num_clusters": 8, "p_in": 0.9, "p_out": 0.05}),
         paper="NAC with Planted-Partition Prior"),
     Row("nac_ring", "NAC with Ring-of-Cliques Prior", "nac_small",
-        _prior("ring_of_cliques", "{num_cliques: 8}"), paper="NAC with Ring-of-Cliques Prior"),
-    Row("nac_erdos_renyi", "NAC with Erdos-Renyi Prior", "nac_small", _prior("erdos_renyi", "{p: 0.2}"),
+        _prior("ring_of_cliques", {"num_cliques": 8}), paper="NAC with Ring-of-Cliques Prior"),
+    Row("nac_erdos_renyi", "NAC with Erdos-Renyi Prior", "nac_small", _prior("erdos_renyi", {"p": 0.2}),
         paper="NAC with Erdos-Renyi Prior"),
     # the LayerNorm before the read-out that both models had before issue 35 (neither the paper nor the
     # authors' final configs): how much of the ladder it moves
     Row("pio_read_out_norm", "Perceiver IO + LayerNorm before the read-out", "perceiver_io_small",
-        (NOK + "read_out_norm=true",)),
+        {MO + "read_out_norm": True}),
     Row("nac_scale_free_read_out_norm", "NAC with Scale-Free Prior + LayerNorm before the read-out", "nac_small",
-        (*_prior("scale_free", "{beta: 0.5}"), NOK + "read_out_norm=true")),
+        {**_prior("scale_free", {"beta": 0.5}), MO + "read_out_norm": True}),
 ]
 ROW = {r.key: r for r in ROWS}
 DEFAULT_ROWS = ("pio", "modfc", "frozen", "nac_scale_free")      # NAC Table 1's ladder; ~40 min on 2 cores
@@ -119,7 +122,7 @@ PAPER = {"Perceiver IO": (58.89, 17.57), "+ ModFC": (58.91, 18.01), "+ Sparse gr
 
 # ----------------------------------------------------------------------------- the tasks
 
-CONFIGS = common.ROOT / "configs" / "cpu"
+CONFIGS = common.CONFIGS / "cpu"
 
 
 @dataclass(frozen=True)
@@ -129,16 +132,16 @@ class Task:
 
     key: str
     configs: dict[str, str]             # model family → config file; "nac" also serves the in-between rows
-    sets: tuple[str, ...]
+    sets: Mapping[str, Any]             # config values of every row
     ood: str
 
 
 TASKS = {
     "listops": Task("listops", {"nac": "nac_listops.yaml", "pio": "perceiver_io_listops.yaml"},
-                    ("data.params.size={train: 48000, val: 2000, test: 10}",),
+                    {"data.params.size": {"train": 48000, "val": 2000, "test": 10}},
                     "deeper expressions: operators nested 3-5 deep (training: at most 2), same lengths"),
     "fashion_mnist": Task("fashion_mnist", {"nac": "nac_fashion_mnist.yaml", "pio": "perceiver_io_fashion_mnist.yaml"},
-                          ("data.val_split=test",), "test images rotated by 30 degrees"),
+                          {"data.val_split": "test"}, "test images rotated by 30 degrees"),
 }
 STEPS = {"listops": 600, "fashion_mnist": 200}      # the same for every row (`--steps-scale` scales both)
 # each task's OOD split, recorded with each result: results of an earlier definition are retrained, not mixed in
@@ -211,14 +214,14 @@ class Job:
         from modwire.training import load_config
 
         row, task = ROW[self.row], TASKS[self.task]
-        sets = [*task.sets, f"model.name={row.model}", *row.sets, f"seed={self.seed}", f"max_steps={self.steps}",
-                "epochs=100", "progress=false", f"log_every={max(self.steps // 4, 1)}", f"out_dir={out / self.key}",
-                f"optim.lr={self.lr}", f"optim.warmup_steps={self.warmup}"]
+        sets = {**task.sets, "model.name": row.model, **row.sets, "seed": self.seed, "max_steps": self.steps,
+                "epochs": 100, "progress": False, "log_every": max(self.steps // 4, 1), "out_dir": out / self.key,
+                "optim.lr": self.lr, "optim.warmup_steps": self.warmup}
         if self.task == "fashion_mnist" and self.image_task != "fashion_mnist":
-            sets.append(f"data.task={self.image_task}")
+            sets["data.task"] = self.image_task
         if self.max_samples:
-            sets.append(f"data.max_samples={self.max_samples}")
-        return load_config(str(CONFIGS / task.configs[family(row)]), sets)
+            sets["data.max_samples"] = self.max_samples
+        return load_config(CONFIGS / task.configs[family(row)], values=sets)
 
 
 def family(row: Row) -> str:
@@ -229,7 +232,7 @@ def config_setting(row: str, task: str) -> tuple[float, int]:
     """The (peak lr, warm-up) of the row's model in its CPU config: the ladder's setting."""
     from modwire.training import load_config
 
-    optim = load_config(str(CONFIGS / TASKS[task].configs[family(ROW[row])])).optim
+    optim = load_config(CONFIGS / TASKS[task].configs[family(ROW[row])]).optim
     return float(optim.lr), int(optim.warmup_steps)
 
 
@@ -388,7 +391,7 @@ def plan(args: argparse.Namespace, image: str) -> list[Job]:
 def report(out: Path, tasks: list[str]) -> str:
     groups = aggregate(load_results(out / "results.jsonl").values())
     table = format_table(groups, tasks)
-    atomic_write_text(out / "table.md", "# NAC Table 1 at CPU scale (experiments/table1_ladder.py)\n" + table + "\n")
+    atomic_write_text(out / "table.md", "# NAC Table 1 at CPU scale (modwire.experiments.table1_ladder)\n" + table + "\n")
     figure = plot(groups, tasks, out / "ladder.png")
     return table + f"\n\ntable: {out / 'table.md'}" + (f", plot: {figure}" if figure else " (no matplotlib: no plot)")
 

@@ -22,27 +22,22 @@ This runs the same comparison in a CPU budget (``configs/cpu/nfm_multi_digit.yam
 
 Each (regime, model, seed) is one resumable training run (``modwire.training.train``); finished
 runs go to ``OUT/results.jsonl`` and are skipped by a rerun; the table next to Table 5 goes to
-``OUT/table.md``, the study run's record to ``OUT/study.json`` (``experiments/common.py``).
+``OUT/table.md``, the study run's record to ``OUT/study.json`` (:mod:`modwire.experiments.common`).
 
-Run: ``python experiments/nfm_multi_digit.py`` (both regimes, both models, one seed);
+Run: ``python -m modwire.experiments.nfm_multi_digit`` (both regimes, both models, one seed);
 ``--quick`` is a smoke test; ``--report`` reprints the table and rebuilds ``OUT/study.json`` from
 ``OUT/results.jsonl`` (no training).
 """
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.experiments import common
 from modwire.files import atomic_write_text
-import common  # noqa: E402
 
-ROOT = common.ROOT
-CONFIG = ROOT / "configs" / "cpu" / "nfm_multi_digit.yaml"
-DEFAULT_OUT = ROOT / "experiments" / "results" / "nfm_multi_digit"
+CONFIG = common.CONFIGS / "cpu" / "nfm_multi_digit.yaml"
 MODELS = {"baseline": "preact_resnet18_multi_digit", "nfm": "nfm_preact_resnet18_multi_digit"}
 REGIMES = {"1_3": [1, 3], "1_5": [1, 5]}
 COUNTS = (1, 2, 3, 4, 5)
@@ -58,18 +53,18 @@ def run_name(regime: str, model: str, seed: int) -> str:
 
 
 def overrides(regime: str, model: str, seed: int, steps: int, out: Path, *, quick: bool = False,
-              root: str | None = None) -> list[str]:
-    """The ``--set`` overrides of one run on top of :data:`CONFIG`."""
-    counts = json.dumps(REGIMES[regime])
+              root: str | None = None) -> dict:
+    """The config values of one run on top of :data:`CONFIG` (``load_config(values=...)``)."""
+    counts = list(REGIMES[regime])
     sets = {"model.name": MODELS[model], "data.params.counts.train": counts, "data.params.counts.val": counts,
-            "max_steps": steps, "seed": seed, "out_dir": json.dumps(str(out / run_name(regime, model, seed)))}
+            "max_steps": steps, "seed": seed, "out_dir": out / run_name(regime, model, seed)}
     if root is not None:
-        sets["data.params.root"] = json.dumps(root)
+        sets["data.params.root"] = root
     if quick:
-        sets.update({"data.params.size": "{train: 256, val: 32, test: 32}", "data.batch_size": 16,
+        sets.update({"data.params.size": {"train": 256, "val": 32, "test": 32}, "data.batch_size": 16,
                      "optim.warmup_steps": 1, "checkpoint_every": 0,
                      "model.overrides.initial_channels": 4})
-    return [f"{k}={v}" for k, v in sets.items()]
+    return sets
 
 
 def score_counts(run_dir: Path, test_size: int) -> dict[str, dict]:
@@ -97,8 +92,8 @@ def run_one(job: tuple) -> dict:
     from modwire.training import load_config
 
     start = time.perf_counter()
-    result = common.train_or_resume(load_config(str(CONFIG), overrides(regime, model, seed, steps, Path(out),
-                                                                       quick=quick, root=root)))
+    result = common.train_or_resume(load_config(CONFIG, values=overrides(regime, model, seed, steps, Path(out),
+                                                                         quick=quick, root=root)))
     train_seconds = time.perf_counter() - start
     return {"key": run_name(regime, model, seed), "regime": regime, "model": model, "seed": seed, "steps": steps,
             "quick": quick, "val": result["best"], "test": score_counts(Path(out) / run_name(regime, model, seed),
@@ -164,8 +159,8 @@ def report(out: Path, regimes: list[str], steps: int, quick: bool = False) -> st
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = common.parser(__doc__, DEFAULT_OUT, "tiny data and model, few steps", workers=1,
-                       report="only print the table of finished runs")
+    ap = common.parser(__doc__, None, "tiny data and model, few steps", workers=1,
+                       report="only print the table of finished runs", results="nfm_multi_digit")
     ap.add_argument("--regimes", default="1_3,1_5", help=f"comma-separated training regimes ({', '.join(REGIMES)})")
     ap.add_argument("--models", default="baseline,nfm", help=f"comma-separated ({', '.join(MODELS)})")
     ap.add_argument("--steps", type=int, default=400, help="optimizer steps per run (batch 64)")

@@ -29,27 +29,24 @@ For each seed (``--seeds``) it trains ``configs/cpu/nac_conditional_sort_of_clev
   question type, for the trained and the untrained generator (``graph_statistics``);
 * the Fig. 6 plots (``link_prob_embedding.png``, ``sample_graphs.png``) in ``OUT/seed_S/analysis``.
 
-Run: ``python experiments/conditional_nac.py`` (about 3.5 minutes per seed on a free core;
+Run: ``python -m modwire.experiments.conditional_nac`` (about 3.5 minutes per seed on a free core;
 ``--quick`` for a smoke test). Single-threaded torch is used: on a shared 2-core machine it was
 15× faster per step than two threads competing with other work. The numbers go to
 ``OUT/experiment.json`` and the study run's record, one result per seed, to ``OUT/study.json``
-(``experiments/common.py``).
+(:mod:`modwire.experiments.common`).
 """
 from __future__ import annotations
 
 import collections
 import math
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
-import common  # noqa: E402
+from modwire.experiments import common
 
-CONFIG = common.ROOT / "configs" / "cpu" / "nac_conditional_sort_of_clevr.yaml"
+CONFIG = common.CONFIGS / "cpu" / "nac_conditional_sort_of_clevr.yaml"
 PAPER = {"NLVR2 val accuracy, conditional NAC": "~64%", "CLIP zero-shot": "53%",
          "Fig. 6": "different sentence types -> different graph structures (qualitative)"}
 LABELS = ("question_type", "relational", "colour", "question", "answer")   # what P is scored on
@@ -202,10 +199,10 @@ def one_seed(args, seed: int) -> dict:
     from modwire.training import make_loader
 
     out = args.out / f"seed_{seed}"
-    sets = [f"out_dir={out}", f"epochs={args.epochs}", f"seed={seed}", "progress=false"]
+    sets = {"out_dir": out, "epochs": args.epochs, "seed": seed, "progress": False}
     if args.quick:
-        sets += ["max_steps=4", "data.params.size={train: 20, val: 10, test: 10}", "data.batch_size=16"]
-    cfg = load_config(str(CONFIG), sets)
+        sets.update({"max_steps": 4, "data.params.size": {"train": 20, "val": 10, "test": 10}, "data.batch_size": 16})
+    cfg = load_config(CONFIG, values=sets)
     info = get_task(cfg.data.task)
     torch.manual_seed(cfg.seed)
     untrained = build_model_for_task(cfg)                       # the same init as train() draws

@@ -1,6 +1,6 @@
 """NI Table 1's "+ all" fine-tuning, instrumented (issue 35: why one seed collapses).
 
-From the pre-training of an ``experiments/ni_fuzzy_boolean.py`` study (``--study DIR``: its
+From the pre-training of an ``modwire.experiments.ni_fuzzy_boolean`` study (``--study DIR``: its
 ``pretrain/``), this re-runs ``modwire finetune`` on the 10 new functions exactly as the study does
 (``fuzzy_boolean_adapt``, the study's points per function, batch 128, 3 epochs, RAdam at a constant
 lr, no clipping), for each ``--train`` set × ``--lrs`` × ``--seeds``, keeping the weights every
@@ -35,8 +35,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
-import common  # noqa: E402
+from modwire.experiments import common
 
 GROUPS = (("cls_tokens", ("cls_tokens",)), ("embedding", ("embed.",)),
           ("type_inference", ("type_inference.", "log_sigma", "functions.signatures")),
@@ -80,17 +79,15 @@ def run_dir(study: Path, run: Run) -> Path:
 
 def finetune(study: Path, run: Run, args: argparse.Namespace) -> None:
     """One ``modwire finetune`` run with the study's settings, the weights kept every ``args.every``."""
-    from modwire.cli import main
-
     out = run_dir(study, run).parent
     if (out / f"seed-{run.seed}" / "result.json").is_file() or out.name.startswith("finetune-"):
         return                      # finished, or the study's own run (the study trains it)
-    code = main(["finetune", str(study / "pretrain"), "--task", "fuzzy_boolean_adapt", "--train", run.train,
-                 "--seeds", str(run.seed), "--epochs", str(args.adapt_epochs), "--lr", str(run.lr), "--batch-size",
-                 "128", "--out", str(out), "--set",
-                 f"data.params={{size: {{train: {args.adapt_points}, val: {args.val_points}}}}}",
-                 "progress=false", "log_every=8", f"keep_weights_every={args.every}",
-                 *([f"optim.grad_clip={run.clip}"] if run.clip else [])])
+    code = common.modwire("finetune", str(study / "pretrain"), "--task", "fuzzy_boolean_adapt", "--train", run.train,
+                          "--seeds", str(run.seed), "--epochs", str(args.adapt_epochs), "--lr", str(run.lr),
+                          "--batch-size", "128", "--out", str(out), "--set",
+                          f"data.params={{size: {{train: {args.adapt_points}, val: {args.val_points}}}}}",
+                          "progress=false", "log_every=8", f"keep_weights_every={args.every}",
+                          *([f"optim.grad_clip={run.clip}"] if run.clip else [])).returncode
     if code:
         raise SystemExit(code)
 
@@ -171,7 +168,7 @@ def summarise(study: Path, run: dict) -> dict:
 def _relative(path: Path) -> str:
     try:
         return path.resolve().relative_to(common.ROOT).as_posix()
-    except ValueError:
+    except (ValueError, TypeError):     # outside the clone, or no clone
         return str(path)
 
 

@@ -24,8 +24,8 @@ report. Everything runs on the first ``--samples`` samples of the run's validati
 the run's batch size (the squashed pool competes within a batch; ``--batch-size`` to change it),
 on the CPU, in eval mode. Seconds for the micro / CPU configs. Usage::
 
-    python experiments/ait_analysis.py RUNS/ait_run --vit RUNS/vit_run [--samples 256] [--head 0]
-    python experiments/ait_analysis.py --report --out experiments/results/ait_analysis
+    python -m modwire.experiments.ait_analysis RUNS/ait_run --vit RUNS/vit_run [--samples 256] [--head 0]
+    python -m modwire.experiments.ait_analysis --report --out experiments/results/ait_analysis
 
 ``--report`` loads no model: it rebuilds ``OUT/study.json`` from the ``summary.json`` of each analysed
 run under ``OUT`` (``OUT/<name>/summary.json``, as ``experiments/results/ait_analysis/paper/``) and, where
@@ -41,9 +41,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def load(path: str, samples: int, batch_size: int | None) -> tuple[Any, torch.nn.Module, list]:
     """A run's ``(cfg, model, batches)``: its model (eval mode, CPU) and the first ``samples``
@@ -84,10 +81,13 @@ def analyse_ait(args: argparse.Namespace, out: Path) -> dict:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from modwire.experiments.common import StudyParser, prog
+
+    ap = StudyParser(prog=prog(), description=__doc__.split("\n\n")[0])
+    ap.results = "ait_analysis"
     ap.add_argument("ait", nargs="?", help="an AiT run directory (config.yaml, checkpoints/)")
     ap.add_argument("--vit", help="a ViT run directory: its attention-sparsity violins (Figure 7)")
-    ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "ait_analysis"))
+    ap.add_argument("--out", type=Path, help="output folder (default experiments/results/ait_analysis of the clone)")
     ap.add_argument("--samples", type=int, default=256, help="validation samples analysed")
     ap.add_argument("--batch-size", type=int, help="samples per forward (default: the run's batch size)")
     ap.add_argument("--images", type=int, default=4, help="images in the slot maps (Figure 2b: 4)")
@@ -137,8 +137,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def report_study(out: Path, args: argparse.Namespace, argv: list[str] | None) -> int:
     """``--report``: one record per analysed run under ``out`` into ``out/study.json``."""
-    sys.path.insert(0, str(ROOT / "experiments"))
-    import common
+    from modwire.experiments import common
 
     summaries = sorted(out.glob("*/summary.json"))
     if not summaries:

@@ -39,26 +39,22 @@ of distinct patches the slots select and the run's wall time (``seconds``). Resu
 ``OUT/results.json`` (one record per variant and seed, rewritten after each run), the table to
 ``OUT/table.md`` (per variant the mean ± sample std over the seeds and each seed's end cosine, then
 one line per run), the curves to ``OUT/slot_similarity.png`` (the mean over the seeds, the band
-their range), the study run's record to ``OUT/study.json`` (``experiments/common.py``). A record
+their range), the study run's record to ``OUT/study.json`` (:mod:`modwire.experiments.common`). A record
 without ``seed`` (the one-seed runs of earlier code) is seed 0.
 
-Run: ``python experiments/ait_memory_collapse.py`` (300 steps, about 1.5 minutes a variant and seed
+Run: ``python -m modwire.experiments.ait_memory_collapse`` (300 steps, about 1.5 minutes a variant and seed
 on one core); ``--task triangle --steps 150``; ``--quick`` (one seed unless ``--seeds`` says
 otherwise); ``--report`` reprints the table and rebuilds ``OUT/study.json`` from
 ``OUT/results.json`` (no training).
 """
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.experiments import common
 from modwire.files import atomic_write_text
-import common  # noqa: E402
 
-ROOT = common.ROOT
-DEFAULT_OUT = ROOT / "experiments" / "results" / "ait_memory_collapse"
 # modwire's defaults (Eq. 3-4 as printed; no biases, width-D heads), stated so the table does not move with them
 PAPER = {"write_residual": False, "bottleneck_softmax": "all", "write_grad": True}
 AUTHORS = {"write_residual": True, "bottleneck_softmax": "kept", "write_grad": False}   # = modwire.models.ait.AUTHORS_AIT
@@ -190,8 +186,9 @@ def plot(results: list[dict], path: Path) -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = common.parser(__doc__, DEFAULT_OUT, "6 steps, 256 images, one seed unless --seeds",
-                       report="reprint the table from OUT/results.json and rebuild OUT/study.json (no training)")
+    ap = common.parser(__doc__, None, "6 steps, 256 images, one seed unless --seeds",
+                       report="reprint the table from OUT/results.json and rebuild OUT/study.json (no training)",
+                       results="ait_memory_collapse")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--seeds", type=common.positive, default=None, help="training seeds 0 .. N-1 (default 3; 1 with "

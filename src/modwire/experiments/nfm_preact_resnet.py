@@ -36,32 +36,27 @@ Each (model, seed) is one resumable training run (``modwire.training.train``) in
 single-threaded workers; finished runs go to ``OUT/results.jsonl`` (one record per (model, seed):
 ``{"model", "seed", "test": {"top1", ...}, "occluded": {"top1", ...}, "parameters", "seconds", ...}``)
 and a rerun skips them; the table next to the paper's goes to ``OUT/table.md``, the study run's
-record to ``OUT/study.json`` (``experiments/common.py``). Run directories (checkpoints) stay under
+record to ``OUT/study.json`` (:mod:`modwire.experiments.common`). Run directories (checkpoints) stay under
 ``OUT/runs/`` (not committed).
 
-Run: ``python experiments/nfm_preact_resnet.py`` (3 seeds of both rows, 200 steps, 2 workers);
+Run: ``python -m modwire.experiments.nfm_preact_resnet`` (3 seeds of both rows, 200 steps, 2 workers);
 ``--quick`` is a smoke test; ``--report`` reprints the table and rebuilds ``OUT/study.json`` from
 ``OUT/results.jsonl`` (with the same size arguments; no training). The committed results
 (``experiments/results/nfm_preact_resnet/study.json``) come from
-``python experiments/nfm_preact_resnet.py --seeds 3 --workers 2`` (each run's wall time is the
+``python -m modwire.experiments.nfm_preact_resnet --seeds 3 --workers 2`` (each run's wall time is the
 ``seconds`` of its record; the NFM's readers dominate it at this width).
 """
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.experiments import common
 from modwire.files import atomic_write_text
-import common  # noqa: E402
 
-ROOT = common.ROOT
-DEFAULT_OUT = ROOT / "experiments" / "results" / "nfm_preact_resnet"
-CONFIGS = {"base": ROOT / "configs" / "cpu" / "preact_resnet_fashion_mnist.yaml",
-           "nfm": ROOT / "configs" / "cpu" / "nfm_preact_resnet_fashion_mnist.yaml"}
+CONFIGS = {"base": common.CONFIGS / "cpu" / "preact_resnet_fashion_mnist.yaml",
+           "nfm": common.CONFIGS / "cpu" / "nfm_preact_resnet_fashion_mnist.yaml"}
 LABELS = {"base": "PreActResNet", "nfm": "NFM(PreActResNet)"}
 TEST_IMAGES = 10_000                         # Fashion-MNIST's test split
 # NFM Table 2, % test accuracy, as printed: (dataset, base architecture, baseline, NFM).
@@ -86,17 +81,18 @@ def sizes(a: argparse.Namespace) -> dict:
     return {"steps": a.steps, "batch": a.batch, "samples": a.samples, "occlusion": a.occlusion, "quick": a.quick}
 
 
-def overrides(model: str, seed: int, a: argparse.Namespace) -> list[str]:
-    """The ``--set`` overrides of one (model, seed) run on top of :data:`CONFIGS` ``[model]``: one
-    epoch of ``a.samples`` images that holds all ``a.steps`` steps (one validation, at the end)."""
+def overrides(model: str, seed: int, a: argparse.Namespace) -> dict:
+    """The config values of one (model, seed) run on top of :data:`CONFIGS` ``[model]``
+    (``load_config(values=...)``): one epoch of ``a.samples`` images that holds all ``a.steps`` steps
+    (one validation, at the end)."""
     sets = {"max_steps": a.steps, "epochs": 1, "data.max_samples": a.samples, "data.batch_size": a.batch,
-            "seed": seed, "progress": "false", "checkpoint_every": 0 if a.quick else 100, "log_every": 25,
-            "out_dir": json.dumps(str(Path(a.out) / "runs" / run_name(model, seed)))}
+            "seed": seed, "progress": False, "checkpoint_every": 0 if a.quick else 100, "log_every": 25,
+            "out_dir": Path(a.out) / "runs" / run_name(model, seed)}
     if a.data_root is not None:
-        sets["data.params.root"] = json.dumps(str(a.data_root))
+        sets["data.params.root"] = str(a.data_root)
     if a.quick:
         sets["optim.warmup_steps"] = 1
-    return [f"{k}={v}" for k, v in sets.items()]
+    return sets
 
 
 def eval_set(cfg):
@@ -143,7 +139,7 @@ def run_job(job: tuple[str, int, dict]) -> dict:
     from modwire.training import load_config
 
     start = time.perf_counter()
-    cfg = load_config(str(CONFIGS[model]), overrides(model, seed, a))
+    cfg = load_config(CONFIGS[model], values=overrides(model, seed, a))
     result = common.train_or_resume(cfg)
     train_seconds = time.perf_counter() - start
     if result["step"] != a.steps or (result["best"] or {}).get("step") != a.steps:
@@ -243,8 +239,9 @@ def report(a: argparse.Namespace) -> str:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = common.parser(__doc__, DEFAULT_OUT, "4 steps of batch 16 on 64 images (and 64 test images)", workers=2,
-                       report="only print the table of finished runs and rebuild OUT/study.json (no training)")
+    ap = common.parser(__doc__, None, "4 steps of batch 16 on 64 images (and 64 test images)", workers=2,
+                       report="only print the table of finished runs and rebuild OUT/study.json (no training)",
+                       results="nfm_preact_resnet")
     ap.add_argument("--models", default="base,nfm", help=f"comma-separated rows ({', '.join(LABELS)})")
     ap.add_argument("--seeds", type=common.positive, default=3, help="seeds per row (0, 1, ...)")
     ap.add_argument("--steps", type=common.positive, default=200, help="SGD steps per run")

@@ -20,7 +20,7 @@ The three fine-tuning settings run in parallel worker processes (one thread each
 
 Output (``--out``, default ``experiments/results/ni_fuzzy_boolean``): ``pretrain/`` (the run),
 ``finetune-<setting>/`` (one run per seed, ``summary.json``), ``table.md``, ``table1.png`` and the
-study run's record ``study.json`` (``experiments/common.py``; not written by ``--residual-growth``).
+study run's record ``study.json`` (:mod:`modwire.experiments.common`; not written by ``--residual-growth``).
 ``--report`` reprints the table from those files and rebuilds ``study.json`` from them (no training);
 ``--quick`` is a smoke test (seconds).
 
@@ -48,12 +48,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.experiments import common
 from modwire.files import atomic_write_text
-import common  # noqa: E402
 
-ROOT = common.ROOT
-CONFIG = ROOT / "configs" / "cpu" / "ni_fuzzy_boolean.yaml"
+CONFIG = common.CONFIGS / "cpu" / "ni_fuzzy_boolean.yaml"
 PAPER = {"pretrain": (0.9983, 0.0005), "cls": (0.9202, 0.0198), "cls,type_inference": (0.9857, 0.0034),
          "all": (0.9953, 0.0013)}
 SETTINGS = {"cls": "Finetuning CLS Tokens", "cls,type_inference": "+ Type Inference Parameters",
@@ -72,12 +70,12 @@ def pretrain(args: argparse.Namespace) -> dict:
     if done.is_file():
         return json.loads(done.read_text())
     w = args.width
-    residual = "" if args.residual is None else f", interpreter_residual: {args.residual}"
-    cfg = load_config(str(CONFIG), [
-        f"out_dir={json.dumps(str(run))}", "progress=false", f"epochs={args.epochs}", "log_every=50",
-        f"data.params={{size: {{train: {args.points}, val: {args.val_points}}}}}",
-        f"optim.min_lr={args.lr}", f"optim.lr={args.lr}", "optim.warmup_steps=0",   # NI Table 3: no schedule
-        f"model.overrides={{d_model: {w}, d_code: {w}, type_hidden: {w}, ffn_hidden: {w}{residual}}}"])
+    residual = {} if args.residual is None else {"interpreter_residual": args.residual}
+    cfg = load_config(CONFIG, values={
+        "out_dir": run, "progress": False, "epochs": args.epochs, "log_every": 50,
+        "data.params": {"size": {"train": args.points, "val": args.val_points}},
+        "optim.min_lr": args.lr, "optim.lr": args.lr, "optim.warmup_steps": 0,   # NI Table 3: no schedule
+        "model.overrides": {"d_model": w, "d_code": w, "type_hidden": w, "ffn_hidden": w, **residual}})
     result = train(cfg, resume=(run / "checkpoints" / "last" / "state.pt").is_file())
     if result["status"] != "finished":
         raise SystemExit(result["exit_code"])
@@ -90,18 +88,13 @@ def finetune(setting: str, args: argparse.Namespace) -> int:
     ``modwire finetune`` with new CLS tokens, RAdam at lr 0.05 (NI Table 3), 3 epochs."""
     import os
 
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    import torch
-
-    torch.set_num_threads(1)
-    from modwire.cli import main
-
+    os.environ.setdefault("OMP_NUM_THREADS", "1")     # for the `modwire finetune` process
     out = Path(args.out)
-    return main(["finetune", str(out / "pretrain"), "--task", "fuzzy_boolean_adapt", "--train", setting,
-                 "--seeds", args.seeds, "--epochs", str(args.adapt_epochs), "--lr", str(args.adapt_lr),
-                 "--batch-size", "128", "--out", str(out / f"finetune-{setting.replace(',', '+')}"),
-                 "--set", f"data.params={{size: {{train: {args.adapt_points}, val: {args.val_points}}}}}",
-                 "progress=false"])
+    return common.modwire("finetune", str(out / "pretrain"), "--task", "fuzzy_boolean_adapt", "--train", setting,
+                          "--seeds", args.seeds, "--epochs", str(args.adapt_epochs), "--lr", str(args.adapt_lr),
+                          "--batch-size", "128", "--out", str(out / f"finetune-{setting.replace(',', '+')}"),
+                          "--set", f"data.params={{size: {{train: {args.adapt_points}, val: {args.val_points}}}}}",
+                          "progress=false").returncode
 
 
 # ----------------------------------------------------------------------------- dynamic inference
@@ -312,8 +305,8 @@ def logs(out: Path) -> list[Path]:
 # ----------------------------------------------------------------------------- the command
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = common.parser(__doc__, ROOT / "experiments" / "results" / "ni_fuzzy_boolean", "tiny sizes, one seed",
-                       report="reprint the table from --out")
+    ap = common.parser(__doc__, None, "tiny sizes, one seed", report="reprint the table from --out",
+                       results="ni_fuzzy_boolean")
     ap.add_argument("--width", type=int, default=64, help="d_model = d_code = MLP widths (NI Table 3: 128)")
     ap.add_argument("--points", type=int, default=32768, help="training points per function (NI: 131072)")
     ap.add_argument("--val-points", type=int, default=4096, help="validation points per function (NI: 32768)")

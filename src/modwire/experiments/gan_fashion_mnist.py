@@ -11,38 +11,34 @@ on its own data; NOT Inception FID, so compare it only between these runs) at ev
 Each (model, seed) is one resumable training run (``modwire.training.train``) in a pool of
 single-threaded workers; a finished run (its record in ``OUT/results.jsonl``) is skipped by a
 rerun. Run directories: ``OUT/<model>`` for seed 0, ``OUT/<model>-seed<s>`` for the others; the
-table goes to ``OUT/table.md`` and the study's record to ``OUT/study.json`` (``experiments/common.py``).
+table goes to ``OUT/table.md`` and the study's record to ``OUT/study.json`` (:mod:`modwire.experiments.common`).
 ``--report`` reads the runs' ``metrics.jsonl``, prints the table and rebuilds ``OUT/study.json`` (no
 training; ``OUT/table.md`` is left as it is). ``experiments/results/gan_fashion_mnist/`` holds one
 seed of each, trained with the former ``modwire gan`` loop (its ``metrics.jsonl`` name the score
 ``classifier_fid``; its ``table.md`` also holds notes on the run that no log records).
 
-Run: ``python experiments/gan_fashion_mnist.py`` (about 1 + 2 minutes of CPU time per seed, one core
+Run: ``python -m modwire.experiments.gan_fashion_mnist`` (about 1 + 2 minutes of CPU time per seed, one core
 each); ``--quick`` is a smoke test (scikit-learn's digits at 16×16, 4 steps; no Fashion-MNIST needed).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.experiments import common
 from modwire.files import atomic_write_text
-import common  # noqa: E402
 
-ROOT = common.ROOT
-DEFAULT_OUT = ROOT / "experiments" / "results" / "gan_fashion_mnist"
-CONFIGS = {"gan": ROOT / "configs" / "gan" / "cpu" / "gan_fashion_mnist.yaml",
-           "nfm_gan": ROOT / "configs" / "gan" / "cpu" / "nfm_gan_fashion_mnist.yaml"}
+CONFIGS = {"gan": common.CONFIGS / "gan" / "cpu" / "gan_fashion_mnist.yaml",
+           "nfm_gan": common.CONFIGS / "gan" / "cpu" / "nfm_gan_fashion_mnist.yaml"}
 LABELS = {"gan": "ResNet GAN (InfoMax)", "nfm_gan": "NFM ResNet GAN (InfoMax)"}
 PAPER = {"gan": (15.12, 0.10), "nfm_gan": (13.15, 0.06)}     # NFM Table 4, CIFAR-10 FID (Inception)
 # --quick: the micro GAN on scikit-learn's digits, a few steps, a small scorer (tests/training/test_gan_training.py)
-QUICK = ("data.task=digits", "data.params:={size: 16}", "data.max_samples=96", "data.batch_size=8", "max_steps=4",
-         "checkpoint_every=2", "log_every=1", "gan.eval.every=2", "gan.eval.num_samples=64",
-         "gan.eval.real_samples=64", "gan.eval.batch_size=32", "gan.eval.classifier_epochs=1", "gan.sample_every=0",
-         "gan.grid_size=3")
+QUICK = {"data.task": "digits", "data.params:": {"size": 16}, "data.max_samples": 96, "data.batch_size": 8,
+         "max_steps": 4, "checkpoint_every": 2, "log_every": 1, "gan.eval.every": 2, "gan.eval.num_samples": 64,
+         "gan.eval.real_samples": 64, "gan.eval.batch_size": 32, "gan.eval.classifier_epochs": 1,
+         "gan.sample_every": 0, "gan.grid_size": 3}                 # "data.params:": replaced, not merged
 
 
 def run_name(model: str, seed: int) -> str:
@@ -52,9 +48,8 @@ def run_name(model: str, seed: int) -> str:
 def config(model: str, seed: int, out: Path, quick: bool):
     from modwire.training import load_config
 
-    sets = [f"seed={seed}", f"out_dir={json.dumps(str(out / run_name(model, seed)))}", "progress=false",
-            *(QUICK if quick else ())]
-    return load_config(str(CONFIGS[model]), sets)
+    sets = {"seed": seed, "out_dir": out / run_name(model, seed), "progress": False, **(QUICK if quick else {})}
+    return load_config(CONFIGS[model], values=sets)
 
 
 @common.worker(lambda job: run_name(job[0], job[1]))
@@ -103,8 +98,9 @@ def format_table(results: list[dict]) -> str:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = common.parser(__doc__, DEFAULT_OUT, "scikit-learn's digits, 4 steps", workers=2,
-                       report="reprint the table from the runs' metrics.jsonl and rebuild OUT/study.json")
+    ap = common.parser(__doc__, None, "scikit-learn's digits, 4 steps", workers=2,
+                       report="reprint the table from the runs' metrics.jsonl and rebuild OUT/study.json",
+                       results="gan_fashion_mnist")
     ap.add_argument("--models", default="gan,nfm_gan", help=f"comma-separated ({', '.join(LABELS)})")
     ap.add_argument("--seeds", type=common.positive, default=3)
     args = ap.parse_args(argv)

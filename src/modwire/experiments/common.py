@@ -1,4 +1,4 @@
-"""What every study of ``experiments/`` does, once: its command line, the grid of training runs
+"""What every study of :mod:`modwire.experiments` does, once: its command line, the grid of training runs
 (each run trained or resumed, finished ones skipped), the study's one results file, mean ± std over
 seeds, Markdown tables and figures. A study script keeps what is its own: the paper's figure or
 table it reproduces, its grid, its metric and its figure's specifics.
@@ -11,17 +11,17 @@ finished runs; ``study.json`` is the run's record of what it found. A study's ``
 ``study.json`` from the logs alone (:func:`finish_study`; no training), so every committed number
 stays traceable to the runs that produced it.
 
-The studies are scripts: each puts this file's directory on ``sys.path`` and imports ``common``.
+Each study is a module of this package, run as ``python -m modwire.experiments.NAME``; it reads its
+configs from and writes its results into a clone of the repository (:mod:`modwire.experiments.paths`).
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
-import shlex
-import sys
 import functools
-import io
 import json
+import shlex
+import subprocess
+import sys
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -30,17 +30,44 @@ from typing import Any
 
 from modwire.analysis.study import (RESULTS_FILE, git_commit, machine, write_json_atomic,  # noqa: F401
                                     write_study, write_study_from_logs)
+from modwire.errors import UserError
 
-ROOT = Path(__file__).resolve().parents[1]
+from .paths import CONFIGS, ROOT, results_dir  # noqa: F401
 
 # ----------------------------------------------------------------------------- the command
 
 
+class StudyParser(argparse.ArgumentParser):
+    """An argument parser whose ``--out`` defaults to the study's folder of the clone's results
+    (:func:`~modwire.experiments.paths.results_dir`), resolved when parsing: without a clone, a
+    usage error asking for ``--out`` (never a folder inside the installed package)."""
+
+    results: str | None = None
+
+    def parse_args(self, args=None, namespace=None):
+        parsed = super().parse_args(args, namespace)
+        if self.results is not None and getattr(parsed, "out", None) is None:
+            try:
+                parsed.out = results_dir(self.results)
+            except UserError as e:
+                self.error(str(e))
+        return parsed
+
+
+def prog() -> str | None:
+    """``python -m modwire.experiments.NAME`` when a study runs as ``python -m`` (usage lines name the
+    command, not the module's file); else argparse's default."""
+    main = Path(sys.argv[0])
+    return f"python -m modwire.experiments.{main.stem}" if main.parent == Path(__file__).parent else None
+
+
 def parser(doc: str, out: Path | str | None, quick: str, *, workers: int | None = None,
-           report: str | None = None) -> argparse.ArgumentParser:
-    """A study's parser: its docstring's first paragraph as description, ``--out`` (default ``out``),
-    ``--quick`` (a smoke test: ``quick``), and ``--workers`` / ``--report`` where given."""
-    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+           report: str | None = None, results: str | None = None) -> StudyParser:
+    """A study's parser: its docstring's first paragraph as description, ``--out`` (default ``out``;
+    with ``results``, the clone's ``experiments/results/RESULTS``), ``--quick`` (a smoke test:
+    ``quick``), and ``--workers`` / ``--report`` where given."""
+    ap = StudyParser(prog=prog(), description=doc.split("\n\n")[0])
+    ap.results = results
     ap.add_argument("--out", type=Path, default=None if out is None else Path(out))
     ap.add_argument("--quick", action="store_true", help=f"smoke test: {quick}")
     if workers is not None:
@@ -111,16 +138,20 @@ def train_or_resume(cfg) -> dict:
     return result
 
 
+def modwire(*argv: str, capture: bool = False) -> subprocess.CompletedProcess:
+    """``python -m modwire ARGV`` with this Python: a study runs the ``modwire`` commands (eval,
+    finetune) as a user does, across the command line (the CLI sits above this package); the
+    output captured as text with ``capture``."""
+    return subprocess.run([sys.executable, "-m", "modwire", *argv], capture_output=capture, text=capture)
+
+
 def eval_run(run_dir: Path, split: str = "test") -> dict:
     """``modwire eval RUN --split SPLIT``'s metrics of the run's best checkpoint."""
-    from modwire.cli import main
-
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
-        code = main(["eval", str(run_dir), "--split", split])
-    if code != 0:
-        raise RuntimeError(f"modwire eval {run_dir} --split {split} exited {code}")
-    return json.loads(buf.getvalue().strip().splitlines()[-1])
+    run = modwire("eval", str(run_dir), "--split", split, capture=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"modwire eval {run_dir} --split {split} exited {run.returncode}: "
+                           f"{run.stderr.strip().splitlines()[-1:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 # ----------------------------------------------------------------------------- summaries and tables
@@ -183,7 +214,7 @@ def finish_study(out: Path, study: str, results: list[dict], *, args: argparse.N
     if not getattr(args, "report", False):
         return write_study(out, study, results, config=args, seeds=seeds, started=started)
     argv = sys.argv[1:] if argv is None else list(argv)
-    command = " ".join(["python", f"experiments/{Path(script).name}", *map(shlex.quote, argv)])
+    command = " ".join(["python", "-m", f"modwire.experiments.{Path(script).stem}", *map(shlex.quote, argv)])
     return write_study_from_logs(out, study, results, seeds=seeds, logs=logs, command=command)
 
 
@@ -191,7 +222,7 @@ def read_log(path: Path, script: str) -> Any:
     """A study's JSON log of an earlier run (``OUT/results.json``) for its ``--report``; a clear
     error when the study has not run there."""
     if not path.is_file():
-        raise SystemExit(f"{Path(script).name} --report: {path} does not exist; run the study first (without "
+        raise SystemExit(f"{Path(script).stem} --report: {path} does not exist; run the study first (without "
                          f"--report)")
     return json.loads(path.read_text())
 

@@ -14,7 +14,7 @@ This runs the same protocol on what the machine has, sized for a CPU:
   scale-free prior of NAC Table 1's row (β = 0.5, graph weight 5e-3; Fig. 4's NAC has a scale-free
   prior) and ``configs/cpu/perceiver_io_fashion_mnist.yaml``, the same budget for both:
   :data:`PRETRAIN_STEPS` steps of 128, AdamW at 1e-3 with 100 warm-up steps
-  (``experiments/table1_ladder.py``'s Fashion-MNIST setting, longer);
+  (``modwire.experiments.table1_ladder``'s Fashion-MNIST setting, longer);
 * few-shot fine-tuning of every parameter (``--train all``) with a new 8-way head on scikit-learn's
   digits (``digits``: 1×32×32, the input shape of the pre-training; a task the models never saw),
   8 classes and ``k`` images of each drawn by the seed, for ``k`` in :data:`SHOTS`, 3 seeds, through
@@ -36,9 +36,9 @@ single-threaded worker processes (pre-training first, both models in parallel); 
 appended to ``OUT/results.jsonl`` and skipped by a rerun, and an interrupted fine-tuning resumes seed
 by seed. The table (mean ± std over seeds per k, next to the paper's claim) is printed and written to
 ``OUT/table.md``, the plot to ``OUT/fewshot.png``, the study run's record to ``OUT/study.json``
-(``experiments/common.py``).
+(:mod:`modwire.experiments.common`).
 
-Run: ``python experiments/nac_fewshot.py --lr-check`` (the committed run: 584 s on 2 cores with light
+Run: ``python -m modwire.experiments.nac_fewshot --lr-check`` (the committed run: 584 s on 2 cores with light
 other load, its study.json; several times that beside busy jobs); ``--lr-check`` fine-tunes the check
 seed at each lr of :data:`LR_CHECK`; ``--quick`` is a smoke test; ``--report`` reprints the table and
 rebuilds ``OUT/study.json`` from ``OUT/results.jsonl`` (no training). ``experiments/results/nac_fewshot/``
@@ -50,41 +50,40 @@ import argparse
 import hashlib
 import json
 import os
-import sys
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.experiments import common
+from modwire.experiments import fewshot as shared
 from modwire.files import atomic_write_text
-import common  # noqa: E402
-import fewshot as shared  # noqa: E402
 
 # ----------------------------------------------------------------------------- the models
 
-CONFIGS = common.ROOT / "configs" / "cpu"
+CONFIGS = common.CONFIGS / "cpu"
 PRETRAIN_STEPS = 400               # batch 128: 51,200 images, most of one Fashion-MNIST epoch
-GRAPH_WEIGHT = "5e-3"              # NAC Table 1's row (experiments/table1_ladder.py)
+GRAPH_WEIGHT = 5e-3                # NAC Table 1's row (modwire.experiments.table1_ladder)
 
 
 @dataclass(frozen=True)
 class Model:
-    """A CPU config pre-trained on Fashion-MNIST: its file, its ``--set`` overrides, its constant
-    fine-tuning lr (RAdam; its best of ``--lr-check``: the paper gives none) and the overrides its
-    fine-tuning needs besides ``modwire finetune``'s (the auxiliary loss weight it reports)."""
+    """A CPU config pre-trained on Fashion-MNIST: its file, its config values (``load_config(values=...)``),
+    its constant fine-tuning lr (RAdam; its best of ``--lr-check``: the paper gives none) and the values
+    its fine-tuning needs besides ``modwire finetune``'s (the auxiliary loss weight it reports)."""
 
     key: str
     label: str
     config: str
     finetune_lr: float
-    sets: tuple[str, ...] = ()
-    finetune_sets: tuple[str, ...] = ()
+    sets: Mapping[str, Any] = field(default_factory=dict)
+    finetune_sets: Mapping[str, Any] = field(default_factory=dict)
 
 
 MODELS = {
     "nac": Model("nac", "NAC (scale-free prior)", "nac_fashion_mnist.yaml", 3e-2,
-                 ("model.overrides.graph_prior={name: scale_free, params: {beta: 0.5}}",
-                  f"aux_loss_weights.graph={GRAPH_WEIGHT}"), (f"aux_loss_weights.graph={GRAPH_WEIGHT}",)),
+                 {"model.overrides.graph_prior": {"name": "scale_free", "params": {"beta": 0.5}},
+                  "aux_loss_weights.graph": GRAPH_WEIGHT}, {"aux_loss_weights.graph": GRAPH_WEIGHT}),
     "pio": Model("pio", "Perceiver IO", "perceiver_io_fashion_mnist.yaml", 3e-2),
 }
 PRETRAIN_TASK = "fashion_mnist"
@@ -133,28 +132,30 @@ class Job:
         from modwire.training import load_config
 
         m = MODELS[self.model]
-        sets = [*m.sets, f"max_steps={PRETRAIN_STEPS}", "epochs=1000", "progress=false", "log_every=50", "seed=0",
-                f"out_dir={json.dumps(str(out / self.key))}"]
+        sets = {**m.sets, "max_steps": PRETRAIN_STEPS, "epochs": 1000, "progress": False, "log_every": 50, "seed": 0,
+                "out_dir": out / self.key}
         if self.data_root:
-            sets.append(f"data.params.root={json.dumps(self.data_root)}")
+            sets["data.params.root"] = self.data_root
         if self.quick:
-            sets += ["max_steps=3", "data.batch_size=16", "data.max_samples=160", "optim.warmup_steps=1"]
-        return load_config(str(CONFIGS / m.config), sets)
+            sets.update({"max_steps": 3, "data.batch_size": 16, "data.max_samples": 160, "optim.warmup_steps": 1})
+        return load_config(CONFIGS / m.config, values=sets)
 
     def finetune_config_for(self, out: Path) -> tuple[Callable, Path]:
-        """``(config_for(seed, run_dir), OUT of finetune_seeds)`` as ``modwire finetune`` builds them."""
+        """``(config_for(seed, run_dir), OUT of finetune_seeds)`` as ``modwire finetune`` builds them: its
+        ``--set`` overrides (:func:`~modwire.training.finetune.finetune_overrides`) with the study's values
+        (keys those overrides do not set)."""
         from modwire.training import load_config
         from modwire.training.finetune import finetune_overrides
 
         base, _ = finetune_overrides(out / Job(self.model).key, TARGET, train=["all"], shots=self.shots, ways=WAYS,
                                      epochs=1 if self.quick else EPOCHS, lr=self.lr,
                                      batch_size=min(FINETUNE_BATCH, self.shots * WAYS))
-        extra = [*MODELS[self.model].finetune_sets, "data.val_split=test", "progress=false", "log_every=1000"]
+        extra = {**MODELS[self.model].finetune_sets, "data.val_split": "test", "progress": False, "log_every": 1000}
         if self.quick:                   # twice the shots of each of 10 classes; fewer test images
-            extra.append(f"data.max_samples={max(100, 20 * self.shots)}")
+            extra["data.max_samples"] = max(100, 20 * self.shots)
 
         def config_for(seed: int, run_dir: Path):
-            return load_config(None, [*base, *extra, f"seed={seed}", f"out_dir={json.dumps(str(run_dir))}"])
+            return load_config(None, base, values={**extra, "seed": seed, "out_dir": run_dir})
         return config_for, out / self.key
 
 
@@ -276,7 +277,7 @@ def plot(results: dict[str, dict], models: list[str], lrs: dict[str, float], pat
 def report(out: Path, models: list[str], lrs: dict[str, float]) -> str:
     results = load_results(out / "results.jsonl")
     table = format_table(results, models, lrs)
-    atomic_write_text(out / "table.md", "# NAC Fig. 4 at CPU scale (experiments/nac_fewshot.py)\n" + table + "\n")
+    atomic_write_text(out / "table.md", "# NAC Fig. 4 at CPU scale (modwire.experiments.nac_fewshot)\n" + table + "\n")
     figure = plot(results, models, lrs, out / "fewshot.png")
     return table + f"\n\ntable: {out / 'table.md'}" + (f", plot: {figure}" if figure else
                                                          " (no plot: no curve yet, or no matplotlib)")

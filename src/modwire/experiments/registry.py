@@ -2,22 +2,22 @@
 
 Two tables, read beside the papers:
 
-* :data:`STUDIES`: every study ``modwire reproduce NAME`` runs. A study is one script of
-  ``experiments/`` (or the demo) with the arguments of its CPU-scale run and of its ``--quick``
+* :data:`STUDIES`: every study ``modwire reproduce NAME`` runs. A study is one module of
+  :mod:`modwire.experiments` (or the demo) with the arguments of its CPU-scale run and of its ``--quick``
   version; it writes ``OUT/study.json`` (:mod:`modwire.analysis.study`; ``OUT`` defaults to
   ``experiments/results/NAME``). ``rebuild`` is the study's ``--report`` (study.json from its run
-  logs, no training): ``report.py --rebuild`` runs it where the logs are committed.
+  logs, no training): ``modwire results --rebuild`` runs it where the logs are committed.
   :data:`ARCHIVE` holds the committed results ``modwire reproduce`` does not write under their own
   name: runs of earlier code kept for the record (rebuilt from their logs, not reproducible),
   the Triangle AiTs' workspace analysis (``modwire reproduce ait_triangle`` writes it), and the NI
-  Table 1 fine-tuning diagnosis (``experiments/ni_finetune_diagnosis.py`` writes it).
+  Table 1 fine-tuning diagnosis (:mod:`modwire.experiments.ni_finetune_diagnosis` writes it).
 * :data:`CLAIMS`: one row of the README's results table per paper claim: the paper's number as
   printed, and the measures that give modwire's number: which study, which of its records
   (``where``: the fields a record must have), which value in each (``path``, dotted, list indices
   allowed) and how they are aggregated (:class:`Seeds`: one value per training seed, mean ± sample
   std here; :class:`Reported`: a mean and std the study computed itself, e.g. over random draws).
 
-``experiments/report.py`` turns :data:`CLAIMS` and the ``study.json`` files into the table.
+:mod:`modwire.experiments.report` turns :data:`CLAIMS` and the ``study.json`` files into the table.
 Times are wall times on 2 CPU cores. A CPU-scale time says where it was measured (the committed run
 logs, a script's docstring); the quick times were measured with ``modwire reproduce NAME --quick`` on
 this project's shared 2-core machine while other jobs ran (load average 2-6), so a quiet machine is
@@ -34,8 +34,9 @@ OUT = "{out}"      # replaced by the study's output folder
 
 @dataclass(frozen=True)
 class Study:
-    """A study ``modwire reproduce NAME`` runs: ``steps`` are the argv (after ``python``) of each
-    command, run in order from the checkout's root; ``quick`` those of the ``--quick`` version."""
+    """A study ``modwire reproduce NAME`` runs: ``steps`` are the argv (after ``python``; a study is
+    ``-m modwire.experiments.NAME``) of each command, run in order from the checkout's root;
+    ``quick`` those of the ``--quick`` version."""
 
     name: str
     claim: str                                  # the paper claim it reproduces
@@ -51,9 +52,14 @@ class Study:
         return self.folder or self.name
 
 
+def _module(name: str) -> tuple[str, str]:
+    """``-m modwire.experiments.NAME``: a study of this package, run with ``python``."""
+    return ("-m", f"modwire.experiments.{name}")
+
+
 def _script(name: str, *args: str) -> tuple[str, ...]:
-    """``experiments/NAME.py ARGS --out {out}``."""
-    return (f"experiments/{name}.py", *args, "--out", OUT)
+    """``-m modwire.experiments.NAME ARGS --out {out}``."""
+    return (*_module(name), *args, "--out", OUT)
 
 
 QUICK_1 = ("--quick", "--seeds", "1")      # the quick version of a study over seeds: one seed (the last --seeds wins)
@@ -88,7 +94,7 @@ NO_COLLAPSE = ("model.overrides.bottleneck_softmax=kept", "model.overrides.norma
 
 def _ait_analysis(quick: bool) -> tuple[tuple[str, ...], ...]:
     """Train the CPU AiT on Fashion-MNIST with the defaults and with NO_COLLAPSE, analyse each, and
-    collect both analyses into study.json (``ait_analysis.py --report``)."""
+    collect both analyses into study.json (``ait_analysis --report``)."""
     small = ("max_steps=6", "data.max_samples=256", "keep_weights_every=3") if quick else ()
     samples = ("--samples", "16", "--no-plots") if quick else ()
     steps = []
@@ -96,19 +102,19 @@ def _ait_analysis(quick: bool) -> tuple[tuple[str, ...], ...]:
         run = f"{OUT}/{name}/run"
         steps += [("-m", "modwire", "train", AIT_FASHION, "--overwrite", "--set", f"out_dir={run}", "progress=false",
                    *sets, *small),
-                  ("experiments/ait_analysis.py", run, "--out", f"{OUT}/{name}", *samples)]
-    return (*steps, ("experiments/ait_analysis.py", "--report", "--out", OUT))
+                  (*_module("ait_analysis"), run, "--out", f"{OUT}/{name}", *samples)]
+    return (*steps, (*_module("ait_analysis"), "--report", "--out", OUT))
 
 
 def _ait_triangle(quick: bool) -> tuple[tuple[str, ...], ...]:
     """Train Table 2's rows (and the embedding rows; the quick run: Table 2's only), then analyse seed 0's
     AiT runs (their workspace: ``OUT/analysis``)."""
     flags = QUICK_1 if quick else ()
-    analyse = [("experiments/ait_analysis.py", f"{OUT}/{row}", "--no-plots", "--out", f"{OUT}/analysis/{row}",
+    analyse = [(*_module("ait_analysis"), f"{OUT}/{row}", "--no-plots", "--out", f"{OUT}/analysis/{row}",
                 *(("--samples", "16") if quick else ())) for row in ("ait", "ait_authors")]
     rows = AIT_ROWS if quick else f"{AIT_ROWS},{AIT_ROWS_EMBEDDING}"
     return (_script("ait_triangle", "--rows", rows, "--seeds", "3", *flags), *analyse,
-            ("experiments/ait_analysis.py", "--report", "--out", f"{OUT}/analysis"))
+            (*_module("ait_analysis"), "--report", "--out", f"{OUT}/analysis"))
 
 
 STUDIES: list[Study] = [
@@ -140,7 +146,7 @@ STUDIES: list[Study] = [
           time="~7 min (414 s measured with other jobs on the 2 cores: its study.json)", quick_time="9 s"),
     Study("ni_fuzzy_boolean", "NI Table 1: re-wiring learned functions for new fuzzy Boolean functions",
           **_one("ni_fuzzy_boolean"),
-          time="~25 min on 2 quiet cores (ni_fuzzy_boolean.py docstring); the committed run ~106 min with other jobs "
+          time="~25 min on 2 quiet cores (the ni_fuzzy_boolean module's docstring); the committed run ~106 min with other jobs "
                "(its run folders' times; its study.json's 1720.2 s is its resumed last part)", quick_time="47 s"),
     Study("ni_fuzzy_boolean_residual_update", "NI Table 1 with interpreter_residual=\"update\" (modwire's Eq. 11 "
           "reading that keeps the scale)", **_one("ni_fuzzy_boolean", "--residual", "update"),
@@ -165,7 +171,7 @@ STUDIES: list[Study] = [
           time="~6 min (361 s measured with a test run beside it: its study.json)", quick_time="75 s"),
     Study("ait_analysis", "AiT Fig. 2, 10, 11: slot maps, patch diversity, Hopfield energy (Fashion-MNIST)",
           steps=_ait_analysis(False), quick=_ait_analysis(True),
-          rebuild=("experiments/ait_analysis.py", "--report", "--out", OUT),
+          rebuild=(*_module("ait_analysis"), "--report", "--out", OUT),
           time="~21 min measured with another study on the 2 cores (two 600-step runs and their analyses)",
           quick_time="41 s"),
     Study("nfm_sort_of_clevr", "NFM Table 6: NFM(CNN) vs CNN_MLP on Sort-of-CLEVR",
@@ -193,7 +199,7 @@ STUDY = {s.name: s for s in STUDIES}
 # Committed results not written under their own name by `modwire reproduce`: runs of earlier code
 # (rebuilt from their logs with --report, not reproduced by the current code), the Triangle
 # AiTs' workspace analysis (`modwire reproduce ait_triangle` writes it, into OUT/analysis), and the
-# instrumented NI Table 1 fine-tuning (experiments/ni_finetune_diagnosis.py --study
+# instrumented NI Table 1 fine-tuning (python -m modwire.experiments.ni_finetune_diagnosis --study
 # experiments/results/ni_fuzzy_boolean_residual_update writes it; its runs' checkpoints are not
 # committed, so it is not rebuilt).
 ARCHIVE: list[Study] = [
@@ -211,15 +217,15 @@ ARCHIVE: list[Study] = [
           "interpreter_residual=\"update\" study instrumented: lr 0.01 / 0.02 / 0.05, gradient clipping",
           folder="ni_fuzzy_boolean_residual_update/diagnosis"),
     Study("ait_triangle_analysis", "the trained Triangle AiTs' workspace (seed 0)", folder="ait_triangle/analysis",
-          rebuild=("experiments/ait_analysis.py", "--report", "--out", OUT)),
+          rebuild=(*_module("ait_analysis"), "--report", "--out", OUT)),
     Study("ait_triangle_pre35", "AiT Tables 1-2 with the former block (before issue 35)",
           rebuild=_script("ait_triangle", "--rows", AIT_ROWS_PRE35, "--seeds", "3", "--report")),
     Study("ait_triangle_pre35_analysis", "the former block's Triangle AiTs' workspace (seed 0)",
-          folder="ait_triangle_pre35/analysis", rebuild=("experiments/ait_analysis.py", "--report", "--out", OUT)),
+          folder="ait_triangle_pre35/analysis", rebuild=(*_module("ait_analysis"), "--report", "--out", OUT)),
     Study("ait_memory_collapse_pre23", "the memory collapse of the former workspace (Fashion-MNIST)",
           rebuild=_script("ait_memory_collapse", "--report")),
     Study("ait_analysis_pre35", "AiT Fig. 2, 10, 11 on Fashion-MNIST with the former block (before issue 35), and the "
-          "former Triangle ViT's attention sparsity", rebuild=("experiments/ait_analysis.py", "--report", "--out", OUT)),
+          "former Triangle ViT's attention sparsity", rebuild=(*_module("ait_analysis"), "--report", "--out", OUT)),
     Study("nac_fewshot_pre35", "NAC Fig. 4 at CPU scale with the NAC and Perceiver IO of before issue 35 (at c728a49)"),
     Study("demo_pre35", "the demo with the NAC and Perceiver IO of before issue 35 (run at 56df71a)"),
     Study("table1_ladder_pre35", "NAC Table 1 at CPU scale with the NAC and Perceiver IO of before issue 35 (and "

@@ -26,15 +26,15 @@ images ``--train-images`` (20 questions each), the best validation checkpoint (2
 Each (row, seed) is one resumable training run (``modwire.training.train``) in a pool of
 single-threaded workers; finished runs go to ``OUT/results.jsonl`` (``modwire.analysis.results_log``)
 and a rerun skips them. ``OUT/table.md`` holds the table next to Table 6, ``OUT/accuracy.png`` the
-bar plot, ``OUT/study.json`` the study run's record (``experiments/common.py``). Run directories
+bar plot, ``OUT/study.json`` the study run's record (:mod:`modwire.experiments.common`). Run directories
 (checkpoints) stay under ``OUT/runs/`` (not meant to be committed).
 
-Run: ``python experiments/nfm_sort_of_clevr.py`` (3 seeds of both rows); ``--quick`` is a smoke
+Run: ``python -m modwire.experiments.nfm_sort_of_clevr`` (3 seeds of both rows); ``--quick`` is a smoke
 test; ``--report`` reprints the table and rebuilds ``OUT/study.json`` from ``OUT/results.jsonl`` (with
 the same size arguments; no training). The committed results
 (``experiments/results/nfm_sort_of_clevr/``) come from::
 
-    python experiments/nfm_sort_of_clevr.py --rows nfm,cnn --seeds 3 --steps 1600 --batch 32 \
+    python -m modwire.experiments.nfm_sort_of_clevr --rows nfm,cnn --seeds 3 --steps 1600 --batch 32 \
         --train-images 2500 --val-images 100 --test-images 200 --stem 2 --lr 2e-3 --workers 2
 
 (``--block-order`` is part of a result's sizes: results of the earlier Conv → BN → ReLU blocks,
@@ -48,16 +48,11 @@ the mechanism, not of the paper's numbers (``notes.md`` there says which NFM cor
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
-import common  # noqa: E402
+from modwire.experiments import common
 
-ROOT = common.ROOT
-DEFAULT_OUT = ROOT / "experiments" / "results" / "nfm_sort_of_clevr"
 PRESETS = {"cnn": "cnn_mlp_sort_of_clevr", "nfm": "nfm_cnn_mlp_sort_of_clevr",
            "nfm_one_pass": "nfm_cnn_mlp_sort_of_clevr"}
 LABELS = {"cnn": "CNN", "nfm": "NFM(CNN)", "nfm_one_pass": "NFM(CNN), one pass (§4.7)"}
@@ -78,17 +73,18 @@ def run_name(row: str, seed: int, holdout: int = 0) -> str:
     return f"{row}{f'-holdout{holdout}' if holdout else ''}-seed{seed}"
 
 
-def row_overrides(row: str, a: argparse.Namespace, seed: int, out: Path) -> list[str]:
-    """The ``--set`` overrides of one (row, seed) training run; ``a`` holds the sizes (:func:`parse`)."""
+def row_overrides(row: str, a: argparse.Namespace, seed: int, out: Path) -> dict:
+    """The config values of one (row, seed) training run (``load_config(values=...)``); ``a`` holds
+    the sizes (:func:`parse`)."""
     steps_per_epoch = max(1, 20 * a.train_images // a.batch)
     sets = {"model.name": PRESETS[row], "data.task": "sort_of_clevr_image",
-            "data.params.size": f"{{train: {a.train_images}, val: {a.val_images}, test: {a.test_images}}}",
+            "data.params.size": {"train": a.train_images, "val": a.val_images, "test": a.test_images},
             "data.params.holdout": a.holdout, "data.batch_size": a.batch,
             "optim.name": "adamw", "optim.lr": a.lr, "optim.weight_decay": 0.0, "optim.grad_clip": 0.0,
             "optim.warmup_steps": max(1, a.steps // 20), "optim.min_lr": a.lr / 100,
             "epochs": max(1, -(-a.steps // steps_per_epoch)), "max_steps": a.steps, "seed": seed,
-            "checkpoint_every": 0 if a.quick else 250, "log_every": 50, "progress": "false",
-            "out_dir": json.dumps(str(out / "runs" / run_name(row, seed, a.holdout))),
+            "checkpoint_every": 0 if a.quick else 250, "log_every": 50, "progress": False,
+            "out_dir": out / "runs" / run_name(row, seed, a.holdout),
             "model.overrides.block_order": a.block_order}
     if row != "cnn":
         sets["model.overrides.stem_layers"] = a.stem
@@ -96,7 +92,7 @@ def row_overrides(row: str, a: argparse.Namespace, seed: int, out: Path) -> list
         sets[f"model.overrides.{key}"] = value
     if a.quick:
         sets["model.overrides.hidden"] = 32
-    return [f"{k}={v}" for k, v in sets.items()]
+    return sets
 
 
 @common.worker(lambda job: run_name(job[0], job[1], job[2]["holdout"]))
@@ -107,7 +103,7 @@ def run_job(job: tuple[str, int, dict]) -> dict:
     from modwire.training import load_config
 
     key = run_name(row, seed, a.holdout)
-    result = common.train_or_resume(load_config(None, row_overrides(row, a, seed, Path(a.out))))
+    result = common.train_or_resume(load_config(values=row_overrides(row, a, seed, Path(a.out))))
     test = common.eval_run(Path(a.out) / "runs" / key)
     test["checkpoint"] = Path(test["checkpoint"]).relative_to(a.out).as_posix()    # no absolute paths
     return {"key": key, "row": row, "seed": seed, "holdout": a.holdout, "sizes": sizes(a), "val": result["best"],
@@ -213,8 +209,8 @@ def report(a: argparse.Namespace) -> str:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = common.parser(__doc__, DEFAULT_OUT, "tiny data, few steps", workers=2,
-                       report="only print the table of finished runs")
+    ap = common.parser(__doc__, None, "tiny data, few steps", workers=2,
+                       report="only print the table of finished runs", results="nfm_sort_of_clevr")
     ap.add_argument("--rows", default="cnn,nfm", help=f"comma-separated rows ({', '.join(LABELS)})")
     ap.add_argument("--seeds", type=int, default=3, help="seeds per row (0, 1, ...)")
     ap.add_argument("--steps", type=int, default=1500, help="optimizer steps per run")

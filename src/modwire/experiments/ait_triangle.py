@@ -25,9 +25,9 @@ Each row is one resumable training run (``modwire.training.train``) in a pool of
 single-threaded worker processes; finished rows go to ``OUT/results.jsonl`` and are skipped by
 a rerun. The best checkpoint (validation on 2000 images) is scored on the 10k test images. The
 table (next to the paper's) goes to ``OUT/table.md``, the validation curves to ``OUT/curves.png``,
-the study run's record to ``OUT/study.json`` (``experiments/common.py``).
+the study run's record to ``OUT/study.json`` (:mod:`modwire.experiments.common`).
 
-Run: ``python experiments/ait_triangle.py`` (rows ``ait,vit,without_bottleneck,ait_authors``);
+Run: ``python -m modwire.experiments.ait_triangle`` (rows ``ait,vit,without_bottleneck,ait_authors``);
 ``--rows all`` for all of Table 2 and ``ait_authors``; the rows ``ait_no_collapse`` and
 ``without_bottleneck_no_collapse`` (:data:`modwire.models.ait.NO_COLLAPSE`, in neither the paper nor
 the authors' code) are kept for the committed runs of earlier code that have them, and run only
@@ -43,16 +43,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.experiments import common
 from modwire.files import atomic_write_text
-import common  # noqa: E402
 
-ROOT = common.ROOT
-DEFAULT_OUT = ROOT / "experiments" / "results" / "ait_triangle"
 DEFAULT_ROWS = ("ait", "vit", "without_bottleneck", "ait_authors")
 
 # Table 1 / Table 2, Triangle column (AiT-Small and its ablations), test accuracy %.
@@ -104,12 +100,12 @@ def ablation(row: str) -> dict:
 # The CPU-sized AiT-Small (module docstring); Table 6's workspace is the preset's.
 BASE = {"model.name": "ait_small_triangle", "model.overrides.d_model": 128, "model.overrides.num_heads": 4,
         "model.overrides.ffn_hidden": 256,
-        "model.overrides.embed": "{kind: patches, image_size: 64, in_channels: 1, patch_size: 16}",
-        "data.task": "triangle", "data.params.size": "{train: 50000, val: 2000, test: 10000}",
+        "model.overrides.embed": {"kind": "patches", "image_size": 64, "in_channels": 1, "patch_size": 16},
+        "data.task": "triangle", "data.params.size": {"train": 50000, "val": 2000, "test": 10000},
         "data.batch_size": 128, "optim.name": "adamw", "optim.lr": 1e-3, "optim.weight_decay": 0.01,
-        "optim.filter_bias_and_norm": "false",                  # the AiT authors' AdamW decays every parameter
+        "optim.filter_bias_and_norm": False,                  # the AiT authors' AdamW decays every parameter
         "optim.warmup_steps": 100, "optim.min_lr": 1e-6, "epochs": 1000, "checkpoint_every": 200,
-        "log_every": 50, "progress": "false"}
+        "log_every": 50, "progress": False}
 
 
 def run_name(row: str, seed: int) -> str:
@@ -117,20 +113,20 @@ def run_name(row: str, seed: int) -> str:
     return row if seed == 0 else f"{row}-seed{seed}"
 
 
-def row_overrides(row: str, steps: int, out: Path, *, quick: bool = False, seed: int = 0) -> list[str]:
-    """The ``--set`` overrides of one row's training run (``seed``: initialisation and data order)."""
+def row_overrides(row: str, steps: int, out: Path, *, quick: bool = False, seed: int = 0) -> dict:
+    """The config values of one row's training run (``load_config(values=...)``; ``seed``:
+    initialisation and data order)."""
     sets = dict(BASE)
     for key, value in ablation(row).items():
-        sets[f"model.overrides.{key}"] = str(value).lower() if isinstance(value, bool) else value
+        sets[f"model.overrides.{key}"] = value
     if ablation(row).get("workspace", True):
         sets["aux_loss_weights.balance"] = 0.01      # σ of AiT §4.2
     if quick:
-        sets.update({"data.params.size": "{train: 512, val: 128, test: 128}", "data.batch_size": 64,
+        sets.update({"data.params.size": {"train": 512, "val": 128, "test": 128}, "data.batch_size": 64,
                      "optim.warmup_steps": 2, "checkpoint_every": 0})
     if row == "vit_pre35":
-        sets["optim.filter_bias_and_norm"] = "true"
-    sets.update({"max_steps": steps, "seed": seed, "out_dir": json.dumps(str(out / run_name(row, seed)))})
-    return [f"{k}={v}" for k, v in sets.items()]
+        sets["optim.filter_bias_and_norm"] = True
+    return {**sets, "max_steps": steps, "seed": seed, "out_dir": out / run_name(row, seed)}
 
 
 @common.worker(lambda job: run_name(job[0], job[4]))
@@ -139,7 +135,7 @@ def run_row(job: tuple[str, int, str, bool, int]) -> dict:
     row, steps, out, quick, seed = job
     from modwire.training import load_config
 
-    result = common.train_or_resume(load_config(None, row_overrides(row, steps, Path(out), quick=quick, seed=seed)))
+    result = common.train_or_resume(load_config(values=row_overrides(row, steps, Path(out), quick=quick, seed=seed)))
     return {"key": run_name(row, seed), "row": row, "seed": seed, "steps": steps, "quick": quick,
             "val": result["best"], "test": common.eval_run(Path(out) / run_name(row, seed)),
             "parameters": sum(p.numel() for p in result["model"].parameters())}
@@ -213,8 +209,8 @@ def report(out: Path, rows: list[str], steps: int, quick: bool = False) -> str:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = common.parser(__doc__, DEFAULT_OUT, "tiny data, few steps", workers=2,
-                       report="only print the table of finished rows")
+    ap = common.parser(__doc__, None, "tiny data, few steps", workers=2,
+                       report="only print the table of finished rows", results="ait_triangle")
     ap.add_argument("--rows", default=",".join(DEFAULT_ROWS),
                     help=f"comma-separated rows ({', '.join(LABELS)}), or 'all' ({', '.join(ALL_ROWS)})")
     ap.add_argument("--steps", type=int, default=3000, help="optimizer steps per row (batch 128)")

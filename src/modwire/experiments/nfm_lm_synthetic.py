@@ -21,27 +21,23 @@ variants, what the readers read on 4 validation batches (:mod:`modwire.analysis.
 attention mass on the null slot, top-down share for the second pass; seed 0's heatmap
 ``OUT/read_map_<variant>.png``).
 
-Run: ``OMP_NUM_THREADS=1 python experiments/nfm_lm_synthetic.py`` (about 3 minutes a seed on one
+Run: ``OMP_NUM_THREADS=1 python -m modwire.experiments.nfm_lm_synthetic`` (about 3 minutes a seed on one
 core); ``--quick`` for a smoke test (one seed unless ``--seeds`` says otherwise). Writes
 ``OUT/results.json`` (one record per variant and seed, with its ``seed`` and its wall time
 ``seconds``; rewritten after each run), ``OUT/table.md`` and the study run's record
-``OUT/study.json`` (``experiments/common.py``); ``--report`` reprints the table and rebuilds
+``OUT/study.json`` (:mod:`modwire.experiments.common`); ``--report`` reprints the table and rebuilds
 ``OUT/study.json`` from ``OUT/results.json`` (no training; a record without ``seed`` is seed 0).
 """
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))     # experiments/common.py, also when loaded by path
+from modwire.experiments import common
 from modwire.files import atomic_write_text
-import common  # noqa: E402
 
-ROOT = common.ROOT
-DEFAULT_OUT = ROOT / "experiments" / "results" / "nfm_lm_synthetic"
 MODEL = {"d_model": 64, "num_layers": 4, "num_heads": 4, "ffn_hidden": 128, "dropout": 0.0}
 VARIANTS = {"base": ("transformer_lm_micro", {"nfm": {"enabled": False}}),
             "nfm": ("transformer_lm_micro", {"nfm": {"enabled": True, "passes": 1, "k": 5,
@@ -113,14 +109,13 @@ def run_variant(name: str, data: Path, out: Path, steps: int, plots: Path | None
     from modwire.training import load_config, train
 
     preset, extra = VARIANTS[name]
-    overrides = [f"out_dir={out / f'{name}-seed{seed}'}", f"model.name={preset}", "data.task=wikitext2",
-                 f"data.params.root={data}", "data.params.seq_len=32", "data.batch_size=32", "epochs=1000",
-                 f"max_steps={steps}", "optim.lr=3e-3", "optim.warmup_steps=30", "optim.weight_decay=0.01",
-                 "progress=false", f"log_every={max(steps // 10, 1)}", "checkpoint_every=0", f"seed={seed}"]
-    overrides += [f"model.overrides.{k}={v}" for k, v in MODEL.items()]
-    overrides += [f"model.overrides.nfm.{k}={str(v).lower()}" for k, v in extra["nfm"].items()]
+    values = {"out_dir": out / f"{name}-seed{seed}", "model.name": preset, "data.task": "wikitext2",
+              "data.params.root": data, "data.params.seq_len": 32, "data.batch_size": 32, "epochs": 1000,
+              "max_steps": steps, "optim.lr": 3e-3, "optim.warmup_steps": 30, "optim.weight_decay": 0.01,
+              "progress": False, "log_every": max(steps // 10, 1), "checkpoint_every": 0, "seed": seed,
+              "model.overrides": {**MODEL, "nfm": extra["nfm"]}}
     start = time.perf_counter()
-    result = train(load_config(None, overrides), overwrite=True)
+    result = train(load_config(values=values), overwrite=True)
     model = result["model"]
     seconds = round(time.perf_counter() - start, 1)
     gammas = [round(float(g.detach()), 4) for g in model.body.gammas]
@@ -178,8 +173,9 @@ def _by_seed(runs: list[dict]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = common.parser(__doc__, DEFAULT_OUT, "4 steps, 60 paragraphs, one seed unless --seeds",
-                       report="reprint the table from OUT/results.json and rebuild OUT/study.json (no training)")
+    ap = common.parser(__doc__, None, "4 steps, 60 paragraphs, one seed unless --seeds",
+                       report="reprint the table from OUT/results.json and rebuild OUT/study.json (no training)",
+                       results="nfm_lm_synthetic")
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--paragraphs", type=int, default=2000)
     ap.add_argument("--seeds", type=common.positive, default=None,
