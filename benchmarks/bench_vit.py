@@ -4,7 +4,7 @@
     python benchmarks/bench_vit.py --device cuda --precision bf16 --compile
 
 The body of :class:`modwire.models.vit.ViT` (``ViT.encode``: ``num_layers`` pre-LN
-:class:`~modwire.nn.blocks.ProcessorLayer` blocks, GELU MLP) is timed against the peer built
+:class:`~modwire.nn.blocks.TransformerBlock` blocks, GELU MLP) is timed against the peer built
 from PyTorch's own layer with the same hyperparameters: ``nn.TransformerEncoderLayer(d, heads,
 mlp, dropout=0, activation="gelu", batch_first=True, norm_first=True)`` stacked by
 ``nn.TransformerEncoder(..., enable_nested_tensor=False)``. Both read the same random tokens

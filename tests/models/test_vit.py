@@ -19,7 +19,7 @@ from modwire.nn.positions import pad_bias
 
 
 def _copy_block(block, layer: nn.TransformerEncoderLayer) -> None:
-    """Our ProcessorLayer's weights into the peer's (in_proj = [q; k; v])."""
+    """Our TransformerBlock's weights into the peer's (in_proj = [q; k; v])."""
     attn = block.attn.fn
     with torch.no_grad():
         layer.self_attn.in_proj_weight.copy_(torch.cat([attn.q.weight, attn.k.weight, attn.v.weight]))

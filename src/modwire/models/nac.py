@@ -42,8 +42,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..nn import (EdgeMaskedKernel, ModulationSpec, PreNorm, ProcessorLayer, ReadIn, ReadOut,
-                  SelfAttention, SignatureKernel, mlp)
+from ..nn import (EdgeMaskedKernel, ModulationSpec, PreNorm, ReadIn, ReadOut, SelfAttention, SignatureKernel,
+                  TransformerBlock, mlp)
 from ..nn.attention import ReadInMethod
 from ..nn.kernel import KERNEL_MODES
 from ..nn.modulated import FFN_ACTIVATIONS, MODULATIONS
@@ -355,7 +355,7 @@ class NAC(ReadOutHeadFineTuning, PretrainedModel):
         spec.update(head_dim=c.head_dim, qv_bias=c.qv_bias)
         self.read_in = ReadIn(c.d_model, self.tokenizer.out_dim, c.read_in_heads, c.ffn_hidden, **spec)
         self.propagators = nn.ModuleList(
-            ProcessorLayer(c.d_model, c.num_heads, c.ffn_hidden, **spec) for _ in range(c.num_layers))
+            TransformerBlock(c.d_model, c.num_heads, c.ffn_hidden, **spec) for _ in range(c.num_layers))
         self.read_out = ReadOut(c.d_model, c.num_output_modules, c.read_out_heads, c.ffn_hidden,
                                 c.num_classes, norm=c.read_out_norm, **spec)
         if c.frozen_graph.name is not None:

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from ..nn.nfm import (READER_ACTIVATIONS, LAYOUTS, NFM, NORMS, READ_AT, READER_OUTPUTS, RESCALES, SCORE_SCALES, TOPK_SOFTMAX,
                       LayerFactory)
+from .base import PretrainedModel
 from .config import COUNT, Bounds, ConfigBase, check_choice
 from ..errors import UserError
 
@@ -134,6 +135,9 @@ def load_base_weights(model: nn.Module, state: Mapping[str, Tensor]) -> list[str
     at their initialisation (the readers'); a base entry the model lacks or holds with another
     shape, or a missing entry that is not a reader's (e.g. another ``stem_layers`` split), is a
     ValueError (checked before anything is loaded)."""
+    state = dict(state)
+    if isinstance(model, PretrainedModel):
+        model.prepare_state_dict(state)       # e.g. an LM saved under its blocks' former names
     own = model.state_dict()
     unexpected = sorted(k for k in state if k not in own or own[k].shape != state[k].shape)
     loaded = {k for k in state} | {k for k in own if _pass_copy_of(k) in state}
@@ -141,7 +145,7 @@ def load_base_weights(model: nn.Module, state: Mapping[str, Tensor]) -> list[str
     if unexpected or foreign:
         raise UserError(f"load_base_weights: the base weights do not fit this NFM model: unexpected or of another "
                         f"shape {unexpected[:5]}, missing (not NFM readers) {foreign[:5]}")
-    return list(model.load_state_dict(dict(state), strict=False).missing_keys)
+    return list(model.load_state_dict(state, strict=False).missing_keys)
 
 
 def _pass_copy_of(key: str) -> str:

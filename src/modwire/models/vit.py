@@ -3,9 +3,9 @@ Table 5) and the backbone of the Associative Transformer (AiT §5.1).
 
 A :class:`~modwire.models.set_model.SetModel` (patch embedding, CLS tokens, heads) whose body is
 ``num_layers`` pre-LN blocks, each ``x + Attn(LN(x))`` then ``x + MLP(LN(x))`` with a GELU MLP:
-the same :class:`~modwire.nn.blocks.ProcessorLayer` as NAC's propagators with the modulation off
-(plain linear layers), so the ViT, Perceiver IO's latent transformer and NAC share one block and
-one attention kernel (:func:`~modwire.nn.attention.attend`, fused when exact).
+the same :class:`~modwire.nn.blocks.TransformerBlock` as NAC's propagators with the modulation off
+(plain linear layers), so the ViT, Perceiver IO's latent transformer, NAC, the AiT and the causal LM
+share one block and one attention kernel (:func:`~modwire.nn.attention.attend`, fused when exact).
 
 Classifier: the mean of the final tokens after a LayerNorm (or the CLS tokens), then a linear head
 (``classifier="mean"``, the ViT's pooled output and AiT §5.1's "pooled representations"), or the AiT
@@ -36,7 +36,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ..nn import ProcessorLayer
+from ..nn import TransformerBlock
 from ..nn.positions import RelativePositionBias, pad_bias
 from .config import COUNT, heads_of
 from .registry import register_model_type, register_preset
@@ -137,7 +137,7 @@ class ViT(SetModel):
     def make_block(self) -> nn.Module:
         """One pre-LN block (the Associative Transformer overrides it with its Figure 1b block)."""
         c = self.config
-        return ProcessorLayer(c.d_model, c.num_heads, c.ffn_hidden, activation="gelu", qv_bias=c.qv_bias)
+        return TransformerBlock(c.d_model, c.num_heads, c.ffn_hidden, activation="gelu", qv_bias=c.qv_bias)
 
     def position_bias(self, n: int) -> Tensor | None:
         """NI App. C.2.3's relative bias ``[H, N, N]`` over ``n`` tokens, or None."""
