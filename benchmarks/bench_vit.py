@@ -69,7 +69,7 @@ QUICK = (Shape("tiny", 32, 2, 2, 48, 10, 4),)
 def build_pair(s: Shape) -> tuple[ViT, nn.TransformerEncoder]:
     """Our ViT (only its ``encode`` is timed) and the peer encoder with our weights copied in."""
     ours = ViT(ViTConfig(d_model=s.d, num_layers=s.layers, num_heads=s.heads, ffn_hidden=s.mlp,
-                         embed=TokenizerConfig(kind="patches", positions="absolute")))
+                         tokenizer=TokenizerConfig(kind="patches", positions="absolute")))
     layer = nn.TransformerEncoderLayer(s.d, s.heads, s.mlp, dropout=0.0, activation="gelu",
                                        batch_first=True, norm_first=True)
     peer = nn.TransformerEncoder(layer, s.layers, enable_nested_tensor=False)

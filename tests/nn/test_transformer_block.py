@@ -198,7 +198,7 @@ def test_ait_without_memory_loads_vit_weights_and_equals_it():
     torch.manual_seed(0)
     ait = AiT(modwire.create_model("ait_micro").config.replace(workspace=False)).eval()
     vit = modwire.models.ViT(modwire.models.ViTConfig(**{k: getattr(ait.config, k) for k in (
-        "num_classes", "d_model", "num_layers", "num_heads", "ffn_hidden", "num_cls_tokens", "qv_bias", "embed")}))
+        "num_classes", "d_model", "num_layers", "num_heads", "ffn_hidden", "num_cls_tokens", "qv_bias", "tokenizer")}))
     vit.load_state_dict(ait.state_dict())
     x = torch.randn(2, 1, 8, 8)
     torch.testing.assert_close(vit.eval()(x), ait(x), atol=0, rtol=0)

@@ -126,7 +126,7 @@ class AiTConfig(ViTConfig):
     bottleneck_bias: bool = False
     bottleneck_head_split: bool = False
     write_residual: bool = False
-    embed: TokenizerConfig = field(default_factory=lambda: ait_patches(32, 3, 4))
+    tokenizer: TokenizerConfig = field(default_factory=lambda: ait_patches(32, 3, 4))
 
     bounds = {**ViTConfig.bounds, "num_slots": COUNT, "slot_dim": COUNT, "workspace_heads": COUNT,
               "bottleneck_size": Bounds(lo=0, note="0: dense attention"),
@@ -282,7 +282,7 @@ _TASKS = {"cifar10": (10, 32, 3, 4, 32, 512), "cifar100": (100, 32, 3, 4, 32, 51
 
 def _ait(layers: int, classes: int, size: int, channels: int, patch: int, slots: int, k: int) -> AiTConfig:
     return AiTConfig(num_classes=classes, num_layers=layers, num_slots=slots, bottleneck_size=k, classifier="flatten",
-                     embed=ait_patches(size, channels, patch))
+                     tokenizer=ait_patches(size, channels, patch))
 
 
 for _size, _layers in _SIZES.items():
@@ -294,7 +294,7 @@ for _size, _layers in _SIZES.items():
 
 register_preset("ait_micro", AiT, lambda: AiTConfig(
     num_classes=5, d_model=32, num_layers=2, num_heads=2, ffn_hidden=48, num_slots=8, slot_dim=8,
-    workspace_heads=2, bottleneck_size=6, embed=ait_patches(8, 1, 2)),
+    workspace_heads=2, bottleneck_size=6, tokenizer=ait_patches(8, 1, 2)),
     "test-sized AiT (8×8 images)")
 
 # AiT §5.8 / Table 6 "Relational reasoning": Sort-of-CLEVR's 75×75×3 images in 5×5 patches, 32 slots, bottleneck

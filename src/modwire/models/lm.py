@@ -22,7 +22,7 @@ each module", §3.2.1, as the core does for every integration), and outputs ``h 
 the block's ``W_o`` (in place of the classifiers' ``σ(BN(A W_o1)) W_o2``): heads and head width are
 the block's, scores scaled as in the block (``nfm.score_scale="sqrt_d_k"`` in the presets), and one
 scalar ``γ`` (initialised to 0, §3.2.1) per module is the only new parameter. Hence ``nfm.d_k``,
-``d_v``, ``heads``, ``hidden``, ``norm`` and ``activation`` have no meaning here: values other than
+``d_v``, ``num_heads``, ``ffn_hidden``, ``norm`` and ``activation`` have no meaning here: values other than
 their defaults are refused.
 
 Cost per token and pass, ``L`` layers of width ``d`` (FFN ``4d``): a query ``W_q``, a key and a
@@ -127,7 +127,7 @@ class TransformerLMConfig(ModelConfig):
                             f"their defaults")
 
 
-_READER_OPTIONS = ("d_k", "d_v", "heads", "hidden", "norm", "activation")   # NFMLayer's own sizes: unused here
+_READER_OPTIONS = ("d_k", "d_v", "num_heads", "ffn_hidden", "norm", "activation")   # NFMLayer's own sizes: unused here
 
 
 class CausalBlock(TransformerBlock):
@@ -137,8 +137,8 @@ class CausalBlock(TransformerBlock):
     is ``attn.norm``, the projections ``attn.fn.{q,k,v,o}``, ``LN₂`` ``ffn.norm``. Checkpoints written
     before these names (``norm1``, ``attn.q``, ``norm2``, ``ffn.fc1``, …) load: :func:`rename_old_keys`."""
 
-    def __init__(self, dim: int, num_heads: int, hidden: int, dropout: float, max_len: int = 0) -> None:
-        super().__init__(dim, num_heads, hidden, activation="gelu", dropout=dropout, causal=True, max_len=max_len)
+    def __init__(self, dim: int, num_heads: int, ffn_hidden: int, dropout: float, max_len: int = 0) -> None:
+        super().__init__(dim, num_heads, ffn_hidden, activation="gelu", dropout=dropout, causal=True, max_len=max_len)
         self.register_load_state_dict_pre_hook(_rename_old_keys_hook)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -196,7 +196,7 @@ class SharedProjectionLayer(NFMLayer):
         # rescale, γ and random_attention are NFMLayer's.
         super().__init__(dim, dim, reads=False, writes=False, residual=residual, k=k, d_k=dim // num_heads,
                          d_v=dim // num_heads,
-                         heads=num_heads, hidden=1, norm="none", rescale=rescale, score_scale=score_scale,
+                         num_heads=num_heads, ffn_hidden=1, norm="none", rescale=rescale, score_scale=score_scale,
                          topk_softmax=topk_softmax)
         self.w_o1 = self.w_o2 = None
         self.reads, self.writes = reads, writes

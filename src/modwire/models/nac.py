@@ -322,12 +322,12 @@ class ConditionalGenerator(nn.Module):
                             f"for {batch_size} inputs")
         h, _ = self.cross(self.queries, tokens, key_mask=padding_mask(self.tokenizer, condition))
         h, _ = self.mix(h)                                                  # [B, U_p + U_o, d]
-        s, c = self.to_signature(h), self.to_code(h)
+        signatures, codes = self.to_signature(h), self.to_code(h)         # [B, U_p + U_o, d_sig / d_code]
         groups = []
         for sl, state in ((slice(None, self.num_processors), self.processor_state),
                           (slice(self.num_processors, None), self.output_state)):
-            codes = c[:, sl]
-            groups.append(ModuleDesign(s[:, sl], codes, codes if state is None else state(codes)))
+            c_sl = codes[:, sl]
+            groups.append(ModuleDesign(signatures[:, sl], c_sl, c_sl if state is None else state(c_sl)))
         return Circuit(*groups)
 
 

@@ -35,14 +35,14 @@ class ReadIn(nn.Module):
     padded tokens.
     """
 
-    def __init__(self, dim: int, token_dim: int, num_heads: int, hidden_dim: int, *,
+    def __init__(self, dim: int, token_dim: int, num_heads: int, ffn_hidden: int, *,
                  mod: ModulationSpec = PLAIN, activation: str = "geglu", head_dim: int | None = None,
                  qv_bias: bool = True) -> None:
         super().__init__()
         attn = ModulatedAttention(dim, num_heads, head_dim=head_dim, qv_bias=qv_bias, mod=mod, kv_dim=token_dim,
                                   kv_code="receiver")
         self.attn = PreNorm(dim, attn, context_dim=token_dim)
-        self.ffn = PreNorm(dim, ModulatedFFN(dim, hidden_dim, mod=mod, activation=activation))
+        self.ffn = PreNorm(dim, ModulatedFFN(dim, ffn_hidden, mod=mod, activation=activation))
 
     def forward(self, states: Tensor, tokens: Tensor, *, codes: Tensor | None = None,
                 key_mask: Tensor | None = None, return_weights: bool = False,
@@ -82,14 +82,14 @@ class TransformerBlock(nn.Module):
     :func:`~modwire.nn.attention.attend` over ``[B, H, N, N]``.
     """
 
-    def __init__(self, dim: int, num_heads: int, hidden_dim: int, *, mod: ModulationSpec = PLAIN,
+    def __init__(self, dim: int, num_heads: int, ffn_hidden: int, *, mod: ModulationSpec = PLAIN,
                  activation: str = "geglu", head_dim: int | None = None, qv_bias: bool = True,
                  dropout: float = 0.0, causal: bool = False, max_len: int = 0, attention: bool = True,
                  ffn: bool = True) -> None:
         super().__init__()
         self.attn = PreNorm(dim, SelfAttention(dim, num_heads, head_dim=head_dim, qv_bias=qv_bias, mod=mod),
                             dropout=dropout) if attention else None
-        self.ffn = PreNorm(dim, ModulatedFFN(dim, hidden_dim, mod=mod, activation=activation),
+        self.ffn = PreNorm(dim, ModulatedFFN(dim, ffn_hidden, mod=mod, activation=activation),
                            dropout=dropout) if ffn else None
         self.causal = causal
         if causal:
@@ -127,13 +127,13 @@ class ReadOut(nn.Module):
     attention weights (or None) and the confidences ``[B, Uo]``.
     """
 
-    def __init__(self, dim: int, num_outputs: int, num_heads: int, hidden_dim: int, num_classes: int, *,
+    def __init__(self, dim: int, num_outputs: int, num_heads: int, ffn_hidden: int, num_classes: int, *,
                  mod: ModulationSpec = PLAIN, activation: str = "geglu", head_dim: int | None = None,
                  qv_bias: bool = True, norm: bool = False) -> None:
         super().__init__()
         attn = ModulatedAttention(dim, num_heads, head_dim=head_dim, qv_bias=qv_bias, mod=mod)
         self.attn = PreNorm(dim, attn, context_dim=dim, residual=False)
-        self.ffn = PreNorm(dim, ModulatedFFN(dim, hidden_dim, mod=mod, activation=activation))
+        self.ffn = PreNorm(dim, ModulatedFFN(dim, ffn_hidden, mod=mod, activation=activation))
         self.norm = nn.LayerNorm(dim) if norm else None
         # One output slot needs no confidence: softmax over a single module is 1. No bias: a shift
         # shared by every output module cancels in the softmax over them.

@@ -167,17 +167,17 @@ class ModulatedFFN(nn.Module):
     """ModFFN: two modulated linears that share one code, with GEGLU or GELU between
     (NAC §2.1; NI Eq. 5's ModMLP with GELU).
 
-    GEGLU (NAC Table 4): the first layer emits ``2·d_hidden`` features split into a
+    GEGLU (NAC Table 4): the first layer emits ``2·ffn_hidden`` features split into a
     value and a gate, ``h = a ⊙ GELU(g)``. Shapes as in :class:`ModulatedLinear`.
     """
 
-    def __init__(self, dim: int, hidden_dim: int, *, mod: ModulationSpec = PLAIN,
+    def __init__(self, dim: int, ffn_hidden: int, *, mod: ModulationSpec = PLAIN,
                  activation: str = "geglu") -> None:
         super().__init__()
         check_argument("activation", activation, FFN_ACTIVATIONS)
         self.activation = activation
-        self.fc1 = mod.linear(dim, 2 * hidden_dim if activation == "geglu" else hidden_dim)
-        self.fc2 = mod.linear(hidden_dim, dim)
+        self.fc1 = mod.linear(dim, 2 * ffn_hidden if activation == "geglu" else ffn_hidden)
+        self.fc2 = mod.linear(ffn_hidden, dim)
 
     def forward(self, x: Tensor, code: Tensor | None = None,
                 folded: tuple[Tensor, Tensor] | None = None) -> Tensor:
