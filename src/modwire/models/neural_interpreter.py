@@ -245,12 +245,12 @@ class ModAttn(nn.Module):
         self.v, self.o = mod.linear(dim, dim), mod.linear(dim, dim)
 
     def forward(self, x: Tensor, folds: dict[str, Tensor], C: Tensor, *, eps: float, bias: Tensor | None = None,
-                record: bool = False) -> tuple[Tensor, Tensor | None]:
+                return_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         h = self.num_heads
         q, k, v = (split_heads(getattr(self, n)(x, folded=folds[n]), h) for n in "qkv")  # [B, U, H, N, ·]
         c = C.unsqueeze(-2)                                                       # [B, U, 1, N]
         y, w = attend(q, k, v, bias=bias, scale=self.scale, key_scale=c, row_scale=c, renorm_eps=eps,
-                      return_weights=record)                                      # Eq. 7-8
+                      return_weights=return_weights)                              # Eq. 7-8
         return self.o(merge_heads(y), folded=folds["o"]), w                       # [B, U, N, d]
 
 
@@ -284,9 +284,9 @@ class LOC(nn.Module):
         return {name: layer.folded_weight(codes) for name, layer in layers.items()}
 
     def forward(self, x: Tensor, folds: dict[str, Tensor], C: Tensor, *, eps: float, bias: Tensor | None,
-                record: bool = False) -> tuple[Tensor, Tensor | None]:
+                return_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         g = C.unsqueeze(-1)                                                       # C_ui  [B, U, N, 1]
-        y, w = self.attn(x, folds, C, eps=eps, bias=bias, record=record)
+        y, w = self.attn(x, folds, C, eps=eps, bias=bias, return_weights=return_weights)
         a = x + g * y                                                             # Eq. 9
         return a + g * self.ffn(a, None, (folds["fc1"], folds["fc2"])), w         # Eq. 10
 
@@ -318,7 +318,7 @@ class Script(nn.Module):
         folds = [loc.folds(codes) for loc in self.locs] if folds is None else folds
         xs, weights = x.unsqueeze(1), []                                          # x_ui = x_i  [B, 1, N, d]
         for loc, bias, fold in zip(self.locs, biases, folds):
-            xs, w = loc(xs, fold, C, eps=self.eps, bias=bias, record=record)      # [B, U, N, d]
+            xs, w = loc(xs, fold, C, eps=self.eps, bias=bias, return_weights=record)  # [B, U, N, d]
             weights.append(w)
         y = torch.einsum("bun,bund->bnd", C, xs)                                  # Σ_u C_ui LOCs(x)_ui
         mode = self.residual
