@@ -75,6 +75,9 @@ class TransformerBlock(nn.Module):
     * AiT Figure 1b: the ViT's block plus the global workspace (:class:`modwire.models.ait.AiTBlock`);
     * the LM's block: ``PLAIN``, GELU, ``causal=True``, ``dropout`` (:class:`modwire.models.lm.CausalBlock`).
 
+    Norm placement: pre-LN in every configuration (the papers' blocks and their authors' code); a
+    post-LN option would be a setting no model uses, so there is none. AiT Figure 1b's one other
+    placement (the FFN's output feeds the workspace instead of the residual) is ``AiTBlock``'s.
     Both sub-layers are one :class:`~modwire.nn.modulated.PreNorm` (state-dict names ``attn.norm``,
     ``attn.fn.{q,k,v,o}``, ``ffn.norm``, ``ffn.fn.{fc1,fc2}``). ``causal``: position ``t`` attends to
     positions ``≤ t``; the mask ``[max_len, max_len]`` is built once (a non-persistent buffer) and sliced
