@@ -89,7 +89,7 @@ def build_models(preset: str, **overrides: Any) -> tuple[nn.Module, nn.Module]:
 
 
 def images(model: nn.Module, batch: int, seed: int = 0, device: str = "cpu") -> tuple[Tensor, Tensor]:
-    e = model.config.embed
+    e = model.config.tokenizer
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, e.in_channels, e.image_size, e.image_size, generator=g)
     return x.to(device), torch.randint(model.config.num_classes, (batch,), generator=g).to(device)

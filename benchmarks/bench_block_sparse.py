@@ -22,7 +22,7 @@ a ratio of two medians of the same run):
   block-sparse kernel forced (``max_density=1``);
 * the default ``BlockSparseBias.from_dense(..., block_size=40)``, which falls back to one
   ``U × U`` block (dense) when more than half of the blocks are kept;
-* for context, a whole propagator layer ``ProcessorLayer(384, 6, 1536, mod=ModulationSpec("nac", 384))``
+* for context, a whole propagator layer ``TransformerBlock(384, 6, 1536, mod=ModulationSpec("nac", 384))``
   with that bias (its ModFFN and projections are O(U), so its ratio is smaller).
 
 Acceptance: attention speed-up >= 2x at 90% of the edges removed, block size 40.
@@ -37,7 +37,7 @@ from typing import Callable
 
 import torch
 
-from modwire.nn import BlockSparseBias, ModulationSpec, ProcessorLayer, attend, block_order, order_by_groups
+from modwire.nn import BlockSparseBias, ModulationSpec, TransformerBlock, attend, block_order, order_by_groups
 from modwire.nn.kernel import normalize_log_kernel
 
 TARGET = 2.0
@@ -112,7 +112,7 @@ def main() -> None:
     p, labels = p[perm][:, perm], labels[perm]                      # modules in cluster order from here on
 
     q, k, v = (torch.randn(b, u, heads, hd).transpose(1, 2) for _ in range(3))  # as the projections lay them out
-    layer = ProcessorLayer(dim, heads, hidden, mod=ModulationSpec("nac", dim)).eval()
+    layer = TransformerBlock(dim, heads, hidden, mod=ModulationSpec("nac", dim)).eval()
     x, codes = torch.randn(b, u, dim), torch.randn(u, dim)
     results = {}
     with torch.inference_mode():
@@ -145,7 +145,7 @@ def main() -> None:
                   f"{t['dense'] / t['sparse']:.2f}x")
             t = time_interleaved({"dense": lambda: layer(x, codes, **dense),
                                   "sparse": lambda: layer(x, codes, bias=sparse)}, args.iters)
-            print(f"  whole ProcessorLayer, same bias: dense {t['dense']:.4f} s, with it "
+            print(f"  whole TransformerBlock, same bias: dense {t['dense']:.4f} s, with it "
                   f"{t['sparse']:.4f} s, speed-up {t['dense'] / t['sparse']:.2f}x")
     speed = results[0.9, block]
     verdict = ("not checked with --quick" if args.quick else

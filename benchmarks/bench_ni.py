@@ -72,7 +72,7 @@ def vit_config(c: NeuralInterpreterConfig, *, quick: bool = False) -> ViTConfig:
     depth = c.num_scripts * c.num_iterations * c.num_locs
     over = {"num_heads": 2, "ffn_hidden": c.ffn_hidden, "pos_dim": c.pos_dim} if quick else {}
     return get_config("vit_digits", d_model=c.d_model, num_layers=depth, num_cls_tokens=c.num_cls_tokens,
-                      num_classes=c.num_classes, task_input=False, embed=c.embed, **over)
+                      num_classes=c.num_classes, task_input=False, tokenizer=c.tokenizer, **over)
 
 
 # ----------------------------------------------------------------------------- the per-function loop
@@ -137,7 +137,7 @@ def call(model: nn.Module, x: Tensor, *, train: bool, loop: bool | None = None,
 
 
 def images(c, batch: int, device: str = "cpu") -> Tensor:
-    e = c.embed
+    e = c.tokenizer
     return torch.randn(batch, e.in_channels, e.image_size, e.image_size).to(device)
 
 

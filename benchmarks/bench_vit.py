@@ -4,7 +4,7 @@
     python benchmarks/bench_vit.py --device cuda --precision bf16 --compile
 
 The body of :class:`modwire.models.vit.ViT` (``ViT.encode``: ``num_layers`` pre-LN
-:class:`~modwire.nn.blocks.ProcessorLayer` blocks, GELU MLP) is timed against the peer built
+:class:`~modwire.nn.blocks.TransformerBlock` blocks, GELU MLP) is timed against the peer built
 from PyTorch's own layer with the same hyperparameters: ``nn.TransformerEncoderLayer(d, heads,
 mlp, dropout=0, activation="gelu", batch_first=True, norm_first=True)`` stacked by
 ``nn.TransformerEncoder(..., enable_nested_tensor=False)``. Both read the same random tokens
@@ -69,7 +69,7 @@ QUICK = (Shape("tiny", 32, 2, 2, 48, 10, 4),)
 def build_pair(s: Shape) -> tuple[ViT, nn.TransformerEncoder]:
     """Our ViT (only its ``encode`` is timed) and the peer encoder with our weights copied in."""
     ours = ViT(ViTConfig(d_model=s.d, num_layers=s.layers, num_heads=s.heads, ffn_hidden=s.mlp,
-                         embed=TokenizerConfig(kind="patches", positions="absolute")))
+                         tokenizer=TokenizerConfig(kind="patches", positions="absolute")))
     layer = nn.TransformerEncoderLayer(s.d, s.heads, s.mlp, dropout=0.0, activation="gelu",
                                        batch_first=True, norm_first=True)
     peer = nn.TransformerEncoder(layer, s.layers, enable_nested_tensor=False)

@@ -38,7 +38,7 @@ def build(pool: str) -> nn.Module:
 
 def data(model: nn.Module, batch: int = BATCH) -> tuple[Tensor, Tensor]:
     """The fixed batch every run reads: images ``[B, C, S, S]`` and labels ``[B]``."""
-    e = model.config.embed
+    e = model.config.tokenizer
     g = torch.Generator().manual_seed(1)
     x = torch.randn(batch, e.in_channels, e.image_size, e.image_size, generator=g)
     return x, torch.randint(model.config.num_classes, (batch,), generator=g)

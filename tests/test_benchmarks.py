@@ -27,7 +27,7 @@ def test_bench_block_sparse_quick_runs():
     diffs = [float(d) for d in re.findall(r"x +([\d.e+-]+) +\(built in", out)]
     assert len(diffs) == 12 and max(diffs) < 1e-5  # block-sparse == dense masked attention
     assert re.search(r"attention speed-up at 90% removed, block \d+: [\d.]+x", out)
-    assert "whole ProcessorLayer" in out
+    assert "whole TransformerBlock" in out
 
 
 def test_bench_graph_quick_runs():

@@ -47,7 +47,7 @@ def runs(tmp_path_factory):
     corpus = _corpus(root / "data")
     lm = [f"data.task=wikitext2", f"data.params.root={corpus}", "data.params.seq_len=8", "data.batch_size=4",
           "max_steps=2", "progress=false"]
-    return {"ait": _train(root / "ait", "ait_micro", *TRIANGLE, "model.overrides={embed: {patch_size: 16}}"),
+    return {"ait": _train(root / "ait", "ait_micro", *TRIANGLE, "model.overrides={tokenizer: {patch_size: 16}}"),
             "resnet": _train(root / "resnet", "nfm_preact_resnet_micro", *TRIANGLE),
             "lm": _train(root / "lm", "transformer_lm_micro", *lm),
             "nfm_lm": _train(root / "nfm_lm", "nfm_transformer_lm_micro", *lm)}

@@ -280,7 +280,7 @@ def _train(out, model: str, overrides: tuple[str, ...] = ()) -> None:
 
     cfg = load_config(None, [f"out_dir={out}", f"model.name={model}", "data.task=triangle", "data.batch_size=8",
                              "data.params={size: {train: 32, val: 16, test: 16}}", "max_steps=2", "progress=false",
-                             "model.overrides={embed: {patch_size: 16}}", *overrides])   # 64x64: 16 patches
+                             "model.overrides={tokenizer: {patch_size: 16}}", *overrides])   # 64x64: 16 patches
     assert train(cfg)["status"] == "finished"
 
 

@@ -125,7 +125,7 @@ def test_paper_presets_and_parameter_counts():
         c = ait.config
         assert (c.num_layers, c.d_model, c.num_heads, c.ffn_hidden) == (layers, 768, 12, 3072)
         assert (c.bottleneck_bias, c.bottleneck_head_split, c.classifier, c.qv_bias) == (False, False, "flatten", False)
-        assert (c.embed.patch_norm, c.embed.positions) == (True, "none")
+        assert (c.tokenizer.patch_norm, c.tokenizer.positions) == (True, "none")
         e, d, a = 768, 32, 8
         per_layer = 2 * e * a * d + 2 * a * d * d + (d * e + e) + 2 * e + 2 * d
         assert ait.num_parameters() - vit.num_parameters() == layers * per_layer
@@ -136,7 +136,7 @@ def test_paper_presets_and_parameter_counts():
     for name, slots, k, patch in (("ait_small_pet", 128, 512, 16), ("ait_small_triangle", 32, 64, 32),
                                   ("ait_small_cifar100", 32, 512, 4)):
         c = modwire.get_config(name)
-        assert (c.num_slots, c.bottleneck_size, c.embed.patch_size, c.slot_dim, c.workspace_heads) == \
+        assert (c.num_slots, c.bottleneck_size, c.tokenizer.patch_size, c.slot_dim, c.workspace_heads) == \
             (slots, k, patch, 32, 8)
 
 

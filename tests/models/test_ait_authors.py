@@ -16,7 +16,7 @@ CONFIG = R.AuthorsConfig()          # 8×8×3 images in 2×2 patches (16 tokens)
 def their_shapes_to_modwire(c: R.AuthorsConfig) -> dict:
     """The modwire overrides of a tiny AiT / ViT preset that build their network's shapes."""
     return dict(num_classes=c.num_classes, d_model=c.dim, num_layers=c.depth, num_heads=c.heads,
-                ffn_hidden=c.mlp_dim, embed={"image_size": c.image_size, "in_channels": c.channels,
+                ffn_hidden=c.mlp_dim, tokenizer={"image_size": c.image_size, "in_channels": c.channels,
                                              "patch_size": c.patch_size})
 
 

@@ -158,7 +158,7 @@ def test_nfm_readers_sit_before_each_block_of_both_passes():
     body = cifar.generator.body
     assert (body.passes, body.num_blocks, len(body.readers)) == (2, 4, 8)
     assert body.channels == [256, 256, 256, 256, 3]
-    assert (cifar.config.nfm.d_k, cifar.config.nfm.d_v, cifar.config.nfm.heads) == (32, 32, 4)
+    assert (cifar.config.nfm.d_k, cifar.config.nfm.d_v, cifar.config.nfm.num_heads) == (32, 32, 4)
     model = nfm_micro().eval()
     model.generator(torch.randn(2, 16), record=True)
     records = model.generator.body.records

@@ -36,15 +36,15 @@ def test_causal_block_equals_torch_encoder_layer_with_causal_mask():
     block = CausalBlock(16, 2, 24, dropout=0.0).eval()
     peer = nn.TransformerEncoderLayer(16, 2, 24, dropout=0.0, activation="gelu", norm_first=True,
                                       batch_first=True).eval()
-    a = block.attn
+    a, f = block.attn.fn, block.ffn.fn
     with torch.no_grad():
         peer.self_attn.in_proj_weight.copy_(torch.cat([a.q.weight, a.k.weight, a.v.weight]))
         peer.self_attn.in_proj_bias.copy_(torch.cat([a.q.bias, torch.zeros_like(a.q.bias), a.v.bias]))  # no key bias (the softmax cancels it)
         peer.self_attn.out_proj.weight.copy_(a.o.weight)
         peer.self_attn.out_proj.bias.copy_(a.o.bias)
-        peer.linear1.weight.copy_(block.ffn.fc1.weight), peer.linear1.bias.copy_(block.ffn.fc1.bias)
-        peer.linear2.weight.copy_(block.ffn.fc2.weight), peer.linear2.bias.copy_(block.ffn.fc2.bias)
-        peer.norm1.load_state_dict(block.norm1.state_dict()), peer.norm2.load_state_dict(block.norm2.state_dict())
+        peer.linear1.weight.copy_(f.fc1.weight), peer.linear1.bias.copy_(f.fc1.bias)
+        peer.linear2.weight.copy_(f.fc2.weight), peer.linear2.bias.copy_(f.fc2.bias)
+        peer.norm1.load_state_dict(block.attn.norm.state_dict()), peer.norm2.load_state_dict(block.ffn.norm.state_dict())
     x = torch.randn(3, 7, 16)
     mask = nn.Transformer.generate_square_subsequent_mask(7)
     torch.testing.assert_close(block(x), peer(x, src_mask=mask, is_causal=True), atol=1e-5, rtol=1e-5)
@@ -100,14 +100,14 @@ def _reference_read(block, writers, gamma, h, sources, k, scale, topk_softmax="k
     null key/value; the top-k scores kept, softmax over them (``"subtract"``, the authors' rule: the
     softmax over all keys minus its (k+1)-th largest weight + 1e-7, clipped at 0, renormalised); the
     reading block's W_o; γ."""
-    heads, dh = block.attn.num_heads, block.attn.head_dim
+    heads, dh = block.attn.fn.num_heads, block.attn.fn.head_dim
     out = h.clone()
     b_, d, t_ = h.shape
     for b in range(b_):
         for t in range(t_):
-            q = block.attn.q(block.norm1(h[b, :, t]))
-            ks = [torch.zeros(d, dtype=h.dtype)] + [w.attn.k(w.norm1(m[b, :, t])) for w, m in zip(writers, sources)]
-            vs = [torch.zeros(d, dtype=h.dtype)] + [w.attn.v(w.norm1(m[b, :, t])) for w, m in zip(writers, sources)]
+            q = block.attn.fn.q(block.attn.norm(h[b, :, t]))          # W_q LN₁
+            ks = [torch.zeros(d, dtype=h.dtype)] + [w.attn.fn.k(w.attn.norm(m[b, :, t])) for w, m in zip(writers, sources)]
+            vs = [torch.zeros(d, dtype=h.dtype)] + [w.attn.fn.v(w.attn.norm(m[b, :, t])) for w, m in zip(writers, sources)]
             read = []
             for hd in range(heads):
                 sl = slice(hd * dh, (hd + 1) * dh)
@@ -122,7 +122,7 @@ def _reference_read(block, writers, gamma, h, sources, k, scale, topk_softmax="k
                         w = (w - sorted(w.tolist(), reverse=True)[k] - 1e-7).clamp(min=0)
                         w = w / (w.sum() + 1e-7)
                 read.append(sum(wi * vs[j][sl] for wi, j in zip(w, keep.tolist())))
-            out[b, :, t] = h[b, :, t] + gamma * block.attn.o(torch.cat(read))
+            out[b, :, t] = h[b, :, t] + gamma * block.attn.fn.o(torch.cat(read))
     return out
 
 
@@ -139,7 +139,7 @@ def test_module_reuses_the_block_projections_literally_keys_by_their_writer(scor
     block, *writers = [CausalBlock(8, 2, 12, dropout=0.0).double() for _ in range(4)]
     with torch.no_grad():                           # LN₁ affine parameters that differ per block
         for blk in (block, *writers):
-            blk.norm1.weight.uniform_(0.5, 1.5), blk.norm1.bias.normal_()
+            blk.attn.norm.weight.uniform_(0.5, 1.5), blk.attn.norm.bias.normal_()
     layer = _bound(block, k, score_scale, topk_softmax=topk_softmax)
     with torch.no_grad():
         layer.gamma.fill_(0.6)

@@ -50,7 +50,7 @@ def _ln(ours: str, theirs: str) -> dict[str, str]:
 
 
 def _block(ours: str, theirs: str, attention: str, sender_ln: str | None) -> dict[str, str]:
-    """A modwire ReadIn / ProcessorLayer / ReadOut from their read-in / propagator / read-out."""
+    """A modwire ReadIn / TransformerBlock / ReadOut from their read-in / propagator / read-out."""
     a = f"{theirs}.{attention}"
     names = {**_ln(ours + ".attn.norm", a + ".receiver_layernorm"),
              **_ln(ours + ".ffn.norm", theirs + ".ffn.layernorm"),

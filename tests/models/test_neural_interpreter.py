@@ -23,7 +23,7 @@ def _config(**kw) -> NeuralInterpreterConfig:
     """4×4 images in 2×2 patches (4 grid tokens + 1 CLS token), 3 functions, 2 heads."""
     base = dict(num_classes=3, d_model=8, d_code=6, num_scripts=2, num_iterations=2, num_functions=3,
                 num_heads=2, qk_head_dim=3, ffn_hidden=10, d_type=4, tau=1.6, type_hidden=7, pos_dim=3,
-                eps=1e-3, embed=TokenizerConfig(kind="patches", image_size=4, in_channels=1, patch_size=2,
+                eps=1e-3, tokenizer=TokenizerConfig(kind="patches", image_size=4, in_channels=1, patch_size=2,
                                             positions="relative"))
     return NeuralInterpreterConfig(**{**base, **kw})
 
@@ -117,7 +117,7 @@ def _vit_from_ni(ni: NeuralInterpreter) -> ViT:
     """The ViT whose linear maps are NI's ModLins at the one function's code: ``W·diag(LN(W_c c))``."""
     c = ni.config
     vit = ViT(ViTConfig(num_classes=c.num_classes, d_model=c.d_model, num_layers=c.num_locs, num_heads=c.num_heads,
-                        ffn_hidden=c.ffn_hidden, num_cls_tokens=c.num_cls_tokens, embed=c.embed)).double()
+                        ffn_hidden=c.ffn_hidden, num_cls_tokens=c.num_cls_tokens, tokenizer=c.tokenizer)).double()
     vit.embed.load_state_dict(ni.embed.state_dict())
     vit.norm.load_state_dict(ni.norm.state_dict())
     vit.heads.load_state_dict(ni.heads.state_dict())
@@ -142,7 +142,7 @@ def test_reduces_to_vit_with_one_function(residual):
     value width per head: a ViT with 2 pre-LN layers (``update`` / ``none``); Eq. 11 as printed
     (``identity``) adds the input once more: ``y = x + ViT-layers(x)``."""
     ni = _model(num_functions=1, eps=0.0, tau=None, num_scripts=1, num_iterations=1, num_locs=2, qk_head_dim=4,
-                interpreter_residual=residual, embed=TokenizerConfig(kind="linear", input_dim=3, max_len=0))
+                interpreter_residual=residual, tokenizer=TokenizerConfig(kind="linear", input_dim=3, max_len=0))
     vit = _vit_from_ni(ni)
     x = torch.randn(B, 6, 3, dtype=torch.float64)
     tokens = _tokens(ni, x)

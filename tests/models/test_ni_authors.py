@@ -32,7 +32,7 @@ def modwire_config(c: AuthorsConfig, residual: str) -> NeuralInterpreterConfig:
         qk_head_dim=c.key_features, ffn_hidden=c.dim, d_type=c.type_features, tau=c.truncation, eps=c.epsilon,
         type_hidden=c.dim, type_depth=2, pos_dim=c.key_features, function_positions=False,
         interpreter_residual=residual,
-        embed=TokenizerConfig(kind="patches", image_size=c.image_size, in_channels=c.channels, patch_size=c.patch_size,
+        tokenizer=TokenizerConfig(kind="patches", image_size=c.image_size, in_channels=c.channels, patch_size=c.patch_size,
                               positions="relative"))
 
 

@@ -77,7 +77,7 @@ def test_nfm_presets_are_the_base_network_plus_two_pass_nfm():
     assert nfm.replace(nfm={"enabled": False, "output_bias": True}) == base
     assert nfm.nfm.output_bias is False                         # every path from a read starts with a BatchNorm
     n = nfm.nfm
-    assert (n.enabled, n.passes, n.k, n.d_k, n.d_v, n.heads, n.share_blocks) == (True, 2, 5, 16, 16, 4, False)
+    assert (n.enabled, n.passes, n.k, n.d_k, n.d_v, n.num_heads, n.share_blocks) == (True, 2, 5, 16, 16, 4, False)
     with torch.device("meta"):
         model = modwire.create_model("nfm_preact_resnet18_cifar10")
     assert len(model.body.readers) == 8                       # one reader before each of 4 stages, 2 passes (§4.2)
@@ -222,6 +222,6 @@ def test_the_table9_conflict_is_stated_next_to_the_preset():
     from modwire.models.registry import get_config, model_source
 
     c = get_config("nfm_preact_resnet34_cifar100").nfm
-    assert (c.k, c.heads, c.d_k, c.d_v) == (5, 4, 16, 16)
+    assert (c.k, c.num_heads, c.d_k, c.d_v) == (5, 4, 16, 16)
     assert "conflicts with Table 9" in model_source("nfm_preact_resnet34_cifar100")
     assert "Table 9" not in model_source("nfm_preact_resnet18_cifar100")

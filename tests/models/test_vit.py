@@ -19,7 +19,7 @@ from modwire.nn.positions import pad_bias
 
 
 def _copy_block(block, layer: nn.TransformerEncoderLayer) -> None:
-    """Our ProcessorLayer's weights into the peer's (in_proj = [q; k; v])."""
+    """Our TransformerBlock's weights into the peer's (in_proj = [q; k; v])."""
     attn = block.attn.fn
     with torch.no_grad():
         layer.self_attn.in_proj_weight.copy_(torch.cat([attn.q.weight, attn.k.weight, attn.v.weight]))
@@ -35,7 +35,7 @@ def _copy_block(block, layer: nn.TransformerEncoderLayer) -> None:
 def test_vit_blocks_equal_torch_transformer_encoder_layers():
     torch.manual_seed(0)
     cfg = ViTConfig(num_classes=3, d_model=24, num_layers=2, num_heads=3, ffn_hidden=40,
-                    embed=TokenizerConfig(kind="linear", input_dim=5))
+                    tokenizer=TokenizerConfig(kind="linear", input_dim=5))
     model = ViT(cfg).double().eval()
     peer = nn.TransformerEncoder(nn.TransformerEncoderLayer(24, 3, 40, dropout=0.0, activation="gelu",
                                                             batch_first=True, norm_first=True),
@@ -49,7 +49,7 @@ def test_vit_blocks_equal_torch_transformer_encoder_layers():
 
 def _vectors_vit(**kw) -> ViT:
     cfg = dict(num_classes=2, d_model=16, num_layers=1, num_heads=2, ffn_hidden=8,
-               embed=TokenizerConfig(kind="linear", input_dim=3, max_len=6))
+               tokenizer=TokenizerConfig(kind="linear", input_dim=3, max_len=6))
     return ViT(ViTConfig(**{**cfg, **kw})).double().eval()
 
 
@@ -124,7 +124,7 @@ def test_relative_bias_covers_patch_tokens_only():
 def test_pgm_panels_make_one_set_per_candidate():
     torch.manual_seed(6)
     cfg = ViTConfig(num_classes=1, d_model=16, num_layers=1, num_heads=2, ffn_hidden=8,
-                    embed=TokenizerConfig(kind="panels", image_size=16, in_channels=6, num_context=3,
+                    tokenizer=TokenizerConfig(kind="panels", image_size=16, in_channels=6, num_context=3,
                                       panel_channels=4))
     model = ViT(cfg).eval()
     x = torch.rand(2, 6, 16, 16)
@@ -174,7 +174,7 @@ def test_digits_preset_has_the_table_5_parameter_count():
 
 def _question_vit(**kw) -> ViT:
     cfg = dict(num_classes=4, d_model=16, num_layers=1, num_heads=2, ffn_hidden=8, question_dim=5,
-               embed=TokenizerConfig(kind="patches", image_size=8, in_channels=3, patch_size=4))
+               tokenizer=TokenizerConfig(kind="patches", image_size=8, in_channels=3, patch_size=4))
     return ViT(ViTConfig(**{**cfg, **kw})).double().eval()
 
 
@@ -227,7 +227,7 @@ def test_question_input_errors_name_what_was_expected():
     with pytest.raises(ValueError, match="'question_dim'"):
         ViTConfig(question_dim=-1)
     with pytest.raises(ValueError, match="reads no question"):
-        ViTConfig(num_classes=1, question_dim=3, embed=TokenizerConfig(kind="panels", image_size=16, in_channels=6,
+        ViTConfig(num_classes=1, question_dim=3, tokenizer=TokenizerConfig(kind="panels", image_size=16, in_channels=6,
                                                                     num_context=3))
 
 
@@ -237,7 +237,7 @@ def test_input_overrides_map_an_image_and_a_question_onto_the_question_token():
     inputs = {"x": InputSpec.image(3, 10, 10), "question": InputSpec.vectors(1, 11)}
     mapped = cfg.for_inputs(inputs, 10)
     assert mapped.question_dim == 11 and mapped.input_names() == ("x", "question")
-    assert (mapped.embed.image_size, mapped.embed.in_channels, mapped.num_classes) == (10, 3, 10)
+    assert (mapped.tokenizer.image_size, mapped.tokenizer.in_channels, mapped.num_classes) == (10, 3, 10)
     # a task without a question switches the token off, whatever the preset had
     plain = modwire.get_config("vit_small_sort_of_clevr").for_inputs(InputSpec.image(3, 25, 25), 10)
     assert plain.question_dim == 0 and plain.input_names() == ("x",)
@@ -261,7 +261,7 @@ def test_sort_of_clevr_preset_is_table_6_relational_with_a_question_token():
     model = modwire.create_model("vit_small_sort_of_clevr")
     c = model.config
     assert (c.d_model, c.num_heads, c.ffn_hidden, c.num_layers, c.num_cls_tokens) == (768, 12, 3072, 2, 0)
-    assert (c.embed.image_size, c.embed.in_channels, c.embed.patch_size, c.question_dim, c.num_classes) == \
+    assert (c.tokenizer.image_size, c.tokenizer.in_channels, c.tokenizer.patch_size, c.question_dim, c.num_classes) == \
         (75, 3, 5, 11, 10)
     d, f, n, pd = 768, 3072, (75 // 5) ** 2, 3 * 5 * 5
     block = 4 * d * d + d + 2 * d * f + f + d + 4 * d            # attention (only W^O has a bias), MLP, two LNs
@@ -284,7 +284,7 @@ def test_ait_table_1_vit_presets_are_the_authors_vit_and_reach_table_1_counts():
             pooled = modwire.create_model(f"vit_{size}_cifar10", classifier="mean")
         n, e, classes = 64, 768, 10
         c = vit.config
-        assert (c.classifier, c.qv_bias, c.embed.patch_norm, c.embed.positions) == ("flatten", False, True, "none")
+        assert (c.classifier, c.qv_bias, c.tokenizer.patch_norm, c.tokenizer.positions) == ("flatten", False, True, "none")
         assert vit.embed.pos is None and vit.blocks[0].attn.fn.q.bias is None and vit.blocks[0].attn.fn.o.bias is not None
         assert vit.heads.linear.in_features == n * e
         assert vit.num_parameters() - pooled.num_parameters() == \
@@ -298,10 +298,10 @@ def test_the_ni_papers_vits_keep_their_embedding_positions_and_biases():
     for name in ("vit_digits", "vit_micro"):
         model = modwire.create_model(name)
         c = model.config
-        assert c.qv_bias and not c.embed.patch_norm and isinstance(model.embed.proj, torch.nn.Conv2d)
+        assert c.qv_bias and not c.tokenizer.patch_norm and isinstance(model.embed.proj, torch.nn.Conv2d)
         assert model.blocks[0].attn.fn.q.bias is not None and model.blocks[0].attn.fn.k.bias is None
     assert modwire.create_model("vit_digits").embed.pos is None            # relative positions (NI App. C.2.3)
-    assert modwire.create_model("vit_micro", embed={"positions": "absolute"}).embed.pos is not None
+    assert modwire.create_model("vit_micro", tokenizer={"positions": "absolute"}).embed.pos is not None
 
 
 def test_flatten_classifier_needs_patch_tokens_and_one_head():

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from modwire.nn import (BlockSparseBias, BlockSparseLayout, ModulationSpec, ProcessorLayer, attend, block_order,
+from modwire.nn import (BlockSparseBias, BlockSparseLayout, ModulationSpec, TransformerBlock, attend, block_order,
                         block_sparse_attend, mask_value, order_by_groups)
 
 
@@ -155,7 +155,7 @@ def test_processor_layer_and_gradients():
     torch.manual_seed(0)
     u, dim = 20, 16
     mask = block_mask([10, 10], extra=3)
-    layer = ProcessorLayer(dim, 2, 32, mod=ModulationSpec("nac", 8)).double()
+    layer = TransformerBlock(dim, 2, 32, mod=ModulationSpec("nac", 8)).double()
     x = torch.randn(3, u, dim, dtype=torch.float64, requires_grad=True)
     codes = torch.randn(u, 8, dtype=torch.float64)
     log_k = torch.randn(1, 1, u, u, dtype=torch.float64)

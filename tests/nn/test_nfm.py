@@ -24,7 +24,7 @@ CHANNELS = [3, 4, 6, 6, 5]
 
 def make_nfm(*, gamma: float | None = 0.6, seed: int = 0, **kw) -> NFM:
     torch.manual_seed(seed)
-    m = NFM(conv_blocks(), channels=CHANNELS, **{"k": 3, "passes": 2, "d_k": 4, "d_v": 3, "heads": 2, **kw}).double()
+    m = NFM(conv_blocks(), channels=CHANNELS, **{"k": 3, "passes": 2, "d_k": 4, "d_v": 3, "num_heads": 2, **kw}).double()
     if gamma is not None:
         with torch.no_grad():
             for j, r in enumerate(m.readers):
@@ -64,14 +64,14 @@ def assert_matches_literal(m: NFM) -> None:
 def test_one_dimensional_states_and_tokens_layout_match_literal():
     torch.manual_seed(1)
     blocks = [nn.Conv1d(2, 4, 3, 2, 1), nn.Conv1d(4, 4, 3, 1, 1), nn.Upsample(scale_factor=3)]
-    m = NFM(blocks, channels=[2, 4, 4, 4], k=2, d_k=4, d_v=2, heads=2).double()
+    m = NFM(blocks, channels=[2, 4, 4, 4], k=2, d_k=4, d_v=2, num_heads=2).double()
     for g in m.gammas:
         g.data.fill_(0.8)
     x = torch.randn(2, 2, 8, dtype=torch.float64)
     torch.testing.assert_close(m(x), nfm_literal(m, x))
     # tokens [B, N, C]: the same network on transposed states
     lin = [nn.Linear(3, 5), nn.Linear(5, 3)]
-    t = NFM(lin, channels=[3, 5, 3], layout="tokens", k=2, d_k=4, d_v=2, heads=2, norm="none").double()
+    t = NFM(lin, channels=[3, 5, 3], layout="tokens", k=2, d_k=4, d_v=2, num_heads=2, norm="none").double()
     for g in t.gammas:
         g.data.fill_(0.5)
     tok = torch.randn(2, 6, 3, dtype=torch.float64)
@@ -312,7 +312,7 @@ AUTHORS = dict(read_at="after_last_pass", reader_output="conv3x3", topk_softmax=
 def test_the_authors_form_matches_literal_forward_and_gradients(kw):
     """The authors' Sort-of-CLEVR form (every option at once) against tests/reference/nfm.py."""
     torch.manual_seed(11)
-    assert_matches_literal(_with_gammas(NFM(conv_only_blocks(), channels=[3, 4, 6, 6], d_k=4, d_v=3, heads=2,
+    assert_matches_literal(_with_gammas(NFM(conv_only_blocks(), channels=[3, 4, 6, 6], d_k=4, d_v=3, num_heads=2,
                                             **{"k": 3, **kw}).double()))
 
 
@@ -355,7 +355,7 @@ def test_topk_softmax_subtract_is_the_authors_rule_and_changes_the_weights(monke
 
 def test_read_after_last_pass_reads_and_writes_as_the_authors_code():
     torch.manual_seed(13)
-    m = NFM(conv_only_blocks(), channels=[3, 4, 6, 6], k=3, d_k=4, d_v=3, heads=2, read_at="after_last_pass")
+    m = NFM(conv_only_blocks(), channels=[3, 4, 6, 6], k=3, d_k=4, d_v=3, num_heads=2, read_at="after_last_pass")
     n = 3
     for p in range(2):
         for i in range(n):

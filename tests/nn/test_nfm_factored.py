@@ -16,7 +16,7 @@ DEFAULT = NFMLayer._factored
 
 def _reader(c_q: int, **kw) -> NFMLayer:
     torch.manual_seed(2)
-    reader = NFMLayer(c_q, 5, **{"k": 4, "d_k": 8, "d_v": 6, "heads": 2, **kw}).double()
+    reader = NFMLayer(c_q, 5, **{"k": 4, "d_k": 8, "d_v": 6, "num_heads": 2, **kw}).double()
     with torch.no_grad():
         reader.gamma.fill_(0.7)
         reader.query.bias.uniform_(-1, 1)            # b_q·k̂ matters
@@ -114,8 +114,8 @@ def test_the_form_is_chosen_by_the_shapes():
     assert forms(NFMLayer(3, 24), 3, (75, 75), soc) == (True, True)
     assert forms(NFMLayer(24, 24), 24, (38, 38), soc) == (False, False)
     assert forms(NFMLayer(16, 16), 16, (32, 32), [(32, 32), (16, 16), (8, 8), (4, 4)]) == (False, False)
-    assert forms(NFMLayer(3, 24, hidden=64), 3, (75, 75), soc) == (True, False)     # hidden ≥ d_v
-    assert forms(NFMLayer(24, 24, hidden=2), 24, (38, 38), soc) == (False, True)
+    assert forms(NFMLayer(3, 24, ffn_hidden=64), 3, (75, 75), soc) == (True, False)     # hidden ≥ d_v
+    assert forms(NFMLayer(24, 24, ffn_hidden=2), 24, (38, 38), soc) == (False, True)
     assert forms(NFMLayer(3, 24, reader_output="conv3x3"), 3, (75, 75), soc) == (True, False)
 
     class Hooked(NFMLayer):
@@ -138,7 +138,7 @@ def small_query_blocks():
                                 {"topk_softmax": "subtract", "k": 2}])
 def test_a_network_with_a_few_channel_input_equals_the_literal_algorithm(kw):
     torch.manual_seed(0)
-    m = NFM(small_query_blocks(), channels=[3, 8, 8, 8], k=kw.pop("k", 3), d_k=8, d_v=8, heads=2, **kw).double()
+    m = NFM(small_query_blocks(), channels=[3, 8, 8, 8], k=kw.pop("k", 3), d_k=8, d_v=8, num_heads=2, **kw).double()
     for r in m.readers:
         if r.gamma is not None:
             r.gamma.data.fill_(0.5)

@@ -22,7 +22,7 @@ def mixed_sources(b: int = 2) -> list[torch.Tensor]:
 
 def writers(sources: list[torch.Tensor], heads: int, d_k: int, d_v: int) -> list[NFMLayer]:
     torch.manual_seed(1)
-    return [NFMLayer(1, s.shape[1], reads=False, k=3, d_k=d_k, d_v=d_v, heads=heads).double() for s in sources]
+    return [NFMLayer(1, s.shape[1], reads=False, k=3, d_k=d_k, d_v=d_v, num_heads=heads).double() for s in sources]
 
 
 @pytest.mark.parametrize("kw", [{}, {"topk_softmax": "subtract"}, {"rescale": "nearest"}, {"k": 20},
@@ -33,7 +33,7 @@ def test_reader_on_mixed_plans_equals_the_literal_reader_with_gradients(kw, trai
     heads, d_k, d_v = 2, 4, 3
     ws = writers(sources, heads, d_k, d_v)
     torch.manual_seed(2)
-    reader = NFMLayer(5, 5, k=kw.get("k", 4), d_k=d_k, d_v=d_v, heads=heads,
+    reader = NFMLayer(5, 5, k=kw.get("k", 4), d_k=d_k, d_v=d_v, num_heads=heads,
                       **{n: v for n, v in kw.items() if n != "k"}).double()
     with torch.no_grad():
         reader.gamma.fill_(0.7)
@@ -93,7 +93,7 @@ def test_the_cache_is_what_the_reader_uses_and_only_for_resized_sources():
     read at its own grid, or broadcast / windowed with an integer ratio, is never resized."""
     sources = mixed_sources()
     ws = writers(sources, 2, 4, 3)
-    reader = NFMLayer(5, 5, k=4, d_k=4, d_v=3, heads=2).double().eval()
+    reader = NFMLayer(5, 5, k=4, d_k=4, d_v=3, num_heads=2).double().eval()
     reader.gamma.data.fill_(1.0)
     memory = [w.write(s) for w, s in zip(ws, sources)]
     h = torch.randn(2, 5, 6, 6, dtype=torch.float64)
@@ -123,7 +123,7 @@ def test_each_source_is_resampled_at_most_once_per_forward_and_target_grid(kw, m
     and values: tests/nn/test_nfm_factored.py)."""
     monkeypatch.setattr(NFMLayer, "_factored", lambda self, *a: (False, False))
     torch.manual_seed(0)
-    m = NFM(conv_blocks(), channels=[3, 4, 6, 6, 5], k=3, d_k=4, d_v=3, heads=2, **kw).double()
+    m = NFM(conv_blocks(), channels=[3, 4, 6, 6, 5], k=3, d_k=4, d_v=3, num_heads=2, **kw).double()
     for r in m.readers:
         if r.gamma is not None:
             r.gamma.data.fill_(0.5)

@@ -54,7 +54,7 @@ def test_relational_subsets_read_the_batched_question():
 
 
 def test_a_vit_with_a_question_token_trains_and_reports_each_kind(tmp_path, capsys):
-    overrides = ["model.name=vit_micro", "model.overrides.embed.patch_size=15", "model.overrides.embed.positions=absolute",
+    overrides = ["model.name=vit_micro", "model.overrides.tokenizer.patch_size=15", "model.overrides.tokenizer.positions=absolute",
                  "data.task=sort_of_clevr_image", "data.params.size={train: 4, val: 2, test: 2}",
                  "data.batch_size=16", "max_steps=2", "progress=false", f"out_dir={tmp_path}"]
     cfg = load_config(None, overrides)

@@ -59,8 +59,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from ..nn.blocks import SelfAttention
-from ..nn.modulated import ModulatedFFN, PreNorm
+from ..nn.blocks import TransformerBlock
 from ..nn.workspace import BOTTLENECK_SOFTMAX, MEMORY_INITS, POOLS, RETRIEVALS, GlobalWorkspace
 from .config import COUNT, POSITIVE, Bounds
 from .registry import register_model_type, register_preset
@@ -127,7 +126,7 @@ class AiTConfig(ViTConfig):
     bottleneck_bias: bool = False
     bottleneck_head_split: bool = False
     write_residual: bool = False
-    embed: TokenizerConfig = field(default_factory=lambda: ait_patches(32, 3, 4))
+    tokenizer: TokenizerConfig = field(default_factory=lambda: ait_patches(32, 3, 4))
 
     bounds = {**ViTConfig.bounds, "num_slots": COUNT, "slot_dim": COUNT, "workspace_heads": COUNT,
               "bottleneck_size": Bounds(lo=0, note="0: dense attention"),
@@ -154,22 +153,21 @@ class AiTConfig(ViTConfig):
         return unused
 
 
-class AiTBlock(nn.Module):
-    """AiT Figure 1b, wired as the authors' code (module docstring): ``x + Attn(LN x)``, then
-    ``x + Ξ + Ξ̂`` with ``Ξ = LN(FFN(LN x))`` the workspace's input and ``Ξ̂`` its retrieval; each
-    part optional (Table 2). Without the workspace the block is the ViT's (``x + FFN(LN x)``).
-    The attention and FFN are the ViT's (same parameter names as
-    :class:`~modwire.nn.blocks.ProcessorLayer`, so a "W/O memory" AiT loads ViT weights)."""
+class AiTBlock(TransformerBlock):
+    """AiT Figure 1b, wired as the authors' code (module docstring): the ViT's block
+    (:class:`~modwire.nn.blocks.TransformerBlock`, GELU, plain linears; its state-dict names, so a
+    "W/O memory" AiT loads ViT weights) with the global workspace as its extra sub-layer:
+
+        x ← x + Attn(LN x)                    (:meth:`~modwire.nn.blocks.TransformerBlock.self_attend`)
+        Ξ = LN(FFN(LN x)),  x ← x + Ξ + Ξ̂     (the FFN's output is Ξ's input, not added to x)
+
+    each part optional (Table 2). Without the workspace the block is the ViT's (``x + FFN(LN x)``)."""
 
     def __init__(self, c: AiTConfig) -> None:
-        super().__init__()
-        d = c.d_model
-        self.attn = PreNorm(d, SelfAttention(d, c.num_heads, qv_bias=c.qv_bias)) if c.self_attention else None
-        # With the workspace the FFN's output is not added to x: it is Ξ's input (FFN(LN x)).
-        self.ffn = PreNorm(d, ModulatedFFN(d, c.ffn_hidden, activation="gelu"), residual=not c.workspace) \
-            if c.ffn else None
+        super().__init__(c.d_model, c.num_heads, c.ffn_hidden, activation="gelu", qv_bias=c.qv_bias,
+                         attention=c.self_attention, ffn=c.ffn)
         self.workspace = GlobalWorkspace(
-            d, num_slots=c.num_slots, slot_dim=c.slot_dim, num_heads=c.workspace_heads,
+            c.d_model, num_slots=c.num_slots, slot_dim=c.slot_dim, num_heads=c.workspace_heads,
             bottleneck_size=c.bottleneck_size, alpha=c.memory_alpha, beta=c.hopfield_beta, steps=c.hopfield_steps,
             pool=c.pool, memory_init=c.memory_init, retrieval=c.retrieval, retrieval_heads=c.num_heads,
             qv_bias=c.qv_bias, write_grad=c.write_grad, eps=c.balance_eps, bottleneck_softmax=c.bottleneck_softmax,
@@ -177,15 +175,16 @@ class AiTBlock(nn.Module):
             write_residual=c.write_residual, write_dropout=c.write_dropout) if c.workspace else None
         if self.workspace is not None:
             self.workspace.memory_forward = c.eval_memory_forward
+            if self.ffn is not None:
+                self.ffn.residual = False                                   # FFN(LN x) is Ξ's input
 
     def forward(self, x: Tensor, *, bias: Tensor | None = None, record: bool = False):
         """``x [B, N, d]`` → ``(x, self-attention weights or None, WorkspaceRecord or None)``."""
-        w = rec = None
-        if self.attn is not None:
-            x, w = self.attn(x, None, bias=bias, return_weights=record)
         if self.workspace is None:                                          # the ViT's block
-            return (x if self.ffn is None else self.ffn(x, None)), w, None
-        h = x if self.ffn is None else self.ffn(x, None)                    # FFN(LN x) (W/O FF: x)
+            x, w = super().forward(x, bias=bias, return_weights=record)
+            return x, w, None
+        x, w = self.self_attend(x, bias=bias, return_weights=record)       # x + Attn(LN x)
+        h = x if self.ffn is None else self.ffn(x)                          # FFN(LN x) (W/O FF: x)
         out, rec = self.workspace(h, record=record)                         # Ξ + Ξ̂, Ξ = LN(h)
         return x + out, w, rec
 
@@ -283,7 +282,7 @@ _TASKS = {"cifar10": (10, 32, 3, 4, 32, 512), "cifar100": (100, 32, 3, 4, 32, 51
 
 def _ait(layers: int, classes: int, size: int, channels: int, patch: int, slots: int, k: int) -> AiTConfig:
     return AiTConfig(num_classes=classes, num_layers=layers, num_slots=slots, bottleneck_size=k, classifier="flatten",
-                     embed=ait_patches(size, channels, patch))
+                     tokenizer=ait_patches(size, channels, patch))
 
 
 for _size, _layers in _SIZES.items():
@@ -295,7 +294,7 @@ for _size, _layers in _SIZES.items():
 
 register_preset("ait_micro", AiT, lambda: AiTConfig(
     num_classes=5, d_model=32, num_layers=2, num_heads=2, ffn_hidden=48, num_slots=8, slot_dim=8,
-    workspace_heads=2, bottleneck_size=6, embed=ait_patches(8, 1, 2)),
+    workspace_heads=2, bottleneck_size=6, tokenizer=ait_patches(8, 1, 2)),
     "test-sized AiT (8×8 images)")
 
 # AiT §5.8 / Table 6 "Relational reasoning": Sort-of-CLEVR's 75×75×3 images in 5×5 patches, 32 slots, bottleneck

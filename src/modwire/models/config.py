@@ -16,6 +16,7 @@ import dataclasses
 import json
 import types
 import typing
+import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -24,7 +25,7 @@ from ..errors import UnknownNameError, UserError, UserTypeError
 from ..fields import COUNT, POSITIVE, Bounds, check_fields, did_you_mean
 
 __all__ = ["COUNT", "POSITIVE", "Bounds", "ConfigBase", "ModelConfig", "check_choice", "check_head_split",
-           "check_single_head", "deep_merge", "heads_of"]
+           "check_single_head", "deep_merge", "heads_of", "renamed_keys"]
 
 FIELD = "config field"   # how a model config's errors name a key: "config field 'kernel.tau': ..."
 
@@ -118,6 +119,11 @@ class ConfigBase:
     _prefix: ClassVar[str] = ""   # the field path of a sub-config, set while it is checked
     bounds: ClassVar[dict[str, Bounds]] = {}
     choices: ClassVar[dict[str, tuple]] = {}
+    # Former field names that still load (issue 37: one name per idea), former → current: a dict
+    # with a former key (a committed YAML, a checkpoint's config.json, ``model.overrides``) loads as
+    # the current one with a FutureWarning; both at once is a UserError (:func:`renamed_keys`).
+    # docs/layout.md, "Renamed config fields", lists every entry.
+    renamed: ClassVar[dict[str, str]] = {}
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -163,6 +169,7 @@ class ConfigBase:
 
     def merged(self, overrides: dict[str, Any], path: str = "") -> "ConfigBase":
         """A copy with ``overrides`` applied; nested dicts merge into sub-configs."""
+        overrides = renamed_keys(type(self), overrides, path)
         _check_keys(type(self), overrides, path)
         changes = {}
         for key, value in overrides.items():
@@ -171,6 +178,27 @@ class ConfigBase:
                 value = current.merged(value, path=f"{path}.{key}" if path else key)
             changes[key] = value
         return dataclasses.replace(self, **changes)
+
+
+def renamed_keys(cls: type[ConfigBase], keys: dict[str, Any], path: str = "") -> dict[str, Any]:
+    """``keys`` with each former field name of ``cls`` (``cls.renamed``) replaced by the current one, with
+    a FutureWarning naming both; a former and a current name of one field together is a UserError."""
+    if not any(k in cls.renamed for k in keys):
+        return keys
+    where = f"{path}." if path else ""
+    out = {}
+    for key, value in keys.items():
+        new = cls.renamed.get(key)
+        if new is None:
+            out[key] = value
+            continue
+        if new in keys:
+            raise UserError(f"{FIELD} {where + key!r} is the former name of {where + new!r}: give one of them, "
+                            f"not both (got {where + key}={value!r} and {where + new}={keys[new]!r})")
+        warnings.warn(f"{FIELD} {where + key!r} is now called {where + new!r}; the former name still loads "
+                      f"(docs/layout.md, 'Renamed config fields')", FutureWarning, stacklevel=4)
+        out[new] = value
+    return out
 
 
 def deep_merge(base: dict, extra: dict) -> dict:
@@ -195,7 +223,7 @@ class ModelConfig(ConfigBase):
         object becomes its dict; the caller's dicts are never modified."""
         out: dict[str, Any] = {}
         hints = typing.get_type_hints(cls)
-        for key, value in data.items():
+        for key, value in renamed_keys(cls, data).items():
             hint = hints.get(key)
             if isinstance(value, ConfigBase):
                 value = dataclasses.asdict(value)

@@ -307,14 +307,14 @@ register_model_type(GAN)
 # output_bias False: every path from a generator read starts with a BatchNorm (the up-blocks', the final
 # block's), which would cancel W_o2's bias in training (modwire.nn.nfm, module docstring).
 def _cifar10(nfm: bool) -> GANConfig:
-    return GANConfig(nfm={"enabled": True, "passes": 2, "d_k": 32, "d_v": 32, "heads": 4, "output_bias": False}
+    return GANConfig(nfm={"enabled": True, "passes": 2, "d_k": 32, "d_v": 32, "num_heads": 4, "output_bias": False}
                      if nfm else {})
 
 
 def _micro(nfm: bool) -> GANConfig:
     return GANConfig(image_size=16, image_channels=1, generator={"latent_dim": 16, "channels": 16, "num_blocks": 2},
                      discriminator={"channels": 16, "rkhs_dim": 32},
-                     nfm={"enabled": True, "passes": 2, "d_k": 8, "d_v": 8, "heads": 2, "output_bias": False}
+                     nfm={"enabled": True, "passes": 2, "d_k": 8, "d_v": 8, "num_heads": 2, "output_bias": False}
                      if nfm else {})
 
 

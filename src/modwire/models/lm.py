@@ -3,8 +3,8 @@ Table 8: WikiText-2 perplexity with and without NFM).
 
 ``model(ids [B, T]) → logits [B, T, V]``: token embedding plus learned absolute positions, dropout,
 ``num_layers`` pre-LN causal blocks (:class:`CausalBlock`: ``x + Drop(Attn(LN₁ x))``, then
-``x + Drop(FFN(LN₂ x))``; the attention is modwire's :class:`~modwire.nn.SelfAttention`, i.e. the
-one kernel :func:`~modwire.nn.attention.attend` with a causal key mask), a final LayerNorm and
+``x + Drop(FFN(LN₂ x))``; the one :class:`~modwire.nn.blocks.TransformerBlock` of modwire, whose
+attention is the one kernel :func:`~modwire.nn.attention.attend` with a causal key mask), a final LayerNorm and
 the output layer, by default tied to the token embedding (``tie_embeddings``; Press & Wolf 2017).
 
 **NFM** (``nfm.enabled``): the blocks run inside :class:`~modwire.nn.nfm.NFM` (Algorithm 1,
@@ -22,7 +22,7 @@ each module", §3.2.1, as the core does for every integration), and outputs ``h 
 the block's ``W_o`` (in place of the classifiers' ``σ(BN(A W_o1)) W_o2``): heads and head width are
 the block's, scores scaled as in the block (``nfm.score_scale="sqrt_d_k"`` in the presets), and one
 scalar ``γ`` (initialised to 0, §3.2.1) per module is the only new parameter. Hence ``nfm.d_k``,
-``d_v``, ``heads``, ``hidden``, ``norm`` and ``activation`` have no meaning here: values other than
+``d_v``, ``num_heads``, ``ffn_hidden``, ``norm`` and ``activation`` have no meaning here: values other than
 their defaults are refused.
 
 Cost per token and pass, ``L`` layers of width ``d`` (FFN ``4d``): a query ``W_q``, a key and a
@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..nn import ModulatedFFN, SelfAttention
+from ..nn import TransformerBlock
 from ..nn.init import trunc_normal_
 from ..nn.nfm import NFMLayer
 from ..nn.checks import min_max, values_checkable
@@ -127,28 +127,44 @@ class TransformerLMConfig(ModelConfig):
                             f"their defaults")
 
 
-_READER_OPTIONS = ("d_k", "d_v", "heads", "hidden", "norm", "activation")   # NFMLayer's own sizes: unused here
+_READER_OPTIONS = ("d_k", "d_v", "num_heads", "ffn_hidden", "norm", "activation")   # NFMLayer's own sizes: unused here
 
 
-class CausalBlock(nn.Module):
-    """Pre-LN causal transformer block: ``x + Drop(Attn(LN₁ x))``, ``x + Drop(FFN(LN₂ x))`` (GELU
-    FFN). ``x [B, T, d] → [B, T, d]``; position ``t`` attends to positions ``≤ t``. The causal mask
-    ``[max_len, max_len]`` is built once (a non-persistent buffer) and sliced per forward."""
+class CausalBlock(TransformerBlock):
+    """The LM's configuration of the one :class:`~modwire.nn.blocks.TransformerBlock`: pre-LN, causal,
+    plain linears, GELU FFN, dropout on each residual branch: ``x + Drop(Attn(LN₁ x))``,
+    ``x + Drop(FFN(LN₂ x))``; ``x [B, T, d] → [B, T, d]`` (a Tensor, as the NFM body expects). ``LN₁``
+    is ``attn.norm``, the projections ``attn.fn.{q,k,v,o}``, ``LN₂`` ``ffn.norm``. Checkpoints written
+    before these names (``norm1``, ``attn.q``, ``norm2``, ``ffn.fc1``, …) load: :func:`rename_old_keys`."""
 
-    def __init__(self, dim: int, num_heads: int, hidden: int, dropout: float, max_len: int = 0) -> None:
-        super().__init__()
-        self.norm1, self.attn = nn.LayerNorm(dim), SelfAttention(dim, num_heads)
-        self.norm2, self.ffn = nn.LayerNorm(dim), ModulatedFFN(dim, hidden, activation="gelu")
-        self.drop = nn.Dropout(dropout)
-        self.register_buffer("causal", torch.ones(max_len, max_len, dtype=torch.bool).tril(), persistent=False)
+    def __init__(self, dim: int, num_heads: int, ffn_hidden: int, dropout: float, max_len: int = 0) -> None:
+        super().__init__(dim, num_heads, ffn_hidden, activation="gelu", dropout=dropout, causal=True, max_len=max_len)
+        self.register_load_state_dict_pre_hook(_rename_old_keys_hook)
 
     def forward(self, x: Tensor) -> Tensor:
-        t = x.shape[1]                                                   # [T, T]: key ≤ query
-        causal = self.causal[:t, :t] if t <= self.causal.shape[0] else \
-            torch.ones(t, t, dtype=torch.bool, device=x.device).tril()   # a block built without max_len
-        a, _ = self.attn(self.norm1(x), key_mask=causal)
-        x = x + self.drop(a)
-        return x + self.drop(self.ffn(self.norm2(x)))
+        return super().forward(x)[0]
+
+
+# The LM's blocks before issue 37 held their sub-layers as norm1 / attn / norm2 / ffn; the one block
+# wraps each sub-layer in a PreNorm. Old key (under a block's prefix) → new key.
+_OLD_BLOCK_KEYS = {"norm1.": "attn.norm.", "norm2.": "ffn.norm.", **{f"attn.{p}.": f"attn.fn.{p}." for p in "qkvo"},
+                   "ffn.fc1.": "ffn.fn.fc1.", "ffn.fc2.": "ffn.fn.fc2."}
+
+
+def rename_old_keys(state: dict[str, Tensor], prefix: str = "") -> None:
+    """In place: the keys of a :class:`CausalBlock` saved before issue 37 under ``prefix`` (e.g.
+    ``body.blocks.0.``) get the block's current names; current keys are left alone."""
+    for key in [k for k in state if k.startswith(prefix)]:
+        rest = key[len(prefix):]
+        for old, new in _OLD_BLOCK_KEYS.items():
+            if rest.startswith(old):
+                state[prefix + new + rest[len(old):]] = state.pop(key)
+                break
+
+
+def _rename_old_keys_hook(module: CausalBlock, state: dict[str, Tensor], prefix: str, *args) -> None:
+    """A load-state-dict pre-hook: ``load_state_dict`` of an old checkpoint (:func:`rename_old_keys`)."""
+    rename_old_keys(state, prefix)
 
 
 class SharedProjectionLayer(NFMLayer):
@@ -180,7 +196,7 @@ class SharedProjectionLayer(NFMLayer):
         # rescale, γ and random_attention are NFMLayer's.
         super().__init__(dim, dim, reads=False, writes=False, residual=residual, k=k, d_k=dim // num_heads,
                          d_v=dim // num_heads,
-                         heads=num_heads, hidden=1, norm="none", rescale=rescale, score_scale=score_scale,
+                         num_heads=num_heads, ffn_hidden=1, norm="none", rescale=rescale, score_scale=score_scale,
                          topk_softmax=topk_softmax)
         self.w_o1 = self.w_o2 = None
         self.reads, self.writes = reads, writes
@@ -188,7 +204,7 @@ class SharedProjectionLayer(NFMLayer):
 
     def bind(self, block: CausalBlock) -> None:
         """Use ``block``'s ``LN₁``, ``W_q``, ``W_k``, ``W_v``, ``W_o`` (its heads must be this layer's)."""
-        attn = block.attn
+        attn = block.attn.fn
         if (attn.num_heads, attn.head_dim) != (self.heads, self.d_k):
             raise UserError(f"SharedProjectionLayer: expected a block with {self.heads} heads of width {self.d_k}, "
                             f"got {attn.num_heads} of width {attn.head_dim}")
@@ -203,14 +219,14 @@ class SharedProjectionLayer(NFMLayer):
 
     def project_query(self, h: Tensor) -> Tensor:
         """``h [B, d, T]`` → ``W_q LN₁(h)`` ``[B, T, H, d_k]``."""
-        block = self.block
-        return block.attn.q(block.norm1(h.transpose(1, 2))).unflatten(-1, (self.heads, self.d_k))
+        norm, attn = self.block.attn.norm, self.block.attn.fn                     # LN₁, W_q
+        return attn.q(norm(h.transpose(1, 2))).unflatten(-1, (self.heads, self.d_k))
 
     def project_memory(self, h: Tensor) -> tuple[Tensor, Tensor]:
         """This block's output ``h [B, d, T]`` → ``(W_k LN₁(h), W_v LN₁(h))``, each ``[B, T, H, d_k]``."""
-        block = self.block
-        z = block.norm1(h.transpose(1, 2))
-        k, v = block.attn.k(z), block.attn.v(z)                                          # [B, T, d]
+        norm, attn = self.block.attn.norm, self.block.attn.fn                     # LN₁, W_k, W_v
+        z = norm(h.transpose(1, 2))
+        k, v = attn.k(z), attn.v(z)                                                      # [B, T, d]
         return k.unflatten(-1, (self.heads, self.d_k)), v.unflatten(-1, (self.heads, self.d_v))
 
     def write(self, h: Tensor) -> tuple[Tensor, Tensor]:
@@ -220,7 +236,7 @@ class SharedProjectionLayer(NFMLayer):
 
     def output(self, a: Tensor, h: Tensor) -> Tensor:
         """``A [B, T, H·d_v]`` → ``h + γ·W_o A``, shaped like ``h [B, d, T]``."""
-        return h + self.gamma * self.block.attn.o(a).transpose(1, 2)
+        return h + self.gamma * self.block.attn.fn.o(a).transpose(1, 2)
 
 
 class TransformerLM(PretrainedModel):
@@ -259,6 +275,12 @@ class TransformerLM(PretrainedModel):
         c = self.config
         self.head = None if c.tie_embeddings else nn.Linear(c.d_model, c.vocab_size)
         self.head_bias = nn.Parameter(torch.zeros(c.vocab_size)) if c.tie_embeddings else None
+
+    def prepare_state_dict(self, state: dict[str, Tensor]) -> None:
+        """Weights saved before the blocks' current names load (:func:`rename_old_keys`)."""
+        for name, module in self.named_modules():
+            if isinstance(module, CausalBlock):
+                rename_old_keys(state, f"{name}.")
 
     def parameter_sets(self) -> dict[str, tuple[str, ...]]:
         """Named parameter subsets for ``modwire finetune``: ``vocabulary`` (embedding, positions,

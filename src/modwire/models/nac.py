@@ -42,8 +42,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..nn import (EdgeMaskedKernel, ModulationSpec, PreNorm, ProcessorLayer, ReadIn, ReadOut,
-                  SelfAttention, SignatureKernel, mlp)
+from ..nn import (EdgeMaskedKernel, ModulationSpec, PreNorm, ReadIn, ReadOut, SelfAttention, SignatureKernel,
+                  TransformerBlock, mlp)
 from ..nn.attention import ReadInMethod
 from ..nn.kernel import KERNEL_MODES
 from ..nn.modulated import FFN_ACTIVATIONS, MODULATIONS
@@ -322,12 +322,12 @@ class ConditionalGenerator(nn.Module):
                             f"for {batch_size} inputs")
         h, _ = self.cross(self.queries, tokens, key_mask=padding_mask(self.tokenizer, condition))
         h, _ = self.mix(h)                                                  # [B, U_p + U_o, d]
-        s, c = self.to_signature(h), self.to_code(h)
+        signatures, codes = self.to_signature(h), self.to_code(h)         # [B, U_p + U_o, d_sig / d_code]
         groups = []
         for sl, state in ((slice(None, self.num_processors), self.processor_state),
                           (slice(self.num_processors, None), self.output_state)):
-            codes = c[:, sl]
-            groups.append(ModuleDesign(s[:, sl], codes, codes if state is None else state(codes)))
+            c_sl = codes[:, sl]
+            groups.append(ModuleDesign(signatures[:, sl], c_sl, c_sl if state is None else state(c_sl)))
         return Circuit(*groups)
 
 
@@ -355,7 +355,7 @@ class NAC(ReadOutHeadFineTuning, PretrainedModel):
         spec.update(head_dim=c.head_dim, qv_bias=c.qv_bias)
         self.read_in = ReadIn(c.d_model, self.tokenizer.out_dim, c.read_in_heads, c.ffn_hidden, **spec)
         self.propagators = nn.ModuleList(
-            ProcessorLayer(c.d_model, c.num_heads, c.ffn_hidden, **spec) for _ in range(c.num_layers))
+            TransformerBlock(c.d_model, c.num_heads, c.ffn_hidden, **spec) for _ in range(c.num_layers))
         self.read_out = ReadOut(c.d_model, c.num_output_modules, c.read_out_heads, c.ffn_hidden,
                                 c.num_classes, norm=c.read_out_norm, **spec)
         if c.frozen_graph.name is not None:

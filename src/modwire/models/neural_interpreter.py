@@ -137,7 +137,7 @@ class NeuralInterpreterConfig(SetModelConfig):
     choices = {**SetModelConfig.choices, "interpreter_residual": RESIDUALS}
 
     def unused_fields(self) -> tuple[str, ...]:
-        relative = self.embed.kind == "patches" and self.embed.positions == "relative"
+        relative = self.tokenizer.kind == "patches" and self.tokenizer.positions == "relative"
         return () if relative else ("pos_dim", "function_positions")
 
     def validate(self) -> None:
@@ -245,12 +245,12 @@ class ModAttn(nn.Module):
         self.v, self.o = mod.linear(dim, dim), mod.linear(dim, dim)
 
     def forward(self, x: Tensor, folds: dict[str, Tensor], C: Tensor, *, eps: float, bias: Tensor | None = None,
-                record: bool = False) -> tuple[Tensor, Tensor | None]:
+                return_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         h = self.num_heads
         q, k, v = (split_heads(getattr(self, n)(x, folded=folds[n]), h) for n in "qkv")  # [B, U, H, N, ·]
         c = C.unsqueeze(-2)                                                       # [B, U, 1, N]
         y, w = attend(q, k, v, bias=bias, scale=self.scale, key_scale=c, row_scale=c, renorm_eps=eps,
-                      return_weights=record)                                      # Eq. 7-8
+                      return_weights=return_weights)                              # Eq. 7-8
         return self.o(merge_heads(y), folded=folds["o"]), w                       # [B, U, N, d]
 
 
@@ -284,9 +284,9 @@ class LOC(nn.Module):
         return {name: layer.folded_weight(codes) for name, layer in layers.items()}
 
     def forward(self, x: Tensor, folds: dict[str, Tensor], C: Tensor, *, eps: float, bias: Tensor | None,
-                record: bool = False) -> tuple[Tensor, Tensor | None]:
+                return_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         g = C.unsqueeze(-1)                                                       # C_ui  [B, U, N, 1]
-        y, w = self.attn(x, folds, C, eps=eps, bias=bias, record=record)
+        y, w = self.attn(x, folds, C, eps=eps, bias=bias, return_weights=return_weights)
         a = x + g * y                                                             # Eq. 9
         return a + g * self.ffn(a, None, (folds["fc1"], folds["fc2"])), w         # Eq. 10
 
@@ -318,7 +318,7 @@ class Script(nn.Module):
         folds = [loc.folds(codes) for loc in self.locs] if folds is None else folds
         xs, weights = x.unsqueeze(1), []                                          # x_ui = x_i  [B, 1, N, d]
         for loc, bias, fold in zip(self.locs, biases, folds):
-            xs, w = loc(xs, fold, C, eps=self.eps, bias=bias, record=record)      # [B, U, N, d]
+            xs, w = loc(xs, fold, C, eps=self.eps, bias=bias, return_weights=record)  # [B, U, N, d]
             weights.append(w)
         y = torch.einsum("bun,bund->bnd", C, xs)                                  # Σ_u C_ui LOCs(x)_ui
         mode = self.residual
@@ -364,7 +364,7 @@ class NeuralInterpreter(SetModel):
     def __init__(self, config: NeuralInterpreterConfig) -> None:
         super().__init__(config)
         c = config
-        grid = self.embed.grid if c.embed.positions == "relative" else None
+        grid = self.embed.grid if c.tokenizer.positions == "relative" else None
         self.scripts = nn.ModuleList(Script(c, grid) for _ in range(c.num_scripts))   # Eq. 1
 
     def encode(self, x: Tensor, *, record: bool, iterations: int | None = None) -> tuple[Tensor, dict[str, Any]]:
@@ -505,7 +505,7 @@ def _digits() -> NeuralInterpreterConfig:
     120) and uses one shared CLS token and head (``use_shared_cls_tokens``) where the text has three."""
     return NeuralInterpreterConfig(
         num_classes=10, num_cls_tokens=3, task_input=True,
-        embed=TokenizerConfig(kind="patches", image_size=32, in_channels=3, patch_size=4, positions="relative"))
+        tokenizer=TokenizerConfig(kind="patches", image_size=32, in_channels=3, patch_size=4, positions="relative"))
 
 
 def _fuzzy_boolean() -> NeuralInterpreterConfig:
@@ -517,7 +517,7 @@ def _fuzzy_boolean() -> NeuralInterpreterConfig:
         num_classes=1, num_cls_tokens=20, shared_head=True, d_model=128, d_code=128, num_scripts=2,
         num_iterations=2, num_locs=1, num_functions=4, num_heads=1, qk_head_dim=32, ffn_hidden=128,
         type_hidden=128, freeze_signatures=False, tau=1.6, d_type=24,
-        embed=TokenizerConfig(kind="linear", input_dim=1, max_len=5))
+        tokenizer=TokenizerConfig(kind="linear", input_dim=1, max_len=5))
 
 
 # NI Table 9 on top of Table 7: (τ, d_type, frozen signatures) per PGM regime.
@@ -535,19 +535,19 @@ def _pgm(tau: float, d_type: int, frozen: bool) -> NeuralInterpreterConfig:
     Parameters: 1 403 795 (neutral; 1.40-1.41 M over the regimes) against Table 7's 1.6 M, 12.3 %
     under. The difference is the panel CNN, which App. D calls "shallow" without describing it:
     modwire uses WReN's (four 3×3 stride-2 convolutions of 32 filters with BatchNorm and no bias,
-    then a linear map to 192; 183 712 parameters with the slot embeddings). ``embed.panel_channels`` widens it
-    (``create_model(..., embed={"panel_channels": c}).num_parameters()`` gives the count at ``c``)."""
+    then a linear map to 192; 183 712 parameters with the slot embeddings). ``tokenizer.panel_channels`` widens it
+    (``create_model(..., tokenizer={"panel_channels": c}).num_parameters()`` gives the count at ``c``)."""
     return NeuralInterpreterConfig(
         num_classes=1, num_cls_tokens=1, num_scripts=2, num_iterations=8, num_locs=1, num_functions=5,
         tau=tau, d_type=d_type, freeze_signatures=frozen,
-        embed=TokenizerConfig(kind="panels", image_size=80, in_channels=16, num_context=8))
+        tokenizer=TokenizerConfig(kind="panels", image_size=80, in_channels=16, num_context=8))
 
 
 def _micro() -> NeuralInterpreterConfig:
     return NeuralInterpreterConfig(
         num_classes=5, d_model=32, d_code=16, num_scripts=2, num_iterations=2, num_functions=3, num_heads=2,
         qk_head_dim=8, ffn_hidden=48, d_type=8, tau=1.6, type_hidden=32, pos_dim=8, freeze_signatures=True,
-        embed=TokenizerConfig(kind="patches", image_size=8, in_channels=1, patch_size=2, positions="relative"))
+        tokenizer=TokenizerConfig(kind="patches", image_size=8, in_channels=1, patch_size=2, positions="relative"))
 
 
 register_preset("ni_digits", NeuralInterpreter, _digits, "NI Table 4 (digits, 6.43e5 parameters)")

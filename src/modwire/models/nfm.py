@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from ..nn.nfm import (READER_ACTIVATIONS, LAYOUTS, NFM, NORMS, READ_AT, READER_OUTPUTS, RESCALES, SCORE_SCALES, TOPK_SOFTMAX,
                       LayerFactory)
+from .base import PretrainedModel
 from .config import COUNT, Bounds, ConfigBase, check_choice
 from ..errors import UserError
 
@@ -33,8 +34,8 @@ class NFMConfig(ConfigBase):
     """The NFM hyperparameters (NFM §3.2, §4; defaults: the classifiers' and relational CNN's
     two passes, ``k = 5``, ``d_k = d_v = 16``, 4 heads, ReLU with BatchNorm before it).
 
-    ``enabled``: False gives the base network (no reader, no extra parameter). ``hidden``: width
-    of ``W_o1`` (0: the query state's channels). ``rescale``: ``space_to_depth`` (§3.2.2) or
+    ``enabled``: False gives the base network (no reader, no extra parameter). ``ffn_hidden``:
+    width of ``W_o1`` (0: the query state's channels). ``rescale``: ``space_to_depth`` (§3.2.2) or
     ``nearest`` (§4.7 ablation). ``score_scale``: ``d_k`` (the printed ``QKᵀ/d_k``) or
     ``sqrt_d_k`` (the authors' code). ``topk_softmax``: ``kept`` (§3.2.1's text: a softmax over the
     top-k scores) or ``subtract`` (the authors' code, Ke et al. 2018: the softmax minus its (k+1)-th
@@ -53,8 +54,8 @@ class NFMConfig(ConfigBase):
     passes: int = 2
     d_k: int = 16
     d_v: int = 16
-    heads: int = 4
-    hidden: int = 0
+    num_heads: int = 4
+    ffn_hidden: int = 0
     norm: str = "batch"
     activation: str = "relu"
     rescale: str = "space_to_depth"
@@ -66,11 +67,13 @@ class NFMConfig(ConfigBase):
     share_blocks: bool = False
     random_attention: bool = False
 
-    bounds = {"k": COUNT, "passes": COUNT, "d_k": COUNT, "d_v": COUNT, "heads": COUNT,
-              "hidden": Bounds(lo=0, note="0: the query state's channels")}
+    bounds = {"k": COUNT, "passes": COUNT, "d_k": COUNT, "d_v": COUNT, "num_heads": COUNT,
+              "ffn_hidden": Bounds(lo=0, note="0: the query state's channels")}
     choices = {"norm": NORMS, "activation": tuple(READER_ACTIVATIONS), "rescale": RESCALES,
                "score_scale": SCORE_SCALES, "topk_softmax": TOPK_SOFTMAX, "reader_output": READER_OUTPUTS,
                "read_at": READ_AT}
+    # The names of every other model config's head count and FFN width (issue 37): config.ConfigBase.renamed.
+    renamed = {"heads": "num_heads", "hidden": "ffn_hidden"}
 
     def unused_fields(self) -> tuple[str, ...]:
         return () if self.enabled else tuple(n for n in self.bounds)
@@ -82,7 +85,8 @@ class NFMConfig(ConfigBase):
 
     def options(self) -> dict[str, Any]:
         """The keyword arguments of :class:`~modwire.nn.nfm.NFM`."""
-        return dict(k=self.k, passes=self.passes, d_k=self.d_k, d_v=self.d_v, heads=self.heads, hidden=self.hidden,
+        return dict(k=self.k, passes=self.passes, d_k=self.d_k, d_v=self.d_v, num_heads=self.num_heads,
+                    ffn_hidden=self.ffn_hidden,
                     norm=self.norm, activation=self.activation, rescale=self.rescale,
                     score_scale=self.score_scale, topk_softmax=self.topk_softmax, reader_output=self.reader_output,
                     output_bias=self.output_bias, read_at=self.read_at, share_blocks=self.share_blocks)
@@ -134,6 +138,9 @@ def load_base_weights(model: nn.Module, state: Mapping[str, Tensor]) -> list[str
     at their initialisation (the readers'); a base entry the model lacks or holds with another
     shape, or a missing entry that is not a reader's (e.g. another ``stem_layers`` split), is a
     ValueError (checked before anything is loaded)."""
+    state = dict(state)
+    if isinstance(model, PretrainedModel):
+        model.prepare_state_dict(state)       # e.g. an LM saved under its blocks' former names
     own = model.state_dict()
     unexpected = sorted(k for k in state if k not in own or own[k].shape != state[k].shape)
     loaded = {k for k in state} | {k for k in own if _pass_copy_of(k) in state}
@@ -141,7 +148,7 @@ def load_base_weights(model: nn.Module, state: Mapping[str, Tensor]) -> list[str
     if unexpected or foreign:
         raise UserError(f"load_base_weights: the base weights do not fit this NFM model: unexpected or of another "
                         f"shape {unexpected[:5]}, missing (not NFM readers) {foreign[:5]}")
-    return list(model.load_state_dict(dict(state), strict=False).missing_keys)
+    return list(model.load_state_dict(state, strict=False).missing_keys)
 
 
 def _pass_copy_of(key: str) -> str:

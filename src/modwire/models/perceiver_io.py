@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..nn import ProcessorLayer, ReadIn, ReadOut
+from ..nn import ReadIn, ReadOut, TransformerBlock
 from ..nn.modulated import FFN_ACTIVATIONS
 from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
@@ -89,7 +89,7 @@ class PerceiverIO(ReadOutHeadFineTuning, PretrainedModel):
         self.tokenizer = build_tokenizer(c.tokenizer)
         spec = dict(activation=c.activation, head_dim=c.head_dim, qv_bias=c.qv_bias)
         self.read_in = ReadIn(c.d_model, self.tokenizer.out_dim, c.read_in_heads, c.ffn_hidden, **spec)
-        self.propagators = nn.ModuleList(ProcessorLayer(c.d_model, c.num_heads, c.ffn_hidden, **spec)
+        self.propagators = nn.ModuleList(TransformerBlock(c.d_model, c.num_heads, c.ffn_hidden, **spec)
                                          for _ in range(c.num_layers))
         self.read_out = ReadOut(c.d_model, c.num_output_modules, c.read_out_heads, c.ffn_hidden, c.num_classes,
                                 norm=c.read_out_norm, **spec)

@@ -288,7 +288,7 @@ register_preset("nfm_cnn_mlp_sort_of_clevr", CNNMLP, lambda: CNNMLPConfig(nfm=NF
 def _micro(**nfm: Any) -> CNNMLPConfig:
     """Test-sized: 16×16 images, 8 channels, 3 layers, question width 11, MLP 32."""
     return CNNMLPConfig(image_size=16, channels=8, num_layers=3, hidden=32,
-                        nfm={"enabled": bool(nfm), "d_k": 8, "d_v": 8, "heads": 2, **nfm})
+                        nfm={"enabled": bool(nfm), "d_k": 8, "d_v": 8, "num_heads": 2, **nfm})
 
 
 register_preset("cnn_mlp_micro", CNNMLP, _micro, "test-sized CNN_MLP (16×16 images)")

@@ -244,12 +244,12 @@ _TABLE2 = {(18, "cifar10"): "96.27 vs 96.56", (34, "cifar10"): "96.79 vs 97.05",
            (18, "tiny_imagenet"): "57.12 vs 58.32"}
 # output_bias False: every path from a read starts with a BatchNorm (pre-activation blocks), which would
 # cancel W_o2's bias in training (modwire.nn.nfm, module docstring).
-NFM_CLASSIFIER = {"enabled": True, "passes": 2, "k": 5, "d_k": 16, "d_v": 16, "heads": 4, "output_bias": False}
+NFM_CLASSIFIER = {"enabled": True, "passes": 2, "k": 5, "d_k": 16, "d_v": 16, "num_heads": 4, "output_bias": False}
 # NFM Table 9 conflicts with the nfm_preact_resnet34_cifar100 preset (the settings above): its twelve runs of
 # PreActResNet34 on CIFAR-100 use k = 3 or 4 (never 5) with 2 heads × d_k 8 or 4 heads × d_k 16 / 32, and Table 2's
 # NFM number for that row, 80.77 %, is Table 9's row "2 heads, top-k 4, d_k 8, d_v 32". The preset keeps §4.4's
 # k = 5 and the classifiers' d_k = d_v = 16, 4 heads; Table 9's best row is
-# `--set model.overrides.nfm.heads=2 model.overrides.nfm.k=4 model.overrides.nfm.d_k=8 model.overrides.nfm.d_v=32`.
+# `--set model.overrides.nfm.num_heads=2 model.overrides.nfm.k=4 model.overrides.nfm.d_k=8 model.overrides.nfm.d_v=32`.
 
 
 def preact_resnet(depth: int, classes: int, channels: int, size: int, stem_stride: int,
@@ -290,5 +290,5 @@ _MICRO = dict(num_classes=5, in_channels=1, image_size=8, num_blocks=[1, 1], ini
 register_preset("preact_resnet_micro", PreActResNet, lambda: PreActResNetConfig(**_MICRO),
                 "test-sized PreActResNet (8×8×1 images, 2 stages of 1 block, 8 / 16 channels)")
 register_preset("nfm_preact_resnet_micro", PreActResNet, lambda: PreActResNetConfig(
-    **_MICRO, nfm={"enabled": True, "passes": 2, "k": 2, "d_k": 4, "d_v": 4, "heads": 2, "output_bias": False}),
+    **_MICRO, nfm={"enabled": True, "passes": 2, "k": 2, "d_k": 4, "d_v": 4, "num_heads": 2, "output_bias": False}),
     "test-sized NFM(PreActResNet) (two passes, k 2, 2 heads × 4)")

@@ -3,7 +3,7 @@ tokens and classification heads is identical to that of Neural Interpreters").
 
 A :class:`SetModel` reads a set of vectors and answers through CLS tokens:
 
-1. **embed** (``embed`` sub-config, a :class:`~modwire.models.tokenizer_config.TokenizerConfig`
+1. **embed** (``tokenizer`` sub-config, a :class:`~modwire.models.tokenizer_config.TokenizerConfig`
    of kind patches / linear / panels): an image → patch tokens (ViT; NI §4.2's 4×4 patches),
    a sequence of vectors → a linear map plus learned positions (NI §4.1's five scalars), or a
    PGM puzzle → one set per candidate panel (NI §4.3, :class:`~modwire.nn.PanelEncoder`);
@@ -64,13 +64,16 @@ class SetModelConfig(ModelConfig):
     num_cls_tokens: int = 1
     shared_head: bool = False
     task_input: bool = False
-    embed: TokenizerConfig = field(default_factory=lambda: TokenizerConfig(kind="patches"))
+    tokenizer: TokenizerConfig = field(default_factory=lambda: TokenizerConfig(kind="patches"))
     question_dim: int = 0
     head_pretrained: bool = False
 
     bounds = {"num_classes": COUNT, "d_model": COUNT, "num_cls_tokens": Bounds(lo=0, note="0: mean-pooled output"),
               "question_dim": Bounds(lo=0, note="0: no question input")}
-    choices = {"embed.kind": EMBEDDINGS}
+    choices = {"tokenizer.kind": EMBEDDINGS}
+    # ``tokenizer`` was ``embed`` (NAC's and Perceiver IO's name for the same TokenizerConfig won; the
+    # module keeps its name, ``embed``, so the weights' names are unchanged): config.ConfigBase.renamed.
+    renamed = {"embed": "tokenizer"}
 
     def validate(self) -> None:
         if self.head_pretrained and not self.shared_head:
@@ -79,10 +82,10 @@ class SetModelConfig(ModelConfig):
         if self.task_input and self.num_cls_tokens < 2:
             raise UserError(f"config field 'task_input': choosing a head per sample needs num_cls_tokens >= 2, "
                             f"got {self.num_cls_tokens}")
-        if self.embed.kind == "panels" and self.num_classes != 1:
+        if self.tokenizer.kind == "panels" and self.num_classes != 1:
             raise UserError(f"config field 'num_classes': a PGM (panels) model scores each candidate with one "
                             f"number (num_classes=1), got {self.num_classes}")
-        if self.embed.kind == "panels" and self.question_dim:
+        if self.tokenizer.kind == "panels" and self.question_dim:
             raise UserError(f"config field 'question_dim': a PGM (panels) model reads no question, got "
                             f"{self.question_dim} (expected 0)")
 
@@ -96,9 +99,9 @@ class SetModelConfig(ModelConfig):
             raise UserError(f"a {self.model_type!r} model reads an input 'x', optionally a 'task' index (which "
                             f"CLS token's head answers, NI §4.2) and a 'question' vector (AiT §5.8); the task "
                             f"gives {sorted(named)}")
-        out: dict[str, Any] = {"embed": _embed_for(named["x"], self.embed), "num_classes": num_classes,
+        out: dict[str, Any] = {"tokenizer": _embed_for(named["x"], self.tokenizer), "num_classes": num_classes,
                                "question_dim": _question_dim(named.get("question"))}
-        if self.embed.kind == "panels":      # one score per candidate set; the task counts candidates
+        if self.tokenizer.kind == "panels":      # one score per candidate set; the task counts candidates
             out["num_classes"] = 1
         task = named.get("task")
         if task is not None:
@@ -113,7 +116,7 @@ class SetModelConfig(ModelConfig):
         return ("x",) + ("task",) * self.task_input + ("question",) * bool(self.question_dim)
 
     def example_inputs(self, batch: int = 2, *, device: Any = "cpu", seed: int = 0) -> dict[str, Any]:
-        x = {"x": self.embed.example_input(batch, device=device, seed=seed)}
+        x = {"x": self.tokenizer.example_input(batch, device=device, seed=seed)}
         if self.task_input:                        # NI App. C.1: which CLS token's head scores each sample
             x["task"] = torch.arange(batch, device=device) % self.num_cls_tokens
         if self.question_dim:                      # AiT §5.8's question token
@@ -124,7 +127,7 @@ class SetModelConfig(ModelConfig):
     def output_shape(self, inputs: dict[str, Any]) -> tuple[int, ...]:
         """``[B, candidates]`` for PGM panels, ``[B, T]`` / ``[B, T, C]`` for ``T > 1`` CLS tokens without
         ``task`` ids (NI §4.1), else ``[B, num_classes]``."""
-        b, e = len(inputs["x"]), self.embed
+        b, e = len(inputs["x"]), self.tokenizer
         if e.kind == "panels":
             return (b, e.in_channels - e.num_context)
         if self.num_cls_tokens > 1 and not self.task_input:
@@ -143,7 +146,7 @@ def _question_dim(spec) -> int:
 
 
 def _embed_for(spec, current: TokenizerConfig) -> dict[str, Any]:
-    """The ``embed`` fields that read ``spec``: images → patches (or the preset's PGM panels),
+    """The ``tokenizer`` fields that read ``spec``: images → patches (or the preset's PGM panels),
     vectors → a linear map (:meth:`TokenizerConfig.for_input`)."""
     if spec.kind not in ("image", "vectors"):
         raise UserError(f"a set model reads images or vectors as 'x', got {spec!r}")
@@ -190,7 +193,7 @@ class SetModel(PretrainedModel):
     def __init__(self, config: SetModelConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.embed = build_tokenizer(c.embed, c.d_model)
+        self.embed = build_tokenizer(c.tokenizer, c.d_model)
         self.question = QuestionEmbedding(c.question_dim, c.d_model) if c.question_dim else None
         self._build_outputs()
         self.norm = nn.LayerNorm(c.d_model)
@@ -198,7 +201,7 @@ class SetModel(PretrainedModel):
     @property
     def num_classes(self) -> int:
         """The width of the logits: a head's classes, or a PGM model's candidates (one score each)."""
-        e = self.config.embed
+        e = self.config.tokenizer
         return e.in_channels - e.num_context if e.kind == "panels" else self.config.num_classes
 
     def _build_outputs(self) -> None:
@@ -252,7 +255,7 @@ class SetModel(PretrainedModel):
 
     def _select(self, out: Tensor, task: Tensor | None, batch: int) -> Tensor:
         """``out [B', T, C]`` → the logits the module docstring describes."""
-        if self.config.embed.kind == "panels":                             # one score per candidate set
+        if self.config.tokenizer.kind == "panels":                             # one score per candidate set
             return out.reshape(batch, -1)                                   # [B, K]
         if self.config.task_input != (task is not None):
             raise UserError(f"this model {'needs' if self.config.task_input else 'takes no'} 'task' ids "

@@ -5,7 +5,7 @@ convolutional preprocessor (``conv``), a ViT patch embedding (``patches``), the 
 (``panels``), a linear map of vectors (``linear``) and an id embedding (``embedding``). NAC and
 Perceiver IO hold one as ``tokenizer`` (conv / linear / embedding: they read tokens through
 cross-attention, so a token's width is free, ``token_dim``); the set models (ViT, Neural
-Interpreter, AiT) hold one as ``embed`` (patches / linear / panels, embedded to ``d_model``).
+Interpreter, AiT) hold one as ``tokenizer`` too (patches / linear / panels, embedded to ``d_model``).
 :meth:`TokenizerConfig.for_input` maps a task's :class:`~modwire.models.inputs.InputSpec` onto
 its fields (with :func:`single_input` to pick the one input of a single-input model) and
 :func:`build_tokenizer` turns it into the ``modwire.nn`` module.
@@ -26,7 +26,7 @@ from ..errors import UserError
 
 KINDS = ("conv", "patches", "panels", "linear", "embedding")
 TOKENIZERS = ("conv", "linear", "embedding")     # what NAC and Perceiver IO read (``tokenizer.kind``)
-EMBEDDINGS = ("patches", "linear", "panels")      # what a set model embeds (``embed.kind``)
+EMBEDDINGS = ("patches", "linear", "panels")      # what a set model embeds (``tokenizer.kind``)
 POSITIONS = ("absolute", "relative", "none")
 #: NAC App. C's preprocessor downsamples by 4, then 2.
 CONV_IMAGE_SIZE = Bounds(lo=8, multiple_of=8, note="the conv tokenizer downsamples by 4, then 2")
@@ -40,7 +40,7 @@ CONV_BEFORE_ISSUE_35 = {"conv_layer_scale": 0.0, "conv_norm_eps": 1e-5, "conv_in
 
 @dataclass
 class TokenizerConfig(ConfigBase):
-    """How an input becomes the token set ``X`` (the ``tokenizer`` / ``embed`` sub-config).
+    """How an input becomes the token set ``X`` (the ``tokenizer`` sub-config of every model that has one).
 
     ``conv``: NAC App. C preprocessor for ``[B, in_channels, image_size, image_size]`` images
     (:class:`~modwire.nn.tokenizers.ConvTokenizer`): ``stem_channels`` after the 4×4/4 conv and in

@@ -3,9 +3,9 @@ Table 5) and the backbone of the Associative Transformer (AiT §5.1).
 
 A :class:`~modwire.models.set_model.SetModel` (patch embedding, CLS tokens, heads) whose body is
 ``num_layers`` pre-LN blocks, each ``x + Attn(LN(x))`` then ``x + MLP(LN(x))`` with a GELU MLP:
-the same :class:`~modwire.nn.blocks.ProcessorLayer` as NAC's propagators with the modulation off
-(plain linear layers), so the ViT, Perceiver IO's latent transformer and NAC share one block and
-one attention kernel (:func:`~modwire.nn.attention.attend`, fused when exact).
+the same :class:`~modwire.nn.blocks.TransformerBlock` as NAC's propagators with the modulation off
+(plain linear layers), so the ViT, Perceiver IO's latent transformer, NAC, the AiT and the causal LM
+share one block and one attention kernel (:func:`~modwire.nn.attention.attend`, fused when exact).
 
 Classifier: the mean of the final tokens after a LayerNorm (or the CLS tokens), then a linear head
 (``classifier="mean"``, the ViT's pooled output and AiT §5.1's "pooled representations"), or the AiT
@@ -15,13 +15,13 @@ the ViT and the AiT use: it is what gives Table 1's parameter counts.
 
 The AiT paper's ViT baselines (``vit_{small,medium,base}_*``) are the AiT authors' ViT (their
 ``vit_hn.py`` with ``sparse=False``): patches embedded by LayerNorm → Linear → LayerNorm
-(``embed.patch_norm``) with no positions (``embed.positions="none"``: their positions and CLS token
+(``tokenizer.patch_norm``) with no positions (``tokenizer.positions="none"``: their positions and CLS token
 are created and never used), no query/value biases in the self-attention (``qv_bias=False``; the
 output projection keeps its bias), the flattened classifier. AiT §3 says only that patches are
 "mapped to embeddings with the linear projection" and prints no biases (Eq. 1). The NI paper's
 ViTs (``vit_digits``, ``vit_pgm``, ``vit_micro``) keep a conv patch embedding, positions and biases.
 
-Positions: learned absolute positions added to the patch tokens (``embed.positions="absolute"``,
+Positions: learned absolute positions added to the patch tokens (``tokenizer.positions="absolute"``,
 ViT), none, or NI App. C.2.3's relative positional bias (Eq. 20-21, without NI's per-function term
 Eq. 22-23), one bias per head on the attention logits among patch tokens, 0 for pairs involving
 a CLS token (NI §4.2: "applied only to the first 64 input elements"). One bias module serves every
@@ -36,7 +36,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ..nn import ProcessorLayer
+from ..nn import TransformerBlock
 from ..nn.positions import RelativePositionBias, pad_bias
 from .config import COUNT, heads_of
 from .registry import register_model_type, register_preset
@@ -70,13 +70,13 @@ class ViTConfig(SetModelConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.classifier == "flatten" and (self.embed.kind != "patches" or self.num_cls_tokens or self.task_input):
+        if self.classifier == "flatten" and (self.tokenizer.kind != "patches" or self.num_cls_tokens or self.task_input):
             raise UserError(f"config field 'classifier': 'flatten' reads a fixed number of patch tokens and one "
-                            f"head (embed.kind 'patches', num_cls_tokens 0, task_input False); got embed.kind "
-                            f"{self.embed.kind!r}, num_cls_tokens {self.num_cls_tokens}: use classifier='mean'")
+                            f"head (tokenizer.kind 'patches', num_cls_tokens 0, task_input False); got tokenizer.kind "
+                            f"{self.tokenizer.kind!r}, num_cls_tokens {self.num_cls_tokens}: use classifier='mean'")
 
     def unused_fields(self) -> tuple[str, ...]:
-        return () if self.embed.positions == "relative" else ("pos_dim",)
+        return () if self.tokenizer.positions == "relative" else ("pos_dim",)
 
 
 class FlatClassifier(nn.Module):
@@ -107,7 +107,7 @@ class ViT(SetModel):
             self.norm = nn.Identity()                                        # FlatClassifier normalises
         self.blocks = nn.ModuleList(self.make_block() for _ in range(c.num_layers))
         self.relative = None
-        if c.embed.positions == "relative" and self.embed.grid is not None:
+        if c.tokenizer.positions == "relative" and self.embed.grid is not None:
             self.relative = RelativePositionBias(self.embed.grid, c.num_heads, c.pos_dim)
 
     def _build_outputs(self) -> None:
@@ -115,7 +115,7 @@ class ViT(SetModel):
         if c.classifier == "mean":
             super()._build_outputs()
             return
-        rows, cols = c.embed.grid                                            # patch tokens, then the question's
+        rows, cols = c.tokenizer.grid                                            # patch tokens, then the question's
         self.cls_tokens = None
         self.heads = FlatClassifier(rows * cols + bool(c.question_dim), c.d_model, c.num_classes)
 
@@ -137,7 +137,7 @@ class ViT(SetModel):
     def make_block(self) -> nn.Module:
         """One pre-LN block (the Associative Transformer overrides it with its Figure 1b block)."""
         c = self.config
-        return ProcessorLayer(c.d_model, c.num_heads, c.ffn_hidden, activation="gelu", qv_bias=c.qv_bias)
+        return TransformerBlock(c.d_model, c.num_heads, c.ffn_hidden, activation="gelu", qv_bias=c.qv_bias)
 
     def position_bias(self, n: int) -> Tensor | None:
         """NI App. C.2.3's relative bias ``[H, N, N]`` over ``n`` tokens, or None."""
@@ -159,7 +159,7 @@ def _digits() -> ViTConfig:
     """NI Table 5: 192-d, depth 8, 3 heads × 64, MLP 192; 32×32 RGB digits in 4×4 patches, one CLS
     token and head per dataset (SVHN, MNIST-M, MNIST; NI §4.2), the relative positions NI uses."""
     return ViTConfig(num_classes=10, num_cls_tokens=3, task_input=True,
-                     embed=TokenizerConfig(kind="patches", image_size=32, in_channels=3, patch_size=4,
+                     tokenizer=TokenizerConfig(kind="patches", image_size=32, in_channels=3, patch_size=4,
                                        positions="relative"))
 
 
@@ -185,7 +185,7 @@ def ait_patches(size: int, channels: int, patch: int) -> TokenizerConfig:
 def _ait_vit(layers: int, classes: int, size: int, channels: int, patch: int, question_dim: int = 0) -> ViTConfig:
     return ViTConfig(num_classes=classes, d_model=768, num_layers=layers, num_heads=12, ffn_hidden=3072,
                      num_cls_tokens=0, question_dim=question_dim, classifier="flatten", qv_bias=False,
-                     embed=ait_patches(size, channels, patch))
+                     tokenizer=ait_patches(size, channels, patch))
 
 
 for _size, _layers in _AIT_SIZES.items():
@@ -203,12 +203,12 @@ register_preset("vit_small_sort_of_clevr", ViT, lambda: _ait_vit(2, *SORT_OF_CLE
 
 register_preset("vit_micro", ViT, lambda: ViTConfig(
     num_classes=5, d_model=32, num_layers=2, num_heads=2, ffn_hidden=48, pos_dim=8,
-    embed=TokenizerConfig(kind="patches", image_size=8, in_channels=1, patch_size=2, positions="relative")),
+    tokenizer=TokenizerConfig(kind="patches", image_size=8, in_channels=1, patch_size=2, positions="relative")),
     "test-sized ViT (8×8 images, relative positions)")
 
 # NI §4.3 trains ViTs "with the same architectural scaffolding" on PGM but gives no ViT table:
 # NI Table 7's width (192-d, 4 heads) and 8 layers, 80×80 panels, one score per candidate.
 register_preset("vit_pgm", ViT, lambda: ViTConfig(
     num_classes=1, d_model=192, num_layers=8, num_heads=4, ffn_hidden=192,
-    embed=TokenizerConfig(kind="panels", image_size=80, in_channels=16, num_context=8)),
+    tokenizer=TokenizerConfig(kind="panels", image_size=80, in_channels=16, num_context=8)),
     "NI §4.3 ViT baseline on PGM (width of NI Table 7; depth not given in the paper: 8)")

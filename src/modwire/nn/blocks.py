@@ -1,8 +1,10 @@
 """Residual blocks shared by NAC and Perceiver IO (NAC §2.1; App. B.2: a NAC module
-generalises a Perceiver IO latent, so both are built from the same three blocks).
+generalises a Perceiver IO latent, so both are built from the same three blocks); the second,
+:class:`TransformerBlock`, is also the ViT's, the AiT's and the language model's block.
 
 * :class:`ReadIn`: cross-attention from module states to input tokens, then a ModFFN.
-* :class:`ProcessorLayer`: (kernel-modulated) self-attention, then a ModFFN.
+* :class:`TransformerBlock`: (kernel-modulated) self-attention, then a ModFFN: NAC's propagator, Perceiver
+  IO's latent layer, and, configured otherwise, the ViT's, the AiT's and the LM's blocks.
 * :class:`ReadOut`: cross-attention from output modules to the final states (no
   residual), a ModFFN, then a confidence-weighted pooling over output modules and a
   shared linear head.
@@ -15,6 +17,7 @@ query/value biases (``qv_bias``), as :class:`~modwire.nn.attention.ModulatedAtte
 """
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from .attention import AttentionPattern, ModulatedAttention, ReadInMethod
@@ -32,14 +35,14 @@ class ReadIn(nn.Module):
     padded tokens.
     """
 
-    def __init__(self, dim: int, token_dim: int, num_heads: int, hidden_dim: int, *,
+    def __init__(self, dim: int, token_dim: int, num_heads: int, ffn_hidden: int, *,
                  mod: ModulationSpec = PLAIN, activation: str = "geglu", head_dim: int | None = None,
                  qv_bias: bool = True) -> None:
         super().__init__()
         attn = ModulatedAttention(dim, num_heads, head_dim=head_dim, qv_bias=qv_bias, mod=mod, kv_dim=token_dim,
                                   kv_code="receiver")
         self.attn = PreNorm(dim, attn, context_dim=token_dim)
-        self.ffn = PreNorm(dim, ModulatedFFN(dim, hidden_dim, mod=mod, activation=activation))
+        self.ffn = PreNorm(dim, ModulatedFFN(dim, ffn_hidden, mod=mod, activation=activation))
 
     def forward(self, states: Tensor, tokens: Tensor, *, codes: Tensor | None = None,
                 key_mask: Tensor | None = None, return_weights: bool = False,
@@ -56,21 +59,63 @@ class SelfAttention(ModulatedAttention):
         return super().forward(x, x, code_q=code, code_kv=code, **kwargs)
 
 
-class ProcessorLayer(nn.Module):
-    """One propagator (NAC §2.1): SKMDPA among modules (``bias = log K̂``, Eq. 3), then U
-    copies of a ModFFN. Shapes: x ``[B, U, dim]``, codes ``[(B,) U, d_code]``. ``qv_bias``: as
-    :class:`~modwire.nn.attention.ModulatedAttention`'s."""
+class TransformerBlock(nn.Module):
+    """The one pre-LN transformer block of modwire::
 
-    def __init__(self, dim: int, num_heads: int, hidden_dim: int, *, mod: ModulationSpec = PLAIN,
-                 activation: str = "geglu", head_dim: int | None = None, qv_bias: bool = True) -> None:
+        x ← x + Drop(Attn(LN x))     self-attention; ``bias`` on its logits (NAC Eq. 3's ``log K̂``), causal or not
+        x ← x + Drop(FFN(LN x))      a (Mod)FFN, GEGLU or GELU
+
+    parameterised by its linear layers (``mod``: a :class:`~modwire.nn.modulated.ModulationSpec`, ``PLAIN``
+    for plain linears), its attention (``num_heads`` × ``head_dim``, ``qv_bias``, ``causal``), ``dropout``
+    and which sub-layers it has (``attention``, ``ffn``: AiT Table 2's ablations). Its configurations:
+
+    * NAC's propagator (§2.1): ``mod=ModulationSpec("nac", d_code)``, GEGLU, SKMDPA with ``bias = log K̂``;
+    * Perceiver IO's latent self-attention layer: ``PLAIN``, GEGLU;
+    * the ViT's block: ``PLAIN``, ``activation="gelu"`` (NI App. C.2.3's relative positions as ``bias``);
+    * AiT Figure 1b: the ViT's block plus the global workspace (:class:`modwire.models.ait.AiTBlock`);
+    * the LM's block: ``PLAIN``, GELU, ``causal=True``, ``dropout`` (:class:`modwire.models.lm.CausalBlock`).
+
+    Norm placement: pre-LN in every configuration (the papers' blocks and their authors' code); a
+    post-LN option would be a setting no model uses, so there is none. AiT Figure 1b's one other
+    placement (the FFN's output feeds the workspace instead of the residual) is ``AiTBlock``'s.
+    Both sub-layers are one :class:`~modwire.nn.modulated.PreNorm` (state-dict names ``attn.norm``,
+    ``attn.fn.{q,k,v,o}``, ``ffn.norm``, ``ffn.fn.{fc1,fc2}``). ``causal``: position ``t`` attends to
+    positions ``≤ t``; the mask ``[max_len, max_len]`` is built once (a non-persistent buffer) and sliced
+    per forward. Shapes: x ``[B, N, dim]``, codes ``[(B,) N, d_code]``; bias / key_mask as in
+    :func:`~modwire.nn.attention.attend` over ``[B, H, N, N]``.
+    """
+
+    def __init__(self, dim: int, num_heads: int, ffn_hidden: int, *, mod: ModulationSpec = PLAIN,
+                 activation: str = "geglu", head_dim: int | None = None, qv_bias: bool = True,
+                 dropout: float = 0.0, causal: bool = False, max_len: int = 0, attention: bool = True,
+                 ffn: bool = True) -> None:
         super().__init__()
-        self.attn = PreNorm(dim, SelfAttention(dim, num_heads, head_dim=head_dim, qv_bias=qv_bias, mod=mod))
-        self.ffn = PreNorm(dim, ModulatedFFN(dim, hidden_dim, mod=mod, activation=activation))
+        self.attn = PreNorm(dim, SelfAttention(dim, num_heads, head_dim=head_dim, qv_bias=qv_bias, mod=mod),
+                            dropout=dropout) if attention else None
+        self.ffn = PreNorm(dim, ModulatedFFN(dim, ffn_hidden, mod=mod, activation=activation),
+                           dropout=dropout) if ffn else None
+        self.causal = causal
+        if causal:
+            self.register_buffer("causal_mask", torch.ones(max_len, max_len, dtype=torch.bool).tril(),
+                                 persistent=False)
 
     def forward(self, x: Tensor, codes: Tensor | None = None, *, bias: Bias = None,
                 key_mask: Tensor | None = None, return_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        x, w = self.attn(x, codes, bias=bias, key_mask=key_mask, return_weights=return_weights)
-        return self.ffn(x, codes), w
+        """``x [B, N, dim]`` → ``(x, attention weights [B, H, N, N] or None)``."""
+        x, w = self.self_attend(x, codes, bias=bias, key_mask=key_mask, return_weights=return_weights)
+        return (x if self.ffn is None else self.ffn(x, codes)), w
+
+    def self_attend(self, x: Tensor, codes: Tensor | None = None, *, bias: Bias = None,
+                    key_mask: Tensor | None = None, return_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """The attention sub-layer alone: ``(x + Drop(Attn(LN x)), weights or None)``; ``(x, None)`` without one."""
+        if self.attn is None:
+            return x, None
+        if self.causal:
+            t = x.shape[1]                                                  # [T, T]: key ≤ query
+            mask = self.causal_mask[:t, :t] if t <= self.causal_mask.shape[0] else \
+                torch.ones(t, t, dtype=torch.bool, device=x.device).tril()  # a block built without max_len
+            key_mask = mask if key_mask is None else key_mask & mask
+        return self.attn(x, codes, bias=bias, key_mask=key_mask, return_weights=return_weights)
 
 
 class ReadOut(nn.Module):
@@ -85,13 +130,13 @@ class ReadOut(nn.Module):
     attention weights (or None) and the confidences ``[B, Uo]``.
     """
 
-    def __init__(self, dim: int, num_outputs: int, num_heads: int, hidden_dim: int, num_classes: int, *,
+    def __init__(self, dim: int, num_outputs: int, num_heads: int, ffn_hidden: int, num_classes: int, *,
                  mod: ModulationSpec = PLAIN, activation: str = "geglu", head_dim: int | None = None,
                  qv_bias: bool = True, norm: bool = False) -> None:
         super().__init__()
         attn = ModulatedAttention(dim, num_heads, head_dim=head_dim, qv_bias=qv_bias, mod=mod)
         self.attn = PreNorm(dim, attn, context_dim=dim, residual=False)
-        self.ffn = PreNorm(dim, ModulatedFFN(dim, hidden_dim, mod=mod, activation=activation))
+        self.ffn = PreNorm(dim, ModulatedFFN(dim, ffn_hidden, mod=mod, activation=activation))
         self.norm = nn.LayerNorm(dim) if norm else None
         # One output slot needs no confidence: softmax over a single module is 1. No bias: a shift
         # shared by every output module cancels in the softmax over them.

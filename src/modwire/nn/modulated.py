@@ -167,17 +167,17 @@ class ModulatedFFN(nn.Module):
     """ModFFN: two modulated linears that share one code, with GEGLU or GELU between
     (NAC §2.1; NI Eq. 5's ModMLP with GELU).
 
-    GEGLU (NAC Table 4): the first layer emits ``2·d_hidden`` features split into a
+    GEGLU (NAC Table 4): the first layer emits ``2·ffn_hidden`` features split into a
     value and a gate, ``h = a ⊙ GELU(g)``. Shapes as in :class:`ModulatedLinear`.
     """
 
-    def __init__(self, dim: int, hidden_dim: int, *, mod: ModulationSpec = PLAIN,
+    def __init__(self, dim: int, ffn_hidden: int, *, mod: ModulationSpec = PLAIN,
                  activation: str = "geglu") -> None:
         super().__init__()
         check_argument("activation", activation, FFN_ACTIVATIONS)
         self.activation = activation
-        self.fc1 = mod.linear(dim, 2 * hidden_dim if activation == "geglu" else hidden_dim)
-        self.fc2 = mod.linear(hidden_dim, dim)
+        self.fc1 = mod.linear(dim, 2 * ffn_hidden if activation == "geglu" else ffn_hidden)
+        self.fc2 = mod.linear(ffn_hidden, dim)
 
     def forward(self, x: Tensor, code: Tensor | None = None,
                 folded: tuple[Tensor, Tensor] | None = None) -> Tensor:
@@ -195,23 +195,26 @@ class ModulatedFFN(nn.Module):
 
 
 class PreNorm(nn.Module):
-    """The one pre-LN wrapper of every block: ``x + fn(LN(x), …)`` (perceiver-pytorch's
+    """The one pre-LN wrapper of every block: ``x + Drop(fn(LN(x), …))`` (perceiver-pytorch's
     ``PreNorm``). ``context_dim``: ``fn`` also reads a normalised ``context`` (cross-attention).
-    ``residual=False`` returns ``fn``'s output alone (NAC read-out, authors' code).
+    ``residual=False`` returns ``fn``'s output alone (NAC read-out, authors' code). ``dropout``: on
+    ``fn``'s output, before the residual (the LM's blocks; 0: no Dropout module at all).
     ``fn`` may return ``(y, extra)``; the residual is added to ``y`` and ``extra`` passed on."""
 
     def __init__(self, dim: int, fn: nn.Module, *, context_dim: int | None = None,
-                 residual: bool = True) -> None:
+                 residual: bool = True, dropout: float = 0.0) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(dim)
         self.norm_context = nn.LayerNorm(context_dim) if context_dim is not None else None
         self.fn, self.residual = fn, residual
+        self.drop = nn.Dropout(dropout) if dropout else None   # (no parameters: the state dict is unchanged)
 
     def forward(self, x: Tensor, *args, context: Tensor | None = None, **kwargs):
         if self.norm_context is not None:
             args = (self.norm_context(context), *args)
         out = self.fn(self.norm(x), *args, **kwargs)
         y, extra = (out[0], out[1:]) if isinstance(out, tuple) else (out, None)
+        y = y if self.drop is None else self.drop(y)
         y = x + y if self.residual else y
         return y if extra is None else (y, *extra)
 

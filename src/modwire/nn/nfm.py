@@ -25,7 +25,7 @@ only the null slot: ``A = 0`` and its read adds ``γ·σ(0·W_o1) W_o2 = 0``. Th
 parameters (no ``W_q``, ``W_o1``, BN, ``W_o2``, ``γ``: through their biases they could only add a
 learned constant to ``x``, which Alg. 1 does not print); it only writes.
 
-**Attention (§3.2.1),** per reader (``θ̃`` differs per layer and per pass), ``heads`` heads, per
+**Attention (§3.2.1),** per reader (``θ̃`` differs per layer and per pass), ``num_heads`` heads, per
 query POSITION: the query is ``h^(i-1)`` at that position, the keys are the memory states at the
 same position after rescaling (so attention runs over layers, not over positions; causal
 sequence models stay causal). ``Q̂ = q W_q``, ``K̂ = K W_k``, ``V̂ = V W_v``; the scores are
@@ -325,30 +325,30 @@ class NFMLayer(nn.Module):
     projections, NFM Table 8)."""
 
     def __init__(self, query_channels: int, out_channels: int, *, reads: bool = True, writes: bool = True,
-                 residual: bool = True, k: int = 5, d_k: int = 16, d_v: int = 16, heads: int = 4, hidden: int = 0,
+                 residual: bool = True, k: int = 5, d_k: int = 16, d_v: int = 16, num_heads: int = 4, ffn_hidden: int = 0,
                  norm: str = "batch", activation: str = "relu", rescale: str = "space_to_depth",
                  score_scale: str = "d_k", topk_softmax: str = "kept", reader_output: str = "linear",
                  output_bias: bool = True) -> None:
         super().__init__()
         _check_options(norm=norm, activation=activation, rescale=rescale, score_scale=score_scale,
                        topk_softmax=topk_softmax, reader_output=reader_output)
-        for name, v in (("k", k), ("d_k", d_k), ("d_v", d_v), ("heads", heads), ("query_channels", query_channels),
+        for name, v in (("k", k), ("d_k", d_k), ("d_v", d_v), ("num_heads", num_heads), ("query_channels", query_channels),
                         ("out_channels", out_channels)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise UserError(f"NFM: {name} must be a positive int, got {v!r}")
-        self.k, self.d_k, self.d_v, self.heads = k, d_k, d_v, heads
+        self.k, self.d_k, self.d_v, self.heads = k, d_k, d_v, num_heads
         self.rescale, self.scale = rescale, 1.0 / d_k if score_scale == "d_k" else d_k ** -0.5
         self.topk_softmax, self.reader_output, self.residual = topk_softmax, reader_output, residual
-        hidden = hidden or query_channels
-        self.query = nn.Linear(query_channels, heads * d_k) if reads and residual else None
-        self.key = nn.Linear(out_channels, heads * d_k) if writes else None
-        self.value = nn.Linear(out_channels, heads * d_v) if writes else None
+        hidden = ffn_hidden or query_channels
+        self.query = nn.Linear(query_channels, num_heads * d_k) if reads and residual else None
+        self.key = nn.Linear(out_channels, num_heads * d_k) if writes else None
+        self.value = nn.Linear(out_channels, num_heads * d_v) if writes else None
         self.w_o1 = self.norm = self.act = self.w_o2 = self.gamma = None
         if residual:
             conv = reader_output == "conv3x3"             # the authors' out_layers: 3×3 convs, BatchNorm2d
             b1 = norm != "batch"                          # a BatchNorm after W_o1 cancels its bias (module docstring)
-            self.w_o1 = nn.Conv2d(heads * d_v, hidden, 3, padding=1, bias=b1) if conv else \
-                nn.Linear(heads * d_v, hidden, bias=b1)
+            self.w_o1 = nn.Conv2d(num_heads * d_v, hidden, 3, padding=1, bias=b1) if conv else \
+                nn.Linear(num_heads * d_v, hidden, bias=b1)
             self.norm = (nn.BatchNorm2d(hidden) if conv else nn.BatchNorm1d(hidden)) if norm == "batch" \
                 else nn.Identity()
             self.act = READER_ACTIVATIONS[activation]()
@@ -517,7 +517,7 @@ class NFM(nn.Module):
 
     def __init__(self, blocks: Sequence[nn.Module], *, channels: Sequence[int] | None = None,
                  example_input: Tensor | None = None, k: int = 5, passes: int = 2,
-                 d_k: int = 16, d_v: int = 16, heads: int = 4, hidden: int = 0, norm: str = "batch",
+                 d_k: int = 16, d_v: int = 16, num_heads: int = 4, ffn_hidden: int = 0, norm: str = "batch",
                  activation: str = "relu", rescale: str = "space_to_depth", score_scale: str = "d_k",
                  topk_softmax: str = "kept", reader_output: str = "linear", output_bias: bool = True,
                  read_at: str = "before",
@@ -543,7 +543,7 @@ class NFM(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.pass_blocks = nn.ModuleList() if share_blocks else nn.ModuleList(
             copy.deepcopy(self.blocks) for _ in range(passes - 1))
-        options = dict(k=k, d_k=d_k, d_v=d_v, heads=heads, hidden=hidden, norm=norm, activation=activation,
+        options = dict(k=k, d_k=d_k, d_v=d_v, num_heads=num_heads, ffn_hidden=ffn_hidden, norm=norm, activation=activation,
                        rescale=rescale, score_scale=score_scale, topk_softmax=topk_softmax,
                        reader_output=reader_output, output_bias=output_bias)
         self.readers = self._build_readers(layer_factory, options)

@@ -233,6 +233,7 @@ def load_weights(module: torch.nn.Module, path: str | os.PathLike) -> None:
         state = load_file(str(path), device=str(next(module.parameters()).device))
     except (SafetensorError, OSError) as e:
         raise UserError(f"{path} is not a readable safetensors file ({e})") from None
+    getattr(module, "prepare_state_dict", lambda _: None)(state)   # a model's renames of older keys (models/base.py)
     own = module.state_dict()
     missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
     shapes = [f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in sorted(set(own) & set(state))
