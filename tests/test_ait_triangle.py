@@ -16,22 +16,22 @@ def sets(row, tmp_path):
 def test_rows_are_table2_ablations_of_one_preset_with_the_papers_workspace(tmp_path):
     full = sets("ait", tmp_path)
     assert full.model.name == "ait_small_triangle" and full.data.batch_size == 128
-    assert full.model.overrides["embed"]["patch_size"] == 16      # 16 tokens x 128 = the paper's 2048-patch pool
+    assert full.model.overrides["tokenizer"]["patch_size"] == 16      # 16 tokens x 128 = the paper's 2048-patch pool
     assert full.aux_loss_weights == {"balance": 0.01} and full.optim.weight_decay == 0.01
     vit = sets("vit", tmp_path)
     assert vit.model.overrides["workspace"] is False and not vit.aux_loss_weights
     assert sets("without_bottleneck", tmp_path).model.overrides["bottleneck_size"] == 0
     former = sets("vit_pre35", tmp_path)
     assert former.optim.filter_bias_and_norm is True and former.model.overrides["qv_bias"] is True
-    assert former.model.overrides["embed"]["patch_norm"] is False and former.model.overrides["workspace"] is False
+    assert former.model.overrides["tokenizer"]["patch_norm"] is False and former.model.overrides["workspace"] is False
     assert sets("vit", tmp_path).optim.filter_bias_and_norm is False
     for row in set(tri.LABELS) - {"vit_pre35"}:
         cfg = sets(row, tmp_path)
         if row.endswith(("_positions", "_conv_embedding")):         # the embedding's departures, measured
             base = row.removesuffix("_positions").removesuffix("_conv_embedding")
-            assert cfg.model.overrides["embed"]["positions"] == "absolute"
-            assert cfg.model.overrides["embed"]["patch_size"] == 16
-            assert cfg.model.overrides["embed"].get("patch_norm", True) is not row.endswith("_conv_embedding")
+            assert cfg.model.overrides["tokenizer"]["positions"] == "absolute"
+            assert cfg.model.overrides["tokenizer"]["patch_size"] == 16
+            assert cfg.model.overrides["tokenizer"].get("patch_norm", True) is not row.endswith("_conv_embedding")
             want = ABLATIONS[tri.ABLATION_OF.get(base, base)]
         else:
             base = row.removesuffix("_no_collapse")
@@ -39,7 +39,7 @@ def test_rows_are_table2_ablations_of_one_preset_with_the_papers_workspace(tmp_p
                                                              **(NO_COLLAPSE if base != row else {})}
         for key, value in want.items():
             assert cfg.model.overrides[key] == value
-    assert "positions" not in sets("ait", tmp_path).model.overrides["embed"]      # the authors': none
+    assert "positions" not in sets("ait", tmp_path).model.overrides["tokenizer"]      # the authors': none
     authors = sets("ait_authors", tmp_path)
     assert authors.aux_loss_weights == {"balance": 0.01} and authors.model.overrides["write_grad"] is False
     assert sets("ait_no_collapse", tmp_path).model.overrides["normalize_update"] is True

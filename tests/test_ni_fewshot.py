@@ -35,7 +35,7 @@ def test_plan_pretrains_both_then_finetunes_every_k_at_the_papers_lrs():
 def test_pretrain_config_is_the_cpu_sized_preset_with_table_4_optimiser(tmp_path):
     pre = fewshot.Job("ni").pretrain_config(tmp_path)
     assert pre.model.name == "ni_digits" and pre.model.overrides["d_model"] == 64
-    assert pre.model.overrides["embed"]["patch_size"] == 8 and pre.max_steps == fewshot.MODELS["ni"].steps
+    assert pre.model.overrides["tokenizer"]["patch_size"] == 8 and pre.max_steps == fewshot.MODELS["ni"].steps
     assert pre.data.task == "digits_multitask_offline" and pre.data.batch_size == 128
     assert (pre.optim.name, pre.optim.warmup_steps, pre.optim.min_lr) == ("radam", 0, 1e-6)   # NI Tables 4-5
     assert pre.out_dir == str(tmp_path / "pretrain" / "ni")

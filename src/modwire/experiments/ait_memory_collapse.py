@@ -64,13 +64,13 @@ VARIANTS = {"paper": PAPER, "residual": {**PAPER, "write_residual": True},
             "both": {**PAPER, "bottleneck_softmax": "kept", "normalize_update": True},
             "authors": AUTHORS}
 MODEL = dict(num_classes=10, d_model=64, num_heads=4, ffn_hidden=128, bottleneck_size=512, classifier="mean",
-             embed={"kind": "patches", "image_size": 32, "in_channels": 1, "patch_size": 4})
+             tokenizer={"kind": "patches", "image_size": 32, "in_channels": 1, "patch_size": 4})
 # digits: 8×8 images upsampled 4× (nearest) to 32×32, so a 4×4 patch is one constant pixel, which the
 # authors' patch LayerNorm maps to one token whatever its value: the model would see no image. An 8×8
 # patch holds 2×2 of the digit's pixels.
-TASKS = {"fashion_mnist": {"num_classes": 10, "embed": MODEL["embed"]},
-         "digits": {"num_classes": 10, "embed": {**MODEL["embed"], "patch_size": 8}},
-         "triangle": {"num_classes": 2, "embed": {"kind": "patches", "image_size": 64, "in_channels": 1,
+TASKS = {"fashion_mnist": {"num_classes": 10, "tokenizer": MODEL["tokenizer"]},
+         "digits": {"num_classes": 10, "tokenizer": {**MODEL["tokenizer"], "patch_size": 8}},
+         "triangle": {"num_classes": 2, "tokenizer": {"kind": "patches", "image_size": 64, "in_channels": 1,
                                                   "patch_size": 8}}}
 
 
@@ -101,8 +101,8 @@ def train_variant(name: str, steps: int, every: int, tensors, seed: int = 0, tas
 
     x, y, xt, yt = tensors
     torch.manual_seed(seed)
-    embed = {**TASKS[task]["embed"], **({"patch_size": patch_size} if patch_size else {})}
-    model = create_model("ait_small_cifar10", **{**MODEL, **TASKS[task], "embed": embed}, **VARIANTS[name])
+    tokenizer = {**TASKS[task]["tokenizer"], **({"patch_size": patch_size} if patch_size else {})}
+    model = create_model("ait_small_cifar10", **{**MODEL, **TASKS[task], "tokenizer": tokenizer}, **VARIANTS[name])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     g = torch.Generator().manual_seed(seed)
     curve, start = [], time.perf_counter()
@@ -121,7 +121,7 @@ def train_variant(name: str, steps: int, every: int, tensors, seed: int = 0, tas
     with torch.no_grad():
         correct = sum(int((model(xt[i:i + 256]).argmax(-1) == yt[i:i + 256]).sum()) for i in range(0, len(xt), 256))
         diversity = model_patch_diversity(model, [xt[:128]]).mean(dim=-1).tolist()
-    return {"variant": name, "seed": seed, "task": task, "patch_size": embed["patch_size"], "overrides": VARIANTS[name],
+    return {"variant": name, "seed": seed, "task": task, "patch_size": tokenizer["patch_size"], "overrides": VARIANTS[name],
             "steps": steps, "curve": curve,
             "test_top1": correct / len(xt), "patch_diversity": diversity,
             "seconds": round(time.perf_counter() - start, 1)}

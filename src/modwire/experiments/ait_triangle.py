@@ -69,8 +69,8 @@ for _row in ("ait", "without_bottleneck"):
 # positions (docs/ait.md); "<row>_positions" adds learned absolute positions to the patch tokens.
 # "<row>_conv_embedding": modwire's former embedding (before issue 35), a strided conv (no patch
 # LayerNorms) and learned positions: with "_positions" it separates the positions from the LayerNorms.
-EMBEDDINGS = {"_positions": {"embed.positions": "absolute"},
-              "_conv_embedding": {"embed.positions": "absolute", "embed.patch_norm": False}}
+EMBEDDINGS = {"_positions": {"tokenizer.positions": "absolute"},
+              "_conv_embedding": {"tokenizer.positions": "absolute", "tokenizer.patch_norm": False}}
 # "vit_pre35": the ViT row as it ran before issue 35 (that embedding, query / value biases, no weight
 # decay on biases and norms), to tell whether anything else changed since.
 FORMER_VIT = {**EMBEDDINGS["_conv_embedding"], "qv_bias": True}
@@ -100,7 +100,7 @@ def ablation(row: str) -> dict:
 # The CPU-sized AiT-Small (module docstring); Table 6's workspace is the preset's.
 BASE = {"model.name": "ait_small_triangle", "model.overrides.d_model": 128, "model.overrides.num_heads": 4,
         "model.overrides.ffn_hidden": 256,
-        "model.overrides.embed": {"kind": "patches", "image_size": 64, "in_channels": 1, "patch_size": 16},
+        "model.overrides.tokenizer": {"kind": "patches", "image_size": 64, "in_channels": 1, "patch_size": 16},
         "data.task": "triangle", "data.params.size": {"train": 50000, "val": 2000, "test": 10000},
         "data.batch_size": 128, "optim.name": "adamw", "optim.lr": 1e-3, "optim.weight_decay": 0.01,
         "optim.filter_bias_and_norm": False,                  # the AiT authors' AdamW decays every parameter

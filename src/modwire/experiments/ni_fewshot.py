@@ -71,16 +71,16 @@ class Model:
 
 # NI Table 4 keeps its structure (1 script, 5 functions, 1 LOC, frozen signatures, τ = 1.4,
 # d_type = 24, 4 heads, relative positions); widths 192 → 64, 8 → 2 function iterations.
-NI_SETS = {"embed": PATCHES_8, "d_model": 64, "d_code": 64, "num_iterations": 2, "num_heads": 4, "qk_head_dim": 16,
+NI_SETS = {"tokenizer": PATCHES_8, "d_model": 64, "d_code": 64, "num_iterations": 2, "num_heads": 4, "qk_head_dim": 16,
            "ffn_hidden": 128, "type_hidden": 64, "pos_dim": 16}
 # NI Table 5 (8 layers of 192-d, 3 heads × 64, MLP 192) → 4 layers of 64-d, 2 heads × 32, MLP 128.
-VIT_SETS = {"embed": PATCHES_8, "d_model": 64, "num_layers": 4, "num_heads": 2, "ffn_hidden": 128, "pos_dim": 16}
+VIT_SETS = {"tokenizer": PATCHES_8, "d_model": 64, "num_layers": 4, "num_heads": 2, "ffn_hidden": 128, "pos_dim": 16}
 MODELS = {
     "ni": Model("ni", "Neural Interpreter", "ni_digits", NI_SETS, steps=1500, lr=2e-3, finetune_lr=0.05),
     "vit": Model("vit", "ViT", "vit_digits", VIT_SETS, steps=1500, lr=2e-3, finetune_lr=0.03),
 }
 # --quick: micro models, a few steps
-QUICK_SETS = {"embed": {**PATCHES_8, "patch_size": 16}, "d_model": 16, "num_heads": 2, "ffn_hidden": 16, "pos_dim": 4}
+QUICK_SETS = {"tokenizer": {**PATCHES_8, "patch_size": 16}, "d_model": 16, "num_heads": 2, "ffn_hidden": 16, "pos_dim": 4}
 QUICK_EXTRA = {"ni": {"d_code": 16, "num_iterations": 1, "qk_head_dim": 4, "type_hidden": 16, "num_functions": 2,
                       "d_type": 4},
                "vit": {"num_layers": 1}}

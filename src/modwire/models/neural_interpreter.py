@@ -33,7 +33,7 @@ paper's reading). Each stream ``LOCs(x)_ui`` already carries ``x_i`` through the
 (Eq. 9-10), so with ``Σ_u C_ui ≈ 1`` the residual stream doubles every function iteration
 (``2^{n_s·n_i}`` over the model). :func:`residual_growth` measures ``|x_i^{(k)}| / |x_i^{(0)}|``
 per iteration at initialisation (``ni_digits``: ``experiments/results/ni_fuzzy_boolean/residual_growth.json``,
-written by ``experiments/ni_fuzzy_boolean.py --residual-growth``); the final LayerNorm hides the
+written by ``python -m modwire.experiments.ni_fuzzy_boolean --residual-growth``); the final LayerNorm hides the
 scale, but each iteration's update then weighs half as much as the previous one's, and a few dozen
 iterations overflow the stream into NaN (:func:`max_identity_iterations`). The authors' released
 digits preset (``presets/digits.yml``: ``no_residual: true`` for the function pod and the script)

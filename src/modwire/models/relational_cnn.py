@@ -39,7 +39,7 @@ on at test time too (``training=True`` by default): a bug, not copied (``nn.Drop
 the NFM, as a stem (as a ResNet's stem conv runs before its NFM-read residual blocks), and the NFM
 wraps the rest. With 0 the NFM also reads before the first conv block, where the query is the
 75×75 input and every memory state is rescaled to 75×75 (the costliest reader by far on a CPU);
-the CPU-sized reproduction (``experiments/nfm_sort_of_clevr.py``) says which it uses.
+the CPU-sized reproduction (``modwire.experiments.nfm_sort_of_clevr``) says which it uses.
 
 Evaluation option ``random_attention`` (NFM §4.4's ablation: every attention score drawn from a
 standard Gaussian; ``modwire eval RUN --set model.overrides.random_attention=true``).
