@@ -74,7 +74,7 @@ def test_old_keys_in_model_overrides_and_create_model():
 @pytest.mark.parametrize("how", ["yaml", "set"])
 def test_old_keys_in_a_training_config_model_overrides(how, tmp_path):
     from modwire.training.config import load_config
-    from modwire.training.trainer import model_overrides_for_task
+    from modwire.training.supervised import model_overrides_for_task
 
     if how == "yaml":
         path = tmp_path / "run.yaml"
