@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from ..manifest import MANIFEST_FILE, verify_manifest, write_manifest
-from ..models.base import CONFIG_FILE, WEIGHTS_FILE
+from ..models.base import CONFIG_FILE, WEIGHTS_FILE, PretrainedModel
 from ..errors import UserError
 from ..files import WriteError, follow_umask, is_disk_full, space_note
 
@@ -233,7 +233,8 @@ def load_weights(module: torch.nn.Module, path: str | os.PathLike) -> None:
         state = load_file(str(path), device=str(next(module.parameters()).device))
     except (SafetensorError, OSError) as e:
         raise UserError(f"{path} is not a readable safetensors file ({e})") from None
-    getattr(module, "prepare_state_dict", lambda _: None)(state)   # a model's renames of older keys (models/base.py)
+    if isinstance(module, PretrainedModel):   # a model's renames of older keys, optional parts (models/base.py)
+        module.prepare_state_dict(state)
     own = module.state_dict()
     missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
     shapes = [f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in sorted(set(own) & set(state))
