@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from modwire.analysis.nfm import is_top_down, plot_read_map, read_map, read_map_from_records
-from modwire.models.base import Intermediates
+from modwire.models.nfm import NFMModelRecord
 from modwire.nn.nfm import NFM, NFMRecord
 
 
@@ -40,9 +40,9 @@ class Tiny(nn.Module):
         super().__init__()
         self.body = NFM([nn.Conv2d(2, 3, 3, 2, 1), nn.Conv2d(3, 3, 3, 1, 1)], channels=[2, 3, 3], k=2)
 
-    def forward_intermediates(self, x):
+    def forward_record(self, x):
         h = self.body(x, record=True)
-        return Intermediates(logits=h.mean((2, 3)), states=h, nfm=list(self.body.records))
+        return NFMModelRecord(logits=h.mean((2, 3)), states=h, nfm=list(self.body.records))
 
 
 def test_read_map_of_a_model_and_heatmap(tmp_path):

@@ -88,7 +88,7 @@ def test_drop_modules_removes_least_important(nac, x, k):
     assert torch.equal(small.generator.processors.codes, nac.generator.processors.codes[keep])
     assert isinstance(small.generator.processors.codes, torch.nn.Parameter)
     # really smaller: states and attention are over U_p - k modules
-    inter = small.forward_intermediates(x)
+    inter = small.forward_record(x)
     assert inter.states.shape == (3, u - k, nac.config.d_model)
     assert inter.propagator_attention[0].shape[-2:] == (u - k, u - k)
     torch.testing.assert_close(inter.logits, small(x))  # weights path vs fused attention
@@ -149,7 +149,7 @@ def test_eliminate_edges(nac, x, f):
     assert kept_pairs == n_pairs - round(f * n_pairs)                 # (1 - f) of each triangle
     if 0 < kept_pairs < n_pairs:                                      # the largest P are kept
         assert ps[mask & off].min() >= ps[~mask].max()
-    inter = masked.forward_intermediates(x)
+    inter = masked.forward_record(x)
     for w in inter.propagator_attention:                               # [B, H, U, U]
         assert (w[..., ~mask] == 0).all()
         assert (w[..., mask] > 0).all()
@@ -165,7 +165,7 @@ def test_edge_mask_in_train_mode_and_composition(nac, x):
     masked, mask = eliminate_edges(nac, 0.6)
     masked.train()
     torch.manual_seed(0)
-    inter = masked.forward_intermediates(x)
+    inter = masked.forward_record(x)
     for w in inter.propagator_attention:
         assert (w[..., ~mask] == 0).all()
     masked.eval()
@@ -174,7 +174,7 @@ def test_edge_mask_in_train_mode_and_composition(nac, x):
         small = drop_modules(masked, 4)
         keep = modules_to_keep(masked, 4)
         assert torch.equal(get_edge_mask(small), mask[keep][:, keep])
-        inter = small.forward_intermediates(x)
+        inter = small.forward_record(x)
         assert (inter.propagator_attention[0][..., ~get_edge_mask(small)] == 0).all()
         # eliminating again ANDs the masks
         again, mask2 = eliminate_edges(masked, 0.8)

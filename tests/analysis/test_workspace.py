@@ -27,14 +27,14 @@ class FakeRecord:
 
 
 class FakeAiT(torch.nn.Module):
-    """forward_intermediates(x) → one record per layer whose weights are ``x`` itself ([P, A, M, L]
+    """forward_record(x) → one record per layer whose weights are ``x`` itself ([P, A, M, L]
     per layer stacked on dim 0), energies before = 1, after = 1 - x's first pool row."""
 
     def __init__(self) -> None:
         super().__init__()
         self.p = torch.nn.Parameter(torch.zeros(1))
 
-    def forward_intermediates(self, x):
+    def forward_record(self, x):
         layers = [FakeRecord(w, torch.ones(2, 3), 1 - w.flatten()[:6].view(2, 3), 3) for w in x]
         return SimpleNamespace(workspace=layers, propagator_attention=[])
 
@@ -104,7 +104,7 @@ def test_vit_scores_are_averaged_over_samples_whatever_the_batching():
     model = modwire.create_model("vit_micro").eval()                   # 2 layers x 2 heads, 17 tokens
     x = torch.rand(6, 1, 8, 8)
     with torch.no_grad():
-        att = model.forward_intermediates(x).propagator_attention
+        att = model.forward_record(x).propagator_attention
     want = [attention_sparsity(a).double().mean(dim=0) for a in att]   # [H, N] per layer
     batches = [(x[:4], torch.zeros(4)), (x[4:], torch.zeros(2))]        # (x, y) loader items
     got = sparsity_scores(model, batches)
@@ -314,12 +314,12 @@ def test_script_on_a_vit_run_writes_the_sparsity_violins_and_its_numbers(tmp_pat
 # ----------------------------------------------------------------------------- a real AiT (models/ait.py)
 
 def _workspace_inputs(model, x):
-    """forward_intermediates(x) plus the input of every workspace layer (a forward pre-hook)."""
+    """forward_record(x) plus the input of every workspace layer (a forward pre-hook)."""
     seen = []
     hooks = [s.register_forward_pre_hook(lambda mod, args: seen.append(args[0].detach())) for s in model.workspaces]
     try:
         with torch.no_grad():
-            out = model.forward_intermediates(x)
+            out = model.forward_record(x)
     finally:
         for h in hooks:
             h.remove()
@@ -384,7 +384,7 @@ def test_ait_diversity_over_a_list_of_models_matches_each_models_records():
         for part in (x[:2], x[2:]):
             with torch.no_grad():
                 want.append(torch.stack([torch.stack(diversity_counts(r.weights))
-                                         for r in model.forward_intermediates(part).workspace]))
+                                         for r in model.forward_record(part).workspace]))
         counts = sum(want)                                             # [layers, 2, A]
         torch.testing.assert_close(got, counts[:, 0].double() / counts[:, 1].double())
     assert [s for s, _ in history] == [0, 1]
@@ -415,7 +415,7 @@ def test_script_on_an_ait_run_writes_every_figure_and_its_numbers(tmp_path, monk
     k = model.config.bottleneck_size
     selected = torch.tensor(ait["slot_maps"]["selected_per_slot"])      # [4 images of the pool of 8, M]
     with torch.no_grad():
-        rec = model.forward_intermediates(batches[0][0]).workspace[0]
+        rec = model.forward_record(batches[0][0]).workspace[0]
     maps = slot_attention_maps(rec, model.embed.grid, head=1)           # all 8 images: each slot picks k
     assert torch.equal(selected, (maps[:4] > 0).sum(dim=(-1, -2))) and (maps > 0).sum(dim=(0, 2, 3)).eq(k).all()
 

@@ -97,14 +97,14 @@ def test_every_table2_ablation_builds_trains_and_has_what_it_says(name):
     if name == "without_hopfield":
         assert all(b.workspace.retrieve is not None for b in blocks)
     if name == "without_bottleneck":                           # dense: every slot reads every position
-        rec = model.forward_intermediates(images()).workspace[0]
+        rec = model.forward_record(images()).workspace[0]
         assert (rec.weights > 0).all()
     assert set(model.auxiliary_losses()) == ({"balance"} if c.workspace else set())
 
 
 def test_intermediates_hold_one_workspace_record_per_layer():
     model = micro().eval()
-    it = model.forward_intermediates(images(3))
+    it = model.forward_record(images(3))
     assert len(it.workspace) == 2 and len(it.propagator_attention) == 2
     rec = it.workspace[0]
     assert rec.weights.shape == (1, 2, 8, 3 * 16) and rec.num_tokens == 16
@@ -181,7 +181,7 @@ def test_authors_overrides_are_their_write_top_k_and_detached_write():
 def test_flatten_classifier_is_layernorm_over_the_flattened_tokens_then_linear():
     model = micro(classifier="flatten").eval()
     assert isinstance(model.norm, torch.nn.Identity) and model.heads.linear.in_features == 16 * 32
-    it = model.forward_intermediates(images())
+    it = model.forward_record(images())
     head = model.heads
     flat = it.states.flatten(1)                                     # [B, N·E]
     expected = torch.nn.functional.layer_norm(flat, flat.shape[1:], head.norm.weight, head.norm.bias) \
@@ -212,7 +212,7 @@ def test_workspace_options_reach_every_workspace():
     assert all(s.bottleneck_softmax == "kept" and s.normalize_update and s.write_residual and s.head_split
                and s.o.bias is not None for s in model.workspaces)
     assert all(not s.write_residual and s.o.bias is None and not s.head_split for s in micro().workspaces)
-    rec = model.eval().forward_intermediates(images()).workspace[0]
+    rec = model.eval().forward_record(images()).workspace[0]
     torch.testing.assert_close(rec.weights.sum(-1), torch.ones(1, 2, 8))     # renormalised over the kept
 
 

@@ -15,9 +15,9 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "modwire"
 
 def test_each_model_type_declares_what_it_can_do():
     got = {name: capabilities(cls) for name, cls in MODEL_TYPES.items()}
-    assert got["ait"] == ["finetune", "eval_options", "epoch_hook", "intermediates", "workspace"]
-    assert got["neural_interpreter"] == ["finetune", "add_functions", "intermediates", "module_dropping"]
-    assert got["nac"] == ["finetune", "intermediates", "module_dropping"]
+    assert got["ait"] == ["finetune", "eval_options", "epoch_hook", "records", "workspace"]
+    assert got["neural_interpreter"] == ["finetune", "add_functions", "records", "module_dropping"]
+    assert got["nac"] == ["finetune", "records", "module_dropping"]
     assert got["gan"] == ["adversarial", "eval_options", "nfm"]     # a GAN has no classifier head to replace
     for kind in ("preact_resnet", "transformer_lm", "cnn_mlp"):     # NFM as a config option (NFM §3)
         assert "nfm" in got[kind]
@@ -52,7 +52,7 @@ def test_finetune_offers_only_all_on_a_model_without_the_capability():
 def test_list_models_names_the_capabilities(capsys):
     assert cli.main(["list", "models"]) == 0
     (line,) = [l for l in capsys.readouterr().out.splitlines() if l.startswith("nac_micro ")]
-    assert line.endswith("[finetune, intermediates, module_dropping]")
+    assert line.endswith("[finetune, records, module_dropping]")
 
 
 @pytest.mark.parametrize("part", ["training", "analysis", "cli.py"])

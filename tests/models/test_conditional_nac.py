@@ -74,7 +74,7 @@ def test_the_condition_changes_the_output_and_gradients_reach_the_generator():
 def test_intermediates_are_per_sample():
     m = _model().eval()
     x, c = _inputs()
-    inter = m.forward_intermediates(x, condition=c)
+    inter = m.forward_record(x, condition=c)
     assert inter.link_probs.shape == (4, 12, 12) and inter.readout_link_probs.shape == (4, 3, 12)
     torch.testing.assert_close(inter.link_probs, m.link_probs(c))
     torch.testing.assert_close(inter.logits, m(x, condition=c))

@@ -3,12 +3,14 @@ it builds; the example input its config declares (``ModelConfig.example_inputs``
 the model type here) gives finite logits of the shape it declares (``output_shape``); backward gives
 finite gradients to every trainable parameter (all of them are used); save_pretrained /
 from_pretrained gives identical eval outputs; two eval forwards are equal; every name in
-``no_weight_decay()`` is a parameter's full name; the config survives JSON.
+``no_weight_decay()`` is a parameter's full name; the config survives JSON; ``forward_record`` on the
+same inputs gives the model's declared record type, with the forward's logits and only its family's fields.
 
 The paper-sized presets (``BIG``) are checked on the ``meta`` device in the default run
 (construction, shapes, gradient flow; no arithmetic); their real CPU forward, backward and
 round trip are marked slow."""
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -16,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 import modwire
-from modwire.models.capabilities import Intermediating
+from modwire.models.base import MODEL_TYPES
+from modwire.models.capabilities import Records
 
 PRESETS = modwire.list_models()
 BIG = {"nac_tiny_imagenet", "nac_imagenet", "perceiver_io_tiny_imagenet", "nac_conditional_nlvr2",
@@ -109,15 +112,15 @@ def test_forward_gives_finite_logits_and_eval_is_deterministic(name, build):
 def test_output_dtype_is_the_parameters_under_autocast(name, build):
     """Issue 36, item 6: one convention for every family: under bf16 autocast an fp32 model returns fp32
     (a Linear head would return bf16, an einsum head fp32 on the CPU), close to its fp32 output, and so
-    do its ``forward_intermediates`` logits; a bf16 model returns bf16."""
+    do its ``forward_record`` logits; a bf16 model returns bf16."""
     model = build(name).eval()
     x, kwargs = make_inputs(model.config)
     with torch.no_grad():
         full = model(x, **kwargs)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             mixed = model(x, **kwargs)
-            if isinstance(model, Intermediating):                      # its logits too
-                assert model.forward_intermediates(x, **kwargs).logits.dtype == torch.float32
+            if isinstance(model, Records):                      # its logits too
+                assert model.forward_record(x, **kwargs).logits.dtype == torch.float32
         assert mixed.dtype == torch.float32 and mixed.shape == full.shape
         assert (mixed - full).abs().max() <= 0.1 * full.abs().max() + 0.1      # bf16 arithmetic, same model
         half = model.to(torch.bfloat16)
@@ -152,3 +155,46 @@ def test_save_load_round_trip_gives_identical_eval_outputs(name, build, tmp_path
     x, kwargs = make_inputs(model.config)
     with torch.no_grad():
         torch.testing.assert_close(loaded(x, **kwargs), model(x, **kwargs), atol=0, rtol=0)
+
+
+# ----------------------------------------------------------------------------- records (issue 37, item 5)
+
+# Each family's record: its fields, written out (a field of another family must not appear).
+_PIO = {"logits", "states", "read_in_attention", "propagator_attention", "read_out_attention", "readout_confidence"}
+_SET = {"logits", "states", "propagator_attention"}
+_NFM = {"logits", "states", "nfm"}
+RECORD_FIELDS = {"perceiver_io": _PIO, "nac": _PIO | {"link_probs", "readout_link_probs", "circuit"},
+                 "vit": _SET, "neural_interpreter": _SET | {"compatibility", "types"}, "ait": _SET | {"workspace"},
+                 "transformer_lm": _NFM, "preact_resnet": _NFM, "cnn_mlp": _NFM}
+ALL_FIELDS = set().union(*RECORD_FIELDS.values())
+
+
+def test_every_recording_model_type_declares_its_record_type():
+    recording = {t for t, cls in MODEL_TYPES.items() if issubclass(cls, Records)}
+    assert recording == set(RECORD_FIELDS)                                 # the GAN records nothing
+    for t in recording:
+        record_type = MODEL_TYPES[t].record_type
+        assert {f.name for f in dataclasses.fields(record_type)} == RECORD_FIELDS[t], t
+    assert [t for t, cls in MODEL_TYPES.items() if t not in recording and hasattr(cls, "record_type")] == []
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_forward_record_gives_the_declared_record_with_the_forward_logits(name, build):
+    """``model.forward_record(**inputs)`` on the preset's example inputs (``x`` and the config's other
+    ``input_names()``, nothing else): an instance of ``record_type`` whose logits are ``model(**inputs)``'s
+    (eval mode) and whose fields are its family's alone (a ViT's record has no ``workspace``, no
+    ``link_probs``)."""
+    model = build(name).eval()
+    t = model.config.model_type
+    if t not in RECORD_FIELDS:
+        assert not isinstance(model, Records)
+        return
+    inputs = model.config.example_inputs(BATCH)
+    with torch.no_grad():
+        rec = model.forward_record(**inputs)
+        logits = model(**inputs)
+    assert type(rec) is type(model).record_type
+    assert set(vars(rec)) == RECORD_FIELDS[t]
+    assert [f for f in ALL_FIELDS - RECORD_FIELDS[t] if hasattr(rec, f)] == []
+    # the record's attention weights come from the explicit softmax, the forward's from fused kernels
+    torch.testing.assert_close(rec.logits, logits, atol=1e-5, rtol=1e-5)

@@ -77,7 +77,7 @@ def test_gradient_of_position_t_reaches_no_later_embedding():
     h = model.embed(x).detach().requires_grad_(True)
     model.embed = _Fixed(h)
     w = torch.randn(16, generator=torch.Generator().manual_seed(3))   # (a plain sum of a LayerNorm output is constant)
-    (model.forward_intermediates(x).states[0, 4] @ w).backward()     # the final state at t = 4
+    (model.forward_record(x).states[0, 4] @ w).backward()     # the final state at t = 4
     g = h.grad[0].abs().sum(-1)
     assert (g[5:] == 0).all() and (g[:5] > 0).all()
 
@@ -194,7 +194,7 @@ def test_nfm_adds_one_gamma_per_reader_and_equals_the_base_model_at_gamma_zero(n
 def test_second_pass_reads_the_first_and_records_say_so():
     model = _lm({"enabled": True, "passes": 2, "share_blocks": False, "k": 4}).eval()
     _set_gammas(model)
-    inter = model.forward_intermediates(torch.randint(0, 23, (2, 12)))
+    inter = model.forward_record(torch.randint(0, 23, (2, 12)))
     assert len(inter.nfm) == 6 and inter.nfm[4].sources == [(0, 0), (0, 1), (0, 2), (1, 0)]
     for r in inter.nfm:
         total = r.mass.sum(-1) + r.null

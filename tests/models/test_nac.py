@@ -3,7 +3,7 @@ import torch
 
 import modwire
 from modwire.models import NACConfig, PerceiverIO, PerceiverIOConfig, create_model
-from modwire.models.base import Intermediates
+from modwire.models.nac import NACRecord
 from modwire.models.tokenizer_config import TokenizerConfig
 from modwire.models.nac import NAC, KernelConfig
 
@@ -128,7 +128,7 @@ def test_read_in_codes_separate():
 def test_link_probs_of_a_module_with_itself_are_exactly_one():
     model = micro().eval()
     assert (model.link_probs().diagonal() == 1).all()
-    assert (model.forward_intermediates(torch.randn(2, 5, 8)).link_probs.diagonal() == 1).all()
+    assert (model.forward_record(torch.randn(2, 5, 8)).link_probs.diagonal() == 1).all()
 
 
 @pytest.mark.parametrize("name, kwargs", [("nac_micro", {}), ("nac_micro", {"initial_state": "code", "d_code": 32,
@@ -162,8 +162,8 @@ def test_output_invariant_to_token_order_without_positions():
 def test_intermediates_expose_link_probs_and_attention():
     model = micro(kernel={"eval_mode": "threshold"}).eval()
     x = torch.randn(2, 5, 8)
-    inter = model.forward_intermediates(x)  # reference (explicit softmax) path
-    assert isinstance(inter, Intermediates)
+    inter = model.forward_record(x)  # reference (explicit softmax) path
+    assert isinstance(inter, NACRecord)
     torch.testing.assert_close(inter.logits, model(x), atol=1e-5, rtol=1e-5)  # fused SDPA path
     P = inter.link_probs
     s = model.generator.processors.signatures
@@ -246,8 +246,8 @@ def test_nac_reduces_to_perceiver_io():
 def test_read_in_factorized_equals_literal_inside_the_model():
     model = micro().eval()
     x = torch.randn(2, 5, 8)
-    a = model.forward_intermediates(x, read_in="factorized").states
-    b = model.forward_intermediates(x, read_in="literal").states
+    a = model._run(x, None, record=True, read_in="factorized").states
+    b = model._run(x, None, record=True, read_in="literal").states
     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 

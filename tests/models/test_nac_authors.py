@@ -134,7 +134,7 @@ def test_nac_equals_the_authors_final_nac_in_evaluation(qkv_bias):
     x = _x()
     ref = nac_forward(theirs, tokens_of(model, x), DIMS, tau=TAU)
     model.eval()
-    inter = model.forward_intermediates(x)
+    inter = model.forward_record(x)
     torch.testing.assert_close(inter.logits, ref["logits"], **TOL)
     torch.testing.assert_close(model(x), ref["logits"], **TOL)                 # the fused path
     torch.testing.assert_close(inter.states, ref["states"], **TOL)
@@ -229,7 +229,7 @@ def test_perceiver_io_equals_the_authors_perceiver_io():
     ref = pio_forward(_pio_reference(theirs), tokens_of(model, x), PIO_DIMS)
     model.eval()
     torch.testing.assert_close(model(x), ref["logits"], **TOL)
-    inter = model.forward_intermediates(x)
+    inter = model.forward_record(x)
     torch.testing.assert_close(inter.states, ref["states"], **TOL)
     torch.testing.assert_close(inter.logits, ref["logits"], **TOL)
     normed, _ = _pio(read_out_norm=True)                                # the option changes the logits

@@ -101,7 +101,7 @@ def test_zero_compatibility_leaves_variable_unchanged():
 
 def test_intermediates_compatibility_and_types():
     model = _model()
-    inter = model.forward_intermediates(_x())
+    inter = model.forward_record(_x())
     assert len(inter.compatibility) == len(inter.types) == 2 * 2         # n_s · n_i
     C, t = inter.compatibility[0], inter.types[0]
     assert C.shape == (B, 3, 5) and t.shape == (B, 5, 4)
@@ -214,7 +214,7 @@ def test_capacity_extension_unchanged_when_new_functions_match_nothing():
     with torch.no_grad():                 # ... and new signatures at -e_0: d ≈ 2 > τ, never matched
         for s in model.scripts:
             s.functions.added_signatures.copy_(-e0.expand(2, 4))
-    inter = model.forward_intermediates(x)
+    inter = model.forward_record(x)
     assert all(C.shape[1] == 5 and C[:, 3:].abs().max() == 0 for C in inter.compatibility)
     torch.testing.assert_close(inter.logits, before, rtol=0, atol=1e-12)
     names = [n for n, _ in model.named_parameters() if n.startswith(model.parameter_sets()["new_functions"])]
@@ -271,7 +271,7 @@ def test_anytime_iterations():
     short = NeuralInterpreter(model.config.replace(num_iterations=1)).double().eval()
     short.load_state_dict(model.state_dict())
     torch.testing.assert_close(model(x, iterations=1), short(x), rtol=0, atol=1e-12)
-    assert len(model.forward_intermediates(x, iterations=1).compatibility) == 2
+    assert len(model._run(x, None, record=True, iterations=1).compatibility) == 2
     with pytest.raises(ValueError, match="iterations must be a positive int"):
         model(x, iterations=0)
 

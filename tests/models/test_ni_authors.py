@@ -114,7 +114,7 @@ def test_modwire_with_the_authors_weights_is_their_digits_model(shared_cls):
     perm = _their_order(c)
     for t, name in enumerate(c.datasets):
         task = torch.full((len(x),), t)
-        out = model.forward_intermediates(x, task=task)
+        out = model.forward_record(x, task=task)
         torch.testing.assert_close(out.logits, theirs["predictions"][name], rtol=0, atol=1e-10)
     assert len(out.compatibility) == len(theirs["affinities"]) == c.num_scripts * c.num_iterations
     for C, A, types, T in zip(out.compatibility, theirs["affinities"], out.types, theirs["types"]):

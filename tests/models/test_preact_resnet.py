@@ -125,7 +125,7 @@ def test_nfm_at_initialisation_computes_the_base_network():
 
 def test_intermediates_carry_one_record_per_reader():
     nfm, _ = _nfm_micro_and_base()
-    out = nfm.forward_intermediates(torch.rand(2, 1, 8, 8))
+    out = nfm.forward_record(torch.rand(2, 1, 8, 8))
     assert out.logits.shape == (2, 5) and out.states.shape == (2, 16)
     assert [(r.pass_index, r.layer_index, len(r.sources)) for r in out.nfm] == [(0, 0, 0), (0, 1, 1), (1, 0, 2),
                                                                                (1, 1, 3)]

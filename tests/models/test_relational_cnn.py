@@ -78,7 +78,7 @@ def test_records_one_per_reader_and_the_readers_change_the_output_once_gamma_mov
     model = modwire.create_model("nfm_cnn_mlp_micro").eval()
     x, q = _inputs(model.config)
     base = model(x, q)
-    out = model.forward_intermediates(x, q)
+    out = model.forward_record(x, question=q)
     assert [(r.pass_index, r.layer_index) for r in out.nfm] == [(p, i) for p in range(2) for i in range(3)]
     assert out.nfm[-1].sources == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
     assert out.states.shape == (3, 8, 2, 2)
@@ -207,7 +207,7 @@ def test_the_authors_nfm_network_can_be_built():
     assert all(isinstance(r.w_o1, nn.Conv2d) and r.topk_softmax == "subtract" for r in body.readers[4:])
     assert isinstance(body.blocks[0][1], nn.ReLU) and isinstance(body.blocks[0][2], nn.BatchNorm2d)
     x, kw = model.example_inputs(2)
-    out = model.eval().forward_intermediates(*x, **kw)
+    out = model.eval().forward_record(*x, **kw)
     assert out.logits.shape == (2, 10) and [(r.pass_index, len(r.sources)) for r in out.nfm] == [(1, 5), (1, 6),
                                                                                                  (1, 7), (1, 8)]
 

@@ -57,7 +57,7 @@ def test_cls_tokens_follow_the_elements_and_each_has_its_own_head():
     torch.manual_seed(1)
     model = _vectors_vit(num_cls_tokens=3)
     x = torch.randn(5, 6, 3, dtype=torch.float64)
-    inter = model.forward_intermediates(x)
+    inter = model.forward_record(x)
     y = inter.states                                              # [B, 6 + 3, d], normalised
     assert y.shape == (5, 9, 16)
     w, b = model.heads.weight, model.heads.bias
@@ -88,7 +88,7 @@ def test_shared_head_gives_one_regression_per_cls_token():
     torch.manual_seed(3)
     model = _vectors_vit(num_cls_tokens=4, shared_head=True, num_classes=1)
     x = torch.randn(3, 6, 3, dtype=torch.float64)
-    inter = model.forward_intermediates(x)
+    inter = model.forward_record(x)
     assert model.heads.weight.shape == (1, 1, 16)
     expected = inter.states[:, -4:] @ model.heads.weight[0, 0] + model.heads.bias[0, 0]
     torch.testing.assert_close(inter.logits, expected)            # [B, T]
@@ -98,7 +98,7 @@ def test_no_cls_token_reads_the_mean_of_the_outputs():
     torch.manual_seed(4)
     model = _vectors_vit(num_cls_tokens=0)
     x = torch.randn(3, 6, 3, dtype=torch.float64)
-    inter = model.forward_intermediates(x)
+    inter = model.forward_record(x)
     assert inter.states.shape[1] == 6
     expected = inter.states.mean(1) @ model.heads.weight[0].T + model.heads.bias[0]
     torch.testing.assert_close(inter.logits, expected)

@@ -3,7 +3,7 @@ and bottom-up feedback).
 
 Every reader of an NFM network (before block ``i`` of pass ``k``, NFM Alg. 1) records the attention
 mass it puts on each memory entry ``(pass, layer)`` and on the null slot
-(:class:`~modwire.nn.nfm.NFMRecord`, via ``model.forward_intermediates(x).nfm``). :func:`read_map`
+(:class:`~modwire.nn.nfm.NFMRecord`, via ``model.forward_record(x).nfm``). :func:`read_map`
 averages them over a dataset into a :class:`ReadMap`: rows are readers, columns are the ``K · N``
 possible sources, ``NaN`` where a reader cannot read a source (a later block of its own or a later
 pass).
@@ -24,7 +24,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import Tensor
 
-from .workspace import _batches, _intermediates
+from .workspace import _batches, _record
 from ..errors import UserError
 
 __all__ = ["ReadMap", "generator_read_map", "read_map", "read_map_from_records", "is_top_down", "plot_read_map"]
@@ -79,7 +79,7 @@ def read_map_from_records(batches: Sequence[Sequence[Any]]) -> ReadMap:
     """A :class:`ReadMap` from the NFM records of several forwards (one list of records per batch),
     each sample weighted equally."""
     if not batches or not batches[0]:
-        raise UserError("expected NFM records (Intermediates.nfm) from at least one forward; got none: "
+        raise UserError("expected NFM records (NFMModelRecord.nfm) from at least one forward; got none: "
                         "is NFM enabled in this model (nfm.enabled)?")
     first = batches[0]
     readers = [(r.pass_index, r.layer_index) for r in first]
@@ -105,12 +105,12 @@ def read_map_from_records(batches: Sequence[Sequence[Any]]) -> ReadMap:
 
 
 def read_map(model: torch.nn.Module, batches: Iterable, *, max_batches: int | None = None) -> ReadMap:
-    """Run ``model.forward_intermediates`` (eval mode, no gradients) on ``batches`` (a loader of
+    """Run ``model.forward_record`` (eval mode, no gradients) on ``batches`` (a loader of
     ``(x, y)``, or inputs) and average what its NFM readers read."""
     was = model.training
     model.eval()
     try:
-        recs = [list(_intermediates(model, batch).nfm) for batch in _batches(batches, max_batches)]
+        recs = [list(_record(model, batch).nfm) for batch in _batches(batches, max_batches)]
     finally:
         model.train(was)
     return read_map_from_records(recs)

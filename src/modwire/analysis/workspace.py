@@ -18,7 +18,7 @@ A.6, A.7): what the paper's Figures 2, 7, 10 and 11 show, as numbers.
   :func:`collect_energies` and :func:`energy_summary` (means, and the fraction of tokens whose
   energy decreased).
 
-The AiT's records are ``Intermediates.workspace`` (one :class:`~modwire.nn.workspace.WorkspaceRecord`
+The AiT's records are ``AiTRecord.workspace`` (one :class:`~modwire.nn.workspace.WorkspaceRecord`
 per layer; any object with the same fields works): ``weights [P, A, M, L]`` (``P`` = 1 for the
 paper's squashed batch pool with pool position ``l = b·N + n``, ``P = B`` for the per-sample pool
 with ``L = N``), ``energy_before`` / ``energy_after [B, N]`` and ``num_tokens`` ``N`` (weights are
@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..models.capabilities import Intermediating
+from ..models.capabilities import Records
 from ..errors import UserError, UserTypeError
 
 __all__ = ["attention_sparsity", "slot_similarity", "checkpoint_dirs", "collect_energies", "diversity_counts",
@@ -52,16 +52,16 @@ def _inputs(batch: Any) -> Any:
     return batch[0] if isinstance(batch, (tuple, list)) else batch
 
 
-def _intermediates(model: torch.nn.Module, batch: Any):
-    """``model.forward_intermediates`` on one batch (moved to the model's device), no gradients."""
+def _record(model: torch.nn.Module, batch: Any):
+    """``model.forward_record`` on one batch (moved to the model's device), no gradients."""
     from ..training import to_device
 
-    if not isinstance(model, Intermediating):
-        raise UserTypeError(f"expected a model with forward_intermediates (a ViT or an AiT), got {type(model).__name__}")
+    if not isinstance(model, Records):
+        raise UserTypeError(f"expected a model with forward_record (a ViT or an AiT), got {type(model).__name__}")
     device = next(iter(model.parameters()), torch.empty(0)).device
     x = to_device(_inputs(batch), device)
     with torch.no_grad():
-        return model.forward_intermediates(**x) if isinstance(x, dict) else model.forward_intermediates(x)
+        return model.forward_record(**x) if isinstance(x, dict) else model.forward_record(x)
 
 
 def _batches(batches: Iterable, max_batches: int | None) -> Iterable:
@@ -83,9 +83,9 @@ def _weights(record: Any) -> Tensor:
 
 def _records(model: torch.nn.Module, batch: Any) -> list:
     """The workspace records (one per layer) of one forward, or a TypeError for a model without."""
-    records = [r for r in getattr(_intermediates(model, batch), "workspace", None) or [] if r is not None]
+    records = [r for r in getattr(_record(model, batch), "workspace", None) or [] if r is not None]
     if not records:                                   # not an AiT, or the "without memory" ablation
-        raise UserTypeError(f"{type(model).__name__} records no global workspace (Intermediates.workspace is empty): "
+        raise UserTypeError(f"{type(model).__name__} records no global workspace (no AiTRecord.workspace record): "
                             f"expected an AiT with at least one workspace layer")
     return list(records)
 
@@ -132,7 +132,7 @@ def sparsity_scores(model: torch.nn.Module, batches: Iterable, *, mass: float = 
     count = 0
     model.eval()
     for batch in _batches(batches, max_batches):
-        attention = _intermediates(model, batch).propagator_attention
+        attention = _record(model, batch).propagator_attention
         if not attention:
             raise UserTypeError(f"{type(model).__name__} records no self-attention weights (propagator_attention)")
         scores = [attention_sparsity(a, mass).sum(dim=0, dtype=torch.float64).cpu() for a in attention]

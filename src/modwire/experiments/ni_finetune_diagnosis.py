@@ -120,7 +120,7 @@ def measure(study: Path, run: Run) -> dict:
         model = from_pretrained(snap).eval()
         with torch.no_grad():
             pred = torch.cat([model(xb) for xb in x.split(512)])
-            extra = model.forward_intermediates(x[:512])
+            extra = model.forward_record(x[:512])
         per_fn = r2_per_column(pred, y)
         model.zero_grad()
         ((model(x[:512]) - y[:512]) ** 2).mean().backward()          # the task's loss (MSE) on one batch

@@ -60,9 +60,10 @@ import torch
 from torch import Tensor, nn
 
 from ..nn.blocks import TransformerBlock
-from ..nn.workspace import BOTTLENECK_SOFTMAX, MEMORY_INITS, POOLS, RETRIEVALS, GlobalWorkspace
+from ..nn.workspace import BOTTLENECK_SOFTMAX, MEMORY_INITS, POOLS, RETRIEVALS, GlobalWorkspace, WorkspaceRecord
 from .config import COUNT, POSITIVE, Bounds
 from .registry import register_model_type, register_preset
+from .set_model import SetModelRecord
 from .tokenizer_config import TokenizerConfig
 from .vit import ViT, ViTConfig, ait_patches
 from ..errors import UserError
@@ -189,12 +190,22 @@ class AiTBlock(TransformerBlock):
         return x + out, w, rec
 
 
+@dataclass
+class AiTRecord(SetModelRecord):
+    """An AiT forward pass: the ViT's record (``states [B, N, d]``, each layer's self-attention weights
+    ``[B, H, N, N]``, None for a layer without self-attention) plus ``workspace``, one
+    :class:`~modwire.nn.workspace.WorkspaceRecord` per layer (AiT Eq. 3-8; None for a layer without one)."""
+
+    workspace: list[WorkspaceRecord | None] = field(default_factory=list)
+
+
 class AiT(ViT):
-    """``model(x) → logits [B, C]``; ``forward_intermediates(x)`` adds each layer's self-attention
-    weights ``[B, H, N, N]`` and its :class:`~modwire.nn.workspace.WorkspaceRecord` (``workspace``).
+    """``model(x) → logits [B, C]``; ``forward_record(x)`` adds each layer's self-attention
+    weights ``[B, H, N, N]`` and its :class:`~modwire.nn.workspace.WorkspaceRecord` (:class:`AiTRecord`).
     The classifier (``classifier``) is the ViT's."""
 
     config_class = AiTConfig
+    record_type = AiTRecord
     aux_loss_defaults: ClassVar[dict[str, float]] = {"balance": 1e-2}     # σ of AiT Eq. 6 (§5.1), the trainer's weight unless configured
 
     def make_block(self) -> nn.Module:

@@ -1,4 +1,4 @@
-"""What every modwire model shares: the forward pass's :class:`Intermediates` and
+"""What every modwire model shares: the base :class:`Record` of a forward pass and
 :class:`PretrainedModel` (save/load, auxiliary losses, parameter counting).
 
 ``save_pretrained(dir)`` writes ``config.json`` and ``model.safetensors``
@@ -30,40 +30,24 @@ from .config import ModelConfig
 from ..errors import UnknownNameError, UserError
 from ..fields import did_you_mean
 
-__all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "MODEL_TYPES", "NORM_LAYERS", "Intermediates", "PretrainedModel",
+__all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "MODEL_TYPES", "NORM_LAYERS", "PretrainedModel", "Record",
            "config_class", "load_model", "no_weight_decay_names", "read_pretrained", "unknown_name"]
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 
 
 @dataclass
-class Intermediates:
-    """What one forward pass computed, for analysis (NAC Fig. 6, 8; App. F). Shapes for a
-    batch of ``B``: ``logits [B, C]``, ``states`` (final processor states) ``[B, U, d]``,
-    ``read_in_attention [B, H, U, N]``, ``propagator_attention`` one ``[B, H, U, U]`` per layer,
-    ``read_out_attention [B, H, U_o, U]``, ``readout_confidence [B, U_o]``; NAC only:
-    ``link_probs`` ``P`` of Eq. 2 ``[(B,) U, U]`` (per sample for a conditional NAC),
-    ``readout_link_probs [(B,) U_o, U]`` and the ``circuit`` design the generator produced.
-    Set models (ViT, NI): ``states`` are the final set ``[B, N, d]``, ``propagator_attention`` one
-    ``[B, (U,) H, N, N]`` per attention layer; NI only: ``compatibility`` ``C`` of NI Eq. 3, one
-    ``[B, U, N]`` per function iteration, and the inferred ``types`` ``[B, N, d_type]`` (Eq. 2).
-    Associative Transformer only: ``workspace``, one
-    :class:`~modwire.nn.workspace.WorkspaceRecord` per layer (AiT Eq. 3-8). NFM integrations: ``nfm``,
-    one :class:`~modwire.nn.nfm.NFMRecord` per reader (which layers and passes it read, NFM Alg. 1)."""
+class Record:
+    """What one forward pass computed, for analysis: the base of every family's record (the model
+    class's ``record_type``, returned by its ``forward_record(x, **inputs)``). ``logits`` as
+    ``forward`` returns them, ``states``: the final states the output reads (shapes: each family's
+    record). Each family adds only its own fields: :class:`~modwire.models.perceiver_io.PerceiverIORecord`,
+    :class:`~modwire.models.nac.NACRecord`, :class:`~modwire.models.set_model.SetModelRecord` (ViT),
+    :class:`~modwire.models.neural_interpreter.NIRecord`, :class:`~modwire.models.ait.AiTRecord`,
+    :class:`~modwire.models.nfm.NFMModelRecord` (LM, PreActResNet, CNN_MLP)."""
 
     logits: Tensor
     states: Tensor
-    read_in_attention: Tensor | None = None
-    propagator_attention: list[Tensor] = dataclasses.field(default_factory=list)
-    read_out_attention: Tensor | None = None
-    readout_confidence: Tensor | None = None
-    link_probs: Tensor | None = None
-    readout_link_probs: Tensor | None = None
-    circuit: Any = None
-    compatibility: list[Tensor] = dataclasses.field(default_factory=list)
-    types: list[Tensor] = dataclasses.field(default_factory=list)
-    workspace: list[Any] = dataclasses.field(default_factory=list)
-    nfm: list[Any] = dataclasses.field(default_factory=list)
 
 
 # Normalisation layers, by type: none of their parameters (gains, shifts) is weight-decayed. (BatchNorm*,
@@ -104,12 +88,12 @@ def _in_parameter_dtype(forward: Any) -> Any:
     @functools.wraps(forward)
     def in_parameter_dtype(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
         output = forward(self, *args, **kwargs)
-        logits = output.logits if isinstance(output, Intermediates) else output
+        logits = output.logits if isinstance(output, Record) else output
         if isinstance(logits, Tensor) and logits.is_floating_point():
             dtype = next(self.parameters()).dtype
             if logits.dtype != dtype:
                 logits = logits.to(dtype)
-                if isinstance(output, Intermediates):      # forward_intermediates: its logits
+                if isinstance(output, Record):             # forward_record: its logits
                     return dataclasses.replace(output, logits=logits)
                 return logits
         return output
@@ -118,17 +102,26 @@ def _in_parameter_dtype(forward: Any) -> Any:
 
 class PretrainedModel(nn.Module):
     """Mixin for models with a ``config``: save/load and parameter counting. Every model's ``forward``
-    returns its output in the parameters' dtype, under autocast too, and ``forward_intermediates`` its
-    logits (:func:`_in_parameter_dtype`, applied to each subclass's own methods when the class is defined)."""
+    returns its output in the parameters' dtype, under autocast too, and ``forward_record`` its
+    logits (:func:`_in_parameter_dtype`, applied to each subclass's own methods when the class is defined).
+
+    A model that records its forward pass (the ``Records`` capability, :mod:`modwire.models.capabilities`)
+    declares ``record_type`` (a :class:`Record` subclass) and defines
+    ``forward_record(x, **inputs) -> record_type``, where ``inputs`` are its config's other
+    ``input_names()`` (``condition``, ``task``, ``question``) and nothing else."""
 
     config_class: ClassVar[type[ModelConfig]]
     config: ModelConfig
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for name in ("forward", "forward_intermediates"):
+        for name in ("forward", "forward_record"):
             if name in cls.__dict__:
                 setattr(cls, name, _in_parameter_dtype(cls.__dict__[name]))
+
+    def forward_intermediates(self, x: Tensor, **inputs: Tensor) -> Record:
+        """Alias of ``forward_record`` until issue 38 gives this name to timm's ``forward_intermediates``."""
+        return self.forward_record(x, **inputs)   # type: ignore[attr-defined]
 
     @property
     def num_classes(self) -> int:

@@ -15,7 +15,7 @@ protocol             methods                                  used by
 :class:`EvalOptions`  ``set_eval_options(**options)``          ``modwire eval / analyze --set
                                                                model.overrides.<option>=…``
 :class:`EpochAware`   ``start_epoch(epoch, generator)``        the trainer (AiT "Reset memory")
-:class:`Intermediating` ``forward_intermediates(x, ...)``      analyses of attention and records
+:class:`Records`      ``forward_record(x, **inputs)``          analyses of attention and records
 :class:`ModuleSurgery` ``module_axis()``                       module dropping (NAC App. F)
 :class:`Adversarial`  ``sample_latents(n)``, ``generate(z)``   the run-kind table, eval's FID
 :class:`HasWorkspace` ``workspaces`` (a property)              ``modwire analyze`` (AiT Fig. 2, 7, 10, 11)
@@ -35,7 +35,7 @@ import torch
 
 from ..nn.nfm import NFM
 from .axis import ModuleAxis
-from .base import Intermediates
+from .base import Record
 from .nfm import NFMConfig
 
 
@@ -70,10 +70,12 @@ class EpochAware(Protocol):
 
 
 @runtime_checkable
-class Intermediating(Protocol):
-    """Logits plus what the forward recorded (attention weights, workspace records, ...)."""
+class Records(Protocol):
+    """Logits plus what the forward recorded (attention weights, workspace records, ...): the model's
+    ``record_type``, a :class:`~modwire.models.base.Record` of its family. ``inputs`` are the model's
+    other declared inputs (its config's ``input_names()`` after ``x``) and nothing else."""
 
-    def forward_intermediates(self, x: Any, *args: Any, **kwargs: Any) -> Intermediates: ...
+    def forward_record(self, x: torch.Tensor, **inputs: torch.Tensor) -> Record: ...
 
 
 @runtime_checkable
@@ -138,7 +140,7 @@ class HasNFM(metaclass=_NFMCheck):
 
 CAPABILITIES: dict[str, type] = {"adversarial": Adversarial, "finetune": FineTunable, "add_functions": GrowsFunctions,
                                  "eval_options": EvalOptions, "epoch_hook": EpochAware,
-                                 "intermediates": Intermediating, "module_dropping": ModuleSurgery,
+                                 "records": Records, "module_dropping": ModuleSurgery,
                                  "workspace": HasWorkspace, "nfm": HasNFM}
 
 

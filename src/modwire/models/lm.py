@@ -54,10 +54,10 @@ from ..nn import TransformerBlock
 from ..nn.init import trunc_normal_
 from ..nn.nfm import NFMLayer
 from ..nn.checks import min_max, values_checkable
-from .base import Intermediates, PretrainedModel
+from .base import PretrainedModel
 from .config import COUNT, Bounds, ModelConfig, example_generator, heads_of
 from .inputs import Inputs, named_inputs
-from .nfm import NFMConfig, build_body
+from .nfm import NFMConfig, NFMModelRecord, build_body
 from .registry import register_model_type, register_preset
 from ..errors import UserError
 
@@ -240,10 +240,12 @@ class SharedProjectionLayer(NFMLayer):
 
 
 class TransformerLM(PretrainedModel):
-    """``model(ids [B, T]) → logits [B, T, vocab_size]`` (module docstring); ``forward_intermediates``
-    adds the final states ``[B, T, d]`` and, with NFM, one :class:`~modwire.nn.nfm.NFMRecord` per reader."""
+    """``model(ids [B, T]) → logits [B, T, vocab_size]`` (module docstring); ``forward_record``
+    adds the final states ``[B, T, d]`` and, with NFM, one :class:`~modwire.nn.nfm.NFMRecord` per reader
+    (:class:`~modwire.models.nfm.NFMModelRecord`)."""
 
     config_class = TransformerLMConfig
+    record_type = NFMModelRecord
     eval_options = ("random_attention",)   # `modwire eval RUN --set model.overrides.random_attention=true`
 
     def __init__(self, config: TransformerLMConfig) -> None:
@@ -316,15 +318,18 @@ class TransformerLM(PretrainedModel):
         self.body.random_attention = self.config.nfm.random_attention
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.forward_intermediates(x, record=False).logits
+        return self._run(x, record=False).logits
 
-    def forward_intermediates(self, x: Tensor, *, record: bool = True) -> Intermediates:
+    def forward_record(self, x: Tensor) -> NFMModelRecord:
+        return self._run(x, record=True)
+
+    def _run(self, x: Tensor, *, record: bool) -> NFMModelRecord:
         self._check(x)
         t = x.shape[1]
         h = self.drop(self.embed(x) + self.positions[:t])                                 # [B, T, d]
         h = self.norm(self.body(h, record=record))
         logits = F.linear(h, self.embed.weight, self.head_bias) if self.head is None else self.head(h)
-        return Intermediates(logits=logits, states=h, nfm=list(self.body.records) if record else [])
+        return NFMModelRecord(logits=logits, states=h, nfm=list(self.body.records) if record else [])
 
     def _check(self, x: Tensor) -> None:
         if not isinstance(x, Tensor) or x.dim() != 2 or x.dtype.is_floating_point or x.dtype == torch.bool:

@@ -49,11 +49,12 @@ from ..nn.kernel import KERNEL_MODES
 from ..nn.modulated import FFN_ACTIVATIONS, MODULATIONS
 from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
-from .base import Intermediates, PretrainedModel
+from .base import PretrainedModel
 from .config import (COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_choice, check_head_split,
                      check_single_head)
 from .finetune_protocol import ReadOutHeadFineTuning
 from .inputs import Inputs, named_inputs
+from .perceiver_io import PerceiverIORecord
 from .registry import register_model_type, register_preset
 from .tokenizer_config import CONV_BEFORE_ISSUE_35, TOKENIZERS, TokenizerConfig, build_tokenizer
 from ..errors import UserError
@@ -333,12 +334,26 @@ class ConditionalGenerator(nn.Module):
 
 # ----------------------------------------------------------------------------- 2. circuit executor
 
+@dataclass
+class NACRecord(PerceiverIORecord):
+    """A NAC forward pass: a Perceiver IO's record (NAC App. B.2: a NAC generalises a Perceiver IO;
+    ``states`` the final processor states ``[B, U, d]``, the attention of every stage) plus
+    ``link_probs``, ``P`` of Eq. 2 ``[(B,) U, U]`` (per sample for a conditional NAC),
+    ``readout_link_probs [(B,) U_o, U]`` (None without a kernel) and the ``circuit`` design the
+    generator produced (§2.2)."""
+
+    link_probs: Tensor | None = None
+    readout_link_probs: Tensor | None = None
+    circuit: Circuit | None = None
+
+
 class NAC(ReadOutHeadFineTuning, PretrainedModel):
     """Neural Attentive Circuit classifier: ``model(x) → logits [B, num_classes]``, or
-    ``model(x, condition=c)`` for a conditional NAC. ``forward_intermediates`` also returns
-    the circuit, ``P`` and the attention of every stage (:class:`~modwire.models.base.Intermediates`)."""
+    ``model(x, condition=c)`` for a conditional NAC. ``forward_record`` also returns
+    the circuit, ``P`` and the attention of every stage (:class:`NACRecord`)."""
 
     config_class = NACConfig
+    record_type = NACRecord
     readout_design = ("generator.outputs.",)          # the output modules' free design (§2.2)
 
     def __init__(self, config: NACConfig) -> None:
@@ -372,18 +387,19 @@ class NAC(ReadOutHeadFineTuning, PretrainedModel):
     def forward(self, x: Tensor, *, condition: Tensor | None = None) -> Tensor:
         return self._run(x, condition, record=False).logits
 
-    def forward_intermediates(self, x: Tensor, *, condition: Tensor | None = None,
-                              read_in: ReadInMethod = "factorized") -> Intermediates:
+    def forward_record(self, x: Tensor, *, condition: Tensor | None = None) -> NACRecord:
         """Logits plus everything the pass computed (attention weights of every stage, ``P``)."""
-        inter = self._run(x, condition, record=True, read_in=read_in)
+        rec = self._run(x, condition, record=True)
         if self.kernel is not None:
-            p, o = inter.circuit.processors.signatures, inter.circuit.outputs.signatures
-            inter.link_probs = self._kernel_for_propagators().link_probs(p, p)
-            inter.readout_link_probs = self.kernel.link_probs(o, p)
-        return inter
+            p, o = rec.circuit.processors.signatures, rec.circuit.outputs.signatures
+            rec.link_probs = self._kernel_for_propagators().link_probs(p, p)
+            rec.readout_link_probs = self.kernel.link_probs(o, p)
+        return rec
 
     def _run(self, x: Tensor, condition: Tensor | None, *, record: bool,
-             read_in: ReadInMethod = "factorized") -> Intermediates:
+             read_in: ReadInMethod = "factorized") -> NACRecord:
+        """The forward pass. ``read_in``: how the read-in computes (``"factorized"``, or ``"literal"``: the
+        explicit softmax, the reference the tests compare it with; ``modwire.nn.attention``)."""
         tokens = self.tokenizer(x)                       # [B, N, token_dim]; x checked (nn.tokenizers)
         circuit = self.generator(condition, batch_size=len(x))              # §2.2: the circuit design
         p = circuit.processors
@@ -398,7 +414,7 @@ class NAC(ReadOutHeadFineTuning, PretrainedModel):
         logits, w_out, conf = self.read_out(circuit.outputs.states, theta, out_codes=circuit.outputs.codes,
                                             state_codes=p.codes, return_weights=record,
                                             **_kernel_args(bias))                         # read-out
-        return Intermediates(logits, theta, w_in, w_prop, w_out, conf, circuit=circuit)
+        return NACRecord(logits, theta, w_in, w_prop, w_out, conf, circuit=circuit)
 
     def propagate(self, theta: Tensor, p: ModuleDesign, record: bool = False) -> tuple[Tensor, list]:
         """The propagators (§2.1): SKMDPA among processor modules (Eq. 2-3), then ModFFN, per layer.

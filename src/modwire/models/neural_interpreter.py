@@ -68,13 +68,13 @@ or the logits are not scaled at all).
 
 Dynamic inference (NI §4.2-4.3): :meth:`NeuralInterpreter.add_functions` (capacity extension),
 :meth:`~NeuralInterpreter.drop_functions` and :meth:`~NeuralInterpreter.module_axis` (function
-dropping), ``model(x, iterations=k)`` (anytime inference), ``forward_intermediates(x)``
-(``compatibility``: ``C`` ``[B, U, N]`` and ``types`` ``[B, N, d_type]`` per function iteration).
+dropping), ``model(x, iterations=k)`` (anytime inference), ``forward_record(x)`` (:class:`NIRecord`;
+``compatibility``: ``C`` ``[B, U, N]`` and ``types`` ``[B, N, d_type]`` per function iteration).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -88,7 +88,7 @@ from ..nn.positions import RelativePositionBias, pad_bias
 from .axis import ModuleAxis
 from .config import COUNT, POSITIVE, Bounds, heads_of
 from .registry import register_model_type, register_preset
-from .set_model import SetModel, SetModelConfig
+from .set_model import SetModel, SetModelConfig, SetModelRecord
 from .tokenizer_config import TokenizerConfig
 from ..errors import UserError
 
@@ -353,19 +353,35 @@ class Script(nn.Module):
 
 # ----------------------------------------------------------------------------- the model
 
+@dataclass
+class NIRecord(SetModelRecord):
+    """A Neural Interpreter's forward pass: the set model's record (``states [B, N, d]``, every LOC's
+    attention ``[B, U, H, N, N]`` in ``propagator_attention``) plus, one per function iteration
+    (scripts in order), the ``compatibility`` ``C`` of NI Eq. 3 ``[B, U, N]`` and the inferred
+    ``types`` ``[B, N, d_type]`` (Eq. 2)."""
+
+    compatibility: list[Tensor] = field(default_factory=list)
+    types: list[Tensor] = field(default_factory=list)
+
+
 class NeuralInterpreter(SetModel):
     """``model(x[, task], iterations=None)`` → logits (shapes: :mod:`modwire.models.set_model`).
     ``iterations=k``: every script runs ``k`` function iterations instead of ``n_i`` (anytime
-    inference, NI Fig. 8). ``forward_intermediates`` adds ``compatibility`` and ``types`` (one per
-    function iteration, scripts in order) and every LOC's attention ``[B, U, H, N, N]``."""
+    inference, NI Fig. 8; an option of ``forward`` alone: ``forward_record`` takes the model's inputs
+    only and runs ``n_i``). ``forward_record`` adds ``compatibility`` and ``types`` (:class:`NIRecord`)."""
 
     config_class = NeuralInterpreterConfig
+    record_type = NIRecord
 
     def __init__(self, config: NeuralInterpreterConfig) -> None:
         super().__init__(config)
         c = config
         grid = self.embed.grid if c.tokenizer.positions == "relative" else None
         self.scripts = nn.ModuleList(Script(c, grid) for _ in range(c.num_scripts))   # Eq. 1
+
+    def forward(self, x: Tensor, task: Tensor | None = None, question: Tensor | None = None, *,
+                iterations: int | None = None) -> Tensor:
+        return self._run(x, task, question, record=False, iterations=iterations).logits
 
     def encode(self, x: Tensor, *, record: bool, iterations: int | None = None) -> tuple[Tensor, dict[str, Any]]:
         if iterations is not None and (isinstance(iterations, bool) or not isinstance(iterations, int)

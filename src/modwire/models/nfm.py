@@ -15,18 +15,28 @@ The mechanism (Algorithm 1, attention over layers and passes, rescaling) is
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from torch import Tensor, nn
 
-from ..nn.nfm import (READER_ACTIVATIONS, LAYOUTS, NFM, NORMS, READ_AT, READER_OUTPUTS, RESCALES, SCORE_SCALES, TOPK_SOFTMAX,
+from ..nn.nfm import (READER_ACTIVATIONS, LAYOUTS, NFM, NFMRecord, NORMS, READ_AT, READER_OUTPUTS, RESCALES, SCORE_SCALES, TOPK_SOFTMAX,
                       LayerFactory)
-from .base import PretrainedModel
+from .base import PretrainedModel, Record
 from .config import COUNT, Bounds, ConfigBase, check_choice
 from ..errors import UserError
 
-__all__ = ["NFMConfig", "BlockSequence", "build_body", "load_base_weights"]
+__all__ = ["NFMConfig", "NFMModelRecord", "BlockSequence", "build_body", "load_base_weights"]
+
+
+@dataclass
+class NFMModelRecord(Record):
+    """The forward pass of a model whose blocks can run in NFM (the LM, PreActResNet, CNN_MLP): its
+    ``logits``, its final ``states`` (LM ``[B, T, d]``; PreActResNet the pooled features ``[B, c_N]``;
+    CNN_MLP the final conv state ``[B, C, s, s]``) and ``nfm``, one :class:`~modwire.nn.nfm.NFMRecord`
+    per reader (which layers and passes it read, NFM Alg. 1; empty without NFM)."""
+
+    nfm: list[NFMRecord] = field(default_factory=list)
 
 
 @dataclass

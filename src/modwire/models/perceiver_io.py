@@ -26,7 +26,7 @@ from ..nn import ReadIn, ReadOut, TransformerBlock
 from ..nn.modulated import FFN_ACTIVATIONS
 from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
-from .base import Intermediates, PretrainedModel
+from .base import PretrainedModel, Record
 from .config import COUNT, ModelConfig, check_head_split, check_single_head
 from .finetune_protocol import ReadOutHeadFineTuning
 from .inputs import Inputs
@@ -74,11 +74,26 @@ class PerceiverIOConfig(ModelConfig):
                 "num_classes": num_classes}
 
 
+@dataclass
+class PerceiverIORecord(Record):
+    """A Perceiver IO forward pass (and, with NAC's fields added, a NAC's: :class:`~modwire.models.nac.NACRecord`).
+    For a batch of ``B``: ``logits [B, C]``, ``states`` (final latents / processor states) ``[B, U, d]``,
+    ``read_in_attention [B, H, U, N]`` (encoder; NAC Eq. 4-5), ``propagator_attention`` one
+    ``[B, H, U, U]`` per latent layer (NAC Eq. 2-3), ``read_out_attention [B, H, U_o, U]`` (decoder) and
+    ``readout_confidence [B, U_o]`` (NAC Fig. 6, 8; App. F)."""
+
+    read_in_attention: Tensor | None = None
+    propagator_attention: list[Tensor] = field(default_factory=list)
+    read_out_attention: Tensor | None = None
+    readout_confidence: Tensor | None = None
+
+
 class PerceiverIO(ReadOutHeadFineTuning, PretrainedModel):
     """Perceiver IO classifier. ``model(x) → logits [B, num_classes]``;
-    ``forward_intermediates(x)`` adds the attention weights and the final ``states``."""
+    ``forward_record(x)`` adds the attention weights and the final ``states`` (:class:`PerceiverIORecord`)."""
 
     config_class = PerceiverIOConfig
+    record_type = PerceiverIORecord
     readout_design = ("output_queries",)              # the decoder's learned queries
 
     def __init__(self, config: PerceiverIOConfig) -> None:
@@ -97,10 +112,10 @@ class PerceiverIO(ReadOutHeadFineTuning, PretrainedModel):
     def forward(self, x: Tensor) -> Tensor:
         return self._run(x, record=False).logits
 
-    def forward_intermediates(self, x: Tensor) -> Intermediates:
+    def forward_record(self, x: Tensor) -> PerceiverIORecord:
         return self._run(x, record=True)
 
-    def _run(self, x: Tensor, *, record: bool) -> Intermediates:
+    def _run(self, x: Tensor, *, record: bool) -> PerceiverIORecord:
         z, w_in = self.read_in(self.latents, self.tokenizer(x), return_weights=record,
                                key_mask=padding_mask(self.tokenizer, x))          # encoder
         weights = []
@@ -108,7 +123,7 @@ class PerceiverIO(ReadOutHeadFineTuning, PretrainedModel):
             z, w = layer(z, return_weights=record)
             weights.append(w)
         logits, w_out, conf = self.read_out(self.output_queries, z, return_weights=record)  # decoder
-        return Intermediates(logits, z, w_in, weights, w_out, conf)
+        return PerceiverIORecord(logits, z, w_in, weights, w_out, conf)
 
     def module_axis(self) -> ModuleAxis:
         """The latents ``[U, d_model]``: the Perceiver IO counterpart of NAC's modules (NAC Fig. 5)."""

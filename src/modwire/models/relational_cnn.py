@@ -54,10 +54,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn.checks import check_float, check_not_empty
-from .base import Intermediates, PretrainedModel
+from .base import PretrainedModel
 from .config import COUNT, Bounds, ModelConfig, check_single_head, example_generator
 from .inputs import Inputs, named_inputs
-from .nfm import NFMConfig, build_body, set_random_attention
+from .nfm import NFMConfig, NFMModelRecord, build_body, set_random_attention
 from .registry import register_model_type, register_preset
 from ..errors import UserError
 
@@ -161,11 +161,12 @@ def conv_block(c_in: int, c_out: int, order: str = "conv_relu_bn") -> nn.Sequent
 
 
 class CNNMLP(PretrainedModel):
-    """``model(x, question) → logits [B, num_classes]``; ``forward_intermediates`` adds the final
+    """``model(x, question) → logits [B, num_classes]``; ``forward_record`` adds the final
     conv state (``states [B, C, s, s]``) and, with NFM, one :class:`~modwire.nn.nfm.NFMRecord` per
-    reader (``nfm``)."""
+    reader (``nfm``; :class:`~modwire.models.nfm.NFMModelRecord`)."""
 
     config_class = CNNMLPConfig
+    record_type = NFMModelRecord
 
     def __init__(self, config: CNNMLPConfig) -> None:
         super().__init__()
@@ -219,10 +220,10 @@ class CNNMLP(PretrainedModel):
     def forward(self, x: Tensor, question: Tensor | None = None) -> Tensor:
         return self._run(x, question, record=False).logits
 
-    def forward_intermediates(self, x: Tensor, question: Tensor | None = None) -> Intermediates:
+    def forward_record(self, x: Tensor, *, question: Tensor | None = None) -> NFMModelRecord:
         return self._run(x, question, record=True)
 
-    def _run(self, x: Tensor, question: Tensor | None, *, record: bool) -> Intermediates:
+    def _run(self, x: Tensor, question: Tensor | None, *, record: bool) -> NFMModelRecord:
         c = self.config
         self._check(x, question)
         h = self.body(self.stem(x), record=record)                        # [B, C, s, s]
@@ -230,7 +231,7 @@ class CNNMLP(PretrainedModel):
         if c.question_dim:
             feats = torch.cat([feats, question.reshape(len(x), c.question_dim).to(feats.dtype)], dim=1)
         logits = self.mlp(feats)                                          # [B, num_classes]
-        return Intermediates(logits, h, nfm=list(self.body.records) if record else [])
+        return NFMModelRecord(logits, h, nfm=list(self.body.records) if record else [])
 
     def _head(self, h: Tensor) -> Tensor:
         """The authors' head when configured: ``avg_pool2d(h, head_pool)`` resized (nearest) back to

@@ -35,10 +35,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn.checks import check_float, check_not_empty
-from .base import Intermediates, PretrainedModel
+from .base import PretrainedModel
 from .config import COUNT, Bounds, ModelConfig, check_single_head, example_generator
 from .inputs import Inputs, named_inputs
-from .nfm import NFMConfig, build_body, set_random_attention
+from .nfm import NFMConfig, NFMModelRecord, build_body, set_random_attention
 from .registry import register_model_type, register_preset
 from ..errors import UserError
 
@@ -170,10 +170,12 @@ def residual_blocks(c: PreActResNetConfig) -> tuple[list[nn.Module], list[int]]:
 
 
 class PreActResNet(PretrainedModel):
-    """``model(x [B, C, H, W]) → logits [B, num_classes]``; ``forward_intermediates(x)`` adds the
-    pooled features (``states [B, c_N]``) and, with NFM, one ``NFMRecord`` per reader (``nfm``)."""
+    """``model(x [B, C, H, W]) → logits [B, num_classes]``; ``forward_record(x)`` adds the
+    pooled features (``states [B, c_N]``) and, with NFM, one ``NFMRecord`` per reader (``nfm``;
+    :class:`~modwire.models.nfm.NFMModelRecord`)."""
 
     config_class = PreActResNetConfig
+    record_type = NFMModelRecord
 
     def __init__(self, config: PreActResNetConfig) -> None:
         super().__init__()
@@ -195,9 +197,9 @@ class PreActResNet(PretrainedModel):
     def forward(self, x: Tensor) -> Tensor:
         return self.head(self.features(x))
 
-    def forward_intermediates(self, x: Tensor) -> Intermediates:
+    def forward_record(self, x: Tensor) -> NFMModelRecord:
         feats = self.features(x, record=True)
-        return Intermediates(self.head(feats), feats, nfm=list(self.body.records))
+        return NFMModelRecord(self.head(feats), feats, nfm=list(self.body.records))
 
     def _check_input(self, x: Tensor) -> None:
         c = self.config.in_channels

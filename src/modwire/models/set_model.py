@@ -44,7 +44,7 @@ from torch import Tensor, nn
 from ..nn.init import trunc_normal_
 from ..nn.tokenizers import NormLinearNorm
 from ..nn.checks import check_float, check_tensor, min_max, values_checkable
-from .base import Intermediates, PretrainedModel
+from .base import PretrainedModel, Record
 from .config import COUNT, Bounds, ModelConfig, example_generator
 from .inputs import Inputs, named_inputs
 from .tokenizer_config import EMBEDDINGS, TokenizerConfig, build_tokenizer
@@ -185,10 +185,22 @@ class TokenHeads(nn.Module):
         return torch.einsum("btd,tcd->btc", y, self.weight.expand(y.shape[1], -1, -1)) + self.bias
 
 
+@dataclass
+class SetModelRecord(Record):
+    """A set model's forward pass (the ViT's record; the Neural Interpreter's and the AiT's add their own
+    fields: :class:`~modwire.models.neural_interpreter.NIRecord`, :class:`~modwire.models.ait.AiTRecord`).
+    For a batch of ``B``: ``logits`` (shapes: module docstring), ``states`` the final set ``[B, N, d]``
+    (after the final LayerNorm), ``propagator_attention`` one ``[B, (U,) H, N, N]`` per attention layer
+    (the ViT's / AiT's blocks ``[B, H, N, N]``; NI's LOCs ``[B, U, H, N, N]``)."""
+
+    propagator_attention: list[Tensor] = field(default_factory=list)
+
+
 class SetModel(PretrainedModel):
     """Embed → CLS tokens → :meth:`encode` (the subclass) → LayerNorm → heads (module docstring)."""
 
     config_class: ClassVar[type[SetModelConfig]]
+    record_type: ClassVar[type[SetModelRecord]] = SetModelRecord
 
     def __init__(self, config: SetModelConfig) -> None:
         super().__init__()
@@ -216,23 +228,23 @@ class SetModel(PretrainedModel):
 
     # ------------------------------------------------------------------------- the subclass's part
 
-    def encode(self, x: Tensor, *, record: bool, **kwargs: Any) -> tuple[Tensor, dict[str, Any]]:
-        """``[B, N, d] → ([B, N, d], Intermediates fields)``: the model body."""
+    def encode(self, x: Tensor, *, record: bool, **options: Any) -> tuple[Tensor, dict[str, Any]]:
+        """``[B, N, d] → ([B, N, d], the fields of its record_type beyond SetModelRecord's base)``: the model
+        body; ``options``: the body's own (NI's ``iterations``), from the subclass's ``forward``."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------------- forward
 
-    def forward(self, x: Tensor, task: Tensor | None = None, question: Tensor | None = None,
-                **kwargs: Any) -> Tensor:
-        return self._run(x, task, question, record=False, **kwargs).logits
+    def forward(self, x: Tensor, task: Tensor | None = None, question: Tensor | None = None) -> Tensor:
+        return self._run(x, task, question, record=False).logits
 
-    def forward_intermediates(self, x: Tensor, task: Tensor | None = None, question: Tensor | None = None,
-                              **kwargs: Any) -> Intermediates:
-        """Logits plus what :meth:`encode` recorded (attention weights; NI: ``C`` and types)."""
-        return self._run(x, task, question, record=True, **kwargs)
+    def forward_record(self, x: Tensor, *, task: Tensor | None = None,
+                       question: Tensor | None = None) -> SetModelRecord:
+        """Logits plus what :meth:`encode` recorded (attention weights; NI: ``C`` and types; AiT: the workspace)."""
+        return self._run(x, task, question, record=True)
 
     def _run(self, x: Tensor, task: Tensor | None, question: Tensor | None = None, *, record: bool,
-             **kwargs: Any) -> Intermediates:
+             **options: Any) -> SetModelRecord:
         tokens = self.embed(x)                                              # [B', N, d]; x checked
         b = tokens.shape[0]
         if (self.question is None) != (question is None):
@@ -242,10 +254,10 @@ class SetModel(PretrainedModel):
             tokens = torch.cat([tokens, self.question(question, b).to(tokens.dtype)], dim=1)   # [B, N + 1, d]
         if self.cls_tokens is not None:                                     # appended after the elements
             tokens = torch.cat([tokens, self.cls_tokens.expand(b, -1, -1)], dim=1)
-        y, extra = self.encode(tokens, record=record, **kwargs)
+        y, extra = self.encode(tokens, record=record, **options)
         y = self.norm(y)
         read = self._read(y)                                                # [B', T, d]
-        return Intermediates(self._select(self.heads(read), task, len(x)), y, **extra)
+        return self.record_type(self._select(self.heads(read), task, len(x)), y, **extra)
 
     def _read(self, y: Tensor) -> Tensor:
         """What the heads read from the final states ``y [B', N, d]``: the CLS tokens ``[B', T, d]``,

@@ -94,7 +94,8 @@ class FlatClassifier(nn.Module):
 
 class ViT(SetModel):
     """``model(x) → logits`` (see :mod:`modwire.models.set_model` for the output shapes);
-    ``forward_intermediates(x)`` adds every layer's attention weights ``[B, H, N, N]``. With
+    ``forward_record(x)`` adds every layer's attention weights ``[B, H, N, N]``
+    (:class:`~modwire.models.set_model.SetModelRecord`). With
     ``classifier="flatten"`` the final per-token LayerNorm and the mean are replaced by
     :class:`FlatClassifier` (``heads``)."""
 
