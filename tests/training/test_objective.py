@@ -1,7 +1,7 @@
 """Issue 38 item 3: the public training objective (``modwire.training.Objective``) is the loss
 ``modwire train`` optimises: task loss plus the configured weights times the auxiliary losses (NAC's
 graph regularizer, AiT's balance loss), the epoch hook and the parameter groups. A loop of one's own
-built on it gives, step by step, the values ``modwire train`` logs (docs/tools.md's examples are
+built on it gives, step by step, the values ``modwire train`` logs (docs/training.md's examples are
 checked the same way in tests/test_readme.py)."""
 import json
 from dataclasses import replace
@@ -25,7 +25,7 @@ def _cfg(*extra):
 
 
 def _own_loop(cfg) -> list[dict]:
-    """A hand-written loop on the public pieces (docs/tools.md); each step's ``loss.logged()`` as floats."""
+    """A hand-written loop on the public pieces (docs/training.md); each step's ``loss.logged()`` as floats."""
     torch.manual_seed(cfg.seed)
     model = build_model_for_task(cfg)
     train_set, _ = build_datasets(cfg)
