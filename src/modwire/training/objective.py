@@ -1,6 +1,7 @@
 """The training objective of ``modwire train``, public: the loss it optimises for a model and a batch,
 the hook it calls at each epoch's start and the parameter groups it gives the optimizer, so a
-Lightning module, ``accelerate`` or a hand-written loop trains the same thing (docs/training.md, "Your own training loop").
+Lightning module, ``accelerate`` or a hand-written loop trains the same thing (docs/training.md,
+"Your own training loop").
 
 The supervised run kind (:mod:`modwire.training.supervised`) calls :class:`Objective` for every
 micro-batch; there is no second copy of the objective.
