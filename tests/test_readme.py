@@ -102,6 +102,41 @@ def test_nfm_lm_example_runs_as_written():
     assert len(s["reads"]) == c.num_layers * c.nfm.passes and s["reads"][0].null.shape == (2,)
 
 
+def _train_records(cfg, out: Path) -> list[dict]:
+    """The per-step records of ``modwire train`` with ``cfg``, logged at every step, run in ``out``."""
+    from dataclasses import replace
+
+    from modwire.training import train
+
+    train(replace(cfg, out_dir=str(out), log_every=1, progress=False))
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in records if "loss" in r and "lr" in r]
+
+
+def _assert_same_losses(history: list[dict], records: list[dict]) -> None:
+    """Each step's ``loss.logged()`` of a doc example equals that step's record of ``modwire train``,
+    as the float32 values ``metrics.jsonl`` holds (same weights, batches, objective, updates)."""
+    assert len(history) == len(records) == 4 and "aux/balance" in records[0]     # 2 epochs of 2 steps, AiT
+    for step, (mine, logged) in enumerate(zip(history, records), 1):
+        assert logged["step"] == step and set(mine) == {"loss", "aux/balance"}
+        assert {k: v.item() for k, v in mine.items()} == {k: logged[k] for k in mine}, step
+
+
+def test_tools_plain_loop_gives_the_losses_of_modwire_train(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    s = _run_block("docs/training.md", "A plain PyTorch loop")
+    _assert_same_losses(s["history"], _train_records(s["cfg"], tmp_path / "run"))
+    first = s["history"][0]       # total = task + σ · balance, σ = 1e-2 (AiT Eq. 6, ait_micro's default)
+    assert s["objective"].weights(s["model"]) == {"balance": 1e-2} and first["aux/balance"] > 0
+
+
+def test_tools_lightning_module_gives_the_losses_of_modwire_train(tmp_path, monkeypatch):
+    pytest.importorskip("lightning", reason="the LightningModule example needs modwire[lightning]")
+    monkeypatch.chdir(tmp_path)
+    s = _run_block("docs/training.md", "A LightningModule")
+    _assert_same_losses(s["module"].history, _train_records(s["cfg"], tmp_path / "run"))
+
+
 @pytest.mark.slow
 def test_speed_flop_ratio_of_dropping_is_as_stated(capsys):
     """docs/speed.md's FLOP bound on dropping 87.5 % of the modules is what its code prints."""

@@ -22,7 +22,7 @@ def cfg(out, *extra):
 @pytest.fixture
 def poison_at_step(monkeypatch):
     """The task loss of optimizer step ``n`` (0-based) becomes NaN, as a diverging run's would."""
-    from modwire.training import supervised as trainer
+    from modwire.training import objective as trainer     # the task loss of every training step
 
     real, calls = trainer.compute_loss, []
 

@@ -8,12 +8,10 @@ builds it. Also here, because only this kind has them: the model fitted to the t
 augmentation and mixup (``data.augment``, ``data.mixup``), gradient accumulation, the fp16 scaler,
 the EMA update and the non-finite guard's view of each step.
 
-Auxiliary losses: the objective is the task loss plus ``Σ weight · loss`` over the losses the model
-reports (``model.auxiliary_losses()``, e.g. NAC's graph regularizer, App. A) with weights from
-``aux_loss_weights`` over the model's defaults, each logged as ``aux/<name>``; a reported loss without a
-weight, or a weight without a loss, is refused. A model with the ``EpochAware`` capability is told when
-each training epoch starts (AiT's "reset memory", Table 2), with a generator seeded by ``(seed, epoch)``;
-not on a resume part-way through an epoch.
+The objective, its epoch hook and its parameter groups are :class:`~modwire.training.objective.Objective`
+(public, for other training loops): the task loss plus ``Σ weight · loss`` over the auxiliary losses the
+model reports (e.g. NAC's graph regularizer, App. A), each logged as ``aux/<name>``. The epoch hook is
+called at each training epoch's start, not on a resume part-way through an epoch.
 """
 from __future__ import annotations
 
@@ -31,10 +29,8 @@ from torch.utils.data import DataLoader
 from ..errors import ConfigWarning, UserError
 from ..models import create_model, get_config
 from ..models.base import PretrainedModel
-from ..models.capabilities import EpochAware
 from ..models.config import deep_merge
 from ..models.inputs import named_inputs
-from ..seeding import torch_generator
 from ..tasks import build_dataset, describe_task, get_task
 from ..tasks.base import EpochDataset, SkipBadSamples
 from ..tasks.metrics import LOWER_IS_BETTER
@@ -45,10 +41,11 @@ from .ema import WeightEMA
 from .finetune_setup import few_shot_splits, pretrained_model, select_trainable
 from .kinds import RunKind, register_kind
 from .mixup import make_mixer, mix
+from .objective import Objective
 from .optim import build_optimizer, build_scheduler
 from .run import TrainingRun
 from .precision import autocast, check_device, loss_scaler
-from .runtime import batch_len, call_model, check_labels, compute_loss, evaluate, make_loader, to_device
+from .runtime import batch_len, call_model, check_labels, evaluate, make_loader, to_device
 from .signals import StopSignals
 from .state import TrainState
 
@@ -146,8 +143,8 @@ class Supervised:
     local_batch: int                            # micro-batch per process
     steps_per_epoch: int
     grad_accum: int
+    objective: Objective                        # the loss, the epoch hook (objective.py)
     batches: Any = None                         # the current epoch's batch iterator
-    aux_checked: bool = False
 
     @property
     def best_metric(self) -> tuple[str, bool]:
@@ -230,7 +227,7 @@ def build_supervised_run(cfg: TrainConfig, dist_info: distributed.DistInfo, run_
                       f"steps per epoch: the run stops after {total} steps (raise epochs to reach max_steps)",
                       ConfigWarning, stacklevel=3)
     program = Supervised(info, train_set, sampler, train_loader, val_loader, mixer, local_batch, steps_per_epoch,
-                         cfg.grad_accum)
+                         cfg.grad_accum, Objective.from_config(cfg))
     run = TrainingRun(cfg, dist_info, run_dir, program, total)
     optimizer = build_optimizer(model, cfg.optim)
     ema = WeightEMA.for_config(model, cfg.ema_decay)
@@ -243,8 +240,8 @@ def next_batch(run: TrainingRun, state: TrainState) -> tuple[Any, Tensor]:
     starts at ``state.micro`` (exact resume part-way through an epoch)."""
     p = run.program
     if p.batches is None:
-        if state.micro == 0 and isinstance(state.model, EpochAware):  # AiT's "reset memory" (Table 2); not
-            state.model.start_epoch(state.epoch, torch_generator(run.cfg.seed, state.epoch))  # mid-epoch
+        if state.micro == 0:                     # AiT's "reset memory" (Table 2); not mid-epoch
+            p.objective.start_epoch(state.model, state.epoch)
         p.sampler.set_epoch(state.epoch, start=state.micro * p.local_batch)
         if isinstance(p.train_set, EpochDataset):
             p.train_set.set_epoch(state.epoch)
@@ -260,8 +257,9 @@ def next_batch(run: TrainingRun, state: TrainState) -> tuple[Any, Tensor]:
 
 
 def accumulate(run: TrainingRun, state: TrainState) -> dict[str, Tensor]:
-    """``grad_accum`` micro-steps of forward and backward. Returns the step's losses (the task's
-    as ``loss``, each auxiliary one unweighted as ``aux/<name>``), averaged over micro-batches."""
+    """``grad_accum`` micro-steps of forward and backward of the run's :class:`Objective`. Returns the
+    step's losses (the task's as ``loss``, each auxiliary one unweighted as ``aux/<name>``), averaged
+    over micro-batches."""
     cfg, n = run.cfg, run.cfg.grad_accum
     shown: dict[str, Tensor] = {}
     for i in range(n):
@@ -270,44 +268,13 @@ def accumulate(run: TrainingRun, state: TrainState) -> dict[str, Tensor]:
         with sync:
             with autocast(run.device, cfg.precision):
                 out = call_model(run.net, x)
-            loss = compute_loss(run.program.info, out, y, cfg.optim.label_smoothing)
-            aux = auxiliary_losses(run, state.model)
-            objective = loss / n                                   # each micro-batch's share of the step
-            if aux:
-                weights = aux_loss_weights(run, state.model)
-                objective = objective + sum(weights[k] * v for k, v in aux.items()) / n
-            state.scaler.scale(objective).backward()
+            loss = run.program.objective.of_output(state.model, out, y, n)   # objective.py
+            state.scaler.scale(loss.total).backward()
         state.micro += 1
         run.seen += batch_len(x) * run.dist.world
-        for k, v in {"loss": loss, **{f"aux/{k}": v for k, v in aux.items()}}.items():
-            shown[k] = shown.get(k, 0) + v.detach().float() / n
+        for k, v in loss.logged().items():
+            shown[k] = shown.get(k, 0) + v.float() / n
     return shown
-
-
-def aux_loss_weights(run: TrainingRun, model: torch.nn.Module) -> dict[str, float]:
-    """The weight of each auxiliary loss: the config's ``aux_loss_weights`` over the model's paper
-    defaults (``aux_loss_defaults``, e.g. AiT's σ = 1e-2 for ``balance``, AiT Eq. 6)."""
-    defaults = model.aux_loss_defaults if isinstance(model, PretrainedModel) else {}
-    return {**defaults, **run.cfg.aux_loss_weights}
-
-
-def auxiliary_losses(run: TrainingRun, model: torch.nn.Module) -> dict[str, Tensor]:
-    """The auxiliary losses the model reported for this forward pass, each with a configured
-    weight (``aux_loss_weights``, else the model's default): none is added or dropped silently."""
-    aux = model.auxiliary_losses() if isinstance(model, PretrainedModel) else {}
-    weights = aux_loss_weights(run, model)
-    missing = sorted(set(aux) - set(weights))
-    if missing:
-        raise UserError(f"model {run.cfg.model.name!r} reports the auxiliary loss(es) {missing} but the training "
-                        f"config gives no weight: set aux_loss_weights.{missing[0]} (e.g. --set "
-                        f"aux_loss_weights.{missing[0]}=0.01; 0 logs it without training on it)")
-    if not run.program.aux_checked:
-        unused = sorted(set(run.cfg.aux_loss_weights) - set(aux))
-        if unused:
-            raise UserError(f"config key 'aux_loss_weights.{unused[0]}': model {run.cfg.model.name!r} reports no "
-                            f"auxiliary loss named {unused[0]!r} (it reports {sorted(aux) or 'none'})")
-        run.program.aux_checked = True
-    return aux
 
 
 def optimizer_step(run: TrainingRun, state: TrainState, loss: Tensor | None = None) -> None:
