@@ -173,9 +173,11 @@ def build_cifar100(split: str, root: Any = None, transform: Callable | None = No
 
 
 _INPUTS = InputSpec.image(3, 32, 32)
+#: CIFAR-10's classes in label order (the batches' ``batches.meta``)
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 register_task(TaskInfo(
     name="cifar10", kind="loader", description="CIFAR-10 from the python pickle batches (safe unpickling)",
-    num_classes=10, inputs=_INPUTS, splits=("train", "test"),
+    num_classes=10, inputs=_INPUTS, splits=("train", "test"), class_names=CIFAR10_CLASSES,
     params={"root": None, "transform": None},
 ), build_cifar10)
 register_task(TaskInfo(
