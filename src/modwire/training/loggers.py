@@ -13,7 +13,8 @@ import paths ``"package.module:attribute"`` of your own factories (a class takin
                 named in ``loggers``; what ``modwire eval``, the analyses and a resume read
 ``csv``         ``metrics.csv``: one row per record, a column per key (new keys widen the file)
 ``tensorboard`` ``tensorboard/`` event files (``pip install 'modwire[tensorboard]'``)
-``mlflow``      an MLflow run in the local file store ``mlruns/`` (``pip install 'modwire[mlflow]'``)
+``mlflow``      an MLflow run in ``$MLFLOW_TRACKING_URI``, else in ``mlflow.db`` (SQLite) in the run directory
+                (``pip install 'modwire[mlflow]'``)
 ``wandb``       a W&B run in offline mode under ``wandb/`` (``pip install 'modwire[wandb]'``; ``wandb sync``
                 uploads it later)
 ==============  ==========================================================================================
@@ -30,6 +31,8 @@ import csv
 import importlib.util
 import io
 import math
+import os
+import secrets
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
@@ -130,8 +133,10 @@ def _kept_id(path: Path, resume_step: int | None) -> str | None:
 
 
 class MlflowLogger:
-    """An MLflow run in the local file store ``RUN/mlruns`` (experiment ``modwire``, the run named after
-    the run directory; ``mlflow ui --backend-store-uri RUN/mlruns`` shows it): the config as the run's
+    """An MLflow run (experiment ``modwire``, named after the run directory) in the tracking store
+    ``$MLFLOW_TRACKING_URI`` when it is set, else a local one in the run directory, ``RUN/mlflow.db``
+    (SQLite, MLflow's local store since the ``./mlruns`` file store went into maintenance;
+    ``mlflow ui --backend-store-uri sqlite:///RUN/mlflow.db`` shows it): the config as the run's
     parameters (dotted keys), each number of a record as a metric at its ``step``. Its id is kept in
     ``RUN/mlflow_run_id``; a resume continues that run (metrics it was sent after the resumed step
     stay in its history: MLflow deletes none)."""
@@ -143,7 +148,8 @@ class MlflowLogger:
         from .config import flat_config
 
         run_dir = Path(run_dir).absolute()
-        self.client = MlflowClient(tracking_uri=(run_dir / "mlruns").as_uri())
+        self.client = MlflowClient(tracking_uri=os.environ.get("MLFLOW_TRACKING_URI")
+                                   or f"sqlite:///{run_dir / 'mlflow.db'}")
         experiment = self.client.get_experiment_by_name("modwire")
         experiment_id = experiment.experiment_id if experiment else self.client.create_experiment("modwire")
         id_file = run_dir / "mlflow_run_id"
@@ -182,7 +188,7 @@ class WandbLogger:
 
         run_dir = Path(run_dir).absolute()
         id_file = run_dir / "wandb_run_id"
-        run_id = _kept_id(id_file, resume_step) or wandb.util.generate_id()
+        run_id = _kept_id(id_file, resume_step) or secrets.token_hex(4)   # W&B's form: 8 of [a-z0-9]
         atomic_write_text(id_file, run_id + "\n")
         self.run = wandb.init(mode="offline", dir=str(run_dir), project="modwire", name=run_dir.name, id=run_id,
                               resume="allow", config=flat_config(config), reinit="create_new",
