@@ -4,6 +4,7 @@ import csv
 import json
 import random
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -269,9 +270,12 @@ def _wandb_losses(run):
     assert len(files) == 2                                   # the run and its resume, one id
     out = {}
     for f in files:
-        for data in _wandb_records(f):
-            rec = wandb_internal_pb2.Record()
-            rec.ParseFromString(data)
+        for _ in range(300):         # W&B's service may still be writing the file when finish() returns
+            records = [wandb_internal_pb2.Record.FromString(data) for data in _wandb_records(f)]
+            if any(rec.WhichOneof("record_type") == "exit" for rec in records):
+                break
+            time.sleep(0.1)
+        for rec in records:
             if rec.WhichOneof("record_type") == "history":
                 items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item}
                 if "loss" in items:

@@ -28,6 +28,7 @@ not installed is refused before the run starts, naming the extra to install.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib.util
 import io
 import math
@@ -35,15 +36,12 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 from ..errors import UserError
 from ..fields import ChoicesOrImport, import_object
 from ..files import append_line, atomic_write_text, read_lines
 from .feedback import MetricsLog
-
-if TYPE_CHECKING:
-    from .config import TrainConfig
 
 __all__ = ["LOGGERS", "LOGGER_CHOICES", "CsvLogger", "Logger", "MlflowLogger", "RunLoggers", "TensorBoardLogger",
            "WandbLogger", "check_logger_names", "check_loggers", "open_loggers"]
@@ -66,13 +64,32 @@ def scalars(record: dict[str, Any]) -> dict[str, float]:
             if k not in ("step", "epoch") and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
+def config_items(config: Any) -> dict[str, Any]:
+    """A run's config (a :class:`~modwire.training.config.TrainConfig`) as ``{"optim.lr": 3e-4, ...}``:
+    every leaf by its dotted key, as a tracker's parameters. (Not ``config.flat_config``: the config
+    module imports this one for its ``choices``.)"""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        if dataclasses.is_dataclass(node):
+            node = {f.name: getattr(node, f.name) for f in dataclasses.fields(node)}
+        if isinstance(node, dict) and node:
+            for k, v in node.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            out[prefix] = list(node) if isinstance(node, (list, tuple)) else node
+
+    walk("", config)
+    return out
+
+
 class CsvLogger:
     """``RUN/metrics.csv``: a header row of the keys in the order first seen (``step``, ``epoch``
     first), one row per record, an empty cell where a record lacks a key (a validation record has
     no ``loss``). A record with a new key rewrites the file atomically with the wider header (a few
     times per run); otherwise a row is appended. On resume, rows after the resumed step are dropped."""
 
-    def __init__(self, run_dir: Path, config: "TrainConfig", resume_step: int | None) -> None:
+    def __init__(self, run_dir: Path, config: Any, resume_step: int | None) -> None:
         self.path = Path(run_dir) / "metrics.csv"
         self.columns: list[str] = ["step", "epoch"]
         rows: list[dict[str, str]] = []
@@ -111,7 +128,7 @@ class TensorBoardLogger:
     """``RUN/tensorboard/``: each number of a record (:func:`scalars`) as a scalar at its ``step``.
     On resume, events after the resumed step are purged (``SummaryWriter(purge_step=...)``)."""
 
-    def __init__(self, run_dir: Path, config: "TrainConfig", resume_step: int | None) -> None:
+    def __init__(self, run_dir: Path, config: Any, resume_step: int | None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"),
@@ -141,11 +158,9 @@ class MlflowLogger:
     ``RUN/mlflow_run_id``; a resume continues that run (metrics it was sent after the resumed step
     stay in its history: MLflow deletes none)."""
 
-    def __init__(self, run_dir: Path, config: "TrainConfig", resume_step: int | None) -> None:
+    def __init__(self, run_dir: Path, config: Any, resume_step: int | None) -> None:
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
-
-        from .config import flat_config
 
         run_dir = Path(run_dir).absolute()
         self.client = MlflowClient(tracking_uri=os.environ.get("MLFLOW_TRACKING_URI")
@@ -157,7 +172,7 @@ class MlflowLogger:
         if self.run_id is None:
             self.run_id = self.client.create_run(experiment_id, run_name=run_dir.name).info.run_id
             atomic_write_text(id_file, self.run_id + "\n")
-            params = [Param(k, str(v)[:6000]) for k, v in flat_config(config).items()]
+            params = [Param(k, str(v)[:6000]) for k, v in config_items(config).items()]
             for i in range(0, len(params), 100):                  # MLflow takes at most 100 per batch
                 self.client.log_batch(self.run_id, params=params[i:i + 100])
         else:
@@ -181,17 +196,15 @@ class WandbLogger:
     (dotted keys), each number of a record at its ``step``. Its id is kept in ``RUN/wandb_run_id``; a
     resume continues that run (W&B ignores records at steps it already has)."""
 
-    def __init__(self, run_dir: Path, config: "TrainConfig", resume_step: int | None) -> None:
+    def __init__(self, run_dir: Path, config: Any, resume_step: int | None) -> None:
         import wandb
-
-        from .config import flat_config
 
         run_dir = Path(run_dir).absolute()
         id_file = run_dir / "wandb_run_id"
         run_id = _kept_id(id_file, resume_step) or secrets.token_hex(4)   # W&B's form: 8 of [a-z0-9]
         atomic_write_text(id_file, run_id + "\n")
         self.run = wandb.init(mode="offline", dir=str(run_dir), project="modwire", name=run_dir.name, id=run_id,
-                              resume="allow", config=flat_config(config), reinit="create_new",
+                              resume="allow", config=config_items(config), reinit="create_new",
                               settings=wandb.Settings(console="off", silent=True, x_disable_stats=True))
 
     def log(self, record: dict[str, Any]) -> None:
@@ -246,7 +259,7 @@ class RunLoggers:
             logger.close()
 
 
-def open_loggers(run_dir: Path, config: "TrainConfig", main: bool, resume_step: int | None) -> RunLoggers:
+def open_loggers(run_dir: Path, config: Any, main: bool, resume_step: int | None) -> RunLoggers:
     """``metrics.jsonl`` and the loggers ``config.loggers`` names (main process only)."""
     jsonl, others = MetricsLog(Path(run_dir), main, resume_step), []
     for name in (config.loggers if main else []):
