@@ -183,6 +183,16 @@ def test_csv_and_a_users_logger_get_every_jsonl_record_and_resume_drops_the_late
         [{k: r[k] for k in ("step", "epoch")} for r in rows]
 
 
+def test_a_resume_may_add_a_logger_when_allowed_and_tensorboard_is_written_only_when_asked_for(tmp_path):
+    run = tmp_path / "run"
+    train(_toy(run, "epochs=1"))
+    assert not (run / "tensorboard").exists() and not (run / "metrics.csv").exists()   # only metrics.jsonl
+    with pytest.raises(UserError, match=r"loggers"):
+        train(_toy(run, "epochs=2", "loggers=[csv]"), resume=True, allow_change=["epochs"])
+    train(_toy(run, "epochs=2", "loggers=[csv]"), resume=True, allow_change=["epochs", "loggers"])
+    assert [r["step"] for r in _csv(run / "metrics.csv")] == ["5", "6", "7", "8", "8"]   # from the resume on
+
+
 def test_a_user_logger_factory_must_make_a_logger(tmp_path):
     with pytest.raises(UserError, match=r"'toy_plugins:not_a_logger' made a object, expected a logger with methods "
                                         r"log\(record\) and close\(\)"):
