@@ -138,3 +138,31 @@ def test_check_argument_returns_a_valid_choice_and_names_the_argument_and_the_ch
         check_argument("rescale", "c", ("a", "b"), "NFM")
     with pytest.raises(UserError, match=r"^modulation must be one of \['none'\], got 1$"):
         check_argument("modulation", 1, ("none",))
+
+
+def test_choices_or_import_takes_its_values_and_import_paths_of_callables_and_imports_without_calling():
+    import copy
+    import pickle
+
+    from modwire.fields import ChoicesOrImport, check_table, import_object, is_import_path
+
+    allowed = ChoicesOrImport(("a", "b"), note="why")
+    assert "a" in allowed and "os.path:join" in allowed and "c" not in allowed and "a:b:c" not in allowed
+    assert [is_import_path(v) for v in ("pkg.mod:f", "pkg:Cls.make", "pkg:", ":f", "pkg mod:f", 3)] == \
+        [True, True, False, False, False, False]
+    assert import_object("os.path:join") is __import__("os").path.join
+    for clone in (copy.deepcopy(allowed), pickle.loads(pickle.dumps(allowed))):
+        assert type(clone) is ChoicesOrImport and clone.note == "why" and "os:getcwd" in clone
+
+    @dataclass
+    class Holder:
+        how: str = "a"
+        choices: ClassVar[dict[str, tuple]] = {"how": allowed}
+
+    check_table(Holder("os:getcwd"), choices=Holder.choices)
+    with pytest.raises(UserError, match=r"config key 'how': got 'os:sep', which names a str, expected an import "
+                                        r"path 'package.module:attribute' naming a callable"):
+        check_table(Holder("os:sep"), choices=Holder.choices)
+    with pytest.raises(UserError, match=r"config key 'how': got 'c', expected one of \['a', 'b'\] or an import path "
+                                        r"'package.module:attribute' \(why\)"):
+        check_table(Holder("c"), choices=Holder.choices)

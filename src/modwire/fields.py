@@ -30,6 +30,7 @@ import dataclasses
 import difflib
 import math
 import numbers
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from .errors import UserError
 
-__all__ = ["Bounds", "Choices", "POSITIVE", "NON_NEGATIVE", "COUNT", "UNIT", "INT_COUNT", "INT_NON_NEGATIVE",
+__all__ = ["Bounds", "Choices", "ChoicesOrImport", "import_object", "is_import_path", "POSITIVE", "NON_NEGATIVE", "COUNT", "UNIT", "INT_COUNT", "INT_NON_NEGATIVE",
            "check_argument", "check_value", "check_table", "check_mapping", "check_fields", "check_tree",
            "declared_rules", "did_you_mean"]
 
@@ -108,7 +109,55 @@ class Choices(tuple):
         return out
 
     def __reduce__(self):               # copy / pickle keep the note
-        return (Choices, (tuple(self), self.note))
+        return (type(self), (tuple(self), self.note))
+
+
+class ChoicesOrImport(Choices):
+    """A ``choices`` entry whose field also takes an import path ``"package.module:attribute"``
+    naming a callable of the user's (``data.augment``, ``loggers``). :func:`check_table` imports it
+    (nothing is called) and refuses, naming the key, a path that does not import or names something
+    that is not callable."""
+
+    def __contains__(self, value: Any) -> bool:
+        return super().__contains__(value) or is_import_path(value)
+
+
+_IDENTIFIERS = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def is_import_path(value: Any) -> bool:
+    """Whether ``value`` reads as ``"package.module:attribute"`` (dotted names each side of one colon)."""
+    if not isinstance(value, str) or value.count(":") != 1:
+        return False
+    module, attr = value.split(":")
+    return bool(_IDENTIFIERS.fullmatch(module) and _IDENTIFIERS.fullmatch(attr))
+
+
+def import_object(value: str, where: str = "import path") -> Any:
+    """The callable that ``"package.module:attribute"`` names (the attribute may be dotted:
+    ``"pkg.mod:Class.make"``): the module is imported, nothing is called. A :class:`UserError`
+    starting with ``where`` says why not: a malformed path, a module that does not import (with the
+    import's own error), a missing attribute, or one that is not callable."""
+    import importlib
+
+    form = "an import path 'package.module:attribute' naming a callable"
+    if not is_import_path(value):
+        raise UserError(f"{where}: got {value!r}, expected {form}")
+    module_name, attr = value.split(":")
+    try:
+        obj = importlib.import_module(module_name)
+    except Exception as exc:             # the user's module: any error of its import is theirs
+        raise UserError(f"{where}: got {value!r}, but module {module_name!r} does not import "
+                        f"({type(exc).__name__}: {exc}); it must be importable by this Python (installed, "
+                        f"or its folder on PYTHONPATH)") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise UserError(f"{where}: got {value!r}, but {type(obj).__name__} {getattr(obj, '__name__', obj)!r} "
+                            f"has no attribute {part!r}.{did_you_mean(part, [n for n in dir(obj) if not n.startswith('_')])}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise UserError(f"{where}: got {value!r}, which names a {type(obj).__name__}, expected {form}")
+    return obj
 
 
 def _sibling(owner: Any, bound: float | str | None) -> float | None:
@@ -178,8 +227,12 @@ def check_table(obj: Any, *, choices: Mapping[str, tuple] | None = None, bounds:
             for path, value, _ in _values(obj, key, prefix):
                 if value not in allowed:
                     note = getattr(allowed, "note", "")
-                    raise UserError(f"{label} {path!r}: got {value!r}, expected one of {list(allowed)}"
+                    also = " or an import path 'package.module:attribute'" if isinstance(allowed, ChoicesOrImport) \
+                        else ""
+                    raise UserError(f"{label} {path!r}: got {value!r}, expected one of {list(allowed)}{also}"
                                     + (f" ({note})" if note else ""))
+                if isinstance(allowed, ChoicesOrImport) and not tuple.__contains__(allowed, value):
+                    import_object(value, f"{label} {path!r}")
     for key, rule in (bounds or {}).items():
         if key.split(".")[0] not in skip:
             for path, value, owner in _values(obj, key, prefix):

@@ -38,9 +38,19 @@ def test_each_random_transform_is_a_function_of_the_generator_seed(transform):
     assert len({o.numpy().tobytes() for o in outs}) > 1
 
 
-def test_random_transforms_refuse_to_run_without_a_generator():
-    with pytest.raises(ValueError, match="Generator"):
-        A.RandAugment()(image(), None)
+def test_without_a_generator_a_transform_draws_from_torchs_default_generator_as_torchvision():
+    # a DataLoader's one-argument transform= : t(img) works, is reproducible under torch.manual_seed
+    # (as torchvision's transforms are), and draws what a generator seeded alike draws
+    t, img = A.standard_train_transform(24), image(h=40, w=48)
+    torch.manual_seed(5)
+    a, b = t(img), t(img)
+    assert a.shape == (3, 24, 24) and not torch.equal(a, b)            # one stream: successive draws differ
+    torch.manual_seed(5)
+    assert torch.equal(t(img), a) and torch.equal(t(img), b)           # re-seeding replays it
+    g = gen(5)
+    assert torch.equal(t(img, g), a) and torch.equal(t(img, g), b)
+    torch.manual_seed(6)
+    assert not torch.equal(t(img), a)
 
 
 # ----------------------------------------------------------------------------- crop / flip / normalize
@@ -295,8 +305,10 @@ def test_deit_randaugment_is_a_function_of_the_generator_and_refuses_bad_setting
     outs = [ra(img, gen(s)) for s in range(8)]
     assert all(torch.equal(o, ra(img, gen(s))) for s, o in enumerate(outs))
     assert len({o.numpy().tobytes() for o in outs}) > 1
-    with pytest.raises(ValueError, match="Generator"):
-        ra(img, None)
+    torch.manual_seed(0)
+    first = ra(img)
+    torch.manual_seed(0)
+    assert torch.equal(ra(img, None), first)                           # no generator: the seeded default
     for bad, match in (({"magnitude": 11}, r"magnitude must be in \[0, 10\]"), ({"prob": 1.5}, "prob"),
                        ({"ops": ("Posterize",)}, "unknown or no op")):
         with pytest.raises(ValueError, match=match):

@@ -155,6 +155,10 @@ def test_cifar100_fine_labels_str_keys_and_protocol5(tmp_path):
     assert [int(ds[i][1]) for i in range(4)] == ref["fine_labels"]
     assert torch.equal((ds[3][0] * 255).round().to(torch.uint8).flatten(), torch.from_numpy(ref["data"][3]))
     assert get_task("cifar100").metrics == ("top1", "top5")
+    assert ds.classes == [str(k) for k in range(100)]                 # no meta file: the labels as names
+    names = [f"class {k}".encode() for k in range(100)]
+    (tmp_path / "meta").write_bytes(pickle.dumps({b"fine_label_names": names, b"coarse_label_names": []}, protocol=2))
+    assert build_dataset("cifar100", "test", root=tmp_path).classes[:2] == ["class 0", "class 1"]
 
 
 class _Evil:

@@ -85,8 +85,9 @@ def test_few_shot_splits_renumber_labels_and_cut_validation_to_the_same_classes(
     cfg = load_config(None, ["data.task=toy_classes", "data.few_shot.shots=2", "data.few_shot.ways=3", "seed=7"])
     train_raw, val_raw = build_dataset("toy_classes", "train"), build_dataset("toy_classes", "val")
     train_set, val_set = few_shot_splits(cfg, describe_task("toy_classes"), train_raw, val_raw)
-    classes = train_set.classes
+    classes = train_set.class_ids
     assert len(train_set) == 6 and len(classes) == 3
+    assert train_set.classes == val_set.classes == [str(c) for c in classes]   # toy_classes names none
     for subset, raw in ((train_set, train_raw), (val_set, val_raw)):
         for i in range(len(subset)):
             x, y = subset[i]

@@ -54,6 +54,11 @@ def pad_collate(batch: Sequence[tuple[Tensor, Tensor]], pad_value: int = 0) -> t
 
 
 
+#: the class names of the digit tasks (MNIST, SVHN, MNIST-M, the digits, ListOps' values)
+DIGIT_CLASSES = tuple(str(d) for d in range(10))
+#: the losses of classification tasks, whose datasets carry ``classes``
+CLASSIFICATION_LOSSES = ("cross_entropy", "bce")
+
 # describe(params) -> (inputs, num_classes) or (inputs, num_classes, heads)
 Describe = Callable[[dict[str, Any]], tuple]
 
@@ -92,6 +97,10 @@ class TaskInfo:
     categories: ``(label, names)``: a categorical label of each input of a batch
         (``inputs -> LongTensor [B]`` indexing ``names``) that analyses colour samples by,
         e.g. Sort-of-CLEVR's question type for NAC Fig. 6.
+    class_names: the name of each class, index ``k`` for label ``k`` (``dataset.classes`` of every
+        split :func:`build_dataset` builds for a classification task, as torchvision's datasets have);
+        None: a dataset's own ``classes`` (class folders, WordNet ids), else the labels as strings
+        ``"0"``, ``"1"``, ... (:func:`class_names`).
     param_bounds / param_choices: what each parameter accepts, as a config class's ``bounds`` /
         ``choices`` tables (:mod:`modwire.fields`): ``{"size": Bounds(lo=8, multiple_of=8,
         integer=True, note="the images are 8x8")}``, ``{"resize": ("center_crop", "stretch")}``.
@@ -117,6 +126,7 @@ class TaskInfo:
     heads: int = 1                      # new fields go after it: the fields before keep their positions
     param_bounds: dict[str, Bounds] = field(default_factory=dict)
     param_choices: dict[str, tuple] = field(default_factory=dict)
+    class_names: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("generator", "loader"):
@@ -128,6 +138,9 @@ class TaskInfo:
         self.check_params(self.params)      # the defaults obey the task's own rules
         if self.loss not in LOSSES:
             raise UserError(f"task {self.name!r}: loss must be one of {LOSSES}, got {self.loss!r}")
+        if self.class_names is not None and self.num_classes is not None and len(self.class_names) != self.num_classes:
+            raise UserError(f"task {self.name!r}: class_names has {len(self.class_names)} names for "
+                            f"{self.num_classes} classes")
         if self.inputs is None:
             if self.describe is None:
                 raise UserError(f"task {self.name!r}: give inputs= (an InputSpec) or describe=")
@@ -420,6 +433,14 @@ def subsample(dataset: Dataset, n: int, seed: int = 0) -> Subsample:
                                        f"{classes} class{'es' if classes != 1 else ''}, seed {seed}")
 
 
+def class_names(info: TaskInfo, params: Mapping[str, Any]) -> list[str]:
+    """The names of a classification task's classes: its ``class_names``, else the labels as strings
+    (``"0"``, ``"1"``, ...: the task does not name them)."""
+    if info.class_names is not None:
+        return list(info.class_names)
+    return [str(k) for k in range(info.resolve(params).num_classes)]
+
+
 def build_dataset(name: str, split: str, *, max_samples: int | None = None, sample_seed: int = 0,
                   **params: Any) -> Dataset:
     """The dataset of one split of task ``name``; ``params`` override the task's defaults.
@@ -429,6 +450,9 @@ def build_dataset(name: str, split: str, *, max_samples: int | None = None, samp
     ``note`` says which); all of them when the split is smaller; ``None`` or 0 = all
     (``data.max_samples`` in a training config). ``sample_seed``: the seed of that draw (a run's
     seed); not named ``seed``, which is a parameter of several tasks.
+
+    A classification task's dataset has ``classes``, the name of each class (torchvision's
+    ``dataset.classes``): its own, else the task's ``class_names``, else ``"0"``, ``"1"``, ...
     """
     if max_samples is not None and (isinstance(max_samples, bool) or not isinstance(max_samples, int)):
         raise UserTypeError(f"max_samples must be an int (0 = all), got {max_samples!r} ({type(max_samples).__name__})")
@@ -443,6 +467,8 @@ def build_dataset(name: str, split: str, *, max_samples: int | None = None, samp
     build = _TASKS[name][1]
     merged = info.merged_params(params, own_checks=lambda p: build(split, **p))  # KeyError: an unknown parameter
     dataset = build(split, **merged)
+    if info.loss in CLASSIFICATION_LOSSES and not hasattr(dataset, "classes"):
+        dataset.classes = class_names(info, merged)
     if max_samples and max_samples < len(dataset):
         return subsample(dataset, max_samples, int(sample_seed))
     return dataset

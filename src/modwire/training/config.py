@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, Optional, Sequence
 
 from ..errors import ConfigWarning, UserError, UserTypeError
-from ..fields import COUNT, NON_NEGATIVE, POSITIVE, UNIT, Bounds, check_tree, did_you_mean
+from ..fields import COUNT, NON_NEGATIVE, POSITIVE, UNIT, Bounds, ChoicesOrImport, check_tree, did_you_mean
 from .gan_config import GANSection
 from .ema import horizon_note
 from .kinds import check_kind_settings
+from .loggers import LOGGER_CHOICES, check_logger_names
 from ..tasks.base import BAD_SAMPLE_OPTIONS
 from .divergence import NONFINITE
 from .mixup import MIXUP_CHOICES, check_mixup_config
@@ -26,7 +27,8 @@ from .precision import COMPILE_CHOICES, PRECISIONS, check_compile_setting
 OPTIMIZERS = ("adamw", "radam", "sgd")
 SCHEDULES = ("cosine", "linear", "constant", "step")
 DEVICES = ("auto", "cpu", "cuda")
-AUGMENT_CHOICES = (False, True, "deit", "randaugment", "crop_flip", "resized_crop_flip")  # data.augment; True = "deit"
+AUGMENT_CHOICES = ChoicesOrImport((False, True, "deit", "randaugment", "crop_flip", "resized_crop_flip"),
+                                  note="true = deit; an import path names your own transform or its factory")
 MAX_AUTO_WORKERS = 4        # data.num_workers: auto never starts more loader processes than this per process
 
 
@@ -74,6 +76,8 @@ class DataSection:
                                                   # the CPU) (resolve_num_workers)
     augment: Any = False                          # false | true = "deit" (NAC App. C regimen) | "randaugment" (NI App. C)
                                                   # | "crop_flip" / "resized_crop_flip" (AiT App. A.1: CIFAR / Pet)
+                                                  # | "package.module:attribute": your own transform or its
+                                                  # factory f(image_size=(H, W), channels=C) (docs/tools.md)
     mixup: Any = False                            # false | true = "deit": mixup/cutmix with label smoothing (NAC
                                                   # App. C) | "input": Input Mixup (Zhang et al. 2018) as in NFM
                                                   # Table 2 / Verma et al.: lam ~ Beta(a, a), random pairs, no cutmix
@@ -161,6 +165,9 @@ class TrainConfig:
     keep_weights_every: int = 0                   # > 0: also keep the weights every N steps in
                                                   # checkpoints/weights-<step> (analyses over training)
     log_every: int = 10
+    loggers: list[str] = field(default_factory=list)  # where records go besides metrics.jsonl (always written):
+                                                  # csv | tensorboard | mlflow | wandb | "package.module:attribute"
+                                                  # (your logger's factory; training/loggers.py, docs/tools.md)
     progress: bool = True
     device: str = "auto"                          # auto | cpu | cuda
 
@@ -169,7 +176,7 @@ class TrainConfig:
         "max_steps": NON_NEGATIVE, "checkpoint_every": NON_NEGATIVE, "keep_weights_every": NON_NEGATIVE,
         "seed": NON_NEGATIVE, "ema_decay": UNIT}
     choices: ClassVar[dict[str, tuple]] = {"precision": PRECISIONS, "device": DEVICES, "compile": COMPILE_CHOICES,
-                                           "nonfinite": NONFINITE}
+                                           "nonfinite": NONFINITE, "loggers": LOGGER_CHOICES}
 
 
 def resolve_num_workers(value: Any, local_world: int | None = None, device: Any = None) -> int:
@@ -495,6 +502,7 @@ def validate(c: TrainConfig) -> None:
         raise UserError(f"config key 'optim.decay_steps': got {c.optim.decay_steps}, but it is used only by "
                         f"optim.schedule: cosine (the schedule is {c.optim.schedule!r})")
     check_mixup_config(c)                          # mixup.py
+    check_logger_names(c.loggers)                  # loggers.py
     if len(c.optim.betas) != 2:
         raise UserError(f"config key 'optim.betas': got {list(c.optim.betas)}, expected two numbers [beta1, beta2]")
     if c.optim.min_lr > c.optim.lr:

@@ -3,8 +3,9 @@
 On a terminal (``progress: true`` and stderr a TTY) a tqdm bar shows steps and another
 the validation batches. Redirected to a file (a cluster job's log), the same information
 comes as plain lines, one every ``log_every`` steps and a few per validation, never
-carriage-return redraws. ``metrics.jsonl`` is always written (rank 0), and TensorBoard
-when it is installed.
+carriage-return redraws. ``metrics.jsonl`` is always written (rank 0); the other loggers a
+config names (``loggers``: CSV, TensorBoard, MLflow, W&B, your own) are
+:mod:`modwire.training.loggers`.
 """
 from __future__ import annotations
 
@@ -113,13 +114,13 @@ def _isatty(stream) -> bool:
 
 
 class MetricsLog:
-    """``metrics.jsonl`` (always) and TensorBoard (when installed), rank 0 only. On resume,
+    """``metrics.jsonl``, rank 0 only: one JSON record per line. On resume,
     records after the resumed step are dropped so the log matches an uninterrupted run: the file is
     rewritten atomically (:mod:`modwire.files`), so a kill during the rewrite keeps every record, and a
     torn last line (a kill or a full disk mid-append) is dropped with a warning."""
 
     def __init__(self, run: Path, main: bool, resume_step: int | None) -> None:
-        self.path, self.main, self.tb = run / "metrics.jsonl", main, None
+        self.path, self.main = run / "metrics.jsonl", main
         if not main:
             return
         if resume_step is not None and self.path.exists():
@@ -128,24 +129,13 @@ class MetricsLog:
             atomic_write_text(self.path, "".join(l + "\n" for l in keep))
         elif resume_step is None:
             atomic_write_text(self.path, "")
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-            self.tb = SummaryWriter(str(run / "tensorboard"))
-        except ImportError:
-            self.tb = None
 
     def log(self, record: dict[str, Any]) -> None:
-        if not self.main:
-            return
-        append_line(self.path, dumps(record))
-        if self.tb is not None:
-            for k, v in record.items():
-                if k not in ("step", "epoch") and isinstance(v, (int, float)):
-                    self.tb.add_scalar(k, v, record["step"])
+        if self.main:
+            append_line(self.path, dumps(record))
 
     def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
+        pass
 
 
 def _record(path: Path, n: int, line: str) -> dict[str, Any]:

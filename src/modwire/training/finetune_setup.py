@@ -88,13 +88,16 @@ def select_trainable(model: torch.nn.Module, names: Sequence[str]) -> tuple[int,
 # ----------------------------------------------------------------------------- few-shot data
 
 class FewShotSubset(Dataset):
-    """The items ``indices`` of ``dataset`` with labels renumbered by ``classes`` (the kept
-    classes in increasing order: ``classes[j]`` becomes ``j``). Other attributes
+    """The items ``indices`` of ``dataset`` with labels renumbered by ``class_ids`` (the kept
+    classes in increasing order: ``class_ids[j]`` becomes ``j``). ``classes``: their names, from the
+    dataset's ``classes`` (its labels as strings where it has none). Other attributes
     (``set_epoch``, ...) are the dataset's; its ``labels`` / ``targets`` are not exposed."""
 
-    def __init__(self, dataset: Dataset, indices: Sequence[int], classes: Sequence[int]) -> None:
-        self.dataset, self.indices, self.classes = dataset, list(indices), list(classes)
-        self._new_label = {c: j for j, c in enumerate(self.classes)}
+    def __init__(self, dataset: Dataset, indices: Sequence[int], class_ids: Sequence[int]) -> None:
+        self.dataset, self.indices, self.class_ids = dataset, list(indices), [int(c) for c in class_ids]
+        self._new_label = {c: j for j, c in enumerate(self.class_ids)}
+        names = getattr(dataset, "classes", None)
+        self.classes = [str(names[c]) if names is not None else str(c) for c in self.class_ids]
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -104,7 +107,8 @@ class FewShotSubset(Dataset):
         return x, torch.tensor(self._new_label[int(y)])
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("dataset", "indices", "classes", "labels", "targets", "_new_label"):
+        if name.startswith("__") or name in ("dataset", "indices", "class_ids", "classes", "labels", "targets",
+                                             "_new_label"):
             raise AttributeError(name)
         return getattr(self.dataset, name)
 

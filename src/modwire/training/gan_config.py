@@ -72,7 +72,8 @@ GAN_HARMLESS_KEYS = ("gan.sample_every", "gan.eval.every", "gan.eval.num_samples
 #: ``max_steps`` generator steps), ``ema_decay``, ``precision``, ``compile``, ``nonfinite``, ``aux_loss_weights``
 #: (its losses are weighted by ``gan.loss.*``), augmentation, mixup, few-shot, fine-tuning,
 #: ``optim.label_smoothing``, ``data.num_workers`` and ``data.bad_samples`` (no loader).
-GAN_READS = ("model", "gan", "seed", "out_dir", "device", "max_steps", "log_every", "progress", "checkpoint_every",
+GAN_READS = ("model", "gan", "seed", "out_dir", "device", "max_steps", "log_every", "loggers", "progress",
+             "checkpoint_every",
              "keep_weights_every", "data.task", "data.params", "data.train_split", "data.val_split",
              "data.batch_size", "data.max_samples", "optim.name", "optim.lr", "optim.weight_decay", "optim.betas",
              "optim.warmup_steps", "optim.warmup_lr", "optim.min_lr", "optim.decay_steps", "optim.schedule",

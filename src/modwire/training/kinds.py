@@ -42,8 +42,8 @@ __all__ = ["RUN_KINDS", "RunKind", "check_kind_settings", "harmless_keys", "kind
            "kind_of_preset", "kind_of_run", "register_kind"]
 
 #: keys any run may change on resume: they change neither the model, the data nor the optimisation
-COMMON_HARMLESS_KEYS = ("epochs", "max_steps", "log_every", "progress", "checkpoint_every", "data.num_workers",
-                        "device", "compile")
+COMMON_HARMLESS_KEYS = ("epochs", "max_steps", "log_every", "loggers", "progress", "checkpoint_every",
+                        "data.num_workers", "device", "compile")
 
 
 @dataclass(frozen=True)

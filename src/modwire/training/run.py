@@ -22,7 +22,8 @@ from torch import Tensor
 from . import distributed
 from .config import TrainConfig
 from .divergence import NonFiniteGuard
-from .feedback import Feedback, MetricsLog
+from .feedback import Feedback
+from .loggers import RunLoggers
 from .signals import StopSignals
 from .state import TrainState
 
@@ -57,7 +58,7 @@ class TrainingRun:
     program: Program
     total: int                                  # optimizer steps of the whole run
     net: torch.nn.Module | None = None          # the model as called: DDP- and compile-wrapped
-    log: MetricsLog | None = None
+    log: RunLoggers | None = None               # metrics.jsonl and the config's loggers (loggers.py)
     feedback: Feedback | None = None
     guard: NonFiniteGuard | None = None         # non-finite losses and gradients (training/divergence.py)
     seen: int = 0                               # samples since the last log record

@@ -27,6 +27,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from ..errors import ConfigWarning, UserError
+from ..fields import is_import_path
 from ..models import create_model, get_config
 from ..models.base import PretrainedModel
 from ..models.config import deep_merge
@@ -98,12 +99,15 @@ def apply_augmentation(cfg: TrainConfig, info, train_set, val_set):
     App. A.1's CIFAR (padded random crop) / Pet (random resized crop) pipelines, flip and normalise
     (evaluation normalised alike: ``TRAIN_PIPELINES``); ``"randaugment"``, RandAugment alone (NI App.
     C, digits: no crop or flip), on the image ``x`` of a single- or multi-input task (e.g. the
-    digits multi-task's ``{"x", "task"}``: ``task`` passes through); evaluation is untouched."""
+    digits multi-task's ``{"x", "task"}``: ``task`` passes through); evaluation is untouched. An import
+    path ``"package.module:attribute"``: the user's transform (:func:`~modwire.tasks.augment.user_transform`:
+    a factory called with the image size and channels, or a transform as-is; evaluation untouched unless
+    the factory returns a ``(train, eval)`` pair), on ``x`` as ``randaugment``."""
     augment = "deit" if cfg.data.augment is True else cfg.data.augment
     if not (augment or cfg.data.mixup):
         return train_set, val_set, None
     from ..tasks.augment import (TRAIN_PIPELINES, AugmentedDataset, eval_transform, rand_augment_transform,
-                                 standard_train_transform)
+                                 standard_train_transform, user_transform)
 
     info = info.resolve(cfg.data.params)  # the class count and image size of these params
     named = named_inputs(info.inputs)
@@ -116,7 +120,12 @@ def apply_augmentation(cfg: TrainConfig, info, train_set, val_set):
                         f"{kinds!r} inputs and a {info.loss!r} loss (with several inputs, only data.augment: "
                         f"randaugment, without mixup, which augments the image 'x' and passes the others through)")
     mixer = make_mixer(cfg, info.num_classes)
-    if augment == "randaugment":
+    if is_import_path(augment):                     # the user's own transform (tasks/augment/pipelines.py)
+        train_t, eval_t = user_transform(augment, (spec.height, spec.width), spec.channels)
+        train_set = AugmentedDataset(train_set, train_t, cfg.seed)
+        if eval_t is not None:
+            val_set = AugmentedDataset(val_set, eval_t, cfg.seed)
+    elif augment == "randaugment":
         fill = 0.5 if spec.channels != 3 else (0.485, 0.456, 0.406)   # timm fills with the ImageNet mean
         train_set = AugmentedDataset(train_set, rand_augment_transform(fill=fill), cfg.seed)
     elif augment:

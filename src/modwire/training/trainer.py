@@ -8,7 +8,8 @@ epoch (or the run) has ended → the program's step → log. It owns what every 
 directory and its lock, the config record and resume checks, signals, the non-finite guard
 (:mod:`~modwire.training.divergence`), ``torch.compile`` (:mod:`~modwire.training.precision`),
 checkpoints (``last``, ``best`` by the program's metric, ``keep_weights_every``), ``metrics.jsonl``
-(every ``log_every`` steps), the header and progress. Everything that must survive a restart lives
+and the config's other ``loggers`` (every ``log_every`` steps; :mod:`~modwire.training.loggers`), the
+header and progress. Everything that must survive a restart lives
 in a :class:`~modwire.training.state.TrainState` (model, optimizer, scheduler, scaler, EMA, counters,
 RNG states), saved atomically and checksummed. No model-specific code here.
 
@@ -43,8 +44,9 @@ from .checkpoint import RUN_ID_NAME, check_checkpoint_owner, checkpoint_step, ch
 from .ema import weights_note
 from .config import TrainConfig, check_run_length
 from .divergence import NonFiniteGuard, TrainingDiverged, last_saved_step
-from .feedback import Feedback, MetricsLog
+from .feedback import Feedback
 from .kinds import kind_of_config
+from .loggers import check_loggers, open_loggers
 from .lock import RunLock
 from .precision import compile_mode, compile_net
 from .resume import (CONFIG_NAME, RESUMES_NAME, absolute_roots, check_resume,
@@ -72,6 +74,7 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
         raise UserTypeError(f"train: expected a TrainConfig from modwire.training.load_config(path, overrides), "
                             f"got {type(cfg).__name__}")
     kind = kind_of_config(cfg)                 # how this model trains (kinds.py): supervised, adversarial, ...
+    check_loggers(cfg.loggers)                 # a named logger whose package is missing: refused now (loggers.py)
     # a bad model or task fails here, before the run directory is touched (computed once, used by build_run)
     overrides = None if cfg.finetune.init else kind.model_overrides(cfg)
     cfg = absolute_roots(cfg)                  # recorded absolute: a resume from elsewhere reads the same data
@@ -174,7 +177,7 @@ def start(run: TrainingRun, state: TrainState, *, resumed: bool) -> None:
             state.model, device_ids=[run.device.index] if run.device.type == "cuda" else None)
     run.net = compile_net(run.net, cfg.compile)        # precision.py
     mode = compile_mode(cfg.compile)
-    run.log = MetricsLog(run.dir, main, resume_step=state.step if resumed else None)
+    run.log = open_loggers(run.dir, cfg, main, resume_step=state.step if resumed else None)   # loggers.py
     run.feedback = Feedback(title=f"{cfg.model.name} on {cfg.data.task}", total=run.total, start=state.step,
                             enabled=cfg.progress, main=main)
     lines = run.program.summary(run, state)
@@ -202,7 +205,8 @@ def finish(run: TrainingRun) -> None:
 
 
 def log_step(run: TrainingRun, state: TrainState, losses: dict[str, Tensor]) -> None:
-    """A ``metrics.jsonl`` record every ``log_every`` steps (the global batch's losses), progress."""
+    """A record every ``log_every`` steps (the global batch's losses) to ``metrics.jsonl`` and the
+    config's ``loggers``; progress."""
     rate = run.samples_per_second()
     record = None
     if state.step % run.cfg.log_every == 0 or state.step == run.total:

@@ -20,10 +20,13 @@ Conventions
 -----------
 * Images are float tensors ``[C, H, W]`` with values in ``[0, 1]`` (``ToFloat`` turns
   ``uint8`` images into that form); after ``Normalize`` they are standardised.
-* Randomness comes only from an explicit CPU ``torch.Generator`` passed to every call
+* Randomness comes only from a CPU ``torch.Generator`` passed to every call
   (``transform(img, generator)``); the global RNG is never touched, so an output is a
-  pure function of the input and the generator's state. Deterministic transforms
-  accept ``generator=None``.
+  pure function of the input and the generator's state. Called with the image alone
+  (``transform(img)``: a torchvision-style one-argument ``transform=``), a random transform
+  draws from torch's default generator (seeded by ``torch.manual_seed``), as torchvision's do.
+* A user's transform (``data.augment: "package.module:attribute"``, ``user_transform``) is
+  wrapped in ``SeededGlobalRNG``: its draws from the global RNGs follow the item's generator.
 * ``AugmentedDataset`` seeds a fresh generator with ``modwire.seeding.derive_seed(seed,
   epoch, index)`` for every item, so augmentation does not depend on worker count or
   iteration order.
@@ -32,8 +35,8 @@ Conventions
   for ``soft_target_cross_entropy``.
 """
 from .mixup import MixParams, MixupCutmix, smooth_one_hot, soft_target_cross_entropy
-from .pipelines import (TRAIN_PIPELINES, AugmentedDataset, crop_flip_transform, eval_transform, rand_augment_transform,
-                        resized_crop_flip_transform, standard_train_transform)
+from .pipelines import (TRAIN_PIPELINES, AugmentedDataset, SeededGlobalRNG, crop_flip_transform, eval_transform,
+                        rand_augment_transform, resized_crop_flip_transform, standard_train_transform, user_transform)
 from .rand_augment import (DEIT_RANDAUGMENT_OPS, RANDAUGMENT_OPS, DeiTRandAugment, RandAugment, adjust_brightness,
                            adjust_contrast, adjust_saturation, adjust_sharpness, affine, autocontrast, equalize, invert,
                            posterize, rotate, shear_x, shear_y, solarize, solarize_add, translate_x, translate_y)
@@ -45,7 +48,7 @@ __all__ = [
     "DEIT_RANDAUGMENT_OPS", "DeiTRandAugment", "invert", "solarize_add",
     "IMAGENET_MEAN", "IMAGENET_STD", "RANDAUGMENT_OPS", "TRAIN_PIPELINES", "AugmentedDataset", "CenterCrop", "Compose",
     "MixParams", "MixupCutmix", "Normalize", "RandAugment", "RandomCrop", "RandomErasing", "RandomHorizontalFlip",
-    "RandomResizedCrop", "crop_flip_transform", "resized_crop_flip_transform",
+    "RandomResizedCrop", "SeededGlobalRNG", "crop_flip_transform", "user_transform", "resized_crop_flip_transform",
     "Resize", "ToFloat", "Transform", "adjust_brightness", "adjust_contrast", "adjust_saturation",
     "adjust_sharpness", "affine", "autocontrast", "equalize", "eval_transform", "posterize", "rand_augment_transform", "rotate", "shear_x",
     "shear_y", "smooth_one_hot", "soft_target_cross_entropy", "solarize", "standard_train_transform",

@@ -123,7 +123,7 @@ class MixupCutmix:
         return x, params.lam * y1 + (1 - params.lam) * y2
 
     def __call__(self, x: Tensor, y: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        g = _need(generator, "MixupCutmix")
+        g = _need(generator)
         params = self.sample_params(x.shape[-2], x.shape[-1], g)
         if self.pairing == "permutation" and params.mode != "none":
             params = replace(params, order=torch.randperm(x.shape[0], generator=g))

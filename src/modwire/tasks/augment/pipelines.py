@@ -3,23 +3,31 @@ AiT App. A.1's lighter ones (``crop_flip_transform`` for CIFAR, ``resized_crop_f
 for Oxford-IIIT Pet; :data:`TRAIN_PIPELINES` names them for ``data.augment``)
 and ``AugmentedDataset``, which seeds each item's generator with
 ``modwire.seeding.torch_generator(seed, epoch, index)`` so augmentation does not depend on
-worker count or iteration order."""
+worker count or iteration order. A user's own transform (``data.augment: "package.module:attribute"``,
+:func:`user_transform`) runs inside :class:`SeededGlobalRNG`, so its draws from the global RNGs follow the
+same ``(seed, epoch, index)``."""
 from __future__ import annotations
 
+import inspect
 import math
-from typing import Callable, Sequence
+import random
+from typing import Any, Callable, Sequence
+
+import numpy as np
 
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from ...errors import UserError
+from ...fields import import_object
 from ...seeding import torch_generator
 from .rand_augment import DeiTRandAugment, RandAugment
 from .random_erasing import RandomErasing
 from .transforms import (IMAGENET_MEAN, IMAGENET_STD, CenterCrop, Compose, Normalize, RandomCrop,
                          RandomHorizontalFlip, RandomResizedCrop, Resize, ToFloat, _pair)
 
-__all__ = ["TRAIN_PIPELINES", "AugmentedDataset", "crop_flip_transform", "eval_transform", "rand_augment_transform",
+__all__ = ["TRAIN_PIPELINES", "AugmentedDataset", "SeededGlobalRNG", "user_transform", "crop_flip_transform", "eval_transform", "rand_augment_transform",
            "resized_crop_flip_transform", "standard_train_transform"]
 
 
@@ -141,3 +149,66 @@ class AugmentedDataset(Dataset):
         if isinstance(x, dict):
             return {**x, self.key: self.transform(x[self.key], g)}
         return self.transform(x, g)
+
+    @property
+    def classes(self) -> list[str]:
+        """The class names of the dataset under it (as torchvision's ``dataset.classes``)."""
+        return self.dataset.classes
+
+
+class SeededGlobalRNG:
+    """A one-argument transform ``fn(img)`` (a torchvision v2 or timm pipeline, a user's function)
+    called as modwire's ``transform(img, generator)``: for the call, the global RNGs that such
+    transforms draw from (torch's CPU RNG, Python's ``random``, NumPy's legacy ``np.random``) are
+    seeded from ``generator`` and restored after it. Inside :class:`AugmentedDataset` its output is then
+    a function of ``(seed, epoch, index)``, as modwire's own transforms' are (an exact resume gives the
+    same run), and the global RNGs of the process are left as they were. Draws from any other source
+    (an RNG object the transform keeps, the CUDA RNG, the clock) are not seeded: those stay random."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, img: Any, generator: torch.Generator | None = None) -> Any:
+        if generator is None:
+            return self.fn(img)
+        seed = int(torch.randint(0, 2**62, (), generator=generator))
+        py_state, np_state = random.getstate(), np.random.get_state()
+        with torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(seed)      # the CPU generator only (torch.manual_seed: ~0.7 ms)
+            random.seed(seed)
+            np.random.seed(seed % 2**32)
+            try:
+                return self.fn(img)
+            finally:
+                random.setstate(py_state)
+                np.random.set_state(np_state)
+
+    def __repr__(self) -> str:
+        return f"SeededGlobalRNG({self.fn!r})"
+
+
+def user_transform(path: str, image_size: tuple[int, int], channels: int, where: str = "config key 'data.augment'"
+                   ) -> tuple[SeededGlobalRNG, SeededGlobalRNG | None]:
+    """The ``(train, eval)`` per-sample transforms that an import path ``"package.module:attribute"``
+    names, each as :class:`SeededGlobalRNG` (``eval`` None: evaluation sees the dataset's images as they
+    are). A function or class there is a factory, called once here as ``factory(image_size=(H, W),
+    channels=C)`` (the task's image), returning the training transform or a pair ``(train, eval)``
+    (e.g. when it normalises, evaluation must too); any other callable (e.g. a module-level
+    ``v2.Compose([...])``) is the training transform itself. A transform is called as ``t(img)`` on the
+    dataset's image, a float tensor ``[C, H, W]`` in [0, 1], and returns what the model takes: a float
+    tensor ``[C, H, W]`` of the task's size."""
+    obj = import_object(path, where)
+    if not (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.isbuiltin(obj)):
+        return SeededGlobalRNG(obj), None
+    try:
+        made = obj(image_size=tuple(image_size), channels=int(channels))
+    except TypeError as exc:
+        raise UserError(f"{where}: {path!r} names a {'class' if inspect.isclass(obj) else 'function'}, which is "
+                        f"called as a factory, {path.split(':')[1]}(image_size={tuple(image_size)}, "
+                        f"channels={channels}), and it raised TypeError: {exc}; point it at a function that takes "
+                        f"those keywords and returns the transform, or at a transform object") from None
+    pair = tuple(made) if isinstance(made, (tuple, list)) else (made, None)
+    if len(pair) != 2 or not callable(pair[0]) or not (pair[1] is None or callable(pair[1])):
+        raise UserError(f"{where}: the factory {path!r} returned {type(made).__name__} {made!r:.80}, expected a "
+                        f"transform t(img) or a pair (train transform, eval transform)")
+    return SeededGlobalRNG(pair[0]), (SeededGlobalRNG(pair[1]) if pair[1] is not None else None)

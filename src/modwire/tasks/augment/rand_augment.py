@@ -267,7 +267,7 @@ class RandAugment(Transform):
 
     def __call__(self, img: Tensor, generator: torch.Generator | None = None) -> Tensor:
         _check_image(img, "RandAugment")
-        g = _need(generator, "RandAugment")
+        g = _need(generator)
         h, w = img.shape[-2:]
         for _ in range(self.num_ops):
             op = self.ops[_randint(g, 0, len(self.ops))]
@@ -387,7 +387,7 @@ class DeiTRandAugment(Transform):
 
     def __call__(self, img: Tensor, generator: torch.Generator | None = None) -> Tensor:
         _check_image(img, "DeiTRandAugment")
-        g = _need(generator, "DeiTRandAugment")
+        g = _need(generator)
         for op, arg in self.plan(g, *img.shape[-2:]):
             img = self.apply_op(img, op, arg)
         return img

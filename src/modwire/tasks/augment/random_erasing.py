@@ -33,7 +33,7 @@ class RandomErasing(Transform):
         return box
 
     def __call__(self, img: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        g = _need(generator, "RandomErasing")
+        g = _need(generator)
         if torch.rand((), generator=g).item() >= self.p:
             return img
         box = self.get_params(img.shape[-2], img.shape[-1], g)

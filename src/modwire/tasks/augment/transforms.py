@@ -5,10 +5,11 @@ Conventions (the whole ``modwire.tasks.augment`` package)
 --------------------------------------------------------
 * Images are float tensors ``[C, H, W]`` with values in ``[0, 1]`` (``ToFloat`` turns
   ``uint8`` images into that form); after ``Normalize`` they are standardised.
-* Randomness comes only from an explicit CPU ``torch.Generator`` passed to every call
+* Randomness comes only from a CPU ``torch.Generator`` passed to every call
   (``transform(img, generator)``); the global RNG is never touched, so an output is a
-  pure function of the input and the generator's state. Deterministic transforms
-  accept ``generator=None``.
+  pure function of the input and the generator's state. Called without one (``transform(img)``,
+  a DataLoader's one-argument ``transform=``), a random transform draws from torch's default
+  (global) generator, seeded by ``torch.manual_seed``, as torchvision's transforms do.
 """
 from __future__ import annotations
 
@@ -32,10 +33,13 @@ __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "CenterCrop", "Compose", "Normalize"
 
 # ----------------------------------------------------------------------------- randomness
 
-def _need(generator: torch.Generator | None, who: str) -> torch.Generator:
-    if generator is None:
-        raise UserError(f"{who} is random and needs an explicit torch.Generator (the global RNG is never used)")
-    return generator
+def _need(generator: torch.Generator | None) -> torch.Generator:
+    """``generator``; called without one (``t(img)``, as a DataLoader's one-argument ``transform=``
+    calls it), torch's default generator, as torchvision's transforms draw: ``torch.manual_seed(s)``
+    makes the draws reproducible and each DataLoader worker (seeded ``base_seed + worker_id``) draws
+    its own. ``modwire train`` never gets here: :class:`~modwire.tasks.augment.AugmentedDataset` passes
+    each item its own ``(seed, epoch, index)`` generator, and the global RNG is untouched."""
+    return torch.default_generator if generator is None else generator
 
 
 def _uniform(g: torch.Generator, lo: float, hi: float) -> float:
@@ -198,7 +202,7 @@ class RandomResizedCrop(Transform):
 
     def __call__(self, img: Tensor, generator: torch.Generator | None = None) -> Tensor:
         _check_image(img, "RandomResizedCrop")
-        top, left, h, w = self.get_params(img.shape[-2], img.shape[-1], _need(generator, "RandomResizedCrop"))
+        top, left, h, w = self.get_params(img.shape[-2], img.shape[-1], _need(generator))
         return _resize(img[..., top:top + h, left:left + w], self.size)
 
 
@@ -223,7 +227,7 @@ class RandomCrop(Transform):
 
     def __call__(self, img: Tensor, generator: torch.Generator | None = None) -> Tensor:
         _check_image(img, "RandomCrop")
-        top, left = self.get_params(img.shape[-2], img.shape[-1], _need(generator, "RandomCrop"))
+        top, left = self.get_params(img.shape[-2], img.shape[-1], _need(generator))
         p = self.padding
         padded = F.pad(img, (p, p, p, p), value=self.fill) if p else img
         return padded[..., top:top + self.size[0], left:left + self.size[1]]
@@ -236,7 +240,7 @@ class RandomHorizontalFlip(Transform):
         self.p = p
 
     def __call__(self, img: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        if torch.rand((), generator=_need(generator, "RandomHorizontalFlip")).item() < self.p:
+        if torch.rand((), generator=_need(generator)).item() < self.p:
             return img.flip(-1)
         return img
 

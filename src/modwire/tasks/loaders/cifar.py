@@ -28,7 +28,8 @@ CIFAR10_LAYOUT = """\
 CIFAR100_LAYOUT = """\
 <root>/                      (the folder cifar-100-python/, or its parent)
   train                      pickle: {b'data': uint8 [50000, 3072], b'fine_labels': [int], ...}
-  test                       pickle: {b'data': uint8 [10000, 3072], b'fine_labels': [int], ...}"""
+  test                       pickle: {b'data': uint8 [10000, 3072], b'fine_labels': [int], ...}
+  meta                       pickle: {b'fine_label_names': [100 names], ...} (optional: the classes' names)"""
 
 
 def _codecs_encode(text: str, encoding: str = "utf-8") -> bytes:
@@ -159,7 +160,26 @@ def _build(task: str, split: str, root: Any, transform: Callable | None) -> Arra
     if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
         raise malformed(task, path, f"labels must lie in [0, {num_classes}), got [{labels.min()}, {labels.max()}]",
                         layout)
-    return ArrayImageDataset(images, labels, transform)
+    dataset = ArrayImageDataset(images, labels, transform)
+    names = None if ten else fine_label_names(path / "meta")
+    if names is not None:
+        dataset.classes = names
+    return dataset
+
+
+def fine_label_names(path: Path) -> list[str] | None:
+    """CIFAR-100's 100 class names from its ``meta`` pickle (``fine_label_names``), or None when the
+    file is absent or does not hold them (``build_dataset`` then names the classes by their labels)."""
+    if not path.is_file():
+        return None
+    try:
+        d = safe_load_pickle(path)
+        names = _get(d, "fine_label_names") if isinstance(d, dict) else None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, AttributeError, KeyError):
+        return None
+    if not isinstance(names, list) or len(names) != 100:
+        return None
+    return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
 
 
 def build_cifar10(split: str, root: Any = None, transform: Callable | None = None) -> ArrayImageDataset:
@@ -173,9 +193,11 @@ def build_cifar100(split: str, root: Any = None, transform: Callable | None = No
 
 
 _INPUTS = InputSpec.image(3, 32, 32)
+#: CIFAR-10's classes in label order (the batches' ``batches.meta``)
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 register_task(TaskInfo(
     name="cifar10", kind="loader", description="CIFAR-10 from the python pickle batches (safe unpickling)",
-    num_classes=10, inputs=_INPUTS, splits=("train", "test"),
+    num_classes=10, inputs=_INPUTS, splits=("train", "test"), class_names=CIFAR10_CLASSES,
     params={"root": None, "transform": None},
 ), build_cifar10)
 register_task(TaskInfo(

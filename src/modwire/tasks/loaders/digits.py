@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..base import InputSpec, TaskInfo, register_task
+from ..base import DIGIT_CLASSES, InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset
 from ...errors import UserError
 from ...fields import Bounds
@@ -69,6 +69,7 @@ register_task(TaskInfo(
     name="digits", kind="loader",
     description="scikit-learn's 8x8 digits (offline, ships with scikit-learn), upsampled 8->32",
     describe=_describe, splits=("train", "val", "test"), params={"size": 32, "transform": None},
+    class_names=DIGIT_CLASSES,
     param_bounds={"size": Bounds(lo=8, multiple_of=8, integer=True, note="the images are 8x8")},
 ), build_digits)
 

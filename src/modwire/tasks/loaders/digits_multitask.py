@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from ..base import InputSpec, TaskInfo, class_targets, register_task
+from ..base import DIGIT_CLASSES, InputSpec, TaskInfo, class_targets, register_task
 from .mnist import build_mnist
 from .mnistm import build_mnist_m
 from .svhn import build_svhn
@@ -109,7 +109,7 @@ register_task(TaskInfo(
     name="digits_multitask", kind="loader",
     description="NI's digits multi-task (SVHN .mat, MNIST-M folders, MNIST idx; each its own root): "
                 "{'x': [3, 32, 32], 'task': 0 SVHN / 1 MNIST-M / 2 MNIST}, 3 heads of 10 classes",
-    num_classes=10, inputs=INPUTS, heads=len(SOURCES), splits=("train", "val", "test"),
+    num_classes=10, inputs=INPUTS, heads=len(SOURCES), splits=("train", "val", "test"), class_names=DIGIT_CLASSES,
     subsets=per_source(SOURCES),
     params={"svhn_root": None, "mnist_m_root": None, "mnist_root": None, "sources": SOURCES, "transform": None},
     param_choices={"sources": SOURCES},         # each element

@@ -96,10 +96,13 @@ def build_kmnist(split: str, root: Any = None, pad_to: int | None = 32, transfor
     return MnistDataset(images, labels, pad_to, transform, channels=channels, upsample_to=upsample_to)
 
 
+#: Kuzushiji-MNIST's classes in label order, romanised (Clanuwat et al. 2018, kmnist_classmap.csv)
+KMNIST_CLASSES = ("o", "ki", "su", "tsu", "na", "ha", "ma", "ya", "re", "wo")
+
 register_task(TaskInfo(
     name="kmnist", kind="loader",
     description="Kuzushiji-MNIST (10 Hiragana classes) from the official .npz or idx files; padded 28->32, "
                 "or upsample_to=32, channels=3 as NI's adaptation target",
-    describe=_describe, splits=("train", "test"), params=dict(PARAMS),
+    describe=_describe, splits=("train", "test"), params=dict(PARAMS), class_names=KMNIST_CLASSES,
     param_bounds=PARAM_BOUNDS, param_choices=PARAM_CHOICES,
 ), build_kmnist)

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..base import InputSpec, TaskInfo, register_task
+from ..base import DIGIT_CLASSES, InputSpec, TaskInfo, register_task
 from ._common import (LoaderDataset, check_binary, first_existing, malformed, malformed_reason, require_root,
                       system_dataset)
 from ...errors import UserError
@@ -205,15 +205,18 @@ PARAM_BOUNDS = {"upsample_to": Bounds(lo=1, integer=True, note="or None: pad to 
 PARAM_CHOICES = {"channels": Choices((1, 3), note="1: grey, 3: the grey level repeated as RGB")}
 
 
+#: Fashion-MNIST's classes in label order (Xiao et al. 2017)
+FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
+
 register_task(TaskInfo(
     name="mnist", kind="loader", description="MNIST digits from idx files, zero-padded 28->32",
-    describe=_describe, splits=("train", "test"), params=dict(PARAMS),
+    describe=_describe, splits=("train", "test"), params=dict(PARAMS), class_names=DIGIT_CLASSES,
     param_bounds=PARAM_BOUNDS, param_choices=PARAM_CHOICES,
 ), build_mnist)
 register_task(TaskInfo(
     name="fashion_mnist", kind="loader",
     description="Fashion-MNIST from idx files (default root /usr/share/datasets/fashion-mnist if present, "
                 "or $MODWIRE_SYSTEM_DATASETS/fashion-mnist), padded 28->32",
-    describe=_describe, splits=("train", "test"), params=dict(PARAMS),
+    describe=_describe, splits=("train", "test"), params=dict(PARAMS), class_names=FASHION_MNIST_CLASSES,
     param_bounds=PARAM_BOUNDS, param_choices=PARAM_CHOICES,
 ), build_fashion_mnist)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import InputSpec, MissingSampleError, TaskInfo, register_task
+from ..base import DIGIT_CLASSES, InputSpec, MissingSampleError, TaskInfo, register_task
 from ._common import LoaderDataset, bad_sample, first_existing, image_problem, malformed, read_text_file, require_root
 from .mnist import upsample
 from ...errors import UserError
@@ -107,5 +107,5 @@ register_task(TaskInfo(
     name="mnist_m", kind="loader",
     description="MNIST-M (authors' mnist_m.tar.gz layout: image folders + label lists), RGB resized 28->32",
     describe=lambda p: (InputSpec.image(3, p["size"], p["size"]), 10), splits=("train", "test"),
-    params={"root": None, "size": 32, "transform": None}, param_bounds={"size": INT_COUNT},
+    params={"root": None, "size": 32, "transform": None}, param_bounds={"size": INT_COUNT}, class_names=DIGIT_CLASSES,
 ), build_mnist_m)

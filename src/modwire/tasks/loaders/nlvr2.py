@@ -357,7 +357,7 @@ register_task(TaskInfo(
                  "{'x': both images' tokens [2n, image_dim + 1 side column], 'condition': sentence tokens "
                  "[m, text_dim], zero-padded per batch}; 2 classes. Defaults: CLIP ViT-B/32 widths 768 / 512; "
                  "other widths: set data.params.image_dim/text_dim (the model follows)"),
-    describe=describe,
+    describe=describe, class_names=("False", "True"),
     splits=tuple(SPLIT_FILES),
     params={"root": None, "image_features": None, "text_features": None, "image_dim": CLIP_B32_IMAGE_DIM,
             "text_dim": CLIP_B32_TEXT_DIM, "side_column": True, "skip_missing": False},

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import InputSpec, TaskInfo, register_task
+from ..base import DIGIT_CLASSES, InputSpec, TaskInfo, register_task
 from ._common import LoaderDataset, first_existing, malformed, require_root, text_problem
 from ...errors import UserError
 
@@ -99,4 +99,5 @@ register_task(TaskInfo(
     name="svhn", kind="loader",
     description="SVHN cropped digits from the official *_32x32.mat files, [3, 32, 32] in [0,1]; label 10 -> 0",
     num_classes=10, inputs=InputSpec.image(3, 32, 32), splits=SPLITS, params={"root": None, "transform": None},
+    class_names=DIGIT_CLASSES,
 ), build_svhn)

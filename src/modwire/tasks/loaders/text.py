@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import InputSpec, TaskInfo, pad_collate, register_task
+from ..base import DIGIT_CLASSES, InputSpec, TaskInfo, pad_collate, register_task
 from ._common import (LoaderDataset, first_dir, first_existing, malformed, missing, read_text_file, require_root,
                       text_problem)
 from ...errors import UserError
@@ -204,7 +204,7 @@ def _token_ids(vocab_size: int, num_classes: int):
 register_task(TaskInfo(
     name="imdb_bytes", kind="loader",
     description="LRA Text: IMDB reviews as byte ids (byte+1, 0 = pad), truncated to max_len; padded per batch",
-    describe=_token_ids(257, 2),
+    describe=_token_ids(257, 2), class_names=("neg", "pos"),
     splits=("train", "test"), params={"root": None, "max_len": 4096, "transform": None},
     param_bounds={"max_len": INT_COUNT},
     collate=pad_collate,
@@ -213,7 +213,7 @@ register_task(TaskInfo(
 register_task(TaskInfo(
     name="lra_listops", kind="loader",
     description="LRA ListOps from basic_{train,val,test}.tsv; 16-id vocabulary (0 = pad); padded per batch",
-    describe=_token_ids(len(LISTOPS_VOCAB), 10),
+    describe=_token_ids(len(LISTOPS_VOCAB), 10), class_names=DIGIT_CLASSES,
     splits=("train", "val", "test"), params={"root": None, "max_len": 2000, "files": None, "transform": None},
     param_bounds={"max_len": INT_COUNT},
     collate=pad_collate,

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..base import InputSpec, TaskInfo, register_task
+from ..base import DIGIT_CLASSES, InputSpec, TaskInfo, register_task
 from ..loaders.digits import sklearn_digits
 from ..loaders.digits_multitask import per_source
 from ._common import GENERATOR_BOUNDS, GeneratedDataset, sample_rng, split_size
@@ -143,4 +143,5 @@ register_task(TaskInfo(
     num_classes=10, heads=len(SOURCES), subsets=per_source(SOURCES),    # top1_svhn_like, ...
     inputs={"x": InputSpec.image(3, SIDE, SIDE), "task": InputSpec.index(len(SOURCES))},
     splits=("train", "val", "test"), params={"seed": 0, "size": dict(DEFAULT_SIZE)}, param_bounds=GENERATOR_BOUNDS,
+    class_names=DIGIT_CLASSES,
 ), build)

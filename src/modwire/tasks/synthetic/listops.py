@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..base import InputSpec, TaskInfo, pad_collate, register_task
+from ..base import DIGIT_CLASSES, InputSpec, TaskInfo, pad_collate, register_task
 from ._common import GENERATOR_BOUNDS, GeneratedDataset, sample_rng, split_size
 from ...errors import UserError
 from ...fields import INT_COUNT, INT_NON_NEGATIVE
@@ -215,6 +215,7 @@ INFO = TaskInfo(
     param_bounds={**GENERATOR_BOUNDS, "min_len": INT_NON_NEGATIVE, "max_depth": INT_COUNT},
     collate=collate,
     describe=describe,
+    class_names=DIGIT_CLASSES,
 )
 
 register_task(INFO, build)

@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..base import InputSpec, TaskInfo, register_task
+from ..base import DIGIT_CLASSES, InputSpec, TaskInfo, register_task
 from ._common import GENERATOR_BOUNDS, SPLIT_IDS, GeneratedDataset, sample_rng, split_size
 from ...errors import UserError
 from ...fields import Bounds
@@ -225,7 +225,7 @@ register_task(TaskInfo(
     name="multi_digit", kind="generator",
     description="NFM §4.2 multi-digit images: 64x64, 1-5 non-overlapping digits (MNIST idx files under root, "
                 "else scikit-learn's 8x8 digits upscaled), multi-label target of the 10 classes present",
-    describe=_describe, loss="bce", metrics=("exact_match", "label_accuracy"),
+    describe=_describe, loss="bce", metrics=("exact_match", "label_accuracy"), class_names=DIGIT_CLASSES,
     splits=("train", "val", "test"),
     params={"seed": 0, "size": dict(DEFAULT_SIZE), "counts": {k: list(v) for k, v in DEFAULT_COUNTS.items()},
             "root": None, "image_size": IMAGE_SIZE, "digit_size": DIGIT_SIZE, "distinct": True},

@@ -508,7 +508,7 @@ def _info(name: str, description: str, describe, *, patches: bool = True) -> Tas
         name=name, kind="generator", description=description, describe=describe, loss="cross_entropy", metrics=("top1",), splits=("train", "val", "test"),
         params={"seed": 0, "size": dict(DEFAULT_SIZE), **({"patch_size": 5} if patches else {}), "holdout": 0},
         param_bounds=PARAM_BOUNDS, param_choices=PARAM_CHOICES if patches else {},
-        subsets={"relational": is_relational, "non_relational": _non_relational},
+        subsets={"relational": is_relational, "non_relational": _non_relational}, class_names=ANSWERS,
     )
 
 

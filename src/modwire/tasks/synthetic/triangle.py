@@ -182,6 +182,7 @@ INFO = TaskInfo(
     description=("Triangle: is the 64x64 image of three point clusters an equilateral triangle? "
                  "Label 0 = equilateral, 1 = random (near-equilateral ones rejected); balanced by index parity."),
     num_classes=2,
+    class_names=("equilateral", "random"),
     inputs=InputSpec.image(1, IMAGE_SIZE, IMAGE_SIZE),
     loss="cross_entropy",
     metrics=("top1",),
