@@ -6,7 +6,9 @@ atomically (temporary file, then rename); ``from_pretrained(dir)`` never unpickl
 (:func:`read_pretrained`) and builds the model without initialising the weights it then
 overwrites (:func:`load_model`). The table of model types (:data:`MODEL_TYPES`, filled by
 ``modwire.models.registry.register_model_type``) lives here, not in the registry, because
-loading dispatches on it and the registry imports this module.
+loading dispatches on it and the registry imports this module. The folder is the layout of
+``huggingface_hub.PyTorchModelHubMixin`` (each reads the other's), ``from_pretrained`` also takes a Hub
+repo id and ``push_to_hub`` uploads: :mod:`modwire.hub`.
 
 The config machinery lives in :mod:`modwire.models.config` and the shared tokenizer config
 in :mod:`modwire.models.tokenizer_config`.
