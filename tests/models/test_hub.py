@@ -93,6 +93,27 @@ def test_a_modwire_folder_loads_through_the_mixin_and_the_mixins_folder_through_
         modwire.from_pretrained(tmp_path / "mixin")
 
 
+def test_with_the_model_class_first_modwire_loads_and_saves_for_the_mixin(hub, tmp_path):
+    """``class NACHub(NAC, PyTorchModelHubMixin)`` (the mixin's documented order: the model first): the
+    instance is the mixin's, its save/load are modwire's (strict, the manifest, no pickles)."""
+    class NACHub(NAC, hub.PyTorchModelHubMixin):
+        pass
+    model = modwire.create_model("nac_micro").eval()
+    model.save_pretrained(tmp_path / "m")
+    loaded = NACHub.from_pretrained(tmp_path / "m")
+    assert isinstance(loaded, hub.PyTorchModelHubMixin) and loaded.config == model.config
+    torch.testing.assert_close(logits(loaded), logits(model), rtol=0, atol=0)
+    assert sorted(p.name for p in loaded.save_pretrained(tmp_path / "again").iterdir()) == \
+        ["config.json", "manifest.json", "model.safetensors"]
+    state = dict(model.state_dict())
+    state.pop("signatures" if "signatures" in state else next(iter(state)))
+    (tmp_path / "partial").mkdir()
+    from safetensors.torch import save_file
+    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp_path / "partial" / "model.safetensors"))
+    with pytest.raises(UserError, match=r"do not match the config: missing \["):   # the mixin would load it
+        NACHub.from_pretrained(tmp_path / "partial", config=model.config)      # non-strictly (strict=False)
+
+
 def test_the_mixin_refuses_a_config_of_another_model_type(hub, tmp_path):
     """Where the mixin passes config.json as a dict, the model class reads it with its model_type check."""
     modwire.create_model("perceiver_io_micro").save_pretrained(tmp_path / "pio")
