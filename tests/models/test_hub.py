@@ -236,6 +236,11 @@ def test_a_folder_of_weights_without_config_loads_with_an_explicit_config(hub, t
         torch.testing.assert_close(logits(loaded), logits(model), rtol=0, atol=0)
     with pytest.raises(UserError, match=r"holds its own config\.json: config= is for a folder of weights without one"):
         modwire.from_pretrained(model.save_pretrained(tmp_path / "full"), config=model.config)
+    (tmp_path / "sharded").mkdir()
+    (tmp_path / "sharded" / "model.safetensors.index.json").write_text('{"weight_map": {}}')
+    with pytest.raises(FileNotFoundError, match=r"holds weights in shards \(model\.safetensors\.index\.json\), which "
+                                                r"modwire does not read: save them as one file"):
+        modwire.from_pretrained(tmp_path / "sharded", config=model.config)
 
 
 def test_a_repo_id_without_huggingface_hub_says_what_to_install(monkeypatch):

@@ -244,6 +244,7 @@ def config_class(model_type: str) -> type[ModelConfig]:
 # Weights modwire never reads, because loading them unpickles (PyTorchModelHubMixin's and transformers'
 # fallback, torch.save's files).
 PICKLED_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+SHARD_INDEX = "model.safetensors.index.json"   # accelerate's and transformers' weights in several files
 
 
 def read_pretrained(directory: str | os.PathLike, *, config: ModelConfig | None = None,
@@ -285,6 +286,9 @@ def _check_layout(d: Path, layout: str, config: ModelConfig | None) -> None:
     hint = ""
     if (d / "checkpoints").is_dir():  # a training run: its checkpoints are what from_pretrained reads
         hint = f"; {d} is a training run directory: load {d}/checkpoints/best (or checkpoints/last)"
+    elif (d / SHARD_INDEX).is_file():
+        hint = (f"; {d} holds weights in shards ({SHARD_INDEX}), which modwire does not read: save them as one "
+                f"file (accelerate: save_model(..., max_shard_size larger than the model))")
     elif has_weights:
         hint = (f"; {d} holds {WEIGHTS_FILE} without {CONFIG_FILE} (as accelerate's save_model writes): pass "
                 f"the model's config: from_pretrained({str(d)!r}, config=modwire.get_config(preset, ...))")
