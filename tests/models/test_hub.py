@@ -214,8 +214,10 @@ def test_push_to_hub_uploads_the_save_pretrained_folder(hub, tmp_path, monkeypat
     model = modwire.create_model("nac_micro").eval()
     url = model.push_to_hub("me/nac-micro", private=True, commit_message="first")
     assert url.endswith(f"me/nac-micro/commit/{COMMIT}")
-    assert calls == [("create_repo", "me/nac-micro", True, True), ("upload_folder", "me/nac-micro", "model", "first", None)]
-    assert sorted(p.name for p in remote.iterdir()) == ["README.md", "config.json", "manifest.json", "model.safetensors"]
+    assert calls == [("create_repo", "me/nac-micro", True, True),
+                     ("upload_folder", "me/nac-micro", "model", "first", None)]
+    assert sorted(p.name for p in remote.iterdir()) == \
+        ["README.md", "config.json", "manifest.json", "model.safetensors"]
     assert "library_name: modwire" in (remote / "README.md").read_text()
     cache_repo(tmp_path / "hub-cache", "me/nac-micro", remote)
     torch.testing.assert_close(logits(modwire.from_pretrained("me/nac-micro")), logits(model), rtol=0, atol=0)
