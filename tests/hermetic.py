@@ -7,7 +7,8 @@ loads it anywhere). For the whole run it
   loader with a default root looks, e.g. Fashion-MNIST's Debian path), and the caches a library
   could read data or weights from (``XDG_CACHE_HOME``, ``TORCH_HOME``, ``SCIKIT_LEARN_DATA``,
   ``HF_HOME``, ``MPLCONFIGDIR``); ``TMPDIR`` too, so nothing left in the temporary directory by an
-  earlier run (a run directory, a compile cache) is found. Subprocesses inherit all of these;
+  earlier run (a run directory, a compile cache) is found; and sets ``HF_HUB_OFFLINE=1``, so a
+  Hub repo id is looked up in that (empty) cache alone, never online. Subprocesses inherit all of these;
 * refuses, through an audit hook (:func:`sys.addaudithook`), any open or listing of a path under
   the machine's dataset directory or the user's data caches: the call raises :class:`HermeticError`
   and the test fails, even where the code under test catches the error;
@@ -122,6 +123,7 @@ def pytest_configure(config) -> None:
     for name, sub in REDIRECTED.items():
         (base / sub).mkdir(parents=True, exist_ok=True)
         os.environ[name] = str(base / sub)
+    os.environ["HF_HUB_OFFLINE"] = "1"      # read by huggingface_hub when imported, after this
     tempfile.tempdir = str(base / "tmp")
     STATE.repo_files = _repo_files()
     if not getattr(sys, "_modwire_hermetic_hook", False):   # an audit hook cannot be removed: add it once

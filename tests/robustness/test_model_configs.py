@@ -138,6 +138,11 @@ def test_bad_config_json_is_one_line_naming_the_file(saved, loader, text, want):
     finally:
         (saved / "config.json").write_text(original)
     msg = e.value.args[0]
+    if loader == NAC.from_pretrained and want == "got no 'model_type' key":
+        # a class reads a config.json without model_type as its own (PyTorchModelHubMixin writes it so,
+        # tests/models/test_hub.py): here a default NAC with d_model 32, which nac_micro's weights do not fit
+        assert "\n" not in msg and "do not match the config" in msg, msg
+        return
     assert "\n" not in msg and str(saved / "config.json") in msg and want in msg, msg
     if "model_type" not in want and "config field" not in want:
         assert "expected a JSON object with a 'model_type' key" in msg

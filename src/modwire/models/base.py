@@ -6,7 +6,9 @@ atomically (temporary file, then rename); ``from_pretrained(dir)`` never unpickl
 (:func:`read_pretrained`) and builds the model without initialising the weights it then
 overwrites (:func:`load_model`). The table of model types (:data:`MODEL_TYPES`, filled by
 ``modwire.models.registry.register_model_type``) lives here, not in the registry, because
-loading dispatches on it and the registry imports this module.
+loading dispatches on it and the registry imports this module. The folder is the layout of
+``huggingface_hub.PyTorchModelHubMixin`` (each reads the other's), ``from_pretrained`` also takes a Hub
+repo id and ``push_to_hub`` uploads: :mod:`modwire.hub`.
 
 The config machinery lives in :mod:`modwire.models.config` and the shared tokenizer config
 in :mod:`modwire.models.tokenizer_config`.
@@ -27,7 +29,7 @@ from torch import Tensor, nn
 
 from ..nn.init import single_thread
 from .config import ModelConfig
-from ..errors import UnknownNameError, UserError
+from ..errors import UnknownNameError, UserError, UserTypeError
 from ..fields import did_you_mean
 
 __all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "MODEL_TYPES", "NORM_LAYERS", "PretrainedModel", "Record",
@@ -118,6 +120,8 @@ class PretrainedModel(nn.Module):
         for name in ("forward", "forward_record"):
             if name in cls.__dict__:
                 setattr(cls, name, _in_parameter_dtype(cls.__dict__[name]))
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _config_from_dict(cls.__dict__["__init__"])
 
     def forward_intermediates(self, x: Tensor, **inputs: Tensor) -> Record:
         """Alias of ``forward_record`` until issue 38 gives this name to timm's ``forward_intermediates``."""
@@ -182,11 +186,42 @@ class PretrainedModel(nn.Module):
         return d
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike, map_location: str | torch.device = "cpu"):
-        config, state = read_pretrained(directory)
+    def from_pretrained(cls, name_or_path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
+                        config: ModelConfig | None = None, **hub: Any):
+        """This class's model saved by :meth:`save_pretrained`, or by ``PyTorchModelHubMixin.save_pretrained``
+        (a ``config.json`` without ``model_type`` is this class's config), from a folder or a Hub repo id
+        (``"org/name"``, through the Hub's cache: :func:`modwire.hub.resolve`, whose keywords ``revision``,
+        ``cache_dir``, ``force_download``, ``token``, ``local_files_only`` ``hub`` holds). ``config``: the
+        config of a folder that has weights but no ``config.json`` (accelerate's ``save_model``)."""
+        from ..hub import resolve
+
+        directory = resolve(name_or_path, **hub)
+        config, state = read_pretrained(directory, config=config, default=cls.config_class)
         if not isinstance(config, cls.config_class):
-            raise UserError(f"{directory} holds a {config.model_type!r} model, not {cls.config_class.model_type!r}")
+            raise UserError(f"{name_or_path} holds a {config.model_type!r} model, not {cls.config_class.model_type!r}")
         return load_model(cls, config, state, directory, map_location)
+
+    def push_to_hub(self, repo_id: str, **kwargs: Any) -> Any:
+        """Upload :meth:`save_pretrained`'s folder and a model card to the Hub repo ``repo_id`` (created if
+        needed) in one commit, as ``PyTorchModelHubMixin.push_to_hub``; ``kwargs``: ``commit_message``,
+        ``private``, ``token``, ``branch``, ``create_pr`` (:func:`modwire.hub.push_to_hub`)."""
+        from ..hub import push_to_hub
+
+        return push_to_hub(self, repo_id, **kwargs)
+
+
+def _config_from_dict(init: Any) -> Any:
+    """A model class's ``__init__(config)`` that also takes a ``config.json``'s contents as a dict (read by
+    ``config_class.from_dict``, which checks its ``model_type`` when it has one): what
+    ``PyTorchModelHubMixin.from_pretrained`` passes, since it cannot decode the config itself."""
+    @functools.wraps(init)
+    def __init__(self: PretrainedModel, *args: Any, **kwargs: Any) -> None:
+        if args and isinstance(args[0], dict):
+            args = (type(self).config_class.from_dict(args[0]), *args[1:])
+        elif isinstance(kwargs.get("config"), dict):
+            kwargs["config"] = type(self).config_class.from_dict(kwargs["config"])
+        init(self, *args, **kwargs)
+    return __init__
 
 
 #: ``model_type`` → model class, filled by :func:`modwire.models.registry.register_model_type`.
@@ -206,19 +241,29 @@ def config_class(model_type: str) -> type[ModelConfig]:
     return MODEL_TYPES[model_type].config_class
 
 
-def read_pretrained(directory: str | os.PathLike) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    """Read ``config.json`` (→ the right config class) and the safetensors weights."""
+# Weights modwire never reads, because loading them unpickles (PyTorchModelHubMixin's and transformers'
+# fallback, torch.save's files).
+PICKLED_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+SHARD_INDEX = "model.safetensors.index.json"   # accelerate's and transformers' weights in several files
+
+
+def read_pretrained(directory: str | os.PathLike, *, config: ModelConfig | None = None,
+                    default: type[ModelConfig] | None = None) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """Read ``config.json`` (→ the right config class) and the safetensors weights, after verifying
+    ``manifest.json`` where there is one. ``default``: the config class of a ``config.json`` without
+    ``model_type`` (``PyTorchModelHubMixin``'s); ``config``: the config of a folder that has the weights
+    but no ``config.json`` (accelerate's ``save_model``)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     d = Path(directory)
     layout = f"expected {d}/{CONFIG_FILE} and {d}/{WEIGHTS_FILE} (written by save_pretrained)"
-    if not (d / CONFIG_FILE).is_file() or not (d / WEIGHTS_FILE).is_file():
-        hint = ""
-        if (d / "checkpoints").is_dir():  # a training run: its checkpoints are what from_pretrained reads
-            hint = f"; {d} is a training run directory: load {d}/checkpoints/best (or checkpoints/last)"
-        raise FileNotFoundError(f"not a saved modwire model: {layout}{hint}")
-    config = _read_config(d / CONFIG_FILE, config_class)
+    _check_layout(d, layout, config)
+    if config is None:
+        config = _read_config(d / CONFIG_FILE, config_class, default)
+    elif not isinstance(config, ModelConfig):
+        raise UserTypeError(f"config: expected a model config (e.g. modwire.get_config('nac_micro')), "
+                            f"got {type(config).__name__}")
     from ..manifest import verify_manifest
 
     verify_manifest(d)   # a checkpoint's sha256 manifest, when there is one (modwire.training)
@@ -229,12 +274,38 @@ def read_pretrained(directory: str | os.PathLike) -> tuple[ModelConfig, dict[str
     return config, state
 
 
+def _check_layout(d: Path, layout: str, config: ModelConfig | None) -> None:
+    """A clear error for each folder ``read_pretrained`` cannot read: none, a training run, pickled
+    weights only, weights without ``config.json`` (unless ``config`` is given), or both configs."""
+    has_config, has_weights = (d / CONFIG_FILE).is_file(), (d / WEIGHTS_FILE).is_file()
+    if has_weights and has_config and config is not None:
+        raise UserError(f"{d} holds its own {CONFIG_FILE}: config= is for a folder of weights without one "
+                        f"(accelerate's save_model); load it without config=")
+    if has_weights and (has_config or config is not None):
+        return
+    hint = ""
+    if (d / "checkpoints").is_dir():  # a training run: its checkpoints are what from_pretrained reads
+        hint = f"; {d} is a training run directory: load {d}/checkpoints/best (or checkpoints/last)"
+    elif (d / SHARD_INDEX).is_file():
+        hint = (f"; {d} holds weights in shards ({SHARD_INDEX}), which modwire does not read: save them as one "
+                f"file (accelerate: save_model(..., max_shard_size larger than the model))")
+    elif has_weights:
+        hint = (f"; {d} holds {WEIGHTS_FILE} without {CONFIG_FILE} (as accelerate's save_model writes): pass "
+                f"the model's config: from_pretrained({str(d)!r}, config=modwire.get_config(preset, ...))")
+    elif d.is_dir() and (pickled := sorted(f.name for f in d.iterdir() if f.suffix in PICKLED_SUFFIXES)):
+        hint = (f"; it holds pickled weights ({', '.join(pickled)}), which modwire never loads (unpickling "
+                f"runs code): save them as {WEIGHTS_FILE} with safetensors")
+    raise FileNotFoundError(f"not a saved modwire model: {layout}{hint}")
+
+
 _JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",
                type(None): "null"}
 
 
-def _read_config(path: Path, config_class: typing.Callable[[str], type[ModelConfig]]) -> ModelConfig:
-    """``config.json`` → its config; every error is one line naming ``path`` and what was expected."""
+def _read_config(path: Path, config_class: typing.Callable[[str], type[ModelConfig]],
+                 default: type[ModelConfig] | None = None) -> ModelConfig:
+    """``config.json`` → its config (``default`` where it names no ``model_type``, as
+    ``PyTorchModelHubMixin`` writes it); every error is one line naming ``path`` and what was expected."""
     expected = "a JSON object with a 'model_type' key (as written by save_pretrained)"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -245,9 +316,13 @@ def _read_config(path: Path, config_class: typing.Callable[[str], type[ModelConf
                         f"expected {expected}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected {expected}, got {_JSON_KINDS.get(type(data), type(data).__name__)}")
+    if "model_type" not in data and default is not None:
+        data = {"model_type": default.model_type, **data}
     if not isinstance(data.get("model_type"), str):
         got = f"model_type {data['model_type']!r}" if "model_type" in data else "no 'model_type' key"
-        raise UserError(f"{path}: expected {expected}, got {got}")
+        hint = ("; a folder saved by PyTorchModelHubMixin names none: load it with its model class, e.g. "
+                "modwire.models.nac.NAC.from_pretrained(folder)") if "model_type" not in data else ""
+        raise UserError(f"{path}: expected {expected}, got {got}{hint}")
     try:
         return config_class(data["model_type"]).from_dict(data)
     except (KeyError, ValueError, TypeError) as e:   # a field's error, prefixed with the file

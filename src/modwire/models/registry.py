@@ -66,7 +66,14 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
     return cls(get_config(name, **overrides))
 
 
-def from_pretrained(directory: str | os.PathLike, map_location: str = "cpu") -> nn.Module:
-    """Load any model saved with ``save_pretrained`` (dispatching on its ``model_type``)."""
-    config, state = read_pretrained(directory)
+def from_pretrained(name_or_path: str | os.PathLike, map_location: str = "cpu", *,
+                    config: ModelConfig | None = None, **hub: Any) -> nn.Module:
+    """Load any model saved with ``save_pretrained`` (dispatching on its ``model_type``), from a folder
+    or a Hub repo id (``"org/name"``, through the Hub's cache; ``hub``: ``revision``, ``cache_dir``,
+    ``force_download``, ``token``, ``local_files_only``, :func:`modwire.hub.resolve`). ``config``: the
+    config of a folder of weights without ``config.json`` (accelerate's ``save_model``)."""
+    from ..hub import resolve
+
+    directory = resolve(name_or_path, **hub)
+    config, state = read_pretrained(directory, config=config)
     return load_model(_MODEL_TYPES[config.model_type], config, state, directory, map_location)
