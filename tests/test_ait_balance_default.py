@@ -11,7 +11,7 @@ import toy_task  # noqa: E402,F401  (registers toy_sets)
 
 from modwire.models.ait import AiT  # noqa: E402
 from modwire.training import load_config, train  # noqa: E402
-from modwire.training.supervised import aux_loss_weights  # noqa: E402
+from modwire.training.objective import Objective  # noqa: E402
 
 
 def run(tmp_path, *extra):
@@ -32,10 +32,4 @@ def test_an_ait_trains_with_the_papers_balance_weight_by_default(tmp_path):
 def test_a_configured_weight_replaces_the_default(tmp_path, weight):
     cfg = load_config(None, [f"out_dir={tmp_path}", "model.name=ait_micro", "data.task=toy_sets",
                              f"aux_loss_weights.balance={weight}"])
-
-    class FakeRun:
-        pass
-
-    r = FakeRun()
-    r.cfg = cfg
-    assert aux_loss_weights(r, AiT(AiT.config_class())) == {"balance": weight}
+    assert Objective.from_config(cfg).weights(AiT(AiT.config_class())) == {"balance": weight}
