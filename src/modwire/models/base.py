@@ -103,7 +103,8 @@ def _in_parameter_dtype(forward: Any) -> Any:
 class PretrainedModel(nn.Module):
     """Mixin for models with a ``config``: save/load and parameter counting. Every model's ``forward``
     (and a classifier's ``forward_head``) returns its output in the parameters' dtype, under autocast
-    too, and ``forward_record`` its logits (:func:`_in_parameter_dtype`, applied to each subclass's own methods when the class is defined).
+    too, and ``forward_record`` its logits (:func:`_in_parameter_dtype`, applied to each subclass's own
+    methods when the class is defined).
 
     A model that records its forward pass (the ``Records`` capability, :mod:`modwire.models.capabilities`)
     declares ``record_type`` (a :class:`Record` subclass) and defines

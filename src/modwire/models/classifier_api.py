@@ -10,7 +10,10 @@ set after its LayerNorm ``[B, N, d]``, NAC's final processor states / Perceiver 
 ``[B, U, d]``, the CNNs' final feature map ``[B, C, H, W]``); ``forward_head(f, pre_logits=True)``
 returns what the last linear layer reads (``head_hidden_size`` wide). ``inputs`` are the model's other
 declared inputs (``task``, ``question``, ``condition``): both take all of them, each reading those it
-needs (a ViT's ``task`` chooses the head; a conditional NAC's ``condition`` designs the read-out).
+needs (a ViT's ``task`` chooses the head; a conditional NAC's ``condition`` designs the read-out). In
+training mode the split draws its random numbers (dropout, NAC's sampled kernel) in the forward's order,
+so it equals the forward under the same seed (an AiT's training forward also writes its workspace
+memory, AiT "Reset memory": each training call, split or not, sees the memory the last one left).
 
 ``forward_intermediates(x, indices, norm, stop_early, output_fmt, intermediates_only)`` is timm's
 contract (timm >= 1.0): ``(final features, [block outputs])``, or only the list. A "block" is each

@@ -400,10 +400,11 @@ class SetModel(Classifier):
         token unless there are some) or ``avg`` (no CLS token: the mean of the tokens); no ``drop_rate``."""
         out: dict[str, Any] = {}
         if in_chans is not None:
-            if config.tokenizer.kind != "patches":
+            kind = config.tokenizer.kind
+            if kind != "patches":
+                field = "tokenizer.in_channels (the panels)" if kind == "panels" else "tokenizer.input_dim"
                 raise UserError(f"create_model: in_chans sets the image channels of a patch embedding; this "
-                                f"{cls.__name__} reads {config.tokenizer.kind!r} (tokenizer.kind): set "
-                                f"{'tokenizer.in_channels (the panels)' if config.tokenizer.kind == 'panels' else 'tokenizer.input_dim'}")
+                                f"{cls.__name__} reads {kind!r} (tokenizer.kind): set {field}")
             out["tokenizer"] = {"in_channels": in_chans}
         if global_pool is not None:
             if global_pool not in ("token", "avg"):
