@@ -104,8 +104,9 @@ def _in_parameter_dtype(forward: Any) -> Any:
 
 class PretrainedModel(nn.Module):
     """Mixin for models with a ``config``: save/load and parameter counting. Every model's ``forward``
-    returns its output in the parameters' dtype, under autocast too, and ``forward_record`` its
-    logits (:func:`_in_parameter_dtype`, applied to each subclass's own methods when the class is defined).
+    (and a classifier's ``forward_head``) returns its output in the parameters' dtype, under autocast
+    too, and ``forward_record`` its logits (:func:`_in_parameter_dtype`, applied to each subclass's own
+    methods when the class is defined).
 
     A model that records its forward pass (the ``Records`` capability, :mod:`modwire.models.capabilities`)
     declares ``record_type`` (a :class:`Record` subclass) and defines
@@ -117,15 +118,19 @@ class PretrainedModel(nn.Module):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for name in ("forward", "forward_record"):
+        for name in ("forward", "forward_record", "forward_head"):
             if name in cls.__dict__:
                 setattr(cls, name, _in_parameter_dtype(cls.__dict__[name]))
         if "__init__" in cls.__dict__:
             cls.__init__ = _config_from_dict(cls.__dict__["__init__"])
 
-    def forward_intermediates(self, x: Tensor, **inputs: Tensor) -> Record:
-        """Alias of ``forward_record`` until issue 38 gives this name to timm's ``forward_intermediates``."""
-        return self.forward_record(x, **inputs)   # type: ignore[attr-defined]
+    def forward_intermediates(self, x: Tensor, *args: Any, **kwargs: Any) -> Any:
+        """timm's contract on the classifiers (:class:`~modwire.models.classifier_api.Classifier`); a model
+        that is not one (the causal LM, the GAN) refuses it. (For one release, issue 37, this name was an
+        alias of ``forward_record``, where the paper's records are.)"""
+        raise UserError(f"{type(self).__name__} is not an image classifier: timm's forward_intermediates "
+                        f"applies to the classifiers (docs/layout.md, 'timm's model API'); the record of its "
+                        f"forward pass is model.forward_record(x, **inputs)")
 
     @property
     def num_classes(self) -> int:

@@ -49,7 +49,7 @@ from ..nn.kernel import KERNEL_MODES
 from ..nn.modulated import FFN_ACTIVATIONS, MODULATIONS
 from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
-from .base import PretrainedModel
+from .classifier_api import Classifier, read_out_timm_overrides
 from .config import (COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_choice, check_head_split,
                      check_single_head)
 from .finetune_protocol import ReadOutHeadFineTuning
@@ -347,7 +347,7 @@ class NACRecord(PerceiverIORecord):
     circuit: Circuit | None = None
 
 
-class NAC(ReadOutHeadFineTuning, PretrainedModel):
+class NAC(ReadOutHeadFineTuning, Classifier):
     """Neural Attentive Circuit classifier: ``model(x) → logits [B, num_classes]``, or
     ``model(x, condition=c)`` for a conditional NAC. ``forward_record`` also returns
     the circuit, ``P`` and the attention of every stage (:class:`NACRecord`)."""
@@ -402,6 +402,14 @@ class NAC(ReadOutHeadFineTuning, PretrainedModel):
         explicit softmax, the reference the tests compare it with; ``modwire.nn.attention``)."""
         tokens = self.tokenizer(x)                       # [B, N, token_dim]; x checked (nn.tokenizers)
         circuit = self.generator(condition, batch_size=len(x))              # §2.2: the circuit design
+        theta, w_in, w_prop = self._features(x, tokens, circuit, record=record, read_in=read_in)
+        logits, w_out, conf = self._read_out(theta, circuit, record=record)
+        return NACRecord(logits, theta, w_in, w_prop, w_out, conf, circuit=circuit)
+
+    def _features(self, x: Tensor, tokens: Tensor, circuit: Circuit, *, record: bool,
+                  read_in: ReadInMethod = "factorized") -> tuple[Tensor, Tensor | None, list]:
+        """Read-in (Eq. 4-5) and the propagators (Eq. 2-3): ``(θ [B, U_p, d], read-in weights, theirs)``;
+        in training with a graph prior, App. A's ``L_graph`` for :meth:`auxiliary_losses`."""
         p = circuit.processors
         self._aux = {}
         if self.training and self.graph_regularizer is not None:            # App. A, Eq. 6-9
@@ -410,11 +418,52 @@ class NAC(ReadOutHeadFineTuning, PretrainedModel):
         theta, w_in = self.read_in(p.states, tokens, codes=p.read_in_codes, return_weights=record, method=read_in,
                                    key_mask=padding_mask(self.tokenizer, x))            # Eq. 4-5
         theta, w_prop = self.propagate(theta, p, record)                    # Eq. 2-3, L layers
-        bias = None if self.kernel is None else self.kernel(circuit.outputs.signatures, p.signatures, len(x))
-        logits, w_out, conf = self.read_out(circuit.outputs.states, theta, out_codes=circuit.outputs.codes,
-                                            state_codes=p.codes, return_weights=record,
-                                            **_kernel_args(bias))                         # read-out
-        return NACRecord(logits, theta, w_in, w_prop, w_out, conf, circuit=circuit)
+        return theta, w_in, w_prop
+
+    def _read_out(self, theta: Tensor, circuit: Circuit, *, record: bool = False,
+                  pre_logits: bool = False) -> tuple[Tensor, Tensor | None, Tensor]:
+        """The read-out (§2.1): output modules attend to ``θ``, then the confidence-weighted head."""
+        p = circuit.processors
+        bias = None if self.kernel is None else self.kernel(circuit.outputs.signatures, p.signatures, len(theta))
+        return self.read_out(circuit.outputs.states, theta, out_codes=circuit.outputs.codes, state_codes=p.codes,
+                             return_weights=record, pre_logits=pre_logits, **_kernel_args(bias))
+
+    # timm's API (classifier_api): the features are the final processor states θ [B, U_p, d]; the head is
+    # the read-out (output modules attend to θ: attention pooling, timm's "map") and its linear layer, so a
+    # conditional NAC's forward_head takes its ``condition`` (the circuit designs the output modules);
+    # a block is one propagator, its output θ.
+    input_layer = "tokenizer"
+
+    def forward_features(self, x: Tensor, *, condition: Tensor | None = None) -> Tensor:
+        """The final processor states ``θ [B, U_p, d]``."""
+        tokens = self.tokenizer(x)
+        return self._features(x, tokens, self.generator(condition, batch_size=len(x)), record=False)[0]
+
+    def forward_head(self, x: Tensor, pre_logits: bool = False, *, condition: Tensor | None = None) -> Tensor:
+        """``θ [B, U_p, d]`` → logits ``[B, C]`` (the read-out), or its pooled output ``[B, d]``."""
+        return self._read_out(x, self.generator(condition, batch_size=len(x)), pre_logits=pre_logits)[0]
+
+    @property
+    def num_features(self) -> int:
+        return self.config.d_model
+
+    def global_pool(self) -> str | None:
+        return "map"
+
+    def intermediate_blocks(self) -> list[tuple[nn.Module, int]]:
+        return [(layer, 1) for layer in self.propagators]
+
+    def classifier_name(self) -> str:
+        return "read_out.head"
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """A fresh ``read_out.head`` (:meth:`new_task`); the output modules and their attention are kept."""
+        self._check_reset(num_classes, global_pool)
+        self.new_task(num_classes)
+
+    @classmethod
+    def timm_overrides(cls, config: NACConfig, **kw: Any) -> dict[str, Any]:
+        return read_out_timm_overrides(cls, config, **kw)
 
     def propagate(self, theta: Tensor, p: ModuleDesign, record: bool = False) -> tuple[Tensor, list]:
         """The propagators (§2.1): SKMDPA among processor modules (Eq. 2-3), then ModFFN, per layer.

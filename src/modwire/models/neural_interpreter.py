@@ -383,6 +383,11 @@ class NeuralInterpreter(SetModel):
                 iterations: int | None = None) -> Tensor:
         return self._run(x, task, question, record=False, iterations=iterations).logits
 
+    def intermediate_blocks(self) -> list[tuple[nn.Module, int]]:
+        """timm's blocks (classifier_api): the scripts (NI Eq. 1), each output the token set after its
+        ``n_i`` function iterations ``[B, N, d]``."""
+        return [(s, 1) for s in self.scripts]
+
     def encode(self, x: Tensor, *, record: bool, iterations: int | None = None) -> tuple[Tensor, dict[str, Any]]:
         if iterations is not None and (isinstance(iterations, bool) or not isinstance(iterations, int)
                                        or iterations < 1):

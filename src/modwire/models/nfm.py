@@ -26,7 +26,7 @@ from .base import PretrainedModel, Record
 from .config import COUNT, Bounds, ConfigBase, check_choice
 from ..errors import UserError
 
-__all__ = ["NFMConfig", "NFMModelRecord", "BlockSequence", "build_body", "load_base_weights"]
+__all__ = ["NFMConfig", "NFMModelRecord", "BlockSequence", "body_blocks", "build_body", "load_base_weights"]
 
 
 @dataclass
@@ -133,6 +133,16 @@ def build_body(cfg: NFMConfig, blocks: Sequence[nn.Module], channels: Sequence[i
     body = NFM(blocks, channels=channels, layout=layout, layer_factory=layer_factory, **cfg.options())
     body.random_attention = cfg.random_attention
     return body
+
+
+def body_blocks(body: nn.Module) -> list[tuple[nn.Module, int]]:
+    """The blocks of a body from :func:`build_body` whose outputs make the network's output: the last
+    pass's (NFM Alg. 1), each with the number of times one forward calls it (every pass, when they share
+    blocks). timm's ``forward_intermediates`` blocks (:mod:`modwire.models.classifier_api`)."""
+    if isinstance(body, BlockSequence):
+        return [(b, 1) for b in body.blocks]
+    last, calls = body.passes - 1, body.passes if body.share_blocks else 1
+    return [(body.block(last, i), calls) for i in range(body.num_blocks)]
 
 
 def set_random_attention(body: nn.Module, enabled: bool) -> None:

@@ -26,7 +26,8 @@ from ..nn import ReadIn, ReadOut, TransformerBlock
 from ..nn.modulated import FFN_ACTIVATIONS
 from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
-from .base import PretrainedModel, Record
+from .base import Record
+from .classifier_api import Classifier, read_out_timm_overrides
 from .config import COUNT, ModelConfig, check_head_split, check_single_head
 from .finetune_protocol import ReadOutHeadFineTuning
 from .inputs import Inputs
@@ -88,7 +89,7 @@ class PerceiverIORecord(Record):
     readout_confidence: Tensor | None = None
 
 
-class PerceiverIO(ReadOutHeadFineTuning, PretrainedModel):
+class PerceiverIO(ReadOutHeadFineTuning, Classifier):
     """Perceiver IO classifier. ``model(x) → logits [B, num_classes]``;
     ``forward_record(x)`` adds the attention weights and the final ``states`` (:class:`PerceiverIORecord`)."""
 
@@ -116,14 +117,53 @@ class PerceiverIO(ReadOutHeadFineTuning, PretrainedModel):
         return self._run(x, record=True)
 
     def _run(self, x: Tensor, *, record: bool) -> PerceiverIORecord:
+        z, w_in, weights = self._features(x, record=record)
+        logits, w_out, conf = self.read_out(self.output_queries, z, return_weights=record)  # decoder
+        return PerceiverIORecord(logits, z, w_in, weights, w_out, conf)
+
+    def _features(self, x: Tensor, *, record: bool) -> tuple[Tensor, Tensor | None, list]:
         z, w_in = self.read_in(self.latents, self.tokenizer(x), return_weights=record,
                                key_mask=padding_mask(self.tokenizer, x))          # encoder
         weights = []
         for layer in self.propagators:                                            # latent transformer
             z, w = layer(z, return_weights=record)
             weights.append(w)
-        logits, w_out, conf = self.read_out(self.output_queries, z, return_weights=record)  # decoder
-        return PerceiverIORecord(logits, z, w_in, weights, w_out, conf)
+        return z, w_in, weights
+
+    # timm's API (classifier_api): the features are the final latents [B, U, d]; the head is the decoder
+    # (learned queries attend to the latents: attention pooling, timm's "map") and its linear layer;
+    # a block is one latent layer, its output the latents.
+    input_layer = "tokenizer"
+
+    def global_pool(self) -> str | None:
+        return "map"
+
+    def forward_features(self, x: Tensor) -> Tensor:
+        """The final latents ``[B, U, d]``."""
+        return self._features(x, record=False)[0]
+
+    def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
+        """Latents ``[B, U, d]`` → logits ``[B, C]`` (the decoder), or the pooled queries ``[B, d]``."""
+        return self.read_out(self.output_queries, x, pre_logits=pre_logits)[0]
+
+    @property
+    def num_features(self) -> int:
+        return self.config.d_model
+
+    def intermediate_blocks(self) -> list[tuple[nn.Module, int]]:
+        return [(layer, 1) for layer in self.propagators]
+
+    def classifier_name(self) -> str:
+        return "read_out.head"
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """A fresh ``read_out.head`` (:meth:`new_task`); the decoder's attention and FFN are kept."""
+        self._check_reset(num_classes, global_pool)
+        self.new_task(num_classes)
+
+    @classmethod
+    def timm_overrides(cls, config: PerceiverIOConfig, **kw: Any) -> dict[str, Any]:
+        return read_out_timm_overrides(cls, config, **kw)
 
     def module_axis(self) -> ModuleAxis:
         """The latents ``[U, d_model]``: the Perceiver IO counterpart of NAC's modules (NAC Fig. 5)."""

@@ -12,6 +12,7 @@ from typing import Any, Callable
 from torch import nn
 
 from .base import MODEL_TYPES, PretrainedModel, load_model, read_pretrained, unknown_name
+from .classifier_api import Classifier
 from .config import ModelConfig
 from ..errors import UserError, UserTypeError
 
@@ -60,9 +61,26 @@ def get_config(name: str, **overrides: Any) -> ModelConfig:
     return make_config().replace(**overrides)
 
 
+#: timm's ``create_model`` keywords, mapped onto each family's config fields (``Classifier.timm_overrides``).
+TIMM_KEYWORDS = ("in_chans", "drop_rate", "global_pool")
+
+
 def create_model(name: str, **overrides: Any) -> nn.Module:
-    """Build preset ``name``; keyword overrides replace config fields (validated)."""
+    """Build preset ``name``; keyword overrides replace config fields (validated). timm's ``in_chans``,
+    ``drop_rate`` and ``global_pool`` set the fields they mean in the model's family (a classifier's
+    ``timm_overrides``; an error where the family has no such thing)."""
     cls, _, _ = get_preset(name)
+    timm = {k: overrides.pop(k) for k in TIMM_KEYWORDS if k in overrides}
+    if timm:
+        if not issubclass(cls, Classifier):
+            raise UserError(f"create_model: {sorted(timm)} (timm's classifier keywords) do not apply to a "
+                            f"{cls.__name__}, which is not an image classifier; set its config fields instead")
+        mapped = cls.timm_overrides(get_config(name), **timm)
+        clash = sorted(set(mapped) & set(overrides))
+        if clash:
+            raise UserError(f"create_model: {sorted(timm)} set the config field(s) {clash}, which are also given "
+                            f"directly: give one of them")
+        overrides.update(mapped)
     return cls(get_config(name, **overrides))
 
 

@@ -54,10 +54,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn.checks import check_float, check_not_empty
-from .base import PretrainedModel
+from .classifier_api import Classifier
 from .config import COUNT, Bounds, ModelConfig, check_single_head, example_generator
 from .inputs import Inputs, named_inputs
-from .nfm import NFMConfig, NFMModelRecord, build_body, set_random_attention
+from .nfm import NFMConfig, NFMModelRecord, body_blocks, build_body, set_random_attention
 from .registry import register_model_type, register_preset
 from ..errors import UserError
 
@@ -160,7 +160,7 @@ def conv_block(c_in: int, c_out: int, order: str = "conv_relu_bn") -> nn.Sequent
     return nn.Sequential(conv, nn.ReLU(), nn.BatchNorm2d(c_out))
 
 
-class CNNMLP(PretrainedModel):
+class CNNMLP(Classifier):
     """``model(x, question) → logits [B, num_classes]``; ``forward_record`` adds the final
     conv state (``states [B, C, s, s]``) and, with NFM, one :class:`~modwire.nn.nfm.NFMRecord` per
     reader (``nfm``; :class:`~modwire.models.nfm.NFMModelRecord`)."""
@@ -224,14 +224,64 @@ class CNNMLP(PretrainedModel):
         return self._run(x, question, record=True)
 
     def _run(self, x: Tensor, question: Tensor | None, *, record: bool) -> NFMModelRecord:
-        c = self.config
         self._check(x, question)
         h = self.body(self.stem(x), record=record)                        # [B, C, s, s]
+        return NFMModelRecord(self._classify(h, question), h, nfm=list(self.body.records) if record else [])
+
+    def _classify(self, h: Tensor, question: Tensor | None, *, pre_logits: bool = False) -> Tensor:
+        """The final conv state ``[B, C, s, s]`` (and the question) → logits ``[B, num_classes]``, or
+        with ``pre_logits`` what the answer layer reads ``[B, hidden]``."""
+        c = self.config
+        if (question is None) != (c.question_dim == 0):
+            raise UserError(f"this model {'needs a' if c.question_dim else 'takes no'} 'question' input "
+                            f"(config question_dim={c.question_dim})")
         feats = self._head(h).flatten(1)                                  # [B, C'·s·s]
         if c.question_dim:
-            feats = torch.cat([feats, question.reshape(len(x), c.question_dim).to(feats.dtype)], dim=1)
-        logits = self.mlp(feats)                                          # [B, num_classes]
-        return NFMModelRecord(logits, h, nfm=list(self.body.records) if record else [])
+            feats = torch.cat([feats, question.reshape(len(h), c.question_dim).to(feats.dtype)], dim=1)
+        return self.mlp[:-1](feats) if pre_logits else self.mlp(feats)    # [B, hidden] / [B, num_classes]
+
+    # timm's API (classifier_api): the features are the final conv state [B, C, s, s]; the head is the
+    # authors' optional pool and projection, the flattening (no global pooling), the question and the MLP;
+    # a block is one conv block (the stem's, then the body's: the last pass's with NFM).
+    feature_kind = "map"
+
+    def forward_features(self, x: Tensor, question: Tensor | None = None) -> Tensor:
+        """The final conv state ``[B, C, s, s]`` (``question`` is read by ``forward_head``)."""
+        self._check(x, question)
+        return self.body(self.stem(x))
+
+    def forward_head(self, x: Tensor, pre_logits: bool = False, question: Tensor | None = None) -> Tensor:
+        """``[B, C, s, s]`` → logits ``[B, num_classes]``, or the MLP's last hidden layer ``[B, hidden]``."""
+        return self._classify(x, question, pre_logits=pre_logits)
+
+    @property
+    def num_features(self) -> int:
+        return self.config.widths()[-1]
+
+    @property
+    def head_hidden_size(self) -> int:
+        return self.config.hidden
+
+    def intermediate_blocks(self) -> list[tuple[nn.Module, int]]:
+        return [(b, 1) for b in self.stem] + body_blocks(self.body)
+
+    def classifier_name(self) -> str:
+        return f"mlp.{len(self.mlp) - 1}"
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        self._check_reset(num_classes, global_pool)
+        self.new_task(num_classes)
+
+    @classmethod
+    def timm_overrides(cls, config: CNNMLPConfig, *, in_chans: int | None = None, drop_rate: float | None = None,
+                       global_pool: str | None = None) -> dict[str, Any]:
+        """``in_chans`` → ``in_channels``, ``drop_rate`` → ``dropout`` (before the answer layer); no global
+        pooling (the MLP reads the flattened map)."""
+        if global_pool is not None:
+            raise UserError(f"create_model: global_pool {global_pool!r}: a CNN_MLP flattens its final map into "
+                            f"the MLP and has no global pooling (the authors' head_pool is a config field)")
+        return {**({} if in_chans is None else {"in_channels": in_chans}),
+                **({} if drop_rate is None else {"dropout": drop_rate})}
 
     def _head(self, h: Tensor) -> Tensor:
         """The authors' head when configured: ``avg_pool2d(h, head_pool)`` resized (nearest) back to

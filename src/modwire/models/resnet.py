@@ -35,10 +35,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn.checks import check_float, check_not_empty
-from .base import PretrainedModel
+from .classifier_api import Classifier
 from .config import COUNT, Bounds, ModelConfig, check_single_head, example_generator
 from .inputs import Inputs, named_inputs
-from .nfm import NFMConfig, NFMModelRecord, build_body, set_random_attention
+from .nfm import NFMConfig, NFMModelRecord, body_blocks, build_body, set_random_attention
 from .registry import register_model_type, register_preset
 from ..errors import UserError
 
@@ -169,7 +169,7 @@ def residual_blocks(c: PreActResNetConfig) -> tuple[list[nn.Module], list[int]]:
     return [b for blocks in stages for b in blocks], channels
 
 
-class PreActResNet(PretrainedModel):
+class PreActResNet(Classifier):
     """``model(x [B, C, H, W]) → logits [B, num_classes]``; ``forward_record(x)`` adds the
     pooled features (``states [B, c_N]``) and, with NFM, one ``NFMRecord`` per reader (``nfm``;
     :class:`~modwire.models.nfm.NFMModelRecord`)."""
@@ -188,11 +188,14 @@ class PreActResNet(PretrainedModel):
 
     def features(self, x: Tensor, *, record: bool = False) -> Tensor:
         """``x [B, C, H, W]`` → pooled features ``[B, c_N]``."""
+        return self._feature_map(x, record=record).mean(dim=(-2, -1))   # [B, c_N]
+
+    def _feature_map(self, x: Tensor, *, record: bool = False) -> Tensor:
         self._check_input(x)
         h = self.body(self.stem(x), record=record)                      # [B, c_N, H', W']
         if self.norm is not None:
             h = F.relu(self.norm(h))
-        return h.mean(dim=(-2, -1))                                     # [B, c_N]
+        return h
 
     def forward(self, x: Tensor) -> Tensor:
         return self.head(self.features(x))
@@ -200,6 +203,47 @@ class PreActResNet(PretrainedModel):
     def forward_record(self, x: Tensor) -> NFMModelRecord:
         feats = self.features(x, record=True)
         return NFMModelRecord(self.head(feats), feats, nfm=list(self.body.records))
+
+    # timm's API (classifier_api): the features are the final map [B, c_N, H', W'] (after the final BN →
+    # ReLU when there is one); the head is the average pool (timm's "avg") and the linear layer; a block is
+    # one of Algorithm 1's modules (a stage by default, nfm_modules), of the last pass with NFM.
+    input_layer, feature_kind, fixed_input_size = "stem", "map", False    # any image size runs
+
+    def forward_features(self, x: Tensor) -> Tensor:
+        """The final feature map ``[B, c_N, H', W']``."""
+        return self._feature_map(x)
+
+    def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
+        """``[B, c_N, H', W']`` → logits ``[B, C]``, or the pooled features ``[B, c_N]``."""
+        pooled = x.mean(dim=(-2, -1))                                   # [B, c_N]
+        return pooled if pre_logits else self.head(pooled)
+
+    @property
+    def num_features(self) -> int:
+        return self.head.in_features
+
+    def global_pool(self) -> str | None:
+        return "avg"
+
+    def intermediate_blocks(self) -> list[tuple[nn.Module, int]]:
+        return body_blocks(self.body)
+
+    def classifier_name(self) -> str:
+        return "head"
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        self._check_reset(num_classes, global_pool)
+        self.new_task(num_classes)
+
+    @classmethod
+    def timm_overrides(cls, config: PreActResNetConfig, *, in_chans: int | None = None,
+                       drop_rate: float | None = None, global_pool: str | None = None) -> dict[str, Any]:
+        """``in_chans`` → ``in_channels``; ``global_pool``: ``avg`` only; no dropout (``drop_rate``)."""
+        if global_pool not in (None, "avg"):
+            raise UserError(f"create_model: global_pool {global_pool!r}: a PreActResNet average-pools ('avg') "
+                            f"and has no other pooling")
+        return {**({} if in_chans is None else {"in_channels": in_chans}),
+                **super().timm_overrides(config, drop_rate=drop_rate)}
 
     def _check_input(self, x: Tensor) -> None:
         c = self.config.in_channels

@@ -44,7 +44,8 @@ from torch import Tensor, nn
 from ..nn.init import trunc_normal_
 from ..nn.tokenizers import NormLinearNorm
 from ..nn.checks import check_float, check_tensor, min_max, values_checkable
-from .base import PretrainedModel, Record
+from .base import Record
+from .classifier_api import Classifier
 from .config import COUNT, Bounds, ModelConfig, example_generator
 from .inputs import Inputs, named_inputs
 from .tokenizer_config import EMBEDDINGS, TokenizerConfig, build_tokenizer
@@ -196,11 +197,19 @@ class SetModelRecord(Record):
     propagator_attention: list[Tensor] = field(default_factory=list)
 
 
-class SetModel(PretrainedModel):
-    """Embed → CLS tokens → :meth:`encode` (the subclass) → LayerNorm → heads (module docstring)."""
+class SetModel(Classifier):
+    """Embed → CLS tokens → :meth:`encode` (the subclass) → LayerNorm → heads (module docstring).
+
+    timm's API (:mod:`modwire.models.classifier_api`): ``forward_features`` is the final token set after
+    the LayerNorm ``[B', N, d]`` (``B' = B·K`` for PGM panels: one set per candidate); ``forward_head``
+    reads the CLS tokens (timm's ``global_pool="token"``) or the mean of the tokens (``"avg"``, no CLS
+    token), then the heads; ``pre_logits`` gives ``[B, d]`` (one head, or each sample's ``task`` head),
+    ``[B, T, d]`` (``T`` CLS tokens without ``task``) or ``[B, K, d]`` (PGM candidates). A block is one
+    layer of the body (:meth:`intermediate_blocks`), its output the token set ``[B', N, d]``."""
 
     config_class: ClassVar[type[SetModelConfig]]
     record_type: ClassVar[type[SetModelRecord]] = SetModelRecord
+    input_layer = "embed"
 
     def __init__(self, config: SetModelConfig) -> None:
         super().__init__()
@@ -243,8 +252,25 @@ class SetModel(PretrainedModel):
         """Logits plus what :meth:`encode` recorded (attention weights; NI: ``C`` and types; AiT: the workspace)."""
         return self._run(x, task, question, record=True)
 
+    def forward_features(self, x: Tensor, task: Tensor | None = None, question: Tensor | None = None) -> Tensor:
+        """The final token set after the LayerNorm ``[B', N, d]`` (``task`` is read by ``forward_head``)."""
+        return self._features(x, question, record=False)[0]
+
+    def forward_head(self, x: Tensor, pre_logits: bool = False, task: Tensor | None = None,
+                     question: Tensor | None = None) -> Tensor:
+        """Features ``[B', N, d]`` → logits (module docstring), or with ``pre_logits`` what the heads read."""
+        e = self.config.tokenizer
+        batch = len(x) // (e.in_channels - e.num_context) if e.kind == "panels" else len(x)
+        return self._head(x, task, batch, pre_logits=pre_logits)
+
     def _run(self, x: Tensor, task: Tensor | None, question: Tensor | None = None, *, record: bool,
              **options: Any) -> SetModelRecord:
+        y, extra = self._features(x, question, record=record, **options)
+        return self.record_type(self._head(y, task, len(x)), y, **extra)
+
+    def _features(self, x: Tensor, question: Tensor | None, *, record: bool,
+                  **options: Any) -> tuple[Tensor, dict[str, Any]]:
+        """Embed, append the question and CLS tokens, :meth:`encode`, LayerNorm: ``([B', N, d], record fields)``."""
         tokens = self.embed(x)                                              # [B', N, d]; x checked
         b = tokens.shape[0]
         if (self.question is None) != (question is None):
@@ -255,9 +281,18 @@ class SetModel(PretrainedModel):
         if self.cls_tokens is not None:                                     # appended after the elements
             tokens = torch.cat([tokens, self.cls_tokens.expand(b, -1, -1)], dim=1)
         y, extra = self.encode(tokens, record=record, **options)
-        y = self.norm(y)
+        return self.norm(y), extra
+
+    def _head(self, y: Tensor, task: Tensor | None, batch: int, *, pre_logits: bool = False) -> Tensor:
+        """Final states ``[B', N, d]`` → logits, or what the heads read (``pre_logits``)."""
         read = self._read(y)                                                # [B', T, d]
-        return self.record_type(self._select(self.heads(read), task, len(x)), y, **extra)
+        if pre_logits:
+            return self._select(self._pre_logits(read), task, batch, features=True)
+        return self._select(self.heads(read), task, batch)
+
+    def _pre_logits(self, read: Tensor) -> Tensor:
+        """What the heads' linear map reads from ``read [B', T, d]`` (the ViT's flattened classifier: its norm)."""
+        return read
 
     def _read(self, y: Tensor) -> Tensor:
         """What the heads read from the final states ``y [B', N, d]``: the CLS tokens ``[B', T, d]``,
@@ -265,10 +300,11 @@ class SetModel(PretrainedModel):
         t = self.config.num_cls_tokens
         return y[:, -t:] if t else y.mean(dim=1, keepdim=True)
 
-    def _select(self, out: Tensor, task: Tensor | None, batch: int) -> Tensor:
-        """``out [B', T, C]`` → the logits the module docstring describes."""
+    def _select(self, out: Tensor, task: Tensor | None, batch: int, *, features: bool = False) -> Tensor:
+        """``out [B', T, C]`` → the logits the module docstring describes (``features``: ``out [B', T, F]``
+        pre-logits, never squeezed over ``F``)."""
         if self.config.tokenizer.kind == "panels":                             # one score per candidate set
-            return out.reshape(batch, -1)                                   # [B, K]
+            return out.reshape(batch, -1, out.shape[-1]) if features else out.reshape(batch, -1)   # [B, K(, F)]
         if self.config.task_input != (task is not None):
             raise UserError(f"this model {'needs' if self.config.task_input else 'takes no'} 'task' ids "
                             f"(config task_input={self.config.task_input})")
@@ -276,7 +312,7 @@ class SetModel(PretrainedModel):
             return out[torch.arange(batch, device=out.device), self._check_task(task, batch)]
         if out.shape[1] == 1:
             return out[:, 0]
-        return out[..., 0] if out.shape[-1] == 1 else out
+        return out if features or out.shape[-1] != 1 else out[..., 0]
 
     def _check_task(self, task: Tensor, batch: int) -> Tensor:
         t = self.config.num_cls_tokens
@@ -320,6 +356,63 @@ class SetModel(PretrainedModel):
         if self.cls_tokens is not None:
             self.cls_tokens.data = self.cls_tokens.data.to(like)
         self.heads.to(like)
+
+    # ------------------------------------------------------------------------- timm's API (classifier_api)
+
+    @property
+    def num_features(self) -> int:
+        return self.config.d_model
+
+    def global_pool(self) -> str | None:
+        return "token" if self.config.num_cls_tokens else "avg"
+
+    def classifier_name(self) -> str:
+        return "heads"
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """New heads for ``num_classes`` (timm's ``reset_classifier``): the CLS tokens and the body are kept
+        (:meth:`new_task` also draws fresh CLS tokens); a PGM model's width is its candidates (refused)."""
+        self._check_reset(num_classes, global_pool)
+        c = self.config
+        if c.tokenizer.kind == "panels":
+            raise UserError("reset_classifier: a PGM (panels) model scores each candidate with one number; its "
+                            "logits are as wide as the puzzle's candidates, not a class count")
+        like = self.norm.weight if isinstance(self.norm, nn.LayerNorm) else next(self.heads.parameters())
+        self.config = c.replace(num_classes=num_classes, head_pretrained=False)
+        self.heads = TokenHeads(max(c.num_cls_tokens, 1), c.d_model, num_classes, shared=c.shared_head).to(like)
+
+    def intermediate_norm(self, h: Tensor) -> Tensor:
+        return self.norm(h)
+
+    def to_output_fmt(self, h: Tensor, output_fmt: str) -> Tensor:
+        """``NLC``: every token ``[B', N, d]``; ``NCHW`` (patch tokens only): the patch tokens as their grid
+        ``[B, d, rows, cols]``, the question and CLS tokens left out (timm's ViT without prefix tokens)."""
+        grid = self.config.tokenizer.grid
+        if output_fmt != "NCHW" or grid is None:
+            return super().to_output_fmt(h, output_fmt)
+        rows, cols = grid
+        return h[:, :rows * cols].transpose(1, 2).reshape(len(h), -1, rows, cols)
+
+    @classmethod
+    def timm_overrides(cls, config: SetModelConfig, *, in_chans: int | None = None, drop_rate: float | None = None,
+                       global_pool: str | None = None) -> dict[str, Any]:
+        """``in_chans`` → ``tokenizer.in_channels`` (patch embeddings); ``global_pool``: ``token`` (one CLS
+        token unless there are some) or ``avg`` (no CLS token: the mean of the tokens); no ``drop_rate``."""
+        out: dict[str, Any] = {}
+        if in_chans is not None:
+            kind = config.tokenizer.kind
+            if kind != "patches":
+                field = "tokenizer.in_channels (the panels)" if kind == "panels" else "tokenizer.input_dim"
+                raise UserError(f"create_model: in_chans sets the image channels of a patch embedding; this "
+                                f"{cls.__name__} reads {kind!r} (tokenizer.kind): set {field}")
+            out["tokenizer"] = {"in_channels": in_chans}
+        if global_pool is not None:
+            if global_pool not in ("token", "avg"):
+                raise UserError(f"create_model: global_pool {global_pool!r}: a {cls.__name__} reads its CLS tokens "
+                                f"('token') or the mean of its tokens ('avg')")
+            out["num_cls_tokens"] = 0 if global_pool == "avg" else max(config.num_cls_tokens, 1)
+        out.update(super().timm_overrides(config, drop_rate=drop_rate))
+        return out
 
     # Learned tokens and positions: the CLS tokens, the embedding's positions and PGM slots, the relative
     # position modules (their tables and maps)

@@ -135,6 +135,42 @@ class ViT(SetModel):
         self._build_outputs()
         self.heads.to(like)
 
+    # timm's API (classifier_api): a block is one layer of ``blocks`` (AiT: its Figure 1b block), its
+    # output the token set; the flattened classifier pools nothing (its LayerNorm and Linear read every token).
+
+    def intermediate_blocks(self) -> list[tuple[nn.Module, int]]:
+        return [(b, 1) for b in self.blocks]
+
+    def _pre_logits(self, read: Tensor) -> Tensor:
+        return read if self.config.classifier == "mean" else self.heads.norm(read.flatten(-2))   # [B, 1, N·d]
+
+    @property
+    def head_hidden_size(self) -> int:
+        return self.heads.linear.in_features if self.config.classifier == "flatten" else self.config.d_model
+
+    def global_pool(self) -> str | None:
+        return super().global_pool() if self.config.classifier == "mean" else None
+
+    def classifier_name(self) -> str:
+        return "heads" if self.config.classifier == "mean" else "heads.linear"
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        if self.config.classifier == "mean":
+            super().reset_classifier(num_classes, global_pool)
+            return
+        self._check_reset(num_classes, global_pool)
+        old = self.heads.linear                                              # the flattened LayerNorm is kept
+        self.heads.linear = nn.Linear(old.in_features, num_classes, device=old.weight.device, dtype=old.weight.dtype)
+        self.config = self.config.replace(num_classes=num_classes)
+
+    @classmethod
+    def timm_overrides(cls, config: ViTConfig, **kw: Any) -> dict[str, Any]:
+        """:meth:`SetModel.timm_overrides`; a ``global_pool`` on the flattened classifier switches it to ``mean``."""
+        out = super().timm_overrides(config, **kw)
+        if kw.get("global_pool") is not None and config.classifier == "flatten":
+            out["classifier"] = "mean"
+        return out
+
     def make_block(self) -> nn.Module:
         """One pre-LN block (the Associative Transformer overrides it with its Figure 1b block)."""
         c = self.config

@@ -145,7 +145,8 @@ class ReadOut(nn.Module):
 
     def forward(self, queries: Tensor, states: Tensor, *, out_codes: Tensor | None = None,
                 state_codes: Tensor | None = None, bias: Bias = None, key_mask: Tensor | None = None,
-                return_weights: bool = False) -> tuple[Tensor, Tensor | None, Tensor]:
+                return_weights: bool = False, pre_logits: bool = False) -> tuple[Tensor, Tensor | None, Tensor]:
+        """``pre_logits``: the pooled ``Σ_o conf_o · y_o [B, dim]`` in place of the logits (what ``head`` reads)."""
         y, w = self.attn(queries, context=states, code_q=out_codes, code_kv=state_codes, bias=bias,
                          key_mask=key_mask, return_weights=return_weights)
         y = self.ffn(y, out_codes)
@@ -155,4 +156,5 @@ class ReadOut(nn.Module):
             conf = y.new_ones(y.shape[:-1])
         else:
             conf = self.confidence(y).squeeze(-1).softmax(dim=-1)  # [B, Uo]
-        return self.head((conf.unsqueeze(-1) * y).sum(dim=-2)), w, conf
+        pooled = (conf.unsqueeze(-1) * y).sum(dim=-2)                   # [B, dim]
+        return (pooled if pre_logits else self.head(pooled)), w, conf
