@@ -239,8 +239,8 @@ CHECKED_IN_TEST_README = {
     ("docs/nac.md", "Quick start"): "test_nac_quickstart_runs_as_written",
     ("docs/nfm.md", "Transformer language model with NFM (NFM §4.6, Table 8)"): "test_nfm_lm_example_runs_as_written",
     ("docs/speed.md", "What dropping modules can save"): "test_speed_flop_ratio_of_dropping_is_as_stated",
-    ("docs/training.md", "A plain PyTorch loop"): "test_tools_plain_loop_gives_the_losses_of_modwire_train",
-    ("docs/training.md", "A LightningModule"): "test_tools_lightning_module_gives_the_losses_of_modwire_train",
+    ("docs/tools.md", "A plain PyTorch loop"): "test_tools_plain_loop_gives_the_losses_of_modwire_train",
+    ("docs/tools.md", "A LightningModule"): "test_tools_lightning_module_gives_the_losses_of_modwire_train",
 }
 
 # pages whose commands train several models: run with the slow tests (`make test-all`, CI)

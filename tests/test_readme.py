@@ -124,7 +124,7 @@ def _assert_same_losses(history: list[dict], records: list[dict]) -> None:
 
 def test_tools_plain_loop_gives_the_losses_of_modwire_train(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    s = _run_block("docs/training.md", "A plain PyTorch loop")
+    s = _run_block("docs/tools.md", "A plain PyTorch loop")
     _assert_same_losses(s["history"], _train_records(s["cfg"], tmp_path / "run"))
     first = s["history"][0]       # total = task + σ · balance, σ = 1e-2 (AiT Eq. 6, ait_micro's default)
     assert s["objective"].weights(s["model"]) == {"balance": 1e-2} and first["aux/balance"] > 0
@@ -133,7 +133,7 @@ def test_tools_plain_loop_gives_the_losses_of_modwire_train(tmp_path, monkeypatc
 def test_tools_lightning_module_gives_the_losses_of_modwire_train(tmp_path, monkeypatch):
     pytest.importorskip("lightning", reason="the LightningModule example needs modwire[lightning]")
     monkeypatch.chdir(tmp_path)
-    s = _run_block("docs/training.md", "A LightningModule")
+    s = _run_block("docs/tools.md", "A LightningModule")
     _assert_same_losses(s["module"].history, _train_records(s["cfg"], tmp_path / "run"))
 
 
