@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[test,hub]"
+	$(BIN)/pip install -q -e ".[test,hub,lightning]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -129,9 +129,13 @@ def test_a_repo_id_resolves_through_the_hub_cache_offline(hub, tmp_path):
     for loaded in (modwire.from_pretrained("org/nac-micro"),             # HF_HUB_CACHE, refs/main
                    NAC.from_pretrained("org/nac-micro", revision=COMMIT),
                    modwire.from_pretrained("org/nac-micro", cache_dir=tmp_path / "hub-cache", local_files_only=True),
-                   mixin_classes(hub).from_pretrained("org/nac-micro")):  # the mixin, through the same cache
+                   mixin_classes(hub).from_pretrained("org/nac-micro"),   # the mixin, through the same cache
+                   modwire.create_model("hf-hub:org/nac-micro")):          # timm's prefix
         assert loaded.config == model.config
         torch.testing.assert_close(logits(loaded), expected, rtol=0, atol=0)
+
+    with pytest.raises(UserError, match=r"create_model\('hf-hub:org/nac-micro'\): a model from the Hub is built"):
+        modwire.create_model("hf-hub:org/nac-micro", num_classes=3)
 
     # the repo's manifest came with it and is verified: a damaged blob in the cache is refused
     blob = (snapshot / "model.safetensors").resolve()

@@ -68,7 +68,14 @@ TIMM_KEYWORDS = ("in_chans", "drop_rate", "global_pool")
 def create_model(name: str, **overrides: Any) -> nn.Module:
     """Build preset ``name``; keyword overrides replace config fields (validated). timm's ``in_chans``,
     ``drop_rate`` and ``global_pool`` set the fields they mean in the model's family (a classifier's
-    ``timm_overrides``; an error where the family has no such thing)."""
+    ``timm_overrides``; an error where the family has no such thing). ``"hf-hub:org/name"`` (timm's
+    prefix) loads the model saved there (:func:`from_pretrained`, through the Hub's cache)."""
+    if isinstance(name, str) and name.startswith("hf-hub:"):
+        if overrides:
+            raise UserError(f"create_model({name!r}): a model from the Hub is built from its saved config.json; "
+                            f"{sorted(overrides)} cannot be applied to it (load it, then reset_classifier(n) for "
+                            f"another class count)")
+        return from_pretrained(name.removeprefix("hf-hub:"))
     cls, _, _ = get_preset(name)
     timm = {k: overrides.pop(k) for k in TIMM_KEYWORDS if k in overrides}
     if timm:
