@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections.abc import Callable
 import math
 import numbers
 import re
@@ -285,4 +286,24 @@ def declared_rules(cls: type, table: str = "bounds", prefix: str = "") -> dict[s
         hint = hints[f.name]
         if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             out.update(declared_rules(hint, table, f"{prefix}{f.name}."))
+    return out
+
+
+def flatten(node: Any, convert: Callable[[Any], Any] = lambda n: n) -> dict[str, Any]:
+    """``{"optim.lr": 3e-4, "model.overrides.tokenizer.max_len": 64, ...}``: every leaf of a config by its
+    dotted key (dataclasses and mappings are walked, lists are leaves, as lists); ``convert`` is applied to
+    each node first (e.g. an OmegaConf container to plain data)."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        node = convert(node)
+        if dataclasses.is_dataclass(node) and not isinstance(node, type):
+            node = {f.name: getattr(node, f.name) for f in dataclasses.fields(node)}
+        if isinstance(node, dict) and node:
+            for k, v in node.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            out[prefix] = list(node) if isinstance(node, (list, tuple)) else node
+
+    walk("", node)
     return out

@@ -247,21 +247,47 @@ class Classifier(PretrainedModel):
                             f"create_model(..., global_pool=...)")
 
 
-def read_out_timm_overrides(cls: type[Classifier], config: ModelConfig, *, in_chans: int | None = None,
-                            drop_rate: float | None = None, global_pool: str | None = None) -> dict[str, Any]:
-    """NAC's and Perceiver IO's :meth:`Classifier.timm_overrides`: ``in_chans`` → ``tokenizer.in_channels``
-    (the conv tokenizer); ``global_pool``: ``map`` only (the read-out's attention pooling, NAC §2.1)."""
-    out: dict[str, Any] = {}
-    if in_chans is not None:
-        if config.tokenizer.kind != "conv":
-            raise UserError(f"create_model: in_chans sets the image channels of the conv tokenizer; this "
-                            f"{cls.__name__} reads {config.tokenizer.kind!r} (tokenizer.kind): set "
-                            f"{'tokenizer.input_dim' if config.tokenizer.kind == 'linear' else 'tokenizer.vocab_size'}")
-        out["tokenizer"] = {"in_channels": in_chans}
-    if global_pool not in (None, "map"):
-        raise UserError(f"create_model: global_pool {global_pool!r}: a {cls.__name__} pools by attention, its "
-                        f"read-out's output queries (timm's 'map'), and has no other pooling")
-    return {**out, **Classifier.timm_overrides.__func__(cls, config, drop_rate=drop_rate)}
+class ReadOutClassifier(Classifier):
+    """The timm API shared by NAC and Perceiver IO (a NAC module generalises a Perceiver IO latent, NAC
+    App. B.2): the features are the final module states / latents ``[B, U, d]``; the head is the
+    read-out (output queries attend to them: attention pooling, timm's ``map``) and its linear layer
+    ``read_out.head``; a block is one propagator layer. A subclass has ``propagators``, ``new_task``
+    and ``config.d_model``."""
+
+    @property
+    def num_features(self) -> int:
+        return self.config.d_model
+
+    def global_pool(self) -> str | None:
+        return "map"
+
+    def intermediate_blocks(self) -> list[tuple[nn.Module, int]]:
+        return [(layer, 1) for layer in self.propagators]
+
+    def classifier_name(self) -> str:
+        return "read_out.head"
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """A fresh ``read_out.head`` (``new_task``); the output queries and their attention are kept."""
+        self._check_reset(num_classes, global_pool)
+        self.new_task(num_classes)
+
+    @classmethod
+    def timm_overrides(cls, config: ModelConfig, *, in_chans: int | None = None, drop_rate: float | None = None,
+                       global_pool: str | None = None) -> dict[str, Any]:
+        """``in_chans`` → ``tokenizer.in_channels`` (the conv tokenizer); ``global_pool``: ``map`` only (the
+        read-out's attention pooling, NAC §2.1)."""
+        out: dict[str, Any] = {}
+        if in_chans is not None:
+            if config.tokenizer.kind != "conv":
+                field = "tokenizer.input_dim" if config.tokenizer.kind == "linear" else "tokenizer.vocab_size"
+                raise UserError(f"create_model: in_chans sets the image channels of the conv tokenizer; this "
+                                f"{cls.__name__} reads {config.tokenizer.kind!r} (tokenizer.kind): set {field}")
+            out["tokenizer"] = {"in_channels": in_chans}
+        if global_pool not in (None, "map"):
+            raise UserError(f"create_model: global_pool {global_pool!r}: a {cls.__name__} pools by attention, its "
+                            f"read-out's output queries (timm's 'map'), and has no other pooling")
+        return {**out, **super().timm_overrides(config, drop_rate=drop_rate)}
 
 
 def _is_image(config: ModelConfig) -> bool:

@@ -49,7 +49,7 @@ from ..nn.kernel import KERNEL_MODES
 from ..nn.modulated import FFN_ACTIVATIONS, MODULATIONS
 from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
-from .classifier_api import Classifier, read_out_timm_overrides
+from .classifier_api import ReadOutClassifier
 from .config import (COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_choice, check_head_split,
                      check_single_head)
 from .finetune_protocol import ReadOutHeadFineTuning
@@ -347,7 +347,7 @@ class NACRecord(PerceiverIORecord):
     circuit: Circuit | None = None
 
 
-class NAC(ReadOutHeadFineTuning, Classifier):
+class NAC(ReadOutHeadFineTuning, ReadOutClassifier):
     """Neural Attentive Circuit classifier: ``model(x) → logits [B, num_classes]``, or
     ``model(x, condition=c)`` for a conditional NAC. ``forward_record`` also returns
     the circuit, ``P`` and the attention of every stage (:class:`NACRecord`)."""
@@ -442,28 +442,6 @@ class NAC(ReadOutHeadFineTuning, Classifier):
     def forward_head(self, x: Tensor, pre_logits: bool = False, *, condition: Tensor | None = None) -> Tensor:
         """``θ [B, U_p, d]`` → logits ``[B, C]`` (the read-out), or its pooled output ``[B, d]``."""
         return self._read_out(x, self.generator(condition, batch_size=len(x)), pre_logits=pre_logits)[0]
-
-    @property
-    def num_features(self) -> int:
-        return self.config.d_model
-
-    def global_pool(self) -> str | None:
-        return "map"
-
-    def intermediate_blocks(self) -> list[tuple[nn.Module, int]]:
-        return [(layer, 1) for layer in self.propagators]
-
-    def classifier_name(self) -> str:
-        return "read_out.head"
-
-    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        """A fresh ``read_out.head`` (:meth:`new_task`); the output modules and their attention are kept."""
-        self._check_reset(num_classes, global_pool)
-        self.new_task(num_classes)
-
-    @classmethod
-    def timm_overrides(cls, config: NACConfig, **kw: Any) -> dict[str, Any]:
-        return read_out_timm_overrides(cls, config, **kw)
 
     def propagate(self, theta: Tensor, p: ModuleDesign, record: bool = False) -> tuple[Tensor, list]:
         """The propagators (§2.1): SKMDPA among processor modules (Eq. 2-3), then ModFFN, per layer.

@@ -27,7 +27,7 @@ from ..nn.modulated import FFN_ACTIVATIONS
 from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
 from .base import Record
-from .classifier_api import Classifier, read_out_timm_overrides
+from .classifier_api import ReadOutClassifier
 from .config import COUNT, ModelConfig, check_head_split, check_single_head
 from .finetune_protocol import ReadOutHeadFineTuning
 from .inputs import Inputs
@@ -89,7 +89,7 @@ class PerceiverIORecord(Record):
     readout_confidence: Tensor | None = None
 
 
-class PerceiverIO(ReadOutHeadFineTuning, Classifier):
+class PerceiverIO(ReadOutHeadFineTuning, ReadOutClassifier):
     """Perceiver IO classifier. ``model(x) → logits [B, num_classes]``;
     ``forward_record(x)`` adds the attention weights and the final ``states`` (:class:`PerceiverIORecord`)."""
 
@@ -135,9 +135,6 @@ class PerceiverIO(ReadOutHeadFineTuning, Classifier):
     # a block is one latent layer, its output the latents.
     input_layer = "tokenizer"
 
-    def global_pool(self) -> str | None:
-        return "map"
-
     def forward_features(self, x: Tensor) -> Tensor:
         """The final latents ``[B, U, d]``."""
         return self._features(x, record=False)[0]
@@ -145,25 +142,6 @@ class PerceiverIO(ReadOutHeadFineTuning, Classifier):
     def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
         """Latents ``[B, U, d]`` → logits ``[B, C]`` (the decoder), or the pooled queries ``[B, d]``."""
         return self.read_out(self.output_queries, x, pre_logits=pre_logits)[0]
-
-    @property
-    def num_features(self) -> int:
-        return self.config.d_model
-
-    def intermediate_blocks(self) -> list[tuple[nn.Module, int]]:
-        return [(layer, 1) for layer in self.propagators]
-
-    def classifier_name(self) -> str:
-        return "read_out.head"
-
-    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        """A fresh ``read_out.head`` (:meth:`new_task`); the decoder's attention and FFN are kept."""
-        self._check_reset(num_classes, global_pool)
-        self.new_task(num_classes)
-
-    @classmethod
-    def timm_overrides(cls, config: PerceiverIOConfig, **kw: Any) -> dict[str, Any]:
-        return read_out_timm_overrides(cls, config, **kw)
 
     def module_axis(self) -> ModuleAxis:
         """The latents ``[U, d_model]``: the Perceiver IO counterpart of NAC's modules (NAC Fig. 5)."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, Optional, Sequence
 
 from ..errors import ConfigWarning, UserError, UserTypeError
-from ..fields import COUNT, NON_NEGATIVE, POSITIVE, UNIT, Bounds, ChoicesOrImport, check_tree, did_you_mean
+from ..fields import COUNT, NON_NEGATIVE, POSITIVE, UNIT, Bounds, ChoicesOrImport, check_tree, did_you_mean, flatten
 from .gan_config import GANSection
 from .ema import horizon_note
 from .kinds import check_kind_settings
@@ -537,25 +537,11 @@ def _validate_finetune(c: TrainConfig) -> None:
 
 def flat_config(cfg: TrainConfig) -> dict[str, Any]:
     """``{"optim.lr": 3e-4, "model.overrides.tokenizer.max_len": 64, ...}``: every leaf by its key path
-    (sections and mappings walked; lists are leaves). Read from the dataclasses directly: an OmegaConf
-    round trip cost ~30 ms a call, paid on every config read."""
+    (:func:`modwire.fields.flatten`; read from the dataclasses: an OmegaConf round trip cost ~30 ms a call,
+    paid on every config read)."""
     from omegaconf import OmegaConf
 
-    out: dict[str, Any] = {}
-
-    def walk(prefix: str, node: Any) -> None:
-        if is_dataclass(node):
-            node = {f.name: getattr(node, f.name) for f in fields(node)}
-        elif OmegaConf.is_config(node):
-            node = OmegaConf.to_container(node, resolve=True)
-        if isinstance(node, dict) and node:
-            for k, v in node.items():
-                walk(f"{prefix}.{k}" if prefix else str(k), v)
-        else:
-            out[prefix] = list(node) if isinstance(node, (list, tuple)) else node
-
-    walk("", cfg)
-    return out
+    return flatten(cfg, lambda n: OmegaConf.to_container(n, resolve=True) if OmegaConf.is_config(n) else n)
 
 
 def to_yaml(c: TrainConfig) -> str:

@@ -28,7 +28,6 @@ not installed is refused before the run starts, naming the extra to install.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import importlib.util
 import io
 import math
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from ..errors import UserError
-from ..fields import ChoicesOrImport, import_object
+from ..fields import ChoicesOrImport, flatten, import_object
 from ..files import append_line, atomic_write_text, read_lines
 from .feedback import MetricsLog
 
@@ -66,21 +65,8 @@ def scalars(record: dict[str, Any]) -> dict[str, float]:
 
 def config_items(config: Any) -> dict[str, Any]:
     """A run's config (a :class:`~modwire.training.config.TrainConfig`) as ``{"optim.lr": 3e-4, ...}``:
-    every leaf by its dotted key, as a tracker's parameters. (Not ``config.flat_config``: the config
-    module imports this one for its ``choices``.)"""
-    out: dict[str, Any] = {}
-
-    def walk(prefix: str, node: Any) -> None:
-        if dataclasses.is_dataclass(node):
-            node = {f.name: getattr(node, f.name) for f in dataclasses.fields(node)}
-        if isinstance(node, dict) and node:
-            for k, v in node.items():
-                walk(f"{prefix}.{k}" if prefix else str(k), v)
-        else:
-            out[prefix] = list(node) if isinstance(node, (list, tuple)) else node
-
-    walk("", config)
-    return out
+    every leaf by its dotted key (:func:`modwire.fields.flatten`), as a tracker's parameters."""
+    return flatten(config)
 
 
 class CsvLogger:
