@@ -136,6 +136,8 @@ def test_a_repo_id_resolves_through_the_hub_cache_offline(hub, tmp_path):
 
     with pytest.raises(UserError, match=r"create_model\('hf-hub:org/nac-micro'\): a model from the Hub is built"):
         modwire.create_model("hf-hub:org/nac-micro", num_classes=3)
+    with pytest.raises(UserError, match=r"expected a Hub repo id after 'hf-hub:'"):
+        modwire.create_model("hf-hub:")
 
     # the repo's manifest came with it and is verified: a damaged blob in the cache is refused
     blob = (snapshot / "model.safetensors").resolve()

@@ -71,6 +71,8 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
     ``timm_overrides``; an error where the family has no such thing). ``"hf-hub:org/name"`` (timm's
     prefix) loads the model saved there (:func:`from_pretrained`, through the Hub's cache)."""
     if isinstance(name, str) and name.startswith("hf-hub:"):
+        if not name.removeprefix("hf-hub:").strip():
+            raise UserError(f"create_model({name!r}): expected a Hub repo id after 'hf-hub:', e.g. 'hf-hub:org/name'")
         if overrides:
             raise UserError(f"create_model({name!r}): a model from the Hub is built from its saved config.json; "
                             f"{sorted(overrides)} cannot be applied to it (load it, then reset_classifier(n) for "
