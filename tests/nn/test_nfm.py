@@ -111,7 +111,8 @@ def test_topk_keeps_exactly_k_keys_null_slot_included(k, monkeypatch):
 
     def spy(scores, **kw):
         w = real(scores, **kw)
-        seen.append((scores, w, kw["topk"]))
+        d = kw.get("dim", -1)                                          # the keys axis, moved last here
+        seen.append((scores.movedim(d, -1), w.movedim(d, -1), kw["topk"]))
         return w
 
     monkeypatch.setattr(nfm_module, "sparse_softmax", spy)
@@ -334,7 +335,8 @@ def test_topk_softmax_subtract_is_the_authors_rule_and_changes_the_weights(monke
 
     def spy(scores, **kw):
         w = real(scores, **kw)
-        seen.setdefault(kw["topk_softmax"], []).append((scores, w))
+        d = kw.get("dim", -1)                                               # the keys axis, moved last here
+        seen.setdefault(kw["topk_softmax"], []).append((scores.movedim(d, -1), w.movedim(d, -1)))
         return w
 
     monkeypatch.setattr(nfm_module, "sparse_softmax", spy)

@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 import modwire
-from modwire.nn.nfm import NFM, NFMLayer, _plan
+from modwire.nn.nfm import NFM, NFMLayer
+from modwire.nn.nfm_read import source_read
 from tests.nn.test_nfm_reader_plans import _eval_literal, mixed_sources, writers
 from tests.reference.nfm import nfm_literal, reader_literal
 
@@ -108,7 +109,7 @@ def test_the_form_is_chosen_by_the_shapes():
     query channels as d_k (and hidden = d_v): the default path; a subclass that replaces the query's
     projection or the output: its hooks are used (no factored form)."""
     def forms(layer, c_q, dst, srcs):
-        plans = [_plan(s, dst, layer.rescale) for s in srcs]
+        plans = [source_read(s, dst, layer.rescale) for s in srcs]
         return layer._factored(c_q, dst[0] * dst[1], srcs, plans)
     soc = [(38, 38), (19, 19), (10, 10), (5, 5)]                   # Sort-of-CLEVR: the 75×75 input reads pass 1
     assert forms(NFMLayer(3, 24), 3, (75, 75), soc) == (True, True)
@@ -144,7 +145,7 @@ def test_a_network_with_a_few_channel_input_equals_the_literal_algorithm(kw):
             r.gamma.data.fill_(0.5)
     first = m.readers[m.num_blocks]            # pass 2, block 0: its query is the input x
     if m.read_at == "before":
-        plans = [_plan(s, (12, 12), "space_to_depth") for s in [(6, 6), (3, 3), (2, 2)]]
+        plans = [source_read(s, (12, 12), "space_to_depth") for s in [(6, 6), (3, 3), (2, 2)]]
         assert first._factored(3, 144, [(6, 6), (3, 3), (2, 2)], plans) == (True, True)
     x = torch.randn(2, 3, 12, 12, dtype=torch.float64)
     out = m(x, record=True)

@@ -1,13 +1,13 @@
-"""The NFM reader (modwire.nn.nfm.NFMLayer.read: sources contracted per plan, resized sources
-resampled once per forward) against the literal reference (tests/reference/nfm.py) on a memory
-mixing every plan, and the once-per-forward resampling."""
+"""The NFM reader (modwire.nn.nfm.NFMLayer.read: each source read as a view or gathered,
+modwire.nn.nfm_read) against the literal reference (tests/reference/nfm.py) on a memory mixing every
+kind of source, and the once-per-forward gathering."""
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-import modwire.nn.nfm as nfm_module
+import modwire.nn.nfm_read as nfm_read
 from modwire.nn.nfm import NFM, NFMLayer
+from modwire.nn.nfm_read import source_read
 from tests.reference.nfm import nfm_literal, reader_literal
 
 
@@ -88,9 +88,10 @@ class _Lin:
         self.weight, self.bias = weight, bias
 
 
-def test_the_cache_is_what_the_reader_uses_and_only_for_resized_sources():
-    """A resized source comes from the forward's cache (a poisoned entry changes the output); a source
-    read at its own grid, or broadcast / windowed with an integer ratio, is never resized."""
+def test_the_cache_is_what_the_reader_uses_and_only_for_gathered_sources():
+    """A gathered source (a ratio that is not a power of 2 in every dim) comes from the forward's cache
+    (a poisoned entry changes the output); a source read at its own grid, or as a window or broadcast
+    with a power-of-2 ratio, or a vector, is a view (modwire.nn.nfm_read: never gathered)."""
     sources = mixed_sources()
     ws = writers(sources, 2, 4, 3)
     reader = NFMLayer(5, 5, k=4, d_k=4, d_v=3, num_heads=2).double().eval()
@@ -99,14 +100,18 @@ def test_the_cache_is_what_the_reader_uses_and_only_for_resized_sources():
     h = torch.randn(2, 5, 6, 6, dtype=torch.float64)
     cache: dict = {}
     out = reader.read(h, memory, cache=cache)[0]
-    assert reader._factored(5, 36, [(12, 12), (9, 9), (6, 6), (3, 3), (4, 4), (1, 1)],
-                            [nfm_module._plan(g, (6, 6), "space_to_depth") for g in
-                             [(12, 12), (9, 9), (6, 6), (3, 3), (4, 4), (1, 1)]]) == (False, False)   # the default path
-    # the 9×9 and 4×4 sources only, K̂ (part 0) and V̂ (part 1) each
-    assert sorted(cache) == [(1, 0, (12, 12)), (1, 1, (12, 12)), (4, 0, (6, 6)), (4, 1, (6, 6))]
+    grids = [(12, 12), (9, 9), (6, 6), (3, 3), (4, 4), (1, 1)]
+    hows = [source_read(g, (6, 6), "space_to_depth") for g in grids]
+    assert [how.gather for how in hows] == [False, True, False, False, True, False]
+    assert reader._factored(5, 36, grids, hows) == (False, False)                  # the default path
+    # the 9×9 and 4×4 sources only, K̂ (part 0) and V̂ (part 1) each; and their two gather indices
+    mode = "space_to_depth"
+    assert sorted(k for k in cache if not isinstance(k[0], str)) == [((1, 0), (6, 6), mode), ((1, 1), (6, 6), mode),
+                                                           ((4, 0), (6, 6), mode), ((4, 1), (6, 6), mode)]
+    assert sorted(k[1] for k in cache if k[0] == "index") == [(4, 4), (9, 9)]
     torch.testing.assert_close(reader.read(h, memory, cache=cache)[0], out)      # reused: the same result
     torch.testing.assert_close(reader.read(h, memory)[0], out)                   # no cache: the same result
-    cache[(4, 0, (6, 6))] = cache[(4, 0, (6, 6))] + 1.0
+    cache[((4, 0), (6, 6), mode)] = cache[((4, 0), (6, 6), mode)] + 1.0
     assert not torch.allclose(reader.read(h, memory, cache=cache)[0], out)
 
 
@@ -118,8 +123,8 @@ def conv_blocks():
 
 
 @pytest.mark.parametrize("kw", [{"passes": 3}, {"passes": 2, "read_at": "after_last_pass"}, {"rescale": "nearest"}])
-def test_each_source_is_resampled_at_most_once_per_forward_and_target_grid(kw, monkeypatch):
-    """The default path (the factored one, for few query channels, resizes its reader's own mapped keys
+def test_each_source_is_gathered_at_most_once_per_forward_and_target_grid(kw, monkeypatch):
+    """The default path (the factored one, for few query channels, gathers its reader's own mapped keys
     and values: tests/nn/test_nfm_factored.py)."""
     monkeypatch.setattr(NFMLayer, "_factored", lambda self, *a: (False, False))
     torch.manual_seed(0)
@@ -130,18 +135,18 @@ def test_each_source_is_resampled_at_most_once_per_forward_and_target_grid(kw, m
     x = torch.randn(2, 3, 9, 9, dtype=torch.float64)
     want = nfm_literal(m, x.clone())
     calls = []
-    real = F.interpolate
+    real = torch.index_select
 
-    def spy(t, size=None, **kws):
-        calls.append((t.data_ptr(), tuple(t.shape), tuple(size)))
-        return real(t, size=size, **kws)
+    def spy(t, dim, index):
+        calls.append((t.data_ptr(), tuple(t.shape), index.numel()))
+        return real(t, dim, index)
 
-    monkeypatch.setattr(nfm_module.F, "interpolate", spy)
+    monkeypatch.setattr(nfm_read.torch, "index_select", spy)
     for _ in range(2):                                  # two forwards: nothing is kept from the first
         calls.clear()
         torch.testing.assert_close(m(x), want, rtol=1e-9, atol=1e-10)
-        assert calls                                    # this network needs resizing (9 → 5 → 3: not integers)
+        assert calls                                    # this network needs gathering (9 → 5 → 3: not powers of 2)
         assert len(calls) == len(set(calls))            # each (source tensor, target grid) at most once
-        # and no more than one resize per memory entry and target grid, K̂ and V̂ each
+        # and no more than one gather per memory entry and target grid, K̂ and V̂ each
         entries = m.passes * m.num_blocks
         assert len(calls) <= 2 * entries * len({c[2] for c in calls})

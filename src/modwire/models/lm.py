@@ -229,11 +229,6 @@ class SharedProjectionLayer(NFMLayer):
         k, v = attn.k(z), attn.v(z)                                                      # [B, T, d]
         return k.unflatten(-1, (self.heads, self.d_k)), v.unflatten(-1, (self.heads, self.d_v))
 
-    def write(self, h: Tensor) -> tuple[Tensor, Tensor]:
-        if not self.writes:
-            raise RuntimeError("NFM: this module's output is never read (the last block of the last pass)")
-        return self.project_memory(h)
-
     def output(self, a: Tensor, h: Tensor) -> Tensor:
         """``A [B, T, H·d_v]`` → ``h + γ·W_o A``, shaped like ``h [B, d, T]``."""
         return h + self.gamma * self.block.attn.fn.o(a).transpose(1, 2)

@@ -120,10 +120,10 @@ def _prepend_null(k: Tensor, v: Tensor, bias: Tensor | None, key_mask: Tensor | 
     return k, v, bias, key_mask
 
 
-def _select_topk(scores: Tensor, k: int) -> Tensor:
-    """Bool ``[..., Nq, Nk]``: the ``k`` highest entries of each row (already masked scores)."""
-    idx = scores.topk(k, dim=-1).indices
-    return torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, idx, True)
+def _select_topk(scores: Tensor, k: int, dim: int = -1) -> Tensor:
+    """Bool, shaped like ``scores``: the ``k`` highest entries along ``dim`` (already masked scores)."""
+    idx = scores.topk(k, dim=dim).indices
+    return torch.zeros_like(scores, dtype=torch.bool).scatter_(dim, idx, True)
 
 
 TOPK_SOFTMAX = ("kept", "all", "subtract")
@@ -131,35 +131,36 @@ SUBTRACT_EPS = 1e-7   # the authors' ``eps = 10e-8`` of Ke et al.'s sparse atten
 
 
 def sparse_softmax(scores: Tensor, *, topk: int | None = None, topk_softmax: str = "kept",
-                   key_mask: Tensor | None = None) -> Tensor:
-    """The weights stage of :func:`attend`'s explicit path: ``softmax`` over the last axis of
-    ``scores [..., Nk]`` (already scaled, biased and masked), with ``topk`` and ``topk_softmax`` as
-    in the module docstring (``key_mask``: rows with fewer allowed keys than ``k`` keep only those).
-    For callers that compute their scores in a structured way (NFM's attention over rescaled
-    layers, :mod:`modwire.nn.nfm`) and share this top-k rule."""
+                   key_mask: Tensor | None = None, dim: int = -1) -> Tensor:
+    """The weights stage of :func:`attend`'s explicit path: ``softmax`` over the keys axis ``dim``
+    (default the last) of ``scores`` (already scaled, biased and masked), with ``topk`` and
+    ``topk_softmax`` as in the module docstring (``key_mask``: rows with fewer allowed keys than ``k``
+    keep only those). For callers that compute their scores in a structured way (NFM's attention
+    over rescaled layers, :mod:`modwire.nn.nfm`, whose keys axis is not the last) and share this
+    top-k rule."""
     check_argument("topk_softmax", topk_softmax, TOPK_SOFTMAX, "sparse_softmax")
     if topk_softmax == "subtract":
-        return _subtract_kth(scores, topk)
-    if topk is None or topk >= scores.shape[-1]:
-        return scores.softmax(dim=-1)
-    keep = _select_topk(scores.detach(), topk)
+        return _subtract_kth(scores, topk, dim)
+    if topk is None or topk >= scores.shape[dim]:
+        return scores.softmax(dim=dim)
+    keep = _select_topk(scores.detach(), topk, dim)
     if topk_softmax == "kept":
         scores = scores.masked_fill(~keep, mask_value(scores.dtype))
     if key_mask is not None:  # rows with fewer allowed keys than k keep only those
         keep = keep & key_mask
-    return scores.softmax(dim=-1) * keep
+    return scores.softmax(dim=dim) * keep
 
 
-def _subtract_kth(scores: Tensor, topk: int | None) -> Tensor:
+def _subtract_kth(scores: Tensor, topk: int | None, dim: int = -1) -> Tensor:
     """``topk_softmax="subtract"`` (module docstring): the softmax minus its (k+1)-th largest weight,
     clipped at 0, renormalised; rows of at most ``k + 1`` keys keep the plain softmax (as the
     authors' code). Masked keys have weight 0 and are never kept."""
-    w = scores.softmax(dim=-1)
-    if topk is None or topk + 1 >= scores.shape[-1]:
+    w = scores.softmax(dim=dim)
+    if topk is None or topk + 1 >= scores.shape[dim]:
         return w
-    delta = w.topk(topk + 1, dim=-1).values[..., -1:] + SUBTRACT_EPS          # [..., 1]
+    delta = w.topk(topk + 1, dim=dim).values.narrow(dim, topk, 1) + SUBTRACT_EPS     # the (k+1)-th weight
     w = (w - delta).clamp(min=0)
-    return w / (w.sum(dim=-1, keepdim=True) + SUBTRACT_EPS)
+    return w / (w.sum(dim=dim, keepdim=True) + SUBTRACT_EPS)
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern | None = None,

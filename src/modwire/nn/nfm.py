@@ -120,6 +120,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import sparse_softmax
+from .nfm_read import (MemoryEntry, SourceRead, add_source_values, aligned, from_read_order, source_read,
+                       source_scores, to_read_order)
 from ..errors import UserError
 from ..fields import check_argument
 
@@ -172,120 +174,6 @@ def rescale(state: Tensor, size: Sequence[int], *, mode: str = "space_to_depth")
     x = x.reshape(b, c, *[v for pair in zip(dst, r) for v in pair])
     order = [0, 1, *range(3, 2 + 2 * dims, 2), *range(2, 2 + 2 * dims, 2)]
     return x.permute(order).reshape(b, c, math.prod(r), *size)
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """How one source is read at the query's grid, per spatial dim: the source is first resized
-    (nearest) to ``mid`` when needed; then dim ``d`` is a pair ``(outer_d, inner_d)`` with the inner
-    index belonging to the query grid (coarser source: ``u`` query cells per source cell) or to the
-    key window (finer source: ``r`` keys)."""
-
-    mid: tuple[int, ...]
-    outer: tuple[int, ...]
-    q_inner: tuple[int, ...]
-    k_inner: tuple[int, ...]
-
-    @property
-    def keys(self) -> int:
-        return math.prod(self.k_inner)
-
-
-def _plan(src: tuple[int, ...], dst: tuple[int, ...], mode: str) -> _Plan:
-    mid, outer, qi, ki = [], [], [], []
-    for s, t in zip(src, dst):
-        if mode == "space_to_depth" and s > t:                  # finer: a window of r keys
-            r = math.ceil(s / t)
-            mid.append(t * r), outer.append(t), qi.append(1), ki.append(r)
-        elif s < t and t % s == 0:                              # coarser: one key broadcast to u query cells
-            mid.append(s), outer.append(s), qi.append(t // s), ki.append(1)
-        else:                                                   # equal, or resized to the query's size
-            mid.append(t), outer.append(t), qi.append(1), ki.append(1)
-    return _Plan(tuple(mid), tuple(outer), tuple(qi), tuple(ki))
-
-
-def _pairs(x: Tensor, outer: tuple[int, ...], inner: tuple[int, ...]) -> Tensor:
-    """``[B, *grid, H, d]`` → ``[B, o1, i1, o2, i2, …, H, d]``."""
-    return x.reshape(x.shape[0], *[v for pair in zip(outer, inner) for v in pair], *x.shape[-2:])
-
-
-def _axes(plan: _Plan) -> tuple[list[int], list[int]]:
-    """Axes of ``[B, o1, i1, o2, i2, …, H]``: the query grid's (in row-major order) and the key window's."""
-    dims = range(len(plan.outer))
-    query = [a for d in dims for a in ([1 + 2 * d] + ([2 + 2 * d] if plan.k_inner[d] == 1 else []))]
-    return query, [2 + 2 * d for d in dims if plan.k_inner[d] > 1]
-
-
-def _source_scores(q: Tensor, key: Tensor, plan: _Plan) -> Tensor:
-    """``q [B, *dst, H or 1, d]``, one source's ``key [B, *mid, H, d]`` → ``q·k`` ``[B, P, H, R]`` of each
-    query position with each key of its window (window positions row-major)."""
-    prod = (_pairs(q, plan.outer, plan.q_inner) * _pairs(key, plan.outer, plan.k_inner)).sum(-1)
-    query, window = _axes(plan)
-    if window:                                                  # [B, query grid …, H, window …]
-        prod = prod.permute([0, *query, prod.dim() - 1, *window])
-    return prod.reshape(q.shape[0], -1, key.shape[-2], plan.keys)   # q may be [.., 1, d]: one for all heads
-
-
-def _add_source_values(a: Tensor | None, w: Tensor, value: Tensor, plan: _Plan) -> Tensor:
-    """``a [B, P, H, dv]`` (None: zero) plus ``Σ_r w v`` of one source: its weights ``w [B, P, H, R]``,
-    its ``value [B, *mid, H, dv]``."""
-    b, hd, dv = w.shape[0], w.shape[2], value.shape[-1]
-    v = _pairs(value, plan.outer, plan.k_inner)                               # [B, o1, k1, o2, k2, …, H, dv]
-    query, window = _axes(plan)
-    sizes = [v for pair in zip(plan.outer, [q * k for q, k in zip(plan.q_inner, plan.k_inner)]) for v in pair]
-    order = [0, *query, v.dim() - 2, *window]                                  # w's axes, as axes of v's pairs
-    w = w.reshape(b, *[sizes[i - 1] for i in query], hd, *[sizes[i - 1] for i in window])
-    w = w.permute(_inverse(order)).unsqueeze(-1)                               # [B, o1, i1, o2, i2, …, H, 1]
-    if window:
-        part = (w * v).sum(dim=window).reshape(b, -1, hd, dv)
-        return part if a is None else a + part
-    shape = [b, *[n for pair in zip(plan.outer, plan.q_inner) for n in pair], hd, dv]
-    if a is None:
-        return (w * v).reshape(b, -1, hd, dv)
-    return torch.addcmul(a.reshape(shape), w, v).reshape(b, -1, hd, dv)      # coarser source: v broadcast
-
-
-def _inverse(order: list[int]) -> list[int]:
-    inv = [0] * len(order)
-    for i, a in enumerate(order):
-        inv[a] = i
-    return inv
-
-
-def _grid(x: Tensor, dims: int) -> Tensor:
-    """A ``[B, *grid, H, d]`` tensor with ``dims`` grid dims (a vector's ``[B, H, d]`` → ``[B, 1, …, H, d]``)."""
-    return x if x.dim() - 3 == dims else x.reshape(x.shape[0], *(1,) * dims, *x.shape[-2:])
-
-
-def _resize(x: Tensor, mid: tuple[int, ...]) -> Tensor:
-    """``[B, *grid, H, d]`` resized (nearest) to the grid ``mid``."""
-    return F.interpolate(x.flatten(-2).movedim(-1, 1), size=mid, mode="nearest").movedim(1, -1) \
-        .unflatten(-1, x.shape[-2:])
-
-
-def _resampled(memory: list[tuple[Tensor, Tensor]], j: int, part: int, dims: int, plan: _Plan,
-               cache: dict | None) -> Tensor:
-    """Memory entry ``j``'s ``K̂`` (``part`` 0) or ``V̂`` (1) as ``[B, *grid, H, d]`` at ``plan.mid``:
-    untouched (no copy) when its grid is ``plan.mid``, else resized (nearest; a ratio that is not an
-    integer, or the §4.7 nearest ablation), kept in ``cache`` (one forward's) under
-    ``(j, part, plan.mid)`` so that every reader of that grid reuses it."""
-    x = _grid(memory[j][part], dims)
-    if tuple(x.shape[1:-2]) == plan.mid:
-        return x
-    if cache is not None and (j, part, plan.mid) in cache:
-        return cache[(j, part, plan.mid)]
-    out = _resize(x, plan.mid)
-    if cache is not None:
-        cache[(j, part, plan.mid)] = out
-    return out
-
-
-def _mapped(x: Tensor, weight: Tensor, plan: _Plan) -> Tensor:
-    """``x [B, *grid, H, d]`` mapped per head on its own grid, ``x_h W_h`` with ``weight [H, d, c]``,
-    then resized to ``plan.mid`` when that differs (the map is per position: it commutes with the
-    resize)."""
-    y = torch.einsum("...hd,hdc->...hc", x, weight)
-    return y if tuple(y.shape[1:-2]) == plan.mid else _resize(y, plan.mid)
 
 
 # --------------------------------------------------------------------------------------------
@@ -355,6 +243,7 @@ class NFMLayer(nn.Module):
             self.w_o2 = nn.Conv2d(hidden, query_channels, 3, padding=1, bias=output_bias) if conv else \
                 nn.Linear(hidden, query_channels, bias=output_bias)
             self.gamma = nn.Parameter(torch.zeros(()))   # γ = 0 at initialisation (§3.2.1)
+        self.writes = writes
         self.random_attention = False
 
     def _heads(self, h: Tensor, layer: nn.Linear, d: int) -> Tensor:
@@ -370,10 +259,15 @@ class NFMLayer(nn.Module):
         """This module's output ``h^(i) [B, C, *S]`` → ``(K̂ [B, *S, H, d_k], V̂ [B, *S, H, d_v])``."""
         return self._heads(h, self.key, self.d_k), self._heads(h, self.value, self.d_v)
 
-    def write(self, h: Tensor) -> tuple[Tensor, Tensor]:
-        if self.key is None:
+    def write(self, h: Tensor, cache: dict | None = None) -> MemoryEntry:
+        """``h^(i) [B, C, *S]`` → its memory entry: ``K̂``, ``V̂`` as rows in read order
+        (:mod:`modwire.nn.nfm_read`; ``cache``: the forward's, for the read order's index)."""
+        if not self.writes:
             raise RuntimeError("NFM: this module's output is never read (the last block of the last pass)")
-        return self.project_memory(h)
+        k, v = self.project_memory(h)
+        grid = tuple(h.shape[2:])
+        rows = [to_read_order(x.reshape(x.shape[0], -1, *x.shape[-2:]), grid, cache) for x in (k, v)]
+        return MemoryEntry(*rows, grid)
 
     def output(self, a: Tensor, h: Tensor) -> Tensor:
         """``A [B, P, heads·d_v]`` → ``h + γ·σ(BN(A W_o1)) W_o2``, shaped like ``h [B, C, *S]``
@@ -395,17 +289,18 @@ class NFMLayer(nn.Module):
         z = self.w_o2(z)                                                              # [B, P, C]
         return h + self.gamma * z.transpose(1, 2).reshape(h.shape)
 
-    def _factored(self, c_q: int, p: int, grids: list[tuple[int, ...]], plans: list[_Plan]) -> tuple[bool, bool]:
+
+    def _factored(self, c_q: int, p: int, grids: list[tuple[int, ...]], hows: list[SourceRead]) -> tuple[bool, bool]:
         """Whether the scores and the values take their factored forms (module docstring, "Few query
         channels"): where the mapped width is below the head width (``C_q + 1 < d_k``; ``hidden < d_v``)
         and a multiply count of each form, from the shapes alone, favours it (the same choice on every
         call with these shapes); and only where the hooks they replace are this class's own."""
         hd, dk, dv = self.heads, self.d_k, self.d_v
-        per = [(math.prod(g), math.prod(pl.mid), p * pl.keys) for g, pl in zip(grids, plans)]
+        per = [(math.prod(g), p * how.r if how.gather else 0, p * how.keys) for g, how in zip(grids, hows)]
 
-        def cost(d: int, mapped: int | None) -> int:   # per head: map each source (d → mapped), resize, contract
+        def cost(d: int, mapped: int | None) -> int:   # per head: map each source (d → mapped), gather, contract
             m = mapped or d
-            return hd * sum((s * d * m if mapped else 0) + (mid if mid != s else 0) * m + pr * m for s, mid, pr in per)
+            return hd * sum((s * d * m if mapped else 0) + gathered * m + pr * m for s, gathered, pr in per)
         cls = type(self)
         own_query = cls.project_query is NFMLayer.project_query and cls._heads is NFMLayer._heads \
             and isinstance(self.query, nn.Linear)
@@ -416,59 +311,76 @@ class NFMLayer(nn.Module):
             cost(dv, hidden) + p * hd * hidden < cost(dv, None) + p * hd * dv * hidden       # + Σ_h; + A W_o1
         return bool(scores), bool(values)
 
-    def read(self, h: Tensor, memory: list[tuple[Tensor, Tensor]], *, record: bool = False,
-             cache: dict | None = None):
+    def _spatial_dims(self, h: Tensor, memory: list[MemoryEntry]) -> int:
+        """The number of spatial dims every state is read in (a vector counts as a grid of ones)."""
+        ns = [h.dim() - 2] + [len(e.grid) for e in memory]
+        dims = max(ns)
+        if any(n not in (0, dims) for n in ns):   # a 1-D state read at a 2-D one (or the reverse): no rescaling defined
+            shapes = [list(h.shape[2:])] + [list(e.grid) for e in memory]
+            raise UserError(f"NFM: states with spatial shapes {shapes} cannot be read together: expected the "
+                            f"same number of spatial dims ({dims}) for every state, or vectors [B, C]")
+        return dims
+
+    def _spatial_dims(self, h: Tensor, memory: list[MemoryEntry]) -> int:
+        """The number of spatial dims every state is read in (a vector counts as a grid of ones)."""
+        ns = [h.dim() - 2] + [len(e.grid) for e in memory]
+        dims = max(ns)
+        if any(n not in (0, dims) for n in ns):   # a 1-D state read at a 2-D one (or the reverse): no rescaling defined
+            shapes = [list(h.shape[2:])] + [list(e.grid) for e in memory]
+            raise UserError(f"NFM: states with spatial shapes {shapes} cannot be read together: expected the "
+                            f"same number of spatial dims ({dims}) for every state, or vectors [B, C]")
+        return dims
+
+    def read(self, h: Tensor, memory: list[MemoryEntry], *, record: bool = False, cache: dict | None = None):
         if not self.residual:
             raise RuntimeError("NFM: this module only writes (an earlier pass of read_at='after_last_pass')")
-        b, p = h.shape[0], math.prod(h.shape[2:])
+        b, p, hd = h.shape[0], math.prod(h.shape[2:]), self.heads
         if not memory:                                            # only the null slot: A = 0
             read = (h.new_zeros(b, 0), h.new_ones(b)) if record else None
             # through W_o1 although A = 0: its weight then gets a (zero) gradient, as every parameter must
             # for DistributedDataParallel
-            return self.output(h.new_zeros(b, p, self.heads * self.d_v), h), read
-        dims = max([h.dim() - 2] + [kk.dim() - 3 for kk, _ in memory])
-        for n in [h.dim() - 2] + [kk.dim() - 3 for kk, _ in memory]:
-            if n not in (0, dims):   # a 1-D state read at a 2-D one (or the reverse): no rescaling defined
-                shapes = [list(h.shape[2:])] + [list(kk.shape[1:-2]) for kk, _ in memory]
-                raise UserError(f"NFM: states with spatial shapes {shapes} cannot be read together: expected the "
-                                f"same number of spatial dims ({dims}) for every state, or vectors [B, C]")
-        grids = [tuple(_grid(kk, dims).shape[1:-2]) for kk, _ in memory]
+            return self.output(h.new_zeros(b, p, hd * self.d_v), h), read
+        dims = self._spatial_dims(h, memory)
+        grids = [e.grid or (1,) * dims for e in memory]
         dst = tuple(h.shape[2:]) or (1,) * dims
-        plans = [_plan(g, dst, self.rescale) for g in grids]
-        fast_scores, fast_values = self._factored(h.shape[1], p, grids, plans)
-        hd = self.heads
+        hows = [source_read(g, dst, self.rescale) for g in grids]
+        fast_scores, fast_values = self._factored(h.shape[1], p, grids, hows)
         if fast_scores:      # q̂·k̂ = [h, 1]·[W_q k̂, b_q·k̂] per head, scaled: the keys mapped on their grids
-            wq = torch.cat([self.query.weight.reshape(hd, self.d_k, -1), self.query.bias.reshape(hd, self.d_k, 1)],
+            wq = torch.cat([self.query.weight.view(hd, self.d_k, -1), self.query.bias.view(hd, self.d_k, 1)],
                            dim=-1) * self.scale                                      # [H, d_k, C_q + 1]
-            x = h.reshape(b, h.shape[1], p).transpose(1, 2)
-            q = torch.cat([x, x.new_ones(b, p, 1)], dim=-1).reshape(b, *dst, 1, -1)  # [B, *S, 1, C_q + 1]
-            keys = [_mapped(_grid(kk, dims), wq, pl) for (kk, _), pl in zip(memory, plans)]
+            x = to_read_order(h.reshape(b, h.shape[1], p).transpose(1, 2), dst, cache)
+            q = torch.cat([x, x.new_ones(b, p, 1)], dim=-1).unsqueeze(2)             # [B, P, 1, C_q + 1]
+            keys = [aligned(torch.einsum("bnhd,hdc->bnhc", e.key, wq), g, dst, how, self.rescale, cache)
+                    for e, g, how in zip(memory, grids, hows)]
         else:
-            q = _grid(self.project_query(h), dims) * self.scale                      # [B, *S, H, dk], scaled once
-            keys = [_resampled(memory, j, 0, dims, pl, cache) for j, pl in enumerate(plans)]
-        null = q.new_zeros(b, p, hd, 1)                           # the zero key: score 0 ("Default Computation")
-        scores = torch.cat([null, *[_source_scores(q, kk, pl) for kk, pl in zip(keys, plans)]], dim=-1)
-        if self.random_attention:                                                     # [B, P, H, 1 + S]
+            q = to_read_order(self.project_query(h).reshape(b, p, hd, self.d_k), dst, cache) * self.scale
+            keys = [aligned(e.key, g, dst, how, self.rescale, cache, (j, 0))
+                    for j, (e, g, how) in enumerate(zip(memory, grids, hows))]
+        null = q.new_zeros(b, 1, p, hd)                           # the zero key: score 0 ("Default Computation")
+        scores = torch.cat([null, *[source_scores(q, k, how) for k, how in zip(keys, hows)]], dim=1)
+        if self.random_attention:                                                     # [B, 1 + n, P, H]
             if self.training:
                 raise UserError("NFM: random_attention is an evaluation ablation (NFM §4.4); call model.eval() first")
             scores = torch.randn_like(scores)
-        w = sparse_softmax(scores, topk=self.k, topk_softmax=self.topk_softmax)          # [B, P, H, 1 + S]
-        spans = w[..., 1:].split([pl.keys for pl in plans], dim=-1)
+        w = sparse_softmax(scores, topk=self.k, topk_softmax=self.topk_softmax, dim=1)
+        spans = w[:, 1:].split([how.keys for how in hows], dim=1)
         if fast_values:      # A W_o1 = Σ_h Σ_r w (V̂_h W_o1,h) per head: the values mapped on their grids
-            wo = self.w_o1.weight.reshape(-1, hd, self.d_v).permute(1, 2, 0)        # [H, d_v, hidden]
-            values = [_mapped(_grid(vv, dims), wo, pl) for (_, vv), pl in zip(memory, plans)]
+            wo = self.w_o1.weight.view(-1, hd, self.d_v).permute(1, 2, 0)           # [H, d_v, hidden]
+            values = [aligned(torch.einsum("bnhd,hdc->bnhc", e.value, wo), g, dst, how, self.rescale, cache)
+                      for e, g, how in zip(memory, grids, hows)]
         else:
-            values = [_resampled(memory, j, 1, dims, pl, cache) for j, pl in enumerate(plans)]
+            values = [aligned(e.value, g, dst, how, self.rescale, cache, (j, 1))
+                      for j, (e, g, how) in enumerate(zip(memory, grids, hows))]
         a = None
-        for vv, pl, wj in zip(values, plans, spans):
-            a = _add_source_values(a, wj, vv, pl)                                      # [B, P, H, dv or hidden]
+        for v, how, wj in zip(values, hows, spans):
+            a = add_source_values(a, wj, v, how)                                       # [B, P, H, d_v or hidden]
         read = None
         if record:
-            read = (torch.stack([wj.sum(-1).mean(dim=(1, 2)) for wj in spans], -1), w[..., 0].mean(dim=(1, 2)))
+            read = (torch.stack([wj.sum(1).mean(dim=(1, 2)) for wj in spans], -1), w[:, 0].mean(dim=(1, 2)))
         if fast_values:
-            z = a.sum(2) if self.w_o1.bias is None else a.sum(2) + self.w_o1.bias
-            return self._output_hidden(z, h), read
-        return self.output(a.reshape(b, p, -1), h), read
+            z = from_read_order(a.sum(2), dst, cache)                                  # [B, P, hidden]
+            return self._output_hidden(z if self.w_o1.bias is None else z + self.w_o1.bias, h), read
+        return self.output(from_read_order(a.reshape(b, p, -1), dst, cache), h), read
 
 
 # --------------------------------------------------------------------------------------------
@@ -605,8 +517,8 @@ class NFM(nn.Module):
     def forward(self, x: Tensor, *, record: bool = False) -> Tensor:
         tokens, n = self.layout == "tokens", self.num_blocks
         h0 = self._state(x, 0, tokens)
-        memory: list[tuple[Tensor, Tensor]] = []                  # (K̂, V̂) of every state written so far
-        cache: dict = {}                                          # this forward's resized sources (_resampled)
+        memory: list[MemoryEntry] = []                            # (K̂, V̂) of every state written so far
+        cache: dict = {}                                          # this forward's gathered sources (nfm_read.aligned)
         self.records, self.pass_outputs = [], []
         after = self.read_at == "after_last_pass"
         for p in range(self.passes):
@@ -618,14 +530,14 @@ class NFM(nn.Module):
                 out = self.block(p, i)(h.transpose(1, 2) if tokens else h)
                 h = self._state(out, i + 1, tokens)
                 if after or (p, i) != (self.passes - 1, n - 1):
-                    memory.append(module.write(h))
+                    memory.append(module.write(h, cache))
                 if after and p == self.passes - 1:                # the authors' code: read after the block
                     h = self._read(module, p, i, h, memory, record, cache)
             if record:
                 self.pass_outputs.append(h.transpose(1, 2) if tokens else h)
         return h.transpose(1, 2) if tokens else h
 
-    def _read(self, module: NFMLayer, p: int, i: int, h: Tensor, memory: list[tuple[Tensor, Tensor]],
+    def _read(self, module: NFMLayer, p: int, i: int, h: Tensor, memory: list[MemoryEntry],
               record: bool, cache: dict) -> Tensor:
         if not module.residual:           # the first module of the first pass: the null slot alone, A = 0
             read = (h.new_zeros(h.shape[0], 0), h.new_ones(h.shape[0])) if record else None

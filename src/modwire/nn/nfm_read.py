@@ -1,0 +1,234 @@
+"""How an NFM reader computes its read (:meth:`modwire.nn.nfm.NFMLayer.read`): the read order of
+positions, the alignment of each source with the query, and the per-position contractions. The
+mechanism itself (NFM §3.2: attention over layers at each position, §3.2.2's rescaling) is stated
+in :mod:`modwire.nn.nfm` and tested against the literal re-statement (``tests/reference/nfm.py``);
+this module only chooses an order of the positions in which that mechanism is cheap.
+
+**Read order.** Per-head tensors are kept as rows of positions, ``[B, N, H, d]``, in a fixed order
+of the positions of each grid: every spatial size is
+``s = o · 2^e`` (``o`` odd), its coordinate written in the digits ``(o, 2, …, 2)`` (coarsest first);
+the read order puts the finest binary digits of all dims first (the finest level of each dim, dims
+in order, then the next level, …) and the odd parts last, row-major. Halving a grid in every dim
+drops its finest level, so a grid ``2^k`` times finer in every dim is, in read order,
+``[2^(k·D) window offsets | the coarser grid's positions in its own read order]``. Hence, with no
+copy:
+
+* a source ``2^k`` times **coarser** in every dim: the query viewed ``[B, U, S, H, d]`` meets the
+  key ``[B, 1, S, H, d]`` (``U = P / S`` query cells per key, broadcast over the outer axis);
+* a source ``2^k`` times **finer**: the key viewed ``[B, R, P, H, d]`` is its ``R`` SpaceToDepth keys
+  per query position (window offsets in read order; NFM §3.2.2 sets no order, and none of the
+  read's results depends on it); ``rescale="nearest"`` takes the window's first key (offset 0: the
+  nearest-neighbour sample);
+* an equal grid, a vector source (``S = 1``) and a vector query (``P = 1``) likewise.
+
+Every product then runs over long contiguous rows, and the scores ``[B, 1 + n, P, H]`` keep the
+keys on the outer axis (the softmax reduces over it, vectorised along positions). States enter and
+leave the read order by a gather of whole rows (``index_select`` over positions). Any other source
+(a ratio that is not a power of 2, or not the same in every dim) is **gathered**: one
+``index_select`` of rows builds its keys at the query's positions, ``[B, R, P, H, d]``, exactly as the
+nearest resize and SpaceToDepth of §3.2.2 define them (the indices come from ``F.interpolate`` on
+the coordinates, so they equal the literal rescaling's); a gathered ``K̂`` / ``V̂`` is kept for
+the rest of the forward (a dict that :class:`~modwire.nn.nfm.NFM` creates per forward) so that
+each source is gathered at most once per target grid.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["MemoryEntry", "read_order", "to_read_order", "from_read_order", "SourceRead", "source_read",
+           "aligned", "source_scores", "add_source_values"]
+
+
+class MemoryEntry(NamedTuple):
+    """One state written to the memory: its ``K̂ [B, N, H, d_k]`` and ``V̂ [B, N, H, d_v]`` in read
+    order and its ``grid`` (``()`` for a vector state)."""
+
+    key: Tensor
+    value: Tensor
+    grid: tuple[int, ...]
+
+
+def _odd_and_twos(size: int) -> tuple[int, int]:
+    """``size = o · 2^e`` → ``(o, e)``."""
+    e = (size & -size).bit_length() - 1
+    return size >> e, e
+
+
+def _order(grid: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The digit shape of ``grid`` (each dim ``(o, 2, …, 2)``) and the permutation of those axes that
+    gives the read order (module docstring)."""
+    shape, blocks = [], []
+    for s in grid:
+        o, e = _odd_and_twos(int(s))
+        blocks.append((len(shape), e))
+        shape += [o] + [2] * e
+    order = [start + e - m + 1 for m in range(1, max([e for _, e in blocks], default=0) + 1)
+             for start, e in blocks if e >= m]
+    return shape, order + [start for start, _ in blocks]
+
+
+def read_order(grid: Sequence[int], device: torch.device, cache: dict | None = None) -> Tensor | None:
+    """``[N]``: the row-major index of the position at each place of the read order of ``grid``;
+    None where the read order is row-major (kept in ``cache`` under ``("order", grid)``)."""
+    grid = tuple(int(s) for s in grid)
+    shape, order = _order(grid)
+    if order == sorted(order):
+        return None
+    if cache is not None and ("order", grid) in cache:
+        return cache[("order", grid)]
+    index = torch.arange(math.prod(grid), device=device).view(shape).permute(order).reshape(-1)
+    if cache is not None:
+        cache[("order", grid)] = index
+    return index
+
+
+def to_read_order(x: Tensor, grid: Sequence[int], cache: dict | None = None) -> Tensor:
+    """Rows ``x [B, N, …]`` (row-major positions of ``grid``) in read order."""
+    index = read_order(grid, x.device, cache)
+    return x if index is None else x.index_select(1, index)
+
+
+def from_read_order(x: Tensor, grid: Sequence[int], cache: dict | None = None) -> Tensor:
+    """Rows ``x [B, N, …]`` in read order → row-major."""
+    index = read_order(grid, x.device, cache)
+    if index is None:
+        return x
+    key = ("row-major", tuple(grid))
+    inverse = cache.get(key) if cache is not None else None
+    if inverse is None:
+        inverse = torch.empty_like(index)
+        inverse[index] = torch.arange(index.numel(), device=index.device)
+        if cache is not None:
+            cache[key] = inverse
+    return x.index_select(1, inverse)
+
+
+class SourceRead(NamedTuple):
+    """How one source meets the query (module docstring): ``u`` query positions per key (a coarser
+    source, read as a view), ``r`` keys per query position, ``first`` (keep only the window's first
+    key: ``rescale="nearest"``), ``gather`` (the keys are gathered: none of the views applies)."""
+
+    u: int
+    r: int
+    first: bool
+    gather: bool
+
+    @property
+    def keys(self) -> int:
+        """Keys per query position (the scores' span of this source)."""
+        return 1 if self.first else self.r
+
+
+def _ratio(finer: Sequence[int], coarser: Sequence[int]) -> int | None:
+    """``k`` if ``finer = coarser · 2^k`` in every dim (the same ``k ≥ 1``), else None."""
+    ks = {f // c for f, c in zip(finer, coarser) if f % c == 0}
+    if len(ks) != 1 or any(f % c for f, c in zip(finer, coarser)):
+        return None
+    k = ks.pop()
+    return k.bit_length() - 1 if k > 1 and k & (k - 1) == 0 else None
+
+
+def source_read(src: tuple[int, ...], dst: tuple[int, ...], mode: str) -> SourceRead:
+    """The read of a source of grid ``src`` at a query of grid ``dst`` (both with the same number of
+    dims; a vector is a grid of ones) under ``rescale = mode``."""
+    s, p = math.prod(src), math.prod(dst)
+    if src == dst:
+        return SourceRead(1, 1, False, False)
+    if s == 1 or _ratio(dst, src) is not None:                   # coarser: one key under u query cells
+        return SourceRead(p // s, 1, False, False)
+    if p == 1 or _ratio(src, dst) is not None:                   # finer: a window of s / p keys
+        return SourceRead(1, s // p, mode == "nearest", False)
+    return SourceRead(1, _window(src, dst, mode), False, True)
+
+
+def _window(src: tuple[int, ...], dst: tuple[int, ...], mode: str) -> int:
+    """Keys per query position of a gathered source (NFM §3.2.2: ``⌈src / dst⌉`` per finer dim)."""
+    if mode == "nearest":
+        return 1
+    return math.prod(max(1, math.ceil(s / t)) for s, t in zip(src, dst))
+
+
+def _nearest(src: int, dst: int, device: torch.device) -> Tensor:
+    """The source coordinate of each of ``dst`` positions under ``F.interpolate(mode="nearest")``."""
+    coords = torch.arange(src, dtype=torch.float64, device=device).view(1, 1, src)
+    return F.interpolate(coords, size=dst, mode="nearest").view(dst).long()
+
+
+def _gather_index(src: tuple[int, ...], dst: tuple[int, ...], mode: str, device: torch.device) -> Tensor:
+    """``[R · P]`` read-order positions of the source giving key ``r`` of query position ``p`` (read
+    order): per dim, a finer source is resized (nearest) to ``r · dst`` and read in windows of ``r``,
+    a coarser one with an integer ratio is read at ``⌊p / u⌋``, any other is resized to the query's
+    size (NFM §3.2.2; :func:`modwire.nn.nfm.rescale` states it literally)."""
+    per_dim = []                                                   # [r_d, t_d] source coordinates
+    for s, t in zip(src, dst):
+        if mode == "space_to_depth" and s > t:
+            r = math.ceil(s / t)
+            per_dim.append(_nearest(s, t * r, device).view(t, r).T)
+        elif s < t and t % s == 0:
+            per_dim.append((torch.arange(t, device=device) // (t // s)).view(1, t))
+        else:
+            per_dim.append(_nearest(s, t, device).view(1, t))
+    dims = len(src)
+    flat = torch.zeros((), dtype=torch.long, device=device)
+    for d, coord in enumerate(per_dim):                           # row-major source index [r_1, …, r_D, t_1, …, t_D]
+        shape = [1] * (2 * dims)
+        shape[d], shape[dims + d] = coord.shape
+        flat = flat * src[d] + coord.view(shape)
+    index = flat.reshape(-1, math.prod(dst)).T                     # [P (row-major), R]
+    order = read_order(src, device)
+    if order is not None:                                          # row-major source position → read order
+        place = torch.empty_like(order)
+        place[order] = torch.arange(order.numel(), device=device)
+        index = place[index]
+    return to_read_order(index.unsqueeze(0), dst)[0].T.reshape(-1)   # [R, P (read order)]
+
+
+def aligned(x: Tensor, grid: tuple[int, ...], dst: tuple[int, ...], how: SourceRead, mode: str,
+            cache: dict | None = None, name: object = None) -> Tensor:
+    """``x [B, N, H, c]`` (read order, on ``grid``) as the operand of the read at ``dst``: ``[B, R, P / U,
+    H, c]`` (``R`` keys per query position, or ``U`` query positions per key). A gathered operand is
+    kept in ``cache`` under ``(name, dst, mode)`` when ``name`` is given (the memory's own ``K̂`` / ``V̂``)."""
+    b, n, hd, c = x.shape
+    if not how.gather:
+        if how.u > 1:
+            return x.unsqueeze(1)
+        x = x.view(b, how.r, n // how.r, hd, c)
+        return x[:, :1] if how.first else x
+    if cache is not None and name is not None and (name, dst, mode) in cache:
+        return cache[(name, dst, mode)]
+    key = ("index", grid, dst, mode)
+    index = cache.get(key) if cache is not None else None
+    if index is None:
+        index = _gather_index(grid, dst, mode, x.device)
+        if cache is not None:
+            cache[key] = index
+    out = torch.index_select(x, 1, index).view(b, how.r, -1, hd, c)
+    if cache is not None and name is not None:
+        cache[(name, dst, mode)] = out
+    return out
+
+
+def source_scores(q: Tensor, key: Tensor, how: SourceRead) -> Tensor:
+    """``q [B, P, H or 1, c]`` (read order) and one source's aligned ``key [B, R, P / U, H, c]`` →
+    ``q·k`` ``[B, R, P, H]``."""
+    b, p, _, c = q.shape
+    prod = q.view(b, how.u, p // how.u, q.shape[2], c) * key        # [B, U or R, P / U, H, c]
+    return prod.sum(-1).reshape(b, how.keys, p, key.shape[3])
+
+
+def add_source_values(a: Tensor | None, w: Tensor, value: Tensor, how: SourceRead) -> Tensor:
+    """``a [B, P, H, c]`` (None: zero) plus ``Σ_r w v`` of one source: its weights ``w [B, R, P, H]``
+    and aligned ``value [B, R, P / U, H, c]``."""
+    b, r, p, hd = w.shape
+    if r > 1:
+        part = (w.unsqueeze(-1) * value).sum(1)
+        return part if a is None else a + part
+    wv = w.view(b, how.u, p // how.u, hd, 1)
+    if a is None:
+        return (wv * value).reshape(b, p, hd, -1)
+    return torch.addcmul(a.view(b, how.u, p // how.u, hd, -1), wv, value).view(b, p, hd, -1)
