@@ -9,7 +9,7 @@ from torch import nn
 import modwire.nn.nfm as nfm_module
 from modwire.models.nfm import BlockSequence, NFMConfig, build_body
 from modwire.nn.nfm import NFM, NFMLayer, rescale
-from tests.reference.nfm import nfm_literal, reader_literal, subtract_kth_literal, window_literal
+from tests.reference.nfm import nfm_literal, subtract_kth_literal, window_literal
 
 
 def conv_blocks():

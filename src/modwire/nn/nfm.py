@@ -321,16 +321,6 @@ class NFMLayer(nn.Module):
                             f"same number of spatial dims ({dims}) for every state, or vectors [B, C]")
         return dims
 
-    def _spatial_dims(self, h: Tensor, memory: list[MemoryEntry]) -> int:
-        """The number of spatial dims every state is read in (a vector counts as a grid of ones)."""
-        ns = [h.dim() - 2] + [len(e.grid) for e in memory]
-        dims = max(ns)
-        if any(n not in (0, dims) for n in ns):   # a 1-D state read at a 2-D one (or the reverse): no rescaling defined
-            shapes = [list(h.shape[2:])] + [list(e.grid) for e in memory]
-            raise UserError(f"NFM: states with spatial shapes {shapes} cannot be read together: expected the "
-                            f"same number of spatial dims ({dims}) for every state, or vectors [B, C]")
-        return dims
-
     def read(self, h: Tensor, memory: list[MemoryEntry], *, record: bool = False, cache: dict | None = None):
         if not self.residual:
             raise RuntimeError("NFM: this module only writes (an earlier pass of read_at='after_last_pass')")
