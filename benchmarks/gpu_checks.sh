@@ -5,8 +5,9 @@
 #   PYTHONPATH=src bash benchmarks/gpu_checks.sh OUT_DIR
 #
 # Writes OUT_DIR/<step>.txt (the step's whole output and its exit status) and the JSON of the scripts
-# that write one. Steps: the CUDA tests; ViT vs timm's blocks (fp32, bf16, bf16 compiled); compiled/eager
-# and bf16/fp32 per family; fused attention; NAC vs Perceiver IO at Table 4 sizes (bf16, compiled).
+# that write one. Steps: ViT vs timm's blocks (fp32, bf16, bf16 compiled); compiled/eager
+# and bf16/fp32 per family; fused attention; NAC vs Perceiver IO at Table 4 sizes (bf16, compiled); the CUDA
+# tests; whether CUDA runs are bit-identical (check_run_determinism.py).
 set -u
 out=${1:?usage: gpu_checks.sh OUT_DIR}
 mkdir -p "$out"
@@ -31,5 +32,10 @@ step vit_timm 150 bash -c "$py benchmarks/bench_vit.py --device cuda --peer timm
 step compile 150 $py benchmarks/bench_compile.py --device cuda --batch 64 --out "$out/compile_cuda.json"
 step attention 45 $py benchmarks/bench_attention.py --device cuda --batch 32 --out "$out/attention_cuda.json"
 step nac 90 $py benchmarks/bench_nac.py --device cuda --precision bf16 --compile --train-batch 0
-step cuda_tests 150 $py -m pytest -q -rf -p no:cacheprovider --timeout 60 tests/training/test_precision_and_compile.py \
-    tests/nn/test_fused_attention.py tests/training/test_loader_defaults.py
+# (not the CPU compile-mode tests: minutes of compiling on the CPU, nothing CUDA)
+step cuda_tests 150 $py -m pytest -q -rf -p no:cacheprovider --timeout 60 -k "not on_the_cpu" \
+    tests/training/test_precision_and_compile.py tests/nn/test_fused_attention.py tests/training/test_loader_defaults.py
+# issue 39: are two CUDA runs of the same data bit-identical (default kernels, then deterministic ones), and do
+# loader workers change a CUDA run beyond that?
+step determinism 120 bash -c "$py benchmarks/check_run_determinism.py --device cuda --out $out/determinism_cuda.json && \
+    $py benchmarks/check_run_determinism.py --device cuda --deterministic --out $out/determinism_cuda_deterministic.json"

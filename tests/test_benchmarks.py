@@ -193,3 +193,15 @@ def test_bench_attention_quick_counts_fused_calls_and_writes_json(tmp_path):
     assert rows["ni_micro", "eval"]["fused"] == rows["ni_micro", "eval"]["calls"] > 0   # 5-D, augmented: fused
     assert rows["nac_micro", "train"]["fused"] < rows["nac_micro", "train"]["calls"]   # learned log K̂ on the CPU
     assert re.search(r"^ni_micro +eval +\d+ +\d+ ", out, re.M)
+
+
+@pytest.mark.slow      # three runs in a subprocess (~7 CPU-s): a GPU diagnostic (benchmarks/gpu_checks.sh)
+def test_check_run_determinism_quick_finds_cpu_runs_bit_identical_with_and_without_workers(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "check_run_determinism.py"), "--quick",
+                          "--deterministic", "--out", str(tmp_path / "d.json")],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    data = json.loads((tmp_path / "d.json").read_text())
+    assert data["deterministic"] is True and {"commit", "threads", "device"} <= set(data["machine"])
+    [row] = data["rows"]
+    assert row["case"] == "nac_micro/toy_sets" and row["max_abs_again"] == row["max_abs_workers"] == 0.0
+    assert re.search(r"^nac_micro/toy_sets +0 +0$", out, re.M)

@@ -1,6 +1,14 @@
 """Issue 25, item 7: ``data.num_workers`` defaults to ``"auto"`` (loader processes sized to the machine),
 ``compile`` takes a ``torch.compile`` mode, and loader workers change no data: a run with workers
-ends with the weights of one without, bit for bit, resumed or not."""
+ends with the weights of one without, bit for bit, resumed or not.
+
+The runs compared bit for bit compute on the CPU (``device=cpu``) on every machine: what they check is
+the data, and on CUDA two runs of the same data are bit-identical only where every kernel is
+deterministic, which torch does not promise by default (the documentation of
+``torch.use_deterministic_algorithms`` lists CUDA convolutions among the ops that are not). The CUDA
+data path (pinned memory, asynchronous copies) is checked batch by batch where CUDA is present, and a
+CUDA machine's worker count (one CPU reserved, not two) is simulated on the CPU. (Issue 39: on a GPU
+machine these runs took the CUDA device, and the header check expected a CPU run's worker count.)"""
 import json
 
 import pytest
@@ -49,8 +57,8 @@ def test_auto_workers_follow_the_cpus_the_processes_sharing_them_and_the_device(
     cuda = torch.device("cuda")
     # (CPUs, processes on the machine, device, workers): a CPU run keeps 2 CPUs for its own threads
     for cpus, local, device, expected in [(1, 1, None, 0), (2, 1, None, 0), (2, 1, "cpu", 0), (3, 1, None, 1),
-                                          (2, 1, cuda, 1), (4, 1, cuda, 3), (16, 1, None, 4), (16, 4, cuda, 3),
-                                          (16, 4, None, 2), (16, 8, cuda, 1), (2, 2, cuda, 0)]:
+                                          (2, 1, cuda, 1), (4, 1, cuda, 3), (16, 1, None, 4), (16, 1, cuda, 4),
+                                          (16, 4, cuda, 3), (16, 4, None, 2), (16, 8, cuda, 1), (2, 2, cuda, 0)]:
         monkeypatch.setattr(training_config.os, "sched_getaffinity", lambda pid, n=cpus: set(range(n)),
                             raising=False)
         assert resolve_num_workers("auto", local, device) == expected, (cpus, local, device)
@@ -81,6 +89,24 @@ def test_to_device_keeps_a_cpu_batch():
     assert all(a is b for a, b in zip(to_device(y, torch.device("cpu")).values(), y.values()))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory and asynchronous copies need CUDA")
+def test_cuda_batches_through_pinned_workers_and_asynchronous_copies_equal_the_main_process():
+    # what a CUDA run's loader gives: batches pinned in 2 workers, each copied without waiting and
+    # dropped at once (no synchronisation until the end), equal to the batches loaded in this process
+    info, cuda = get_task("triangle"), torch.device("cuda")
+    ds = build_dataset("triangle", "train", size=24)
+    loader = make_loader(ds, 4, None, info, 2, drop_last=False, device=cuda)
+    assert loader.pin_memory and loader.num_workers == 2
+    copied = []
+    for x, y in loader:
+        assert x.is_pinned() and y.is_pinned()
+        copied.append((to_device(x, cuda), to_device(y, cuda)))
+    expected = list(make_loader(ds, 4, None, info, 0, drop_last=False))
+    assert len(copied) == len(expected) == 6
+    for (x, y), (x0, y0) in zip(copied, expected):
+        assert x.device.type == "cuda" and torch.equal(x.cpu(), x0) and torch.equal(y.cpu(), y0)
+
+
 def test_compile_takes_a_mode_and_refuses_others():
     assert compile_mode(False) is None and compile_mode(True) == "default"
     for mode in ("default", "reduce-overhead", "max-autotune"):
@@ -94,7 +120,7 @@ def test_compile_takes_a_mode_and_refuses_others():
 
 def _toy(out, workers, *extra):
     return load_config(None, [f"out_dir={out}", "model.name=nac_micro", "data.task=toy_sets", "data.batch_size=16",
-                              "progress=false", f"data.num_workers={workers}", *extra])
+                              "progress=false", f"data.num_workers={workers}", "device=cpu", *extra])
 
 
 def _same(a, b):
@@ -103,16 +129,24 @@ def _same(a, b):
         assert torch.equal(a[k], b[k]), k
 
 
-def test_a_run_with_auto_workers_equals_one_without_and_records_auto(tmp_path, machine_auto_workers, capsys):
+def test_a_run_with_auto_workers_equals_one_without_and_records_auto(tmp_path, machine_auto_workers, monkeypatch,
+                                                                   capsys):
     plain = train(_toy(tmp_path / "w0", 0, "epochs=2"))["model"].state_dict()
-    capsys.readouterr()
-    auto = train(_toy(tmp_path / "auto", "auto", "epochs=2"))
-    assert "1 data worker (auto)" in capsys.readouterr().err          # the header shows the resolved count
-    _same(plain, auto["model"].state_dict())
-    assert "num_workers: auto" in (tmp_path / "auto" / "config.yaml").read_text()   # what was given
-    losses = [[json.loads(line).get("loss") for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
-              for d in ("w0", "auto")]
-    assert losses[0] == losses[1]
+    real = training_config.resolve_num_workers
+    # "auto" on 3 CPUs: 1 worker for a CPU run; 2 on a CUDA machine, simulated: the loaders sized as for
+    # a CUDA device (one CPU reserved), the model on the CPU (issue 39: the GPU machine's header said 2)
+    for sized_for, shown in (("cpu", "1 data worker (auto)"), ("cuda", "2 data workers (auto)")):
+        monkeypatch.setattr(training_config, "resolve_num_workers",
+                            lambda value, local_world=None, device=None, d=torch.device(sized_for):
+                            real(value, local_world, d))
+        capsys.readouterr()
+        auto = train(_toy(tmp_path / sized_for, "auto", "epochs=2"))
+        assert shown in capsys.readouterr().err                    # the header shows the resolved count
+        _same(plain, auto["model"].state_dict())
+        assert "num_workers: auto" in (tmp_path / sized_for / "config.yaml").read_text()   # what was given
+        losses = [[json.loads(line).get("loss") for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+                  for d in ("w0", sized_for)]
+        assert losses[0] == losses[1]
 
 
 def test_a_run_with_workers_resumed_mid_epoch_equals_one_uninterrupted_without(tmp_path, monkeypatch,
@@ -132,7 +166,7 @@ def test_generated_images_and_augmentation_through_workers_equal_the_main_proces
     # triangle (batched rendering in the workers) with crop-and-flip augmentation (drawn by epoch: the
     # workers restart each epoch), two epochs, 2 workers against none
     common = ["model.name=preact_resnet_micro", "data.task=triangle", "data.params={size: {train: 48, val: 16}}",
-              "data.batch_size=16", "epochs=2", "data.augment=crop_flip", "progress=false"]
+              "data.batch_size=16", "epochs=2", "data.augment=crop_flip", "progress=false", "device=cpu"]
     runs = [train(load_config(None, [f"out_dir={tmp_path / str(w)}", f"data.num_workers={w}", *common]))
             for w in (0, 2)]
     _same(runs[0]["model"].state_dict(), runs[1]["model"].state_dict())
@@ -143,7 +177,7 @@ def test_generated_images_and_augmentation_through_workers_equal_the_main_proces
 @pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
 def test_a_compiled_mode_trains_like_eager_on_the_cpu(tmp_path, mode):
     common = ["model.name=vit_micro", "data.task=toy_sets", "data.batch_size=16", "max_steps=3", "progress=false",
-              "data.num_workers=0"]
+              "data.num_workers=0", "device=cpu"]
     eager = train(load_config(None, [f"out_dir={tmp_path / 'eager'}", *common]))
     compiled = train(load_config(None, [f"out_dir={tmp_path / 'compiled'}", f"compile={mode}", *common]))
     assert compiled["status"] == "finished"
