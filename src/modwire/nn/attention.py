@@ -68,6 +68,7 @@ different codes:
 """
 from __future__ import annotations
 
+import math
 from typing import Literal, Protocol, runtime_checkable
 
 import torch
@@ -121,9 +122,23 @@ def _prepend_null(k: Tensor, v: Tensor, bias: Tensor | None, key_mask: Tensor | 
 
 
 def _select_topk(scores: Tensor, k: int, dim: int = -1) -> Tensor:
-    """Bool, shaped like ``scores``: the ``k`` highest entries along ``dim`` (already masked scores)."""
+    """Bool, shaped like ``scores``: the ``k`` highest entries along ``dim`` (already masked scores).
+    Keys on an axis that is not the last (NFM's readers) with at most ``_FEW_DROPS`` to leave out: the
+    lowest are dropped one at a time by reductions over that axis (a tie drops the lower index), which
+    is several times faster there than ``topk``, which sorts each strided row."""
+    drop = scores.shape[dim] - k
+    if dim % scores.dim() != scores.dim() - 1 and drop <= _FEW_DROPS:
+        keep = torch.ones_like(scores, dtype=torch.bool)
+        for i in range(drop):
+            x = scores if i == 0 else scores.masked_fill(~keep, math.inf)
+            low = (x == x.amin(dim, keepdim=True)) & keep
+            keep = keep & ~(low & (low.cumsum(dim) == 1))
+        return keep
     idx = scores.topk(k, dim=dim).indices
     return torch.zeros_like(scores, dtype=torch.bool).scatter_(dim, idx, True)
+
+
+_FEW_DROPS = 3
 
 
 TOPK_SOFTMAX = ("kept", "all", "subtract")

@@ -180,6 +180,14 @@ def rescale(state: Tensor, size: Sequence[int], *, mode: str = "space_to_depth")
 # One module's attention parameters θ̃ (§3.2.1)
 # --------------------------------------------------------------------------------------------
 
+def _project(h: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """``h [B, C, *S]`` → ``h W^T + b`` at every position, ``[B, P, out]``: one batched product that reads
+    the channels-first ``h`` as the transposed matrices it is (no copy) with the bias added in it."""
+    b, c = h.shape[0], h.shape[1]
+    x = h.reshape(b, c, -1).transpose(1, 2)                                        # [B, P, C], a view
+    return torch.baddbmm(bias.expand(b, x.shape[1], -1), x, weight.T.expand(b, -1, -1))
+
+
 @dataclass
 class NFMRecord:
     """What one reader read. ``sources``: ``(pass, layer)`` of each memory entry, in memory order
@@ -248,8 +256,7 @@ class NFMLayer(nn.Module):
 
     def _heads(self, h: Tensor, layer: nn.Linear, d: int) -> Tensor:
         """A per-position projection of channels-first ``h [B, C, *S]`` → ``[B, *S, H, d]`` (channels last)."""
-        y = torch.matmul(h.reshape(h.shape[0], h.shape[1], -1).transpose(1, 2), layer.weight.T) + layer.bias
-        return y.reshape(h.shape[0], *h.shape[2:], self.heads, d)
+        return _project(h, layer.weight, layer.bias).reshape(h.shape[0], *h.shape[2:], self.heads, d)
 
     def project_query(self, h: Tensor) -> Tensor:
         """``h [B, C, *S]`` → ``Q̂ [B, *S, H, d_k]``."""
@@ -257,7 +264,12 @@ class NFMLayer(nn.Module):
 
     def project_memory(self, h: Tensor) -> tuple[Tensor, Tensor]:
         """This module's output ``h^(i) [B, C, *S]`` → ``(K̂ [B, *S, H, d_k], V̂ [B, *S, H, d_v])``."""
-        return self._heads(h, self.key, self.d_k), self._heads(h, self.value, self.d_v)
+        if type(self)._heads is not NFMLayer._heads:
+            return self._heads(h, self.key, self.d_k), self._heads(h, self.value, self.d_v)
+        kv = _project(h, torch.cat([self.key.weight, self.value.weight]), torch.cat([self.key.bias, self.value.bias]))
+        k, v = kv.split([self.heads * self.d_k, self.heads * self.d_v], dim=-1)      # one pass over h for both
+        return (k.reshape(h.shape[0], *h.shape[2:], self.heads, self.d_k),
+                v.reshape(h.shape[0], *h.shape[2:], self.heads, self.d_v))
 
     def write(self, h: Tensor, cache: dict | None = None) -> MemoryEntry:
         """``h^(i) [B, C, *S]`` → its memory entry: ``K̂``, ``V̂`` as rows in read order

@@ -72,9 +72,10 @@ def _order(grid: Sequence[int]) -> tuple[list[int], list[int]]:
     return shape, order + [start for start, _ in blocks]
 
 
-def read_order(grid: Sequence[int], device: torch.device, cache: dict | None = None) -> Tensor | None:
-    """``[N]``: the row-major index of the position at each place of the read order of ``grid``;
-    None where the read order is row-major (kept in ``cache`` under ``("order", grid)``)."""
+def read_order(grid: Sequence[int], device: torch.device, cache: dict | None = None) -> tuple[Tensor, Tensor] | None:
+    """``(index, inverse)``: ``index [N]`` the row-major position at each place of the read order of
+    ``grid``, ``inverse`` the place of each row-major position; None where the read order is row-major
+    (kept in ``cache`` under ``("order", grid)``)."""
     grid = tuple(int(s) for s in grid)
     shape, order = _order(grid)
     if order == sorted(order):
@@ -82,30 +83,38 @@ def read_order(grid: Sequence[int], device: torch.device, cache: dict | None = N
     if cache is not None and ("order", grid) in cache:
         return cache[("order", grid)]
     index = torch.arange(math.prod(grid), device=device).view(shape).permute(order).reshape(-1)
+    inverse = torch.empty_like(index)
+    inverse[index] = torch.arange(index.numel(), device=device)
     if cache is not None:
-        cache[("order", grid)] = index
-    return index
+        cache[("order", grid)] = (index, inverse)
+    return index, inverse
+
+
+class _Permute(torch.autograd.Function):
+    """``x.index_select(1, index)`` for a permutation ``index`` of the rows: its gradient is the gather
+    by the inverse permutation (``index_select``'s own gradient would scatter-add into zeros)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, index: Tensor, inverse: Tensor) -> Tensor:
+        ctx.save_for_backward(inverse)
+        return x.index_select(1, index)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+        (inverse,) = ctx.saved_tensors
+        return grad.index_select(1, inverse), None, None
 
 
 def to_read_order(x: Tensor, grid: Sequence[int], cache: dict | None = None) -> Tensor:
     """Rows ``x [B, N, …]`` (row-major positions of ``grid``) in read order."""
-    index = read_order(grid, x.device, cache)
-    return x if index is None else x.index_select(1, index)
+    order = read_order(grid, x.device, cache)
+    return x if order is None else _Permute.apply(x, *order)
 
 
 def from_read_order(x: Tensor, grid: Sequence[int], cache: dict | None = None) -> Tensor:
     """Rows ``x [B, N, …]`` in read order → row-major."""
-    index = read_order(grid, x.device, cache)
-    if index is None:
-        return x
-    key = ("row-major", tuple(grid))
-    inverse = cache.get(key) if cache is not None else None
-    if inverse is None:
-        inverse = torch.empty_like(index)
-        inverse[index] = torch.arange(index.numel(), device=index.device)
-        if cache is not None:
-            cache[key] = inverse
-    return x.index_select(1, inverse)
+    order = read_order(grid, x.device, cache)
+    return x if order is None else _Permute.apply(x, order[1], order[0])
 
 
 class SourceRead(NamedTuple):
@@ -182,9 +191,7 @@ def _gather_index(src: tuple[int, ...], dst: tuple[int, ...], mode: str, device:
     index = flat.reshape(-1, math.prod(dst)).T                     # [P (row-major), R]
     order = read_order(src, device)
     if order is not None:                                          # row-major source position → read order
-        place = torch.empty_like(order)
-        place[order] = torch.arange(order.numel(), device=device)
-        index = place[index]
+        index = order[1][index]
     return to_read_order(index.unsqueeze(0), dst)[0].T.reshape(-1)   # [R, P (read order)]
 
 
