@@ -3,7 +3,7 @@ network, interleaved (issues 13 and 25).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_nfm.py [--repeats 5] [--quick] [--presets GLOB ...]
         [--width 16 64] [--batch 16] [--soc-batch 16] [--baseline-reader OLD_NFM_PY] [--out RESULT.json]
-        [--device cpu|cuda]
+        [--device cpu|cuda] [--precision fp32|bf16]
 
 Pairs: every registered preset ``nfm_<base>`` whose ``<base>`` is also registered, matching the
 globs (default ``*micro``: each integration's test-sized pair), plus (not with ``--quick``) the
@@ -19,8 +19,8 @@ printed. Columns: ``nfm / base`` (train and eval), ``nfm / (base × 2)`` (train:
 over running the base network twice, measured by a function that runs the base step twice), and
 the minor page faults per train step (``getrusage`` ``ru_minflt`` around each timed call) of each
 side. ``--baseline-reader PATH``: a former ``modwire/nn/nfm.py`` (e.g. ``git show
-HEAD~1:src/modwire/nn/nfm.py > /tmp/old_nfm.py``) whose ``NFMLayer.read`` replaces the reader of a
-second copy of each NFM model, timed in the same interleaved rounds: the ``old ms`` and
+HEAD~1:src/modwire/nn/nfm.py > /tmp/old_nfm.py``; its imports must resolve in the current package)
+whose ``NFMLayer.read``, ``write`` and ``_factored`` replace those of a second copy of each NFM model, timed in the same interleaved rounds: the ``old ms`` and
 ``old / new`` columns (train step).
 
 Goals (issue 25), printed PASS / FAIL (not with ``--quick``): NFM / base ≤ 2.4 (train) and ≤ 2.3
@@ -58,6 +58,7 @@ from modwire.nn.nfm import NFMLayer
 TARGET = 1.30                                                    # issue 13: nfm / (base × 2), classifier
 GOALS = {64: (2.4, 2.3), 16: (3.0, 3.0)}                          # issue 25: classifier nfm / base (train, eval)
 SOC_GOAL = 6.0                                                   # issue 25: Sort-of-CLEVR CNN_MLP train nfm / base
+BF16_GOAL = 2.5                                                  # issue 39 (GPU): nfm / base in bf16
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -101,22 +102,34 @@ def _first_tensor(out: Any) -> torch.Tensor:
     return next(v for v in values if isinstance(v, torch.Tensor))
 
 
-def train_step(model: torch.nn.Module, inputs: tuple[tuple, dict]) -> Callable[[], None]:
+PRECISION = {"fp32": None, "bf16": torch.bfloat16}
+
+
+def _cast(inputs: tuple[tuple, dict], precision: str) -> torch.autocast:
+    """Autocast for ``precision`` on the inputs' device (disabled for fp32)."""
+    args, kwargs = inputs
+    device = next(v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)).device.type
+    return torch.autocast(device, dtype=PRECISION[precision] or torch.bfloat16, enabled=precision != "fp32")
+
+
+def train_step(model: torch.nn.Module, inputs: tuple[tuple, dict], precision: str = "fp32") -> Callable[[], None]:
     args, kwargs = inputs
 
     def step() -> None:
         model.train()
         model.zero_grad(set_to_none=True)
-        _first_tensor(model(*args, **kwargs)).float().square().mean().backward()
+        with _cast(inputs, precision):
+            out = _first_tensor(model(*args, **kwargs))
+        out.float().square().mean().backward()
     return step
 
 
-def eval_forward(model: torch.nn.Module, inputs: tuple[tuple, dict]) -> Callable[[], None]:
+def eval_forward(model: torch.nn.Module, inputs: tuple[tuple, dict], precision: str = "fp32") -> Callable[[], None]:
     args, kwargs = inputs
 
     def forward() -> None:
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), _cast(inputs, precision):
             model(*args, **kwargs)
     return forward
 
@@ -130,23 +143,31 @@ def counting_faults(fn: Callable[[], None], faults: list[int]) -> Callable[[], N
     return call
 
 
-def load_reader(path: str) -> Callable:
-    """``NFMLayer.read`` of a former ``modwire/nn/nfm.py`` (``--baseline-reader``), run with its own helpers."""
+def load_reader(path: str) -> dict[str, Callable]:
+    """``NFMLayer``'s ``read``, ``write`` and ``_factored`` of a former ``modwire/nn/nfm.py``
+    (``--baseline-reader``), run with that module's own helpers: its memory entries are its own, so
+    its reader and writer travel together."""
     spec = importlib.util.spec_from_file_location("modwire.nn._bench_old_nfm", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module                               # dataclasses look their module up
     spec.loader.exec_module(module)
-    old_read = module.NFMLayer.read
+    old = module.NFMLayer
 
     def read(self, h, memory, *, record=False, cache=None):
-        return old_read(self, h, memory, record=record)
-    return read
+        return old.read(self, h, memory, record=record, cache=cache)
+
+    def write(self, h, cache=None):                               # the former entries: (K̂, V̂) [B, *S, H, d]
+        if not self.writes:
+            raise RuntimeError("NFM: this module's output is never read")
+        return self.project_memory(h)
+    return {"read": read, "write": write, "_factored": old._factored}
 
 
-def with_reader(model: torch.nn.Module, read: Callable) -> torch.nn.Module:
+def with_reader(model: torch.nn.Module, methods: dict[str, Callable]) -> torch.nn.Module:
     for m in model.modules():
         if isinstance(m, NFMLayer):
-            m.read = types.MethodType(read, m)
+            for name, fn in methods.items():
+                setattr(m, name, types.MethodType(fn, m))
     return model
 
 
@@ -164,7 +185,7 @@ def _median(xs: list[int]) -> float:
 
 
 def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: int, repeats: int,
-            device: torch.device, old_read: Callable | None = None) -> dict | None:
+            device: torch.device, old_read: dict[str, Callable] | None = None, precision: str = "fp32") -> dict | None:
     torch.manual_seed(0)
     nfm = modwire.create_model(nfm_name, **overrides).to(device)
     base = modwire.create_model(base_name, **overrides).to(device)
@@ -173,16 +194,16 @@ def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: i
         print(f"{label:<40} skipped: no example input for model_type {base.config.model_type!r}")
         return None
     inputs = _to(inputs, device)
-    b, n = train_step(base, inputs), train_step(nfm, inputs)
+    b, n = train_step(base, inputs, precision), train_step(nfm, inputs, precision)
     faults: dict[str, list[int]] = {"base": [], "nfm": [], "old": []}
     fns = {"base": counting_faults(b, faults["base"]), "base x2": lambda: (b(), b()),
            "nfm": counting_faults(n, faults["nfm"]),
-           "eval base": eval_forward(base, inputs), "eval nfm": eval_forward(nfm, inputs)}
+           "eval base": eval_forward(base, inputs, precision), "eval nfm": eval_forward(nfm, inputs, precision)}
     if old_read is not None:
         old = with_reader(modwire.create_model(nfm_name, **overrides).to(device), old_read)
         old.load_state_dict(nfm.state_dict())
-        fns["old"] = counting_faults(train_step(old, inputs), faults["old"])
-        fns["eval old"] = eval_forward(old, inputs)
+        fns["old"] = counting_faults(train_step(old, inputs, precision), faults["old"])
+        fns["eval old"] = eval_forward(old, inputs, precision)
     t = time_interleaved(fns, iters=repeats)
     timed = {k: v[1:] or v for k, v in faults.items()}            # the warm-up call left out
     row = {"label": label, "batch": batch, "base": t["base"], "base x2": t["base x2"], "nfm": t["nfm"],
@@ -202,8 +223,9 @@ def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: i
     return row
 
 
-def goals(rows: list[dict]) -> list[dict]:
-    """Issue 25's goals (and issue 13's target) over the measured rows: ``{goal, value, limit, pass}``."""
+def goals(rows: list[dict], precision: str = "fp32") -> list[dict]:
+    """Issue 25's goals (issue 39 keeps them; and issue 13's target) over the measured rows, and with
+    ``--precision bf16`` issue 39's NFM / base ≤ 2.5 in bf16 (a GPU goal): ``{goal, value, limit, pass}``."""
     out = []
 
     def check(goal: str, value: float, limit: float) -> None:
@@ -218,6 +240,8 @@ def goals(rows: list[dict]) -> list[dict]:
             check(f"{r['label']}: train nfm/(base×2) (issue 13)", r["nfm"] / r["base x2"], TARGET)
         if r["label"].startswith("sort_of_clevr"):
             check(f"{r['label']}: train nfm/base", r["train ratio"], SOC_GOAL)
+        if precision == "bf16" and r["label"].startswith(("classifier", "sort_of_clevr")):
+            check(f"{r['label']}: train nfm/base in bf16 (issue 39)", r["train ratio"], BF16_GOAL)
         check(f"{r['label']}: page faults per train step nfm/base", r["faults nfm"] / max(r["faults base"], 1.0), 1.0)
     return out
 
@@ -265,6 +289,8 @@ def main() -> None:
                     help="a former modwire/nn/nfm.py: its NFMLayer.read timed beside the current one")
     ap.add_argument("--out", metavar="PATH", help="write the rows, goals and machine as JSON (atomically)")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    ap.add_argument("--precision", default="fp32", choices=sorted(PRECISION),
+                    help="fp32 (default) or bf16 autocast (issue 39's GPU goal: NFM <= 2.5x its base in bf16)")
     args = ap.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -282,13 +308,13 @@ def main() -> None:
     print(f"{'pair':<40} {'batch':>5} {'base ms':>9} {'base×2 ms':>9} {'nfm ms':>9} {'nfm/base':>9} "
           f"{'nfm/(base×2)':>11} {'ev base':>9} {'ev nfm':>9} {'ev n/b':>7} {'flt base':>9} {'flt nfm':>9}{old_head}"
           f"   params base → nfm")
-    rows = [r for r in (measure(*p, repeats=repeats, device=device, old_read=old_read) for p in todo) if r is not None]
-    checked = [] if args.quick else goals(rows)
+    rows = [r for r in (measure(*p, repeats=repeats, device=device, old_read=old_read, precision=args.precision) for p in todo) if r is not None]
+    checked = [] if args.quick else goals(rows, args.precision)
     for g in checked:
         print(f"goal {g['goal']} <= {g['limit']:.2f}: {g['value']:.2f} {'PASS' if g['pass'] else 'FAIL'}")
     if args.out:
         write_json(args.out, {"benchmark": "bench_nfm.py", "argv": sys.argv[1:], "machine": machine(device),
-                              "repeats": repeats, "rows": rows, "goals": checked})
+                              "repeats": repeats, "precision": args.precision, "rows": rows, "goals": checked})
         print(f"wrote {args.out}")
 
 

@@ -39,3 +39,8 @@ step cuda_tests 150 $py -m pytest -q -rf -p no:cacheprovider --timeout 60 -k "no
 # loader workers change a CUDA run beyond that?
 step determinism 120 bash -c "$py benchmarks/check_run_determinism.py --device cuda --out $out/determinism_cuda.json && \
     $py benchmarks/check_run_determinism.py --device cuda --deterministic --out $out/determinism_cuda_deterministic.json"
+# issue 39: NFM over its base on the GPU, fp32 and bf16 (goal: NFM <= 2.5x its base in bf16)
+step nfm 150 bash -c "$py benchmarks/bench_nfm.py --device cuda --batch 64 --soc-batch 64 --repeats 5 \
+    --out $out/nfm_cuda_fp32.json && \
+    $py benchmarks/bench_nfm.py --device cuda --batch 64 --soc-batch 64 --repeats 5 --precision bf16 \
+    --out $out/nfm_cuda_bf16.json"

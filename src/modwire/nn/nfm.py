@@ -62,36 +62,30 @@ SpaceToDepth: each of the ``r = ⌈src / dst⌉`` positions of the local window 
 resized (nearest) to ``r · dst``. ``rescale="nearest"``: nearest-neighbour downsampling instead
 (the §4.7 ablation). :func:`rescale` builds these keys explicitly; the forward never does.
 
-**The read, as computed.** Per source ``j``, a plan (per spatial dim, from the source's and the
-query's sizes) views the source's ``K̂_j, V̂_j [B, *S_j, H, d]`` and the query ``Q̂ [B, *S, H, d_k]`` as
-``(outer, inner)`` pairs per dim (``inner`` = the window ``r`` for a finer source, the ``u = t / s``
-query cells under one source cell for a coarser one, 1 for an equal one); then, with no upsampled
-or rearranged copy of the keys or values (integer ratios),
-
-    scores_j [B, P, H, R_j] = Σ_d Q̂[b, o, q_in, h, d] · K̂_j[b, o, k_in, h, d]     (a broadcast product over
-    A [B, P, H, d_v]        = Σ_j Σ_r w_j[b, p, h, r] · V̂_j[b, o, k_in, h, :]       the pairs, summed over d / r)
-
-with ``P = prod(S)``, ``R_j = prod(r)`` (window positions row-major); the scores of the null slot
-and of every source are concatenated along the last axis in memory order (``[B, P, H, 1 + S]``,
-contiguous for the softmax), and the coarser and equal sources' value terms accumulate in one
-``addcmul`` each. A source whose ratio to the query is not an integer (or every unequal source under
-``rescale="nearest"``) is first resized (nearest) to the plan's grid ``mid``; a resized ``K̂_j`` or
-``V̂_j`` is kept for the rest of the forward under ``(j, 0 or 1, mid)`` (a dict that :class:`NFM`
-creates per forward and drops after it), so each source is resampled at most once per forward and
-target grid however many readers read it (nothing outlives the forward). Tested against the
-literal rescaling and reader (``tests/reference/nfm.py``).
+**The read, as computed** (:mod:`modwire.nn.nfm_read`). Each written ``K̂_j, V̂_j`` is kept as rows
+``[B, N_j, H, d]`` in a *read order* of its grid's positions (finest binary digits first), in which a
+source ``2^k`` times coarser or finer than the query in every dim is a view: one key under ``U``
+query cells, or ``R`` SpaceToDepth keys per query cell, with no resized or rearranged copy. Per
+source, ``scores_j [B, R_j, P, H] = Σ_d Q̂ · K̂_j`` (a broadcast product over rows, summed over ``d``);
+the null slot's and every source's scores are concatenated keys-first in memory order
+(``[B, 1 + n, P, H]``, the softmax over the keys axis) and ``A [B, P, H, d_v] = Σ_j Σ_r w_j V̂_j``.
+Any other source (a ratio that is not a power of 2, or differs between dims, or every unequal
+source under ``rescale="nearest"`` with such a ratio) is gathered by rows into the same form, as
+the nearest resize and SpaceToDepth define it, at most once per forward and target grid (a dict
+that :class:`NFM` creates per forward and drops after it). Tested against the literal rescaling
+and reader (``tests/reference/nfm.py``).
 
 **Few query channels (exact factored forms).** With ``Q̂_h = h W_q,h + b_q,h`` (``W_q,h [C_q, d_k]``,
 ``b_q,h``: head ``h``'s columns) and ``c`` the score scale, ``c·Q̂_h[p]·k̂ = [h_p, 1]·c[W_q,h k̂, b_q,h·k̂]``:
-the keys of every source are mapped per head on their own grid to ``K̃_j [B, *S_j, H, C_q + 1]``
-(then resized to ``mid`` where the plan resizes; a per-position map commutes with the nearest
-resize), and the scores are the same broadcast product with the query ``[h, 1] [B, *S, 1, C_q + 1]``
+the keys of every source are mapped per head on their own grid to ``K̃_j [B, N_j, H, C_q + 1]``
+(then gathered where the source is gathered; a per-position map commutes with the nearest
+resize), and the scores are the same broadcast product with the query ``[h, 1] [B, P, 1, C_q + 1]``
 (one for all heads) in place of ``Q̂``. Likewise ``A W_o1 = Σ_h Σ_j Σ_r w_j (V̂_j,h W_o1,h)`` with
 ``W_o1,h [d_v, hidden]`` head ``h``'s rows (``reader_output="linear"``): the values are mapped per head
-on their grids to ``Ṽ_j [B, *S_j, H, hidden]``, summed as above into ``[B, P, H, hidden]``, then over
+on their grids to ``Ṽ_j [B, N_j, H, hidden]``, summed as above into ``[B, P, H, hidden]``, then over
 heads, plus ``b_o1``, then BN, ``σ``, ``W_o2`` as before. Each form is taken, per reader, where its
 mapped width is below the head's (``C_q + 1 < d_k``; ``hidden < d_v``) and a multiply count
-from the shapes (map on the source grids, resize, contraction; against the default's ``Q̂``
+from the shapes (map on the source grids, gather, contraction; against the default's ``Q̂``
 projection and ``A W_o1``) favours it; the mapped ``K̃_j``, ``Ṽ_j`` belong to their reader (not
 cached). Neither form is taken by a subclass that replaces :meth:`NFMLayer.project_query` or
 :meth:`NFMLayer.output`.
@@ -211,11 +205,12 @@ class NFMLayer(nn.Module):
     null slot) and the earlier passes of ``read_at="after_last_pass"``. ``output_bias``: ``W_o2``'s bias
     (``W_o1`` has none with ``norm="batch"``; module docstring).
 
-    :meth:`read` ``(h [B, C, *S], memory: list of (K̂, V̂)) → (h + γ·σ(BN(A W_o1)) W_o2, read)``;
+    :meth:`read` ``(h [B, C, *S], memory: list of MemoryEntry) → (h + γ·σ(BN(A W_o1)) W_o2, read)``;
     ``read`` is None, or with ``record`` ``(mass [B, n_sources], null [B])`` (:class:`NFMRecord`);
-    ``cache``: a dict shared by the reads of one forward over the same ``memory`` (resized sources,
+    ``cache``: a dict shared by the reads of one forward over the same ``memory`` (gathered sources,
     module docstring), or None.
-    :meth:`write` ``(h^(i)) → (K̂ [B, H, d_k, *S], V̂ [B, H, d_v, *S])``. ``topk_softmax`` and
+    :meth:`write` ``(h^(i)) → MemoryEntry`` (``K̂ [B, N, H, d_k]``, ``V̂ [B, N, H, d_v]`` in read order,
+    the grid; :mod:`modwire.nn.nfm_read`). ``topk_softmax`` and
     ``reader_output``: module docstring. Subclasses may replace :meth:`project_query`,
     :meth:`project_memory` and :meth:`output` (e.g. a transformer reusing its own attention
     projections, NFM Table 8)."""
