@@ -66,6 +66,16 @@ def test_bench_nfm_quick_times_every_registered_micro_pair():
     assert "preact_resnet_micro" in rows and float(rows["preact_resnet_micro"]) > 1   # two passes and readers
 
 
+def test_profile_nfm_prints_and_writes_the_top_operators_of_a_micro_pair(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_nfm.py"), "--pair", "micro", "--batch", "4",
+                          "--top", "3", "--out", str(tmp_path / "p.json"), "--markdown", str(tmp_path / "p.md")],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert re.search(r"^micro: base [\d.]+ ms, nfm [\d.]+ ms, readers \d+ %", out, flags=re.M)
+    row = json.loads((tmp_path / "p.json").read_text())["rows"][0]
+    assert len(row["top"]) == 3 and row["nfm_ms"] > row["base_ms"] > 0
+    assert "| op | self ms | share | calls |" in (tmp_path / "p.md").read_text()
+
+
 def test_bench_input_checks_runs_and_reports_the_ratio():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_input_checks.py"), "--pairs", "2",
                           "--batch", "2"], capture_output=True, text=True, timeout=120, check=True).stdout
