@@ -10,7 +10,10 @@ Pairs: ``w16`` / ``w64``: PreActResNet-18 (CIFAR-10 layout, NFM before every sta
 channels, 32×32 images; ``soc``: the Sort-of-CLEVR CNN_MLP pair (75×75 images and questions);
 ``micro``: the test-sized PreActResNet pair (a smoke test). Each step
 is run twice before the profiled one. ``--out``: the tables and the machine as JSON; ``--markdown``: the
-same as Markdown tables; both written atomically.
+same as Markdown tables; both written atomically. Also counted, per forward: the base network's
+multiply-adds (``modwire.analysis.count_flops``: convolutions and matmuls) and the elements of the
+readers' per-position products (the broadcast ``q·k`` and ``w·v`` of every source of every read), the
+elementwise work that no matmul carries.
 """
 from __future__ import annotations
 
@@ -24,6 +27,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import modwire
+import modwire.nn.nfm as nfm_module
+from modwire.analysis import count_flops, time_interleaved
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_nfm import machine, write_json  # noqa: E402
@@ -42,10 +47,12 @@ def step_of(model: torch.nn.Module, batch: int):
     else:
         args, kwargs = model.example_inputs(batch)
 
-    def step() -> None:
+    def step(backward: bool = True) -> None:
         model.train()
         model.zero_grad(set_to_none=True)
-        model(*args, **kwargs).float().square().mean().backward()
+        out = model(*args, **kwargs).float().square().mean()
+        if backward:
+            out.backward()
     return step
 
 
@@ -61,26 +68,74 @@ def profiled(step, top: int) -> tuple[float, list[dict]]:
                     "share": round(e.self_cpu_time_total / 1e3 / total, 4)} for e in events[:top]]
 
 
+def reader_products(model: torch.nn.Module, step) -> int:
+    """Elements of the readers' per-position products in one forward (the broadcast ``q · k`` over
+    ``d_k`` and ``w · v`` over ``d_v`` of every source of every read; each is read and written again
+    in the backward), counted by wrapping the reader's two contractions."""
+    count = [0]
+    real_scores, real_values = nfm_module.source_scores, nfm_module.add_source_values
+
+    def scores(q, key, how):
+        b, p, hq, c = q.shape
+        count[0] += torch.Size(torch.broadcast_shapes((b, how.u, p // how.u, hq, c), key.shape)).numel()
+        return real_scores(q, key, how)
+
+    def values(a, w, value, how):
+        b, r, p, hd = w.shape
+        count[0] += b * max(r, how.u) * (p // how.u) * hd * value.shape[-1]
+        return real_values(a, w, value, how)
+    nfm_module.source_scores, nfm_module.add_source_values = scores, values
+    try:
+        with torch.no_grad():
+            step(backward=False)
+    finally:
+        nfm_module.source_scores, nfm_module.add_source_values = real_scores, real_values
+    return count[0]
+
+
+def elementwise_ns() -> dict:
+    """ns per element of a plain multiply of two contiguous 4 MiB float32 tensors into a fresh one on
+    this machine: ``warm``, the same operands each call (they stay in cache), and ``cold``, operands
+    taken in turn from 32 pairs (256 MiB, more than the caches hold), as a model's products are."""
+    pairs = [(torch.rand(1 << 20), torch.rand(1 << 20)) for _ in range(32)]
+    turn = iter(range(1 << 30))
+
+    def cold() -> None:
+        a, b = pairs[next(turn) % len(pairs)]
+        torch.mul(a, b)
+    t = time_interleaved({"warm": lambda: torch.mul(*pairs[0]), "cold": cold}, iters=64)
+    return {k: round(v * 1e9 / (1 << 20), 3) for k, v in t.items()}
+
+
 def run(pair: str, batch: int, top: int) -> dict:
     nfm_name, base_name, overrides = PAIRS[pair]
     torch.manual_seed(0)
     nfm, base = modwire.create_model(nfm_name, **overrides), modwire.create_model(base_name, **overrides)
-    base_ms, _ = profiled(step_of(base, batch), top)
-    nfm_ms, ops = profiled(step_of(nfm, batch), top)
+    base_step, nfm_step = step_of(base, batch), step_of(nfm, batch)
+    base_ms, _ = profiled(base_step, top)
+    nfm_ms, ops = profiled(nfm_step, top)
+    macs = count_flops(lambda: base_step(backward=False)) // 2
+    products = reader_products(nfm, nfm_step)
     return {"pair": pair, "nfm": nfm_name, "base": base_name, "overrides": overrides, "batch": batch,
             "base_ms": round(base_ms, 1), "nfm_ms": round(nfm_ms, 1),
-            "readers_share": round(max(nfm_ms - 2 * base_ms, 0.0) / nfm_ms, 3), "top": ops}
+            "readers_share": round(max(nfm_ms - 2 * base_ms, 0.0) / nfm_ms, 3),
+            "base_forward_macs": macs, "reader_forward_product_elements": products, "top": ops}
 
 
-def markdown(rows: list[dict], info: dict) -> str:
+def markdown(rows: list[dict], info: dict, mul: dict) -> str:
     lines = [f"Profile of one NFM train step (`benchmarks/profile_nfm.py`; {info['cpu']}, {info['threads']} "
              f"thread(s), torch {info['torch']}, {info['date']}, commit {info['git_commit']}"
              f"{' + working tree' if info['git_dirty'] else ''}). Times are the profiler's self CPU times "
-             f"(the profiler adds its own overhead: compare shares, not absolute ms).", ""]
+             f"(the profiler adds its own overhead: compare shares, not absolute ms). A contiguous multiply of "
+             f"two 4 MiB tensors here: {mul['warm']} ns per element with its operands in cache, {mul['cold']} ns "
+             f"with them from memory.", ""]
     for r in rows:
         lines += [f"### {r['pair']}: `{r['nfm']}` {r['overrides'] or ''} (batch {r['batch']})", "",
                   f"Base step {r['base_ms']} ms, NFM step {r['nfm_ms']} ms under the profiler; the readers "
-                  f"(the NFM step beyond twice the base's) {100 * r['readers_share']:.0f} % of it.", "",
+                  f"(the NFM step beyond twice the base's) {100 * r['readers_share']:.0f} % of it. One forward: "
+                  f"the base's convolutions and matmuls {r['base_forward_macs'] / 1e6:.0f} M multiply-adds; the "
+                  f"readers' per-position products {r['reader_forward_product_elements'] / 1e6:.0f} M elements "
+                  f"(elementwise, each written and read again, and twice more in the backward).", "",
                   "| op | self ms | share | calls |", "|---|---:|---:|---:|"]
         lines += [f"| `{o['op']}` | {o['self_ms']} | {100 * o['share']:.1f} % | {o['calls']} |" for o in r["top"]]
         lines.append("")
@@ -98,16 +153,22 @@ def main() -> None:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     rows = [run(p, args.batch, args.top) for p in args.pair]
     info = machine(torch.device("cpu"))
+    mul = elementwise_ns()
+    print(f"a contiguous multiply on this machine: {mul['warm']} ns per element with operands in cache, "
+          f"{mul['cold']} ns with operands from memory")
     for r in rows:
-        print(f"{r['pair']}: base {r['base_ms']} ms, nfm {r['nfm_ms']} ms, readers {100 * r['readers_share']:.0f} %")
+        print(f"{r['pair']}: base {r['base_ms']} ms, nfm {r['nfm_ms']} ms, readers {100 * r['readers_share']:.0f} %; "
+              f"forward: base {r['base_forward_macs'] / 1e6:.1f} M MACs, reader products "
+              f"{r['reader_forward_product_elements'] / 1e6:.1f} M elements")
         for o in r["top"]:
             print(f"  {o['op']:<40} {o['self_ms']:>9.2f} ms {100 * o['share']:>5.1f} % {o['calls']:>5}")
     if args.out:
-        write_json(args.out, {"benchmark": "profile_nfm.py", "argv": sys.argv[1:], "machine": info, "rows": rows})
+        write_json(args.out, {"benchmark": "profile_nfm.py", "argv": sys.argv[1:], "machine": info,
+                              "multiply_ns_per_element": mul, "rows": rows})
     if args.markdown:
         target = Path(args.markdown)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        tmp.write_text(markdown(rows, info) + "\n")
+        tmp.write_text(markdown(rows, info, mul) + "\n")
         os.replace(tmp, target)
 
 
