@@ -53,3 +53,25 @@ def test_one_graph_no_recompile_and_eager_outputs(name):
     assert not counters["graph_break"], dict(counters["graph_break"])
     assert not counters["recompiles"], dict(counters["recompiles"])
     assert counters["stats"]["unique_graphs"] == 2            # one eval graph, one train graph
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kw", [{}, {"rescale": "nearest"}])
+def test_an_nfm_reading_gathered_sources_compiles_to_one_graph(kw):
+    """Sizes 9 → 5 → 5 → 3 → vector: every read between unequal grids is gathered (modwire.nn.nfm_read),
+    the path the micro presets (power-of-2 ratios, all views) do not take."""
+    from modwire.nn import NFM
+    from tests.nn.test_nfm_reader_plans import conv_blocks
+
+    torch.manual_seed(0)
+    m = NFM(conv_blocks(), channels=[3, 4, 6, 6, 5], k=3, d_k=4, d_v=3, num_heads=2, **kw)
+    dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(m, fullgraph=True, backend="aot_eager")
+    for step in range(3):
+        x = torch.randn(2, 3, 9, 9, generator=torch.Generator().manual_seed(step))
+        torch.testing.assert_close(compiled(x), m(x), atol=1e-5, rtol=1e-5)
+        compiled(x).square().mean().backward()
+    counters = torch._dynamo.utils.counters
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert not counters["recompiles"], dict(counters["recompiles"])

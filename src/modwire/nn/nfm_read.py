@@ -76,7 +76,7 @@ def read_order(grid: Sequence[int], device: torch.device, cache: dict | None = N
     """``(index, inverse)``: ``index [N]`` the row-major position at each place of the read order of
     ``grid``, ``inverse`` the place of each row-major position; None where the read order is row-major
     (kept in ``cache`` under ``("order", grid)``)."""
-    grid = tuple(int(s) for s in grid)
+    grid = tuple([int(s) for s in grid])
     shape, order = _order(grid)
     if order == sorted(order):
         return None
@@ -136,7 +136,7 @@ class SourceRead(NamedTuple):
 def _ratio(finer: Sequence[int], coarser: Sequence[int]) -> int | None:
     """``k`` if ``finer = coarser · 2^k`` in every dim (the same ``k ≥ 1``), else None."""
     ks = {f // c for f, c in zip(finer, coarser) if f % c == 0}
-    if len(ks) != 1 or any(f % c for f, c in zip(finer, coarser)):
+    if len(ks) != 1 or any([f % c for f, c in zip(finer, coarser)]):
         return None
     k = ks.pop()
     return k.bit_length() - 1 if k > 1 and k & (k - 1) == 0 else None
@@ -159,7 +159,7 @@ def _window(src: tuple[int, ...], dst: tuple[int, ...], mode: str) -> int:
     """Keys per query position of a gathered source (NFM §3.2.2: ``⌈src / dst⌉`` per finer dim)."""
     if mode == "nearest":
         return 1
-    return math.prod(max(1, math.ceil(s / t)) for s, t in zip(src, dst))
+    return math.prod([max(1, math.ceil(s / t)) for s, t in zip(src, dst)])   # (a list: torch.compile)
 
 
 def _nearest(src: int, dst: int, device: torch.device) -> Tensor:
