@@ -3,7 +3,7 @@ network, interleaved (issues 13 and 25).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_nfm.py [--repeats 5] [--quick] [--presets GLOB ...]
         [--width 16 64] [--batch 16] [--soc-batch 16] [--baseline-reader OLD_NFM_PY] [--out RESULT.json]
-        [--device cpu|cuda] [--precision fp32|bf16]
+        [--device cpu|cuda] [--precision fp32|bf16] [--markdown RESULT.md]
 
 Pairs: every registered preset ``nfm_<base>`` whose ``<base>`` is also registered, matching the
 globs (default ``*micro``: each integration's test-sized pair), plus (not with ``--quick``) the
@@ -264,13 +264,42 @@ def machine(device: torch.device) -> dict:
             "git_commit": commit, "git_dirty": dirty}
 
 
-def write_json(path: str, data: dict) -> None:
-    """``data`` to ``path`` atomically (a temporary file beside it, then ``os.replace``)."""
+def write_text(path: str, text: str) -> None:
+    """``text`` to ``path`` atomically (a temporary file beside it, then ``os.replace``)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.write_text(text)
     os.replace(tmp, target)
+
+
+def write_json(path: str, data: dict) -> None:
+    """``data`` to ``path`` atomically."""
+    write_text(path, json.dumps(data, indent=1) + "\n")
+
+
+def markdown(result: dict) -> str:
+    """The rows and goals of one run as Markdown (``--markdown``)."""
+    m = result["machine"]
+    old = any("old" in r for r in result["rows"])
+    lines = [f"NFM cost (`benchmarks/bench_nfm.py {' '.join(result['argv'])}`; {m['cpu']}, {m['threads']} thread(s), "
+             f"{m['device']}, {result['precision']}, torch {m['torch']}, {m['date']}, commit {m['git_commit']}"
+             f"{' + working tree' if m['git_dirty'] else ''}; medians of {result['repeats']} interleaved rounds: "
+             f"compare ratios within a row).", "",
+             "| pair | batch | train nfm / base | eval nfm / base | train nfm / (base×2) | page faults / train step base → nfm"
+             + (" | former reader / current (train) | (eval) |" if old else " |"),
+             "|---|---:|---:|---:|---:|---:" + ("|---:|---:|" if old else "|")]
+    for r in result["rows"]:
+        row = (f"| {r['label']} | {r['batch']} | {r['train ratio']:.2f} | {r['eval ratio']:.2f} | "
+               f"{r['nfm'] / r['base x2']:.2f} | {r['faults base']:.0f} → {r['faults nfm']:.0f} |")
+        if old:
+            row += f" {r['old'] / r['nfm']:.2f} | {r['eval old'] / r['eval nfm']:.2f} |"
+        lines.append(row)
+    if result["goals"]:
+        lines += ["", "| goal | limit | measured | |", "|---|---:|---:|---|"]
+        lines += [f"| {g['goal']} | {g['limit']:.2f} | {g['value']:.2f} | {'PASS' if g['pass'] else 'FAIL'} |"
+                  for g in result["goals"]]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -288,10 +317,17 @@ def main() -> None:
     ap.add_argument("--baseline-reader", metavar="PATH",
                     help="a former modwire/nn/nfm.py: its NFMLayer.read timed beside the current one")
     ap.add_argument("--out", metavar="PATH", help="write the rows, goals and machine as JSON (atomically)")
+    ap.add_argument("--markdown", metavar="PATH", help="write the rows and goals as Markdown tables (atomically)")
+    ap.add_argument("--from-json", metavar="PATH", help="with --markdown: render a former run's --out file, run nothing")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--precision", default="fp32", choices=sorted(PRECISION),
                     help="fp32 (default) or bf16 autocast (issue 39's GPU goal: NFM <= 2.5x its base in bf16)")
     args = ap.parse_args()
+    if args.from_json:
+        if not args.markdown:
+            ap.error("--from-json renders a result file: give --markdown PATH too")
+        write_text(args.markdown, markdown(json.loads(Path(args.from_json).read_text())))
+        return
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: no CUDA device is available")
@@ -312,6 +348,10 @@ def main() -> None:
     checked = [] if args.quick else goals(rows, args.precision)
     for g in checked:
         print(f"goal {g['goal']} <= {g['limit']:.2f}: {g['value']:.2f} {'PASS' if g['pass'] else 'FAIL'}")
+    if args.markdown:
+        write_text(args.markdown, markdown({"argv": sys.argv[1:], "machine": machine(device), "repeats": repeats,
+                                            "precision": args.precision, "rows": rows, "goals": checked}))
+        print(f"wrote {args.markdown}")
     if args.out:
         write_json(args.out, {"benchmark": "bench_nfm.py", "argv": sys.argv[1:], "machine": machine(device),
                               "repeats": repeats, "precision": args.precision, "rows": rows, "goals": checked})

@@ -18,7 +18,6 @@ elementwise work that no matmul carries.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
