@@ -293,8 +293,14 @@ class NFMLayer(nn.Module):
                             f"one value per channel in training; got batch 1 of vector states [1, "
                             f"{h.shape[1]}]: train with a batch >= 2, or build the NFM with norm='none'")
         z = self.act(self.norm(z.flatten(0, 1))).unflatten(0, z.shape[:2])           # BN over batch and positions
-        z = self.w_o2(z)                                                              # [B, P, C]
-        return h + self.gamma * z.transpose(1, 2).reshape(h.shape)
+        # h + γ·(W_o2 z + b_o2) as one batched product into h's channels-first layout: (γ·W_o2) zᵀ added
+        # to h + γ·b_o2 (no [B, P, C] output to transpose, scale and add)
+        b, c = h.shape[0], h.shape[1]
+        out = h.reshape(b, c, -1)
+        if self.w_o2.bias is not None:
+            out = out + (self.gamma * self.w_o2.bias)[:, None]
+        out = torch.baddbmm(out, (self.gamma * self.w_o2.weight).expand(b, -1, -1), z.transpose(1, 2))
+        return out.reshape(h.shape)
 
 
     def _factored(self, c_q: int, p: int, grids: list[tuple[int, ...]], hows: list[SourceRead]) -> tuple[bool, bool]:
