@@ -34,7 +34,7 @@ one dropout of ``[B, 256]`` (negligible), as their ``test_`` does.
 Goal (issue 39): authors / modwire train step >= 2.0 with the same network (``modwire nfm (authors'
 arch)``), printed PASS / FAIL (not with ``--quick``: batch 2, 1 round, a smoke test). ``--out``: rows,
 ratios, goal, and the machine (torch, threads, CPU, core affinity, date, modwire's path, git commit and
-dirty flag, the authors' checkout: git commit or path, and the SHA-256 of their two model files) as JSON,
+dirty flag, load averages at start and end, the authors' checkout: git commit or path, and the SHA-256 of their two model files) as JSON,
 written atomically.
 """
 from __future__ import annotations
@@ -205,10 +205,13 @@ def main() -> None:
     run = Run.from_args(ap, args)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     batch, repeats = (2, 1) if args.quick else (args.batch, args.repeats)
+    load = {"start": os.getloadavg()}                               # other work on a shared machine skews timings
     print(f"threads {torch.get_num_threads()}, cores {sorted(os.sched_getaffinity(0))}, {run.describe()}, "
           f"batch {batch}, median of {repeats} interleaved rounds; train step (forward, NLL, backward, Adam) "
           f"and eval forward")
     rows = measure(cls, batch, repeats, run)
+    load["end"] = os.getloadavg()
+    print(f"load average (1, 5, 15 min) at start {load['start']}, at end {load['end']}")
     print(f"{'model':<32} {'params':>11} {'train ms':>10} {'eval ms':>10}")
     for r in rows:
         print(f"{r['model']:<32} {r['params']:>11,} {r['train_s'] * 1e3:>10.1f} {r['eval_s'] * 1e3:>10.1f}")
@@ -221,7 +224,7 @@ def main() -> None:
     verdict = "not checked (--quick)" if args.quick else ("PASS" if goal["pass"] else "FAIL")
     print(f"goal {goal['goal']} >= {GOAL:.1f}: {value:.2f} {verdict}")
     if args.out:
-        mach = {**machine(torch.device(run.device)), "affinity": sorted(os.sched_getaffinity(0)),
+        mach = {**machine(torch.device(run.device)), "affinity": sorted(os.sched_getaffinity(0)), "loadavg": load,
                 "modwire": checkout(Path(modwire.__file__).resolve().parent),
                 "authors": authors_source(args.authors_repo)}
         mach["git_commit"], mach["git_dirty"] = mach["modwire"]["git_commit"], mach["modwire"]["git_dirty"]

@@ -252,7 +252,7 @@ def test_bench_nfm_authors_quick_times_every_side_with_a_stand_in_checkout(tmp_p
                                                   "modwire base (paper)"]
     assert data["rows"][0]["params"] == 4 * 3 * 9 + 4 + 411 * 10 + 10 and all(r["train_s"] > 0 for r in data["rows"])
     assert data["machine"]["authors"]["path"] == str(repo) and data["machine"]["authors"]["git_commit"] is None
-    assert {"affinity", "threads", "torch", "cpu", "date", "git_commit", "git_dirty"} <= set(data["machine"])
+    assert {"affinity", "loadavg", "threads", "torch", "cpu", "date", "git_commit", "git_dirty"} <= set(data["machine"])
     first = data["ratios"][0]
     assert first["train"] == pytest.approx(data["rows"][0]["train_s"] / data["rows"][1]["train_s"])
     assert data["goal"]["value"] == first["train"] and data["goal"]["pass"] is None     # --quick: not checked
