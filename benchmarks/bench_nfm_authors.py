@@ -33,9 +33,9 @@ one dropout of ``[B, 256]`` (negligible), as their ``test_`` does.
 
 Goal (issue 39): authors / modwire train step >= 2.0 with the same network (``modwire nfm (authors'
 arch)``), printed PASS / FAIL (not with ``--quick``: batch 2, 1 round, a smoke test). ``--out``: rows,
-ratios, goal, and the machine (torch, threads, CPU, core affinity, date, modwire's path, git commit and
-dirty flag, load averages at start and end, the authors' checkout: git commit or path, and the SHA-256 of their two model files) as JSON,
-written atomically.
+ratios, goal, and the machine (torch, threads, CPU, core affinity, load averages at start and end, date,
+modwire's path, git commit and dirty flag, the authors' checkout: git commit or path, and the SHA-256 of
+their two model files) as JSON, written atomically.
 """
 from __future__ import annotations
 
