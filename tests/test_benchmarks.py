@@ -215,3 +215,57 @@ def test_check_run_determinism_quick_finds_cpu_runs_bit_identical_with_and_witho
     [row] = data["rows"]
     assert row["case"] == "nac_micro/toy_sets" and row["max_abs_again"] == row["max_abs_workers"] == 0.0
     assert re.search(r"^nac_micro/toy_sets +0 +0$", out, re.M)
+
+
+STAND_IN = '''"""A stand-in for the authors' models/model.py: their interface (CNN_MLP_NFL(args), its own Adam,
+log-probabilities from (img [B, 3, 75, 75], qst [B, 11])), none of their code."""
+import torch
+from torch import nn
+
+
+class CNN_MLP_NFL(nn.Module):
+    def __init__(self, args):
+        super().__init__()
+        print("a constructor that prints")
+        self.conv = nn.Conv2d(3, 4, 3, stride=8)
+        self.fc = nn.Linear(4 * 10 * 10 + 11, 10)
+        self.optimizer = torch.optim.Adam(self.parameters(), lr=args.lr)
+
+    def forward(self, img, qst):
+        return self.fc(torch.cat([self.conv(img).flatten(1), qst], 1)).log_softmax(-1)
+'''
+
+
+def test_bench_nfm_authors_says_what_checkout_it_needs(tmp_path):
+    script = str(ROOT / "benchmarks" / "bench_nfm_authors.py")
+    for extra in ([], ["--authors-repo", str(tmp_path)]):            # none given; a directory without their files
+        res = subprocess.run([sys.executable, script, "--quick", *extra], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 2 and "git clone https://github.com/Slowika/NeuralFunctionModules" in res.stderr
+        assert "models/model.py" in res.stderr and "CNN_MLP_NFL" in res.stderr
+        assert ("got none" if not extra else f"{tmp_path} has no models/model.py") in res.stderr
+
+
+def test_bench_nfm_authors_quick_times_every_side_with_a_stand_in_checkout(tmp_path):
+    """The script's whole path (import from the checkout, the five models, ratios, JSON) on a stand-in for
+    the authors' repository: the suite never reads their code (benchmarks/README.md says how to get it)."""
+    repo = tmp_path / "NeuralFunctionModules"
+    (repo / "models").mkdir(parents=True)
+    (repo / "models" / "model.py").write_text(STAND_IN)
+    (repo / "models" / "attentive_densenet.py").write_text("")
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_nfm_authors.py"), "--authors-repo",
+                          str(repo), "--quick", "--out", str(tmp_path / "a.json")],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert "a constructor that prints" not in out and not (repo / "models" / "__pycache__").exists()
+    data = json.loads((tmp_path / "a.json").read_text())
+    assert [r["model"] for r in data["rows"]] == ["authors nfm", "modwire nfm (authors' arch)",
+                                                  "modwire base (authors' widths)", "modwire nfm (paper)",
+                                                  "modwire base (paper)"]
+    assert data["rows"][0]["params"] == 4 * 3 * 9 + 4 + 411 * 10 + 10 and all(r["train_s"] > 0 for r in data["rows"])
+    assert data["machine"]["authors"]["path"] == str(repo) and data["machine"]["authors"]["git_commit"] is None
+    assert {"affinity", "loadavg", "threads", "torch", "cpu", "date", "git_commit", "git_dirty"} <= set(data["machine"])
+    first = data["ratios"][0]
+    assert first["train"] == pytest.approx(data["rows"][0]["train_s"] / data["rows"][1]["train_s"])
+    assert data["goal"]["value"] == first["train"] and data["goal"]["pass"] is None     # --quick: not checked
+    assert re.search(r"^authors / modwire, same network \(goal\): train [\d.]+x, eval [\d.]+x$", out, re.M)
+    assert re.search(r"^goal .* >= 2.0: [\d.]+ not checked \(--quick\)$", out, re.M)
+    assert len(data["ratios"]) == 5 and data["batch"] == 2 and data["repeats"] == 1
