@@ -31,8 +31,10 @@ round (``modwire.analysis.time_interleaved``, CUDA synchronised around each call
 Their ``FCOutputModel`` calls ``F.dropout(x)``, which stays on in eval mode: their eval forward pays for
 one dropout of ``[B, 256]`` (negligible), as their ``test_`` does.
 
-Goal (issue 39): authors / modwire train step >= 2.0 with the same network (``modwire nfm (authors'
-arch)``), printed PASS / FAIL (not with ``--quick``: batch 2, 1 round, a smoke test). ``--out``: rows,
+Goal (issue 39: "keep the Sort-of-CLEVR step >= 2x as fast as the authors' code"): authors / modwire
+train step >= 2.0, checked on both comparisons and printed PASS / FAIL (not with ``--quick``: batch 2,
+1 round, a smoke test): against the paper preset (``modwire nfm (paper)``, the comparison of the issue's
+"2.1x") and against the same network (``modwire nfm (authors' arch)``, the stricter one). ``--out``: rows,
 ratios, goal, and the machine (torch, threads, CPU, core affinity, load averages at start and end, date,
 modwire's path, git commit and dirty flag, the authors' checkout: git commit or path, and the SHA-256 of
 their two model files) as JSON, written atomically.
@@ -63,7 +65,7 @@ from runflags import Run, add_run_flags
 
 AUTHORS_URL = "https://github.com/Slowika/NeuralFunctionModules"
 AUTHORS_FILES = ("models/model.py", "models/attentive_densenet.py")
-GOAL = 2.0                       # issue 39: authors / modwire, NFM train step, same network
+GOAL = 2.0                       # issue 39: authors / modwire NFM train step ("keep ... >= 2x")
 LR = 1e-4                        # their main.py's --lr default
 BASE_FIELDS = {k: v for k, v in AUTHORS_NFM_CNN.items() if k != "nfm"}   # their widths and head, no NFM
 
@@ -148,7 +150,7 @@ def models(cls: type) -> dict[str, tuple[torch.nn.Module, bool]]:
 
 
 RATIOS = [  # (label, numerator, denominator): time ratios, > 1 = the denominator is faster
-    ("authors / modwire, same network (goal)", "authors nfm", "modwire nfm (authors' arch)"),
+    ("authors / modwire, same network", "authors nfm", "modwire nfm (authors' arch)"),
     ("authors / modwire paper preset", "authors nfm", "modwire nfm (paper)"),
     ("modwire nfm / base, authors' arch", "modwire nfm (authors' arch)", "modwire base (authors' widths)"),
     ("modwire nfm / base, paper presets", "modwire nfm (paper)", "modwire base (paper)"),
@@ -218,11 +220,11 @@ def main() -> None:
     found = ratios(rows)
     for r in found:
         print(f"{r['ratio']}: train {r['train']:.2f}x, eval {r['eval']:.2f}x")
-    value = found[0]["train"]
-    goal = {"goal": "authors / modwire NFM train step, same network", "limit": GOAL, "value": value,
-            "pass": None if args.quick else value >= GOAL}
-    verdict = "not checked (--quick)" if args.quick else ("PASS" if goal["pass"] else "FAIL")
-    print(f"goal {goal['goal']} >= {GOAL:.1f}: {value:.2f} {verdict}")
+    goals = [{"goal": f"{r['ratio']}: train step", "limit": GOAL, "value": r["train"],
+              "pass": None if args.quick else r["train"] >= GOAL} for r in found[:2]]
+    for g in goals:
+        verdict = "not checked (--quick)" if args.quick else ("PASS" if g["pass"] else "FAIL")
+        print(f"goal {g['goal']} >= {GOAL:.1f}: {g['value']:.2f} {verdict}")
     if args.out:
         mach = {**machine(torch.device(run.device)), "affinity": sorted(os.sched_getaffinity(0)), "loadavg": load,
                 "modwire": checkout(Path(modwire.__file__).resolve().parent),
@@ -230,7 +232,7 @@ def main() -> None:
         mach["git_commit"], mach["git_dirty"] = mach["modwire"]["git_commit"], mach["modwire"]["git_dirty"]
         write_json(args.out, {"benchmark": "bench_nfm_authors.py", "argv": sys.argv[1:], "machine": mach,
                               "run": run.describe(), "batch": batch, "repeats": repeats, "rows": rows,
-                              "ratios": found, "goal": goal})
+                              "ratios": found, "goals": goals})
         print(f"wrote {args.out}")
 
 

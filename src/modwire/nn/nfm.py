@@ -266,15 +266,13 @@ class NFMLayer(nn.Module):
         return (k.reshape(h.shape[0], *h.shape[2:], self.heads, self.d_k),
                 v.reshape(h.shape[0], *h.shape[2:], self.heads, self.d_v))
 
-    def write(self, h: Tensor, cache: dict | None = None) -> MemoryEntry:
-        """``h^(i) [B, C, *S]`` → its memory entry: ``K̂``, ``V̂`` as rows in read order
-        (:mod:`modwire.nn.nfm_read`; ``cache``: the forward's, for the read order's index)."""
+    def write(self, h: Tensor) -> MemoryEntry:
+        """``h^(i) [B, C, *S]`` → its memory entry: ``K̂``, ``V̂`` as rows ``[B, N, H, d]`` (row-major; a
+        read that needs them in read order orders them once per forward, :mod:`modwire.nn.nfm_read`)."""
         if not self.writes:
             raise RuntimeError("NFM: this module's output is never read (the last block of the last pass)")
         k, v = self.project_memory(h)
-        grid = tuple(h.shape[2:])
-        rows = [to_read_order(x.reshape(x.shape[0], -1, *x.shape[-2:]), grid, cache) for x in (k, v)]
-        return MemoryEntry(*rows, grid)
+        return MemoryEntry(*[x.reshape(x.shape[0], -1, *x.shape[-2:]) for x in (k, v)], tuple(h.shape[2:]))
 
     def output(self, a: Tensor, h: Tensor) -> Tensor:
         """``A [B, P, heads·d_v]`` → ``h + γ·σ(BN(A W_o1)) W_o2``, shaped like ``h [B, C, *S]``
@@ -348,17 +346,17 @@ class NFMLayer(nn.Module):
         dst = tuple(h.shape[2:]) or (1,) * dims
         hows = [source_read(g, dst, self.rescale) for g in grids]
         fast_scores, fast_values = self._factored(h.shape[1], p, grids, hows)
+        ordered = any(how.u > 1 or how.r > 1 or how.gather for how in hows)   # equal grids need no read order
         if fast_scores:      # q̂·k̂ = [h, 1]·[W_q k̂, b_q·k̂] per head, scaled: the keys mapped on their grids
             wq = torch.cat([self.query.weight.view(hd, self.d_k, -1), self.query.bias.view(hd, self.d_k, 1)],
                            dim=-1) * self.scale                                      # [H, d_k, C_q + 1]
-            x = to_read_order(h.reshape(b, h.shape[1], p).transpose(1, 2), dst, cache)
+            x = h.reshape(b, h.shape[1], p).transpose(1, 2)
+            x = to_read_order(x, dst, cache) if ordered else x
             q = torch.cat([x, x.new_ones(b, p, 1)], dim=-1).unsqueeze(2)             # [B, P, 1, C_q + 1]
-            keys = [aligned(torch.einsum("bnhd,hdc->bnhc", e.key, wq), g, dst, how, self.rescale, cache)
-                    for e, g, how in zip(memory, grids, hows)]
         else:
-            q = to_read_order(self.project_query(h).reshape(b, p, hd, self.d_k), dst, cache) * self.scale
-            keys = [aligned(e.key, g, dst, how, self.rescale, cache, (j, 0))
-                    for j, (e, g, how) in enumerate(zip(memory, grids, hows))]
+            q = self.project_query(h).reshape(b, p, hd, self.d_k) * self.scale
+            q = to_read_order(q, dst, cache) if ordered else q
+        keys = self._operands(memory, 0, grids, dst, hows, ordered, cache, wq if fast_scores else None)
         null = q.new_zeros(b, 1, p, hd)                           # the zero key: score 0 ("Default Computation")
         scores = torch.cat([null, *[source_scores(q, k, how) for k, how in zip(keys, hows)]], dim=1)
         if self.random_attention:                                                     # [B, 1 + n, P, H]
@@ -367,23 +365,38 @@ class NFMLayer(nn.Module):
             scores = torch.randn_like(scores)
         w = sparse_softmax(scores, topk=self.k, topk_softmax=self.topk_softmax, dim=1)
         spans = w[:, 1:].split([how.keys for how in hows], dim=1)
-        if fast_values:      # A W_o1 = Σ_h Σ_r w (V̂_h W_o1,h) per head: the values mapped on their grids
-            wo = self.w_o1.weight.view(-1, hd, self.d_v).permute(1, 2, 0)           # [H, d_v, hidden]
-            values = [aligned(torch.einsum("bnhd,hdc->bnhc", e.value, wo), g, dst, how, self.rescale, cache)
-                      for e, g, how in zip(memory, grids, hows)]
-        else:
-            values = [aligned(e.value, g, dst, how, self.rescale, cache, (j, 1))
-                      for j, (e, g, how) in enumerate(zip(memory, grids, hows))]
-        a = None
-        for v, how, wj in zip(values, hows, spans):
+        wo = self.w_o1.weight.view(-1, hd, self.d_v).permute(1, 2, 0) if fast_values else None   # [H, d_v, hidden]
+        a = None      # fast_values: A W_o1 = Σ_h Σ_r w (V̂_h W_o1,h) per head, the values mapped on their grids
+        for v, how, wj in zip(self._operands(memory, 1, grids, dst, hows, ordered, cache, wo), hows, spans):
             a = add_source_values(a, wj, v, how)                                       # [B, P, H, d_v or hidden]
         read = None
         if record:
             read = (torch.stack([wj.sum(1).mean(dim=(1, 2)) for wj in spans], -1), w[:, 0].mean(dim=(1, 2)))
+        a = a.sum(2) if fast_values else a.reshape(b, p, -1)                           # [B, P, hidden or H·d_v]
+        a = from_read_order(a, dst, cache) if ordered else a
         if fast_values:
-            z = from_read_order(a.sum(2), dst, cache)                                  # [B, P, hidden]
-            return self._output_hidden(z if self.w_o1.bias is None else z + self.w_o1.bias, h), read
-        return self.output(from_read_order(a.reshape(b, p, -1), dst, cache), h), read
+            return self._output_hidden(a if self.w_o1.bias is None else a + self.w_o1.bias, h), read
+        return self.output(a, h), read
+
+    def _operands(self, memory: list[MemoryEntry], part: int, grids: list[tuple[int, ...]], dst: tuple[int, ...],
+                  hows: list[SourceRead], ordered: bool, cache: dict | None, weight: Tensor | None) -> list[Tensor]:
+        """Each source's ``K̂`` (``part`` 0) or ``V̂`` (1) as the read's operand (:func:`~modwire.nn.nfm_read.aligned`):
+        in read order when the read needs it (ordered once per forward, shared by the readers), mapped per
+        head by ``weight [H, d, c]`` in the factored forms (the reader's own, not kept)."""
+        out = []
+        for j, (entry, g, how) in enumerate(zip(memory, grids, hows)):
+            x, name = entry[part], (j, part)
+            if ordered:
+                if cache is not None and ("ordered", j, part) in cache:
+                    x = cache[("ordered", j, part)]
+                else:
+                    x = to_read_order(x, g, cache)
+                    if cache is not None:
+                        cache[("ordered", j, part)] = x
+            if weight is not None:
+                x, name = torch.einsum("bnhd,hdc->bnhc", x, weight), None
+            out.append(aligned(x, g, dst, how, self.rescale, cache, name))
+        return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -533,7 +546,7 @@ class NFM(nn.Module):
                 out = self.block(p, i)(h.transpose(1, 2) if tokens else h)
                 h = self._state(out, i + 1, tokens)
                 if after or (p, i) != (self.passes - 1, n - 1):
-                    memory.append(module.write(h, cache))
+                    memory.append(module.write(h))
                 if after and p == self.passes - 1:                # the authors' code: read after the block
                     h = self._read(module, p, i, h, memory, record, cache)
             if record:
