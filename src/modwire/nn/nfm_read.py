@@ -4,8 +4,8 @@ mechanism itself (NFM §3.2: attention over layers at each position, §3.2.2's r
 in :mod:`modwire.nn.nfm` and tested against the literal re-statement (``tests/reference/nfm.py``);
 this module only chooses an order of the positions in which that mechanism is cheap.
 
-**Read order.** Per-head tensors are kept as rows of positions, ``[B, N, H, d]``, in a fixed order
-of the positions of each grid: every spatial size is
+**Read order.** Per-head tensors are kept as rows of positions, ``[B, N, H, d]``. A read between
+unequal grids puts the rows in a fixed order of each grid's positions: every spatial size is
 ``s = o · 2^e`` (``o`` odd), its coordinate written in the digits ``(o, 2, …, 2)`` (coarsest first);
 the read order puts the finest binary digits of all dims first (the finest level of each dim, dims
 in order, then the next level, …) and the odd parts last, row-major. Halving a grid in every dim
@@ -22,8 +22,10 @@ copy:
 * an equal grid, a vector source (``S = 1``) and a vector query (``P = 1``) likewise.
 
 Every product then runs over long contiguous rows, and the scores ``[B, 1 + n, P, H]`` keep the
-keys on the outer axis (the softmax reduces over it, vectorised along positions). States enter and
-leave the read order by a gather of whole rows (``index_select`` over positions). Any other source
+keys on the outer axis (the softmax reduces over it, vectorised along positions). Rows enter and
+leave the read order by a gather of whole rows (``index_select`` over positions; each memory entry
+once per forward, when a read first needs it so; a read whose sources all share the query's grid,
+as in a transformer, needs no order and takes none). Any other source
 (a ratio that is not a power of 2, or not the same in every dim) is **gathered**: one
 ``index_select`` of rows builds its keys at the query's positions, ``[B, R, P, H, d]``, exactly as the
 nearest resize and SpaceToDepth of §3.2.2 define them (the indices come from ``F.interpolate`` on
@@ -45,8 +47,8 @@ __all__ = ["MemoryEntry", "read_order", "to_read_order", "from_read_order", "Sou
 
 
 class MemoryEntry(NamedTuple):
-    """One state written to the memory: its ``K̂ [B, N, H, d_k]`` and ``V̂ [B, N, H, d_v]`` in read
-    order and its ``grid`` (``()`` for a vector state)."""
+    """One state written to the memory: its ``K̂ [B, N, H, d_k]`` and ``V̂ [B, N, H, d_v]`` (rows in
+    row-major order) and its ``grid`` (``()`` for a vector state)."""
 
     key: Tensor
     value: Tensor
