@@ -6,7 +6,9 @@
 #
 # Writes OUT_DIR/<step>.txt (the step's whole output and its exit status) and the JSON of the scripts
 # that write one. Steps: the CUDA tests; ViT vs timm's blocks (fp32, bf16, bf16 compiled); compiled/eager
-# and bf16/fp32 per family; fused attention; NAC vs Perceiver IO at Table 4 sizes (bf16, compiled).
+# and bf16/fp32 per family; fused attention; NAC vs Perceiver IO at Table 4 sizes (bf16, compiled);
+# issue 39's FlexAttention backend (its CUDA tests, then attention_backend flex vs sdpa, eager and
+# compiled: about 6 minutes more at most).
 set -u
 out=${1:?usage: gpu_checks.sh OUT_DIR}
 mkdir -p "$out"
@@ -33,3 +35,6 @@ step attention 45 $py benchmarks/bench_attention.py --device cuda --batch 32 --o
 step nac 90 $py benchmarks/bench_nac.py --device cuda --precision bf16 --compile --train-batch 0
 step cuda_tests 150 $py -m pytest -q -rf -p no:cacheprovider --timeout 60 tests/training/test_precision_and_compile.py \
     tests/nn/test_fused_attention.py tests/training/test_loader_defaults.py
+step flex_tests 90 $py -m pytest -q -rf -p no:cacheprovider tests/nn/test_flex_attention.py -k cuda
+step flex 120 $py benchmarks/bench_flex.py --device cuda --batch 32 --out "$out/flex_cuda.json"
+step flex_compiled 150 $py benchmarks/bench_flex.py --device cuda --batch 32 --compile --out "$out/flex_cuda_compiled.json"
