@@ -13,10 +13,16 @@ calls``: the attention calls of one step that ran on FlexAttention, of all atten
 ``--compile`` the "flex" model still runs FlexAttention compiled (``modwire.nn.flex`` compiles its
 core; the rest of the model is eager). torch has no FlexAttention backward on the CPU: there a "flex"
 training step runs SDPA, so it is not timed (``null`` in the JSON).
+
+``attention alone`` (evaluation, ``no_grad``): the attention calls of one step of each preset, recorded
+and replayed, all of them per timed call: FlexAttention (compiled, as the models run it) against SDPA on
+its math kernel (``SDPBackend.MATH``: the path a learned bias takes in training, without the backward)
+and SDPA as it chooses (its fused kernel), the mask folded into the bias for SDPA as ``attend`` does.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -26,6 +32,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import modwire
 import modwire.nn.attention as attention
@@ -118,6 +125,46 @@ def measure(name: str, mode: str, batch: int, iters: int, run: Run) -> dict:
             "sdpa_over_flex": None if fl is None else round(sdpa / fl, 3)}
 
 
+def record_calls(step) -> list[tuple]:
+    """The arguments of every FlexAttention call of one eager ``step()`` (detached)."""
+    calls, real = [], flex.flex_attend
+
+    def spy(*a):
+        calls.append(tuple(t.detach() if torch.is_tensor(t) else t for t in a))
+        return real(*a)
+    flex.flex_attend = spy
+    try:
+        step()
+    finally:
+        flex.flex_attend = real
+    return calls
+
+
+def sdpa_call(q, k, v, bias, mask, scale):
+    """``attend``'s SDPA form of a call: the mask folded into the bias as a finite fill."""
+    if mask is not None:
+        fill = torch.zeros((), dtype=q.dtype, device=q.device) if bias is None else bias
+        bias = fill.masked_fill(~mask, attention.mask_value(q.dtype))
+    return attention.fused_attention(q, k, v, bias, scale)
+
+
+def measure_attention(name: str, batch: int, iters: int, run: Run) -> dict:
+    nets = models(name, run)
+    x, kw = make_inputs(nets["flex"].config, batch=batch, seed=0, device=run.device)
+    calls = record_calls(step_fn(nets["flex"], x, kw, "eval", Run(run.device, run.precision)))
+
+    def replay(fn, math=False):
+        def go():
+            with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]) if math else contextlib.nullcontext():
+                for c in calls:
+                    fn(*c)
+        return go
+    t = time_interleaved({"flex": replay(flex.flex_attend), "math": replay(sdpa_call, math=True),
+                          "sdpa": replay(sdpa_call)}, iters=iters, warmup=2)
+    return {"preset": name, "calls": len(calls), **{f"{k}_ms": round(v * 1e3, 3) for k, v in t.items()},
+            "math_over_flex": round(t["math"] / t["flex"], 3), "sdpa_over_flex": round(t["sdpa"] / t["flex"], 3)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--presets", nargs="+", default=PRESETS)
@@ -145,9 +192,17 @@ def main() -> None:
             ratio = "n/a" if r["sdpa_over_flex"] is None else f"{r['sdpa_over_flex']:.2f}x"
             print(f"{name:<14} {mode:<5} {r['flex_calls']:>4} of {r['calls']:<3} {r['sdpa_ms']:>9.2f} {flex_ms:>9} "
                   f"{ratio:>10}", flush=True)
+    print(f"\nattention alone (eval): the calls of one step, replayed\n"
+          f"{'preset':<14} {'calls':>5} {'flex ms':>9} {'math ms':>9} {'sdpa ms':>9} {'math/flex':>10} {'sdpa/flex':>10}")
+    alone = []
+    for name in presets:
+        r = measure_attention(name, batch, iters, run)
+        alone.append(r)
+        print(f"{name:<14} {r['calls']:>5} {r['flex_ms']:>9.2f} {r['math_ms']:>9.2f} {r['sdpa_ms']:>9.2f} "
+              f"{r['math_over_flex']:>9.2f}x {r['sdpa_over_flex']:>9.2f}x", flush=True)
     if args.out:
-        atomic_write_text(args.out, json.dumps({"machine": info, "batch": batch, "iters": iters, "rows": rows},
-                                               indent=1) + "\n")
+        atomic_write_text(args.out, json.dumps({"machine": info, "batch": batch, "iters": iters, "rows": rows,
+                                                "attention_alone": alone}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
