@@ -12,7 +12,8 @@ the CPU (its fused kernel has no bias gradient); an evaluation step runs SDPA's 
 calls``: the attention calls of one step that ran on FlexAttention, of all attention calls. Without
 ``--compile`` the "flex" model still runs FlexAttention compiled (``modwire.nn.flex`` compiles its
 core; the rest of the model is eager). torch has no FlexAttention backward on the CPU: there a "flex"
-training step runs SDPA, so it is not timed (``null`` in the JSON).
+training step runs SDPA, so it is not timed (``null`` in the JSON). Where the "flex" model fails to
+compile (``--compile`` on the CPU, torch 2.13), the error is recorded (``flex_error``) and SDPA alone is timed.
 
 ``attention alone`` (evaluation, ``no_grad``): the attention calls of one step of each preset, recorded
 and replayed, all of them per timed call: FlexAttention (compiled, as the models run it) against SDPA on
@@ -115,14 +116,19 @@ def measure(name: str, mode: str, batch: int, iters: int, run: Run) -> dict:
     x, kw = make_inputs(nets["sdpa"].config, batch=batch, seed=0, device=run.device)
     eager = Run(run.device, run.precision, compile=False)
     flex_calls, calls = count_calls(step_fn(nets["flex"], x, kw, mode, eager))
-    timed = {"sdpa": step_fn(nets["sdpa"], x, kw, mode, run)}
+    timed, error = {"sdpa": step_fn(nets["sdpa"], x, kw, mode, run)}, None
     if flex_calls:                        # else "flex" runs SDPA here (no CPU backward): nothing to compare
         timed["flex"] = step_fn(nets["flex"], x, kw, mode, run)
+        try:
+            timed["flex"]()               # compiles; a failure is recorded, not fatal
+        except Exception as e:            # noqa: BLE001 (torch.compile's errors have no common base)
+            error = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+            del timed["flex"]
     t = time_interleaved(timed, iters=iters, warmup=run.warmup)
     sdpa, fl = t["sdpa"], t.get("flex")
     return {"preset": name, "mode": mode, "batch": batch, "calls": calls, "flex_calls": flex_calls,
             "sdpa_ms": round(sdpa * 1e3, 3), "flex_ms": None if fl is None else round(fl * 1e3, 3),
-            "sdpa_over_flex": None if fl is None else round(sdpa / fl, 3)}
+            "sdpa_over_flex": None if fl is None else round(sdpa / fl, 3), "flex_error": error}
 
 
 def record_calls(step) -> list[tuple]:
@@ -188,14 +194,17 @@ def main() -> None:
         for mode in ("eval", "train"):
             r = measure(name, mode, batch, iters, run)
             rows.append(r)
-            flex_ms = "n/a" if r["flex_ms"] is None else f"{r['flex_ms']:.2f}"
+            flex_ms = ("failed" if r["flex_error"] else "n/a") if r["flex_ms"] is None else f"{r['flex_ms']:.2f}"
             ratio = "n/a" if r["sdpa_over_flex"] is None else f"{r['sdpa_over_flex']:.2f}x"
             print(f"{name:<14} {mode:<5} {r['flex_calls']:>4} of {r['calls']:<3} {r['sdpa_ms']:>9.2f} {flex_ms:>9} "
                   f"{ratio:>10}", flush=True)
-    print(f"\nattention alone (eval): the calls of one step, replayed\n"
-          f"{'preset':<14} {'calls':>5} {'flex ms':>9} {'math ms':>9} {'sdpa ms':>9} {'math/flex':>10} {'sdpa/flex':>10}")
+            if r["flex_error"]:
+                print(f"  flex: {r['flex_error']}", flush=True)
     alone = []
-    for name in presets:
+    for name in [] if run.compile else presets:          # the replay runs the same kernels either way
+        if not alone:
+            print(f"\nattention alone (eval): the calls of one step, replayed\n{'preset':<14} {'calls':>5} "
+                  f"{'flex ms':>9} {'math ms':>9} {'sdpa ms':>9} {'math/flex':>10} {'sdpa/flex':>10}")
         r = measure_attention(name, batch, iters, run)
         alone.append(r)
         print(f"{name:<14} {r['calls']:>5} {r['flex_ms']:>9.2f} {r['math_ms']:>9.2f} {r['sdpa_ms']:>9.2f} "
