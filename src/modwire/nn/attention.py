@@ -42,9 +42,9 @@ options the four papers need, each with one meaning:
 
 The fused ``F.scaled_dot_product_attention`` runs whenever the options allow (no weights
 asked for, no top-k); the explicit softmax path only where needed. ``backend="flex"`` runs those
-calls on FlexAttention instead (:mod:`modwire.nn.flex`: the bias as a ``score_mod``, so a learned
-bias keeps a fused kernel in training on a GPU; the mask as a block mask), the same maths; where
-torch's FlexAttention cannot run a call (a gradient on the CPU) it takes the SDPA path.
+calls on FlexAttention instead (:mod:`modwire.nn.flex`: the bias as a ``score_mod``, whose gradient
+FlexAttention's backward computes, on a GPU in its fused kernel; the mask as a block mask), the same
+maths; where torch's FlexAttention cannot run a call (a gradient on the CPU) it takes the SDPA path.
 
 A precomputed sparse execution (e.g. :class:`modwire.nn.block_sparse.BlockSparseBias`) can
 be passed as ``bias``: any object with an ``attend(q, k, v, *, scale, return_weights)``

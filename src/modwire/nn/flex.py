@@ -23,7 +23,11 @@ way to get the fused kernel: uncompiled, FlexAttention is an unfused reference t
 scores); inside a compiled model, traced into its graph. torch (2.13) has no FlexAttention backward on
 the CPU (nor MPS): there, a call that needs a gradient is refused by :func:`usable` and
 :func:`~modwire.nn.attention.attend` takes the SDPA path (same maths). The first call of each shape
-and bias/mask layout compiles (8-30 s a graph on the 2-core CPU machine this was written on).
+and bias/mask layout compiles (8-30 s a graph on the 2-core CPU machine this was written on). A whole
+model under ``torch.compile`` traces FlexAttention into one graph (``tests/test_compile.py``), but on the
+CPU inductor fails to lower it there (torch 2.13: ``LoweringException: ValueError: not enough values to
+unpack``, ``vit_micro``; ``benchmarks/results/flex_cpu_compiled.json``): compile on a GPU, or use
+``"sdpa"`` on the CPU.
 """
 from __future__ import annotations
 
