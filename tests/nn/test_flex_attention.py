@@ -237,8 +237,10 @@ def test_config_field_is_validated():
 
 @pytest.mark.slow
 def test_compiled_flex_on_the_cpu(monkeypatch):
-    """The compiled FlexAttention modwire runs by default (inductor's CPU kernel; no gradient on the
-    CPU), and a whole model under ``torch.compile(fullgraph=True)``: equal to the math path."""
+    """The compiled FlexAttention modwire runs outside a compiled model (inductor's CPU kernel; no gradient
+    on the CPU), a masked call with a per-example bias: equal to the math path. (Whole models compile with
+    FlexAttention under ``aot_eager`` in ``tests/test_compile.py``; inductor fails to lower it inside a
+    whole model on the CPU, ``benchmarks/results/flex_cpu_compiled.json``.)"""
     monkeypatch.setattr(flex, "_compiled", COMPILED)
     q, k, v = _qkv(B, H, nq=9, nk=9)
     bias, mask = torch.randn(B, 1, 9, 9), _mask((B, 1, 9, 9), 8)
