@@ -26,8 +26,8 @@ the CPU (nor MPS): there, a call that needs a gradient is refused by :func:`usab
 and bias/mask layout compiles (8-30 s a graph on the 2-core CPU machine this was written on). A whole
 model under ``torch.compile`` traces FlexAttention into one graph (``tests/test_compile.py``), but on the
 CPU inductor fails to lower it there (torch 2.13: ``LoweringException: ValueError: not enough values to
-unpack``, ``vit_micro``; ``benchmarks/results/flex_cpu_compiled.json``): compile on a GPU, or use
-``"sdpa"`` on the CPU.
+unpack`` for ``vit_digits`` and ``nac_small``, ``benchmarks/results/flex_cpu_compiled.json``): compile
+on a GPU, or use ``"sdpa"`` on the CPU.
 """
 from __future__ import annotations
 
