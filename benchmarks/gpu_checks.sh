@@ -7,7 +7,11 @@
 # Writes OUT_DIR/<step>.txt (the step's whole output and its exit status) and the JSON of the scripts
 # that write one. Steps: ViT vs timm's blocks (fp32, bf16, bf16 compiled); compiled/eager
 # and bf16/fp32 per family; fused attention; NAC vs Perceiver IO at Table 4 sizes (bf16, compiled); the CUDA
-# tests; whether CUDA runs are bit-identical (check_run_determinism.py).
+# tests; whether CUDA runs are bit-identical (check_run_determinism.py); NFM over its base (fp32, bf16);
+# issue 39's FlexAttention backend (its CUDA tests, then attention_backend flex vs sdpa, eager and compiled).
+# The step limits add up to about 20 minutes, more than one 10-minute call: choose steps with STEPS, e.g.
+#   STEPS="vit_timm compile attention nac cuda_tests" PYTHONPATH=src bash benchmarks/gpu_checks.sh OUT_DIR
+#   STEPS="determinism nfm flex_tests flex flex_compiled" PYTHONPATH=src bash benchmarks/gpu_checks.sh OUT_DIR
 set -u
 out=${1:?usage: gpu_checks.sh OUT_DIR}
 mkdir -p "$out"
@@ -16,6 +20,7 @@ export PYTHONUNBUFFERED=1
 
 step() {    # step NAME SECONDS COMMAND...: run it, keep its output, go on whatever it returns
     local name=$1 limit=$2; shift 2
+    if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]]; then return 0; fi   # not chosen
     echo "== $name (limit ${limit}s): $*"
     local t0=$SECONDS
     timeout -k 10 "$limit" "$@" >"$out/$name.txt" 2>&1   # -k: training code catches SIGTERM to stop cleanly
@@ -44,3 +49,6 @@ step nfm 150 bash -c "$py benchmarks/bench_nfm.py --device cuda --batch 64 --soc
     --out $out/nfm_cuda_fp32.json && \
     $py benchmarks/bench_nfm.py --device cuda --batch 64 --soc-batch 64 --repeats 5 --precision bf16 \
     --out $out/nfm_cuda_bf16.json"
+step flex_tests 90 $py -m pytest -q -rf -p no:cacheprovider tests/nn/test_flex_attention.py -k cuda
+step flex 120 $py benchmarks/bench_flex.py --device cuda --batch 32 --out "$out/flex_cuda.json"
+step flex_compiled 150 $py benchmarks/bench_flex.py --device cuda --batch 32 --compile --out "$out/flex_cuda_compiled.json"

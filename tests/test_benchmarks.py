@@ -270,3 +270,20 @@ def test_bench_nfm_authors_quick_times_every_side_with_a_stand_in_checkout(tmp_p
     assert re.search(r"^authors / modwire, same network: train [\d.]+x, eval [\d.]+x$", out, re.M)
     assert len(re.findall(r"^goal .* >= 2.0: [\d.]+ not checked \(--quick\)$", out, re.M)) == 2
     assert len(data["ratios"]) == 5 and data["batch"] == 2 and data["repeats"] == 1
+
+
+@pytest.mark.slow
+def test_bench_flex_quick_writes_a_row_per_preset_and_mode(tmp_path):
+    out = tmp_path / "flex.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_flex.py"), "--quick", "--out", str(out)],
+                   capture_output=True, text=True, timeout=600, check=True)
+    data = json.loads(out.read_text())
+    assert data["machine"]["torch"] and "pinned_to" in data["machine"]
+    rows = {(r["preset"], r["mode"]): r for r in data["rows"]}
+    assert set(rows) == {(p, m) for p in ("nac_micro", "ni_micro", "vit_micro") for m in ("eval", "train")}
+    for (preset, mode), r in rows.items():
+        assert r["sdpa_ms"] > 0 and 0 <= r["flex_calls"] <= r["calls"]
+        if mode == "eval":                      # FlexAttention runs every attention call in evaluation
+            assert r["flex_calls"] == r["calls"] > 0 and r["flex_ms"] > 0
+        else:                                   # on the CPU, training takes SDPA: nothing timed
+            assert r["flex_calls"] == 0 and r["flex_ms"] is None

@@ -3,7 +3,9 @@ traces one graph and never recompiles over 20 optimizer steps at fixed shapes (a
 call under ``torch.no_grad``: no cache keyed on parameter identity), and the compiled model gives
 the eager model's outputs. Dynamo's capture (graph breaks, guards, recompiles) does not depend on the
 backend, so the test compiles with ``aot_eager`` (dynamo + AOT autograd, no inductor code generation:
-seconds instead of minutes); the speed of inductor's code is ``benchmarks/``' business."""
+seconds instead of minutes); the speed of inductor's code is ``benchmarks/``' business. The families with
+a learned attention bias compile with ``attention_backend="flex"`` too (issue 39: FlexAttention traced into
+the graph; on the CPU only the evaluation graph runs it, training takes SDPA: torch has no CPU backward)."""
 import sys
 from pathlib import Path
 
@@ -19,6 +21,8 @@ from test_contract import make_inputs  # noqa: E402
 FAMILIES = ["nac_micro", "nac_conditional_micro", "perceiver_io_micro", "ni_micro", "vit_micro", "ait_micro",
             "nfm_preact_resnet_micro", "nfm_cnn_mlp_micro", "transformer_lm_micro", "nfm_transformer_lm_micro",
             "nfm_gan_resnet_micro"]
+CASES = [(name, {}) for name in FAMILIES] + [(name, {"attention_backend": "flex"})
+                                             for name in ("nac_micro", "ni_micro", "vit_micro")]
 
 
 def _output(out):
@@ -26,18 +30,25 @@ def _output(out):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", FAMILIES)
-def test_one_graph_no_recompile_and_eager_outputs(name):
+@pytest.mark.parametrize("name,overrides", CASES, ids=[n + "".join(f"-{v}" for v in o.values()) for n, o in CASES])
+def test_one_graph_no_recompile_and_eager_outputs(name, overrides):
     torch.manual_seed(0)
-    model = modwire.create_model(name)
+    model = modwire.create_model(name, **overrides)
+    # the eager outputs: the model itself, or (flex) an SDPA twin with its weights, since eager FlexAttention
+    # compiles graphs of its own (tests/nn/test_flex_attention.py checks that the two backends agree)
+    eager_model = model if not overrides else modwire.create_model(name)
     dynamo.reset()
     torch._dynamo.utils.counters.clear()
+
+    def eager(x, kw):
+        eager_model.load_state_dict(model.state_dict())
+        return _output(eager_model.train(model.training)(x, **kw))
     model.eval()
     x, kw = make_inputs(model.config, seed=0)
     with torch.no_grad():
-        eager = _output(model(x, **kw))                 # an eager call first (NAC's former cache broke this)
+        expected = eager(x, kw)                         # an eager call first (NAC's former cache broke this)
         compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-        torch.testing.assert_close(_output(compiled(x, **kw)), eager, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(_output(compiled(x, **kw)), expected, atol=1e-4, rtol=1e-4)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     for step in range(20):                              # parameters change at every step
@@ -48,7 +59,7 @@ def test_one_graph_no_recompile_and_eager_outputs(name):
     model.eval()
     with torch.no_grad():
         x, kw = make_inputs(model.config, seed=99)
-        torch.testing.assert_close(_output(compiled(x, **kw)), _output(model(x, **kw)), atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(_output(compiled(x, **kw)), eager(x, kw), atol=1e-4, rtol=1e-4)
     counters = torch._dynamo.utils.counters
     assert not counters["graph_break"], dict(counters["graph_break"])
     assert not counters["recompiles"], dict(counters["recompiles"])

@@ -189,6 +189,15 @@ def test_speed_tables_equal_the_committed_benchmark_results():
         row = (f"| `{r['preset']}` | {r['mode']} | {r['calls']} | {r['fused']} | {1000 * r['current_s']:.2f} | "
                f"{r['speedup']:.2f}× |")
         assert row in page, row
+    flex = json.loads((ROOT / "benchmarks" / "results" / "flex_cpu.json").read_text())
+    for r in flex["rows"]:
+        timed = "— | —" if r["flex_ms"] is None else f"{r['flex_ms']:.2f} | {r['sdpa_over_flex']:.2f}×"
+        row = f"| `{r['preset']}` | {r['mode']} | {r['flex_calls']} of {r['calls']} | {r['sdpa_ms']:.2f} | {timed} |"
+        assert row in page, row
+    for r in flex["attention_alone"]:
+        row = (f"| `{r['preset']}` | {r['calls']} | {r['flex_ms']:.2f} | {r['math_ms']:.2f} | {r['sdpa_ms']:.2f} | "
+               f"{r['math_over_flex']:.2f}× | {r['sdpa_over_flex']:.2f}× |")
+        assert row in page, row
 
 
 def test_speed_ratios_in_the_text_come_from_committed_results():

@@ -145,7 +145,7 @@ class AiTConfig(ViTConfig):
             raise UserError("config fields 'self_attention', 'ffn', 'workspace': a block needs at least one of them")
 
     def unused_fields(self) -> tuple[str, ...]:
-        unused = super().unused_fields()
+        unused = super().unused_fields() + (() if self.self_attention else ("attention_backend",))
         if not self.workspace:
             unused += ("num_slots", "slot_dim", "workspace_heads", "bottleneck_size", "memory_alpha",
                        "hopfield_beta", "hopfield_steps", "pool", "memory_init", "retrieval", "write_grad",
@@ -166,7 +166,7 @@ class AiTBlock(TransformerBlock):
 
     def __init__(self, c: AiTConfig) -> None:
         super().__init__(c.d_model, c.num_heads, c.ffn_hidden, activation="gelu", qv_bias=c.qv_bias,
-                         attention=c.self_attention, ffn=c.ffn)
+                         attention=c.self_attention, ffn=c.ffn, attention_backend=c.attention_backend)
         self.workspace = GlobalWorkspace(
             c.d_model, num_slots=c.num_slots, slot_dim=c.slot_dim, num_heads=c.workspace_heads,
             bottleneck_size=c.bottleneck_size, alpha=c.memory_alpha, beta=c.hopfield_beta, steps=c.hopfield_steps,

@@ -33,6 +33,9 @@ one output module, ``initial_state="code"`` and ``qv_bias=False``, NAC is a Perc
 Attention runs on SDPA's fused kernels (4-D, :func:`~modwire.nn.attention.fused_attention`), except
 a training step on the CPU: Eq. 3's ``log K̂`` is an additive bias that needs a gradient (it depends
 on the signatures), which the CPU's fused kernel cannot give, so that step takes SDPA's math path.
+``attention_backend="flex"`` runs every attention on FlexAttention instead (:mod:`modwire.nn.flex`:
+``log K̂`` as a ``score_mod``, with its gradient, the kernel's and the padding masks as block masks),
+the same maths: a speed option for GPUs (on the CPU, training still takes SDPA's math path).
 """
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ from torch import Tensor, nn
 
 from ..nn import (EdgeMaskedKernel, ModulationSpec, PreNorm, ReadIn, ReadOut, SelfAttention, SignatureKernel,
                   TransformerBlock, mlp)
-from ..nn.attention import ReadInMethod
+from ..nn.attention import ATTENTION_BACKENDS, ReadInMethod
 from ..nn.kernel import KERNEL_MODES
 from ..nn.modulated import FFN_ACTIVATIONS, MODULATIONS
 from ..nn.tokenizers import padding_mask
@@ -160,6 +163,7 @@ class NACConfig(ModelConfig):
     alpha_init: float = 0.1
     qv_bias: bool = True               # Eq. 1's b on query and value projections (the authors' configs: none)
     read_out_norm: bool = False        # a LayerNorm before the read-out pooling (neither paper nor authors' configs)
+    attention_backend: str = "sdpa"    # every attention's kernel: "sdpa" or "flex" (FlexAttention); the same maths
     tokenizer: TokenizerConfig = field(default_factory=lambda: TokenizerConfig(kind="conv", image_size=64))
     kernel: KernelConfig = field(default_factory=KernelConfig)
     frozen_graph: FrozenGraphConfig = field(default_factory=FrozenGraphConfig)
@@ -171,7 +175,8 @@ class NACConfig(ModelConfig):
                                     "num_heads", "read_in_heads", "read_out_heads")},
               "alpha_init": Bounds(lo=0, note="ModFC's α, Eq. 1, is learned: 0 starts unmodulated")}
     choices = {"activation": FFN_ACTIVATIONS, "initial_state": ("mlp", "code"), "modulation": MODULATIONS,
-               "read_in_codes": ("shared", "separate"), "tokenizer.kind": TOKENIZERS}
+               "read_in_codes": ("shared", "separate"), "tokenizer.kind": TOKENIZERS,
+               "attention_backend": ATTENTION_BACKENDS}
 
     def unused_fields(self) -> tuple[str, ...]:
         return () if self.modulation == "nac" else ("alpha_init",)
@@ -307,8 +312,8 @@ class ConditionalGenerator(nn.Module):
         self.tokenizer = build_tokenizer(g.tokenizer)
         self.queries = nn.Parameter(torch.randn(c.num_processor_modules + c.num_output_modules, d))
         self.cross = ReadIn(d, self.tokenizer.out_dim, g.num_heads, c.ffn_hidden, activation=c.activation,
-                            head_dim=c.head_dim)
-        self.mix = PreNorm(d, SelfAttention(d, g.num_heads, head_dim=c.head_dim))
+                            head_dim=c.head_dim, attention_backend=c.attention_backend)
+        self.mix = PreNorm(d, SelfAttention(d, g.num_heads, head_dim=c.head_dim, attention_backend=c.attention_backend))
         self.to_signature = PreNorm(d, mlp(d, c.ffn_hidden, c.d_sig), residual=False)
         self.to_code = PreNorm(d, mlp(d, c.ffn_hidden, c.d_code), residual=False)
         self.processor_state, self.output_state = _state_mlp(c), _state_mlp(c)
@@ -367,7 +372,7 @@ class NAC(ReadOutHeadFineTuning, ReadOutClassifier):
         # The propagators' kernel when sparsified (App. F), installed by modwire.analysis; None: self.kernel.
         self.propagator_kernel: nn.Module | None = None
         self.tokenizer = build_tokenizer(c.tokenizer)
-        spec.update(head_dim=c.head_dim, qv_bias=c.qv_bias)
+        spec.update(head_dim=c.head_dim, qv_bias=c.qv_bias, attention_backend=c.attention_backend)
         self.read_in = ReadIn(c.d_model, self.tokenizer.out_dim, c.read_in_heads, c.ffn_hidden, **spec)
         self.propagators = nn.ModuleList(
             TransformerBlock(c.d_model, c.num_heads, c.ffn_hidden, **spec) for _ in range(c.num_layers))

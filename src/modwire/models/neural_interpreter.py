@@ -81,7 +81,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..nn.attention import attend, merge_heads, split_heads
+from ..nn.attention import ATTENTION_BACKENDS, attend, merge_heads, split_heads
 from ..nn.kernel import type_matching
 from ..nn.modulated import ModulatedFFN, ModulationSpec, PreNorm
 from ..nn.positions import RelativePositionBias, pad_bias
@@ -124,6 +124,7 @@ class NeuralInterpreterConfig(SetModelConfig):
     interpreter_residual: str = "identity"  # Eq. 11: "identity" (as printed), "update" (keeps the scale), "none" (authors)
     pos_dim: int = 32                  # relative positions (App. C.2.3): width of e_row / e_col
     function_positions: bool = True    # each function's own positional bias (Eq. 22-23)
+    attention_backend: str = "sdpa"    # ModAttn's kernel: "sdpa" or "flex" (FlexAttention); the same maths
 
     bounds = {**SetModelConfig.bounds,
               **{n: COUNT for n in ("num_scripts", "num_iterations", "num_locs", "num_functions", "qk_head_dim",
@@ -134,7 +135,7 @@ class NeuralInterpreterConfig(SetModelConfig):
               "tau": Bounds(lo=0, hi=2, note="d = 1 - cos lies in [0, 2]; None: no truncation"),
               "sigma_init": POSITIVE,
               "eps": Bounds(lo=0, note="ε = 0 is exact renormalisation; a variable no function reaches then gets C = 0")}
-    choices = {**SetModelConfig.choices, "interpreter_residual": RESIDUALS}
+    choices = {**SetModelConfig.choices, "interpreter_residual": RESIDUALS, "attention_backend": ATTENTION_BACKENDS}
 
     def unused_fields(self) -> tuple[str, ...]:
         relative = self.tokenizer.kind == "patches" and self.tokenizer.positions == "relative"
@@ -235,11 +236,14 @@ class ModAttn(nn.Module):
     ``[(U,) H, N, N]`` or None → ``[B, U, N, d]``. Keys have no bias: it adds ``q_i·b_k`` to every
     logit of row ``i`` and cancels in the softmax. The attention runs on SDPA's fused kernels (4-D,
     :func:`~modwire.nn.attention.fused_attention`) except in training with the learned relative
-    position bias on the CPU, whose fused kernel has no gradient for a bias (the math path then)."""
+    position bias on the CPU, whose fused kernel has no gradient for a bias (the math path then);
+    ``attention_backend="flex"``: on FlexAttention, the bias as a ``score_mod`` with its gradient
+    (:mod:`modwire.nn.flex`; on the CPU, training still takes SDPA's math path)."""
 
-    def __init__(self, dim: int, num_heads: int, qk_head_dim: int, mod: ModulationSpec) -> None:
+    def __init__(self, dim: int, num_heads: int, qk_head_dim: int, mod: ModulationSpec,
+                 attention_backend: str = "sdpa") -> None:
         super().__init__()
-        self.num_heads, self.scale = num_heads, qk_head_dim ** -0.5
+        self.num_heads, self.scale, self.attention_backend = num_heads, qk_head_dim ** -0.5, attention_backend
         self.q = mod.linear(dim, num_heads * qk_head_dim)
         self.k = mod.linear(dim, num_heads * qk_head_dim, bias=False)
         self.v, self.o = mod.linear(dim, dim), mod.linear(dim, dim)
@@ -250,7 +254,7 @@ class ModAttn(nn.Module):
         q, k, v = (split_heads(getattr(self, n)(x, folded=folds[n]), h) for n in "qkv")  # [B, U, H, N, ·]
         c = C.unsqueeze(-2)                                                       # [B, U, 1, N]
         y, w = attend(q, k, v, bias=bias, scale=self.scale, key_scale=c, row_scale=c, renorm_eps=eps,
-                      return_weights=return_weights)                              # Eq. 7-8
+                      return_weights=return_weights, backend=self.attention_backend)   # Eq. 7-8
         return self.o(merge_heads(y), folded=folds["o"]), w                       # [B, U, N, d]
 
 
@@ -262,7 +266,8 @@ class LOC(nn.Module):
     def __init__(self, c: NeuralInterpreterConfig, grid: tuple[int, int] | None) -> None:
         super().__init__()
         mod = c.modulation
-        self.attn = PreNorm(c.d_model, ModAttn(c.d_model, c.num_heads, c.qk_head_dim, mod), residual=False)
+        self.attn = PreNorm(c.d_model, ModAttn(c.d_model, c.num_heads, c.qk_head_dim, mod, c.attention_backend),
+                            residual=False)
         self.ffn = PreNorm(c.d_model, ModulatedFFN(c.d_model, c.ffn_hidden, mod=mod, activation="gelu"),
                            residual=False)
         self.relative = None

@@ -27,7 +27,11 @@ Eq. 22-23), one bias per head on the attention logits among patch tokens, 0 for 
 a CLS token (NI §4.2: "applied only to the first 64 input elements"). One bias module serves every
 layer, as in NI. Attention runs on SDPA's fused kernels, except a training step with the learned
 relative bias on the CPU: the CPU's fused kernel has no gradient for a bias, so that step takes
-SDPA's math path (:func:`~modwire.nn.attention.fused_attention`).
+SDPA's math path (:func:`~modwire.nn.attention.fused_attention`). ``attention_backend="flex"`` runs
+the self-attention on FlexAttention instead (:mod:`modwire.nn.flex`: the relative bias as a
+``score_mod``, with its gradient), the same maths: a speed option for GPUs (on the CPU, training
+still takes SDPA's math path). The AiT's blocks take it too (their self-attention; the workspace's
+attention is its own).
 """
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from ..nn import TransformerBlock
+from ..nn.attention import ATTENTION_BACKENDS
 from ..nn.positions import RelativePositionBias, pad_bias
 from .config import COUNT, heads_of
 from .registry import register_model_type, register_preset
@@ -63,10 +68,11 @@ class ViTConfig(SetModelConfig):
     pos_dim: int = 32                  # relative positions: width of e_row / e_col (NI App. C.2.3)
     classifier: str = "mean"
     qv_bias: bool = True
+    attention_backend: str = "sdpa"    # the self-attention's kernel: "sdpa" or "flex" (FlexAttention); the same maths
 
     bounds = {**SetModelConfig.bounds, "num_layers": COUNT, "ffn_hidden": COUNT, "pos_dim": COUNT,
               "num_heads": heads_of("d_model")}
-    choices = {**SetModelConfig.choices, "classifier": CLASSIFIERS}
+    choices = {**SetModelConfig.choices, "classifier": CLASSIFIERS, "attention_backend": ATTENTION_BACKENDS}
 
     def validate(self) -> None:
         super().validate()
@@ -174,7 +180,8 @@ class ViT(SetModel):
     def make_block(self) -> nn.Module:
         """One pre-LN block (the Associative Transformer overrides it with its Figure 1b block)."""
         c = self.config
-        return TransformerBlock(c.d_model, c.num_heads, c.ffn_hidden, activation="gelu", qv_bias=c.qv_bias)
+        return TransformerBlock(c.d_model, c.num_heads, c.ffn_hidden, activation="gelu", qv_bias=c.qv_bias,
+                                attention_backend=c.attention_backend)
 
     def position_bias(self, n: int) -> Tensor | None:
         """NI App. C.2.3's relative bias ``[H, N, N]`` over ``n`` tokens, or None."""

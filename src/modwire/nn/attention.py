@@ -41,7 +41,10 @@ options the four papers need, each with one meaning:
   ``r_i Σ_j s_ij c_j = 0``) reads nothing: zeros, like a row with no allowed key.
 
 The fused ``F.scaled_dot_product_attention`` runs whenever the options allow (no weights
-asked for, no top-k); the explicit softmax path only where needed.
+asked for, no top-k); the explicit softmax path only where needed. ``backend="flex"`` runs those
+calls on FlexAttention instead (:mod:`modwire.nn.flex`: the bias as a ``score_mod``, whose gradient
+FlexAttention's backward computes, on a GPU in its fused kernel; the mask as a block mask), the same
+maths; where torch's FlexAttention cannot run a call (a gradient on the CPU) it takes the SDPA path.
 
 A precomputed sparse execution (e.g. :class:`modwire.nn.block_sparse.BlockSparseBias`) can
 be passed as ``bias``: any object with an ``attend(q, k, v, *, scale, return_weights)``
@@ -75,6 +78,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import flex
 from .modulated import PLAIN, ModulationSpec
 from ..errors import UserError, UserTypeError
 from ..fields import check_argument
@@ -142,6 +146,7 @@ _FEW_DROPS = 3
 
 
 TOPK_SOFTMAX = ("kept", "all", "subtract")
+ATTENTION_BACKENDS = ("sdpa", "flex")   # attend(backend=...), the models' ``attention_backend``
 SUBTRACT_EPS = 1e-7   # the authors' ``eps = 10e-8`` of Ke et al.'s sparse attention (module docstring)
 
 
@@ -181,8 +186,8 @@ def _subtract_kth(scores: Tensor, topk: int | None, dim: int = -1) -> Tensor:
 def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern | None = None,
            key_mask: Tensor | None = None, row_scale: Tensor | float | None = None, topk: int | None = None,
            null_kv: bool = False, scale: float | None = None, key_scale: Tensor | None = None,
-           renorm_eps: float = 0.0, topk_softmax: str = "kept",
-           return_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+           renorm_eps: float = 0.0, topk_softmax: str = "kept", return_weights: bool = False,
+           backend: str = "sdpa") -> tuple[Tensor, Tensor | None]:
     """``softmax_j(scale · q_i·k_j + bias_ij) v_j`` with the options of the module docstring.
 
     Shapes: q ``[..., Nq, dk]``, k ``[..., Nk, dk]``, v ``[..., Nk, dv]``; ``bias`` (float) and
@@ -190,7 +195,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern |
     ``key_scale`` to ``[..., Nk]`` (NI Eq. 7, with ``renorm_eps``). ``scale`` defaults to ``dk ** -0.5``.
     Returns ``(out [..., Nq, dv], weights [..., Nq, Nk] or None)``; the weights cover the real
     keys only (with ``null_kv`` the null slot's weight is one minus their sum) and include
-    ``row_scale``, so ``out = weights @ v``.
+    ``row_scale``, so ``out = weights @ v``. ``backend``: the kernel of a call that needs no explicit
+    weights, ``"sdpa"`` or ``"flex"`` (:data:`ATTENTION_BACKENDS`; the same maths).
     """
     if bias is not None and not isinstance(bias, Tensor):  # a precomputed sparse pattern
         if not isinstance(bias, AttentionPattern):
@@ -200,6 +206,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern |
             raise UserError("attend: a precomputed attention pattern takes no other options")
         return bias.attend(q, k, v, scale=scale, return_weights=return_weights)
     _check(q, k, v, key_mask, topk)
+    check_argument("backend", backend, ATTENTION_BACKENDS, "attend")
     if topk_softmax not in TOPK_SOFTMAX:
         raise UserError(f"attend: topk_softmax must be 'kept' (NFM §3.2.1), 'all' (AiT Eq. 3) or 'subtract' (the NFM "
                         f"authors' code), got {topk_softmax!r}")
@@ -210,27 +217,15 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern |
             raise UserError(f"attend: topk_softmax={topk_softmax!r} does not combine with key_scale")
         return _renormalised(q, k, v, bias=bias, key_mask=key_mask, row_scale=row_scale, topk=topk,
                              null_kv=null_kv, scale=scale, key_scale=key_scale, eps=renorm_eps,
-                             return_weights=return_weights)
+                             return_weights=return_weights, backend=backend)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     bias = None if bias is None else bias.to(q.dtype)
     has_key = None if key_mask is None or null_kv else key_mask.any(dim=-1, keepdim=True)
     if null_kv:
         k, v, bias, key_mask = _prepend_null(k, v, bias, key_mask)
-    if key_mask is not None:  # finite fill: see the module docstring
-        fill = torch.zeros((), dtype=q.dtype, device=q.device) if bias is None else bias
-        bias = fill.masked_fill(~key_mask, mask_value(q.dtype))
-    n_keys = k.shape[-2]
-    if topk is not None and topk >= n_keys:
+    if topk is not None and topk >= k.shape[-2]:
         topk = None
-    weights = None
-    if return_weights or topk is not None:  # explicit path
-        scores = (q @ k.transpose(-1, -2)) * scale
-        if bias is not None:
-            scores = scores + bias
-        weights = sparse_softmax(scores, topk=topk, topk_softmax=topk_softmax, key_mask=key_mask)
-        out = weights @ v
-    else:
-        out = fused_attention(q, k, v, bias, scale)
+    out, weights = _softmax_attention(q, k, v, bias, key_mask, scale, topk, topk_softmax, return_weights, backend)
     if has_key is not None:  # a query with no allowed key reads nothing
         out = out * has_key
         weights = None if weights is None else weights * has_key
@@ -241,6 +236,26 @@ def attend(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | AttentionPattern |
     if weights is not None and null_kv:
         weights = weights[..., 1:]
     return out, (weights if return_weights else None)
+
+
+def _softmax_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, key_mask: Tensor | None, scale: float,
+                       topk: int | None, topk_softmax: str, return_weights: bool,
+                       backend: str) -> tuple[Tensor, Tensor | None]:
+    """:func:`attend`'s kernel, after its options are resolved: ``(out, weights or None)``; weights
+    (explicit path) where they are asked for or top-k needs them, else one fused call."""
+    explicit = return_weights or topk is not None
+    if not explicit and backend == "flex" and flex.usable(q, k, v, bias):
+        return flex.flex_attend(q, k, v, bias, key_mask, scale), None    # the mask as a block mask
+    if key_mask is not None:  # finite fill: see the module docstring
+        fill = torch.zeros((), dtype=q.dtype, device=q.device) if bias is None else bias
+        bias = fill.masked_fill(~key_mask, mask_value(q.dtype))
+    if not explicit:
+        return fused_attention(q, k, v, bias, scale), None
+    scores = (q @ k.transpose(-1, -2)) * scale
+    if bias is not None:
+        scores = scores + bias
+    weights = sparse_softmax(scores, topk=topk, topk_softmax=topk_softmax, key_mask=key_mask)
+    return weights @ v, weights
 
 
 def fused_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: float) -> Tensor:
@@ -273,7 +288,7 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale:
 
 
 def _renormalised(q: Tensor, k: Tensor, v: Tensor, *, bias, key_mask, row_scale, topk, null_kv, scale,
-                  key_scale: Tensor, eps: float, return_weights: bool) -> tuple[Tensor, Tensor | None]:
+                  key_scale: Tensor, eps: float, return_weights: bool, backend: str) -> tuple[Tensor, Tensor | None]:
     """NI Eq. 7: ``W_ij = r_i c_j s_ij / (ε + Σ_j r_i c_j s_ij)`` (module docstring)."""
     if null_kv:
         raise UserError("attend: key_scale (NI Eq. 7) does not combine with null_kv")
@@ -290,7 +305,7 @@ def _renormalised(q: Tensor, k: Tensor, v: Tensor, *, bias, key_mask, row_scale,
     c = c.unsqueeze(-1)                                                   # [..., Nk, 1]
     cv = v * c                                                            # c_j v_j   [..., Nk, dv]
     aug = torch.cat([cv, c.expand(*cv.shape[:-1], 1)], dim=-1)            # [c_j v_j, c_j]
-    z, _ = attend(q, k, aug, bias=bias, key_mask=key_mask, scale=scale)  # [..., Nq, dv + 1]
+    z, _ = attend(q, k, aug, bias=bias, key_mask=key_mask, scale=scale, backend=backend)  # [..., Nq, dv + 1]
     num, den = z[..., :-1], z[..., -1:]                # Σ_j s_ij c_j v_j,  Σ_j s_ij c_j
     if r is not None:
         r = r.unsqueeze(-1) if isinstance(r, Tensor) else r
@@ -327,12 +342,13 @@ class ModulatedAttention(nn.Module):
     attention is ``inner = num_heads·head_dim`` wide (``head_dim=None``: ``dim / num_heads``, heads
     split ``dim``; the NAC authors' code: 64 whatever the head count, ``head_dim`` in
     ``attention.py``); ``qv_bias``: biases on the query and value projections (the key never has
-    one: see below; the output projection always does); ``mod``: the conditioning.
+    one: see below; the output projection always does); ``mod``: the conditioning;
+    ``attention_backend``: :func:`attend`'s ``backend`` (``"sdpa"`` or ``"flex"``, the same maths).
     """
 
     def __init__(self, dim: int, num_heads: int, *, head_dim: int | None = None, qv_bias: bool = True,
                  mod: ModulationSpec = PLAIN, kv_dim: int | None = None,
-                 kv_code: Literal["sender", "receiver"] = "sender") -> None:
+                 kv_code: Literal["sender", "receiver"] = "sender", attention_backend: str = "sdpa") -> None:
         super().__init__()
         if head_dim is None and dim % num_heads:
             raise UserError(f"dim ({dim}) must be divisible by num_heads ({num_heads})")
@@ -340,6 +356,8 @@ class ModulatedAttention(nn.Module):
             raise UserError(f"kv_code must be 'sender' or 'receiver', got {kv_code!r}")
         kv_dim = dim if kv_dim is None else kv_dim
         self.num_heads, self.kv_code = num_heads, kv_code
+        self.attention_backend = check_argument("attention_backend", attention_backend, ATTENTION_BACKENDS,
+                                                "ModulatedAttention")
         self.head_dim = dim // num_heads if head_dim is None else head_dim
         inner = num_heads * self.head_dim
         self.q, self.v = mod.linear(dim, inner, bias=qv_bias), mod.linear(kv_dim, inner, bias=qv_bias)
@@ -363,7 +381,8 @@ class ModulatedAttention(nn.Module):
         q = q.expand(b, *q.shape[-3:]) if q.dim() == 3 else q
         code_kv = code_q if self.kv_code == "receiver" else code_kv       # unmodulated: ignored
         k, v = split_heads(self.k(x_kv, code_kv), h), split_heads(self.v(x_kv, code_kv), h)
-        y, w = attend(q, k, v, bias=bias, key_mask=key_mask, return_weights=return_weights)
+        y, w = attend(q, k, v, bias=bias, key_mask=key_mask, return_weights=return_weights,
+                      backend=self.attention_backend)
         return self.o(merge_heads(y), code_q), w
 
     def _receiver_factorized(self, x_q, x, code, bias, key_mask, return_weights):
@@ -377,7 +396,7 @@ class ModulatedAttention(nn.Module):
         # with a mask, Σ_j a_uj may be 0: read it off a column of ones (else it is 1)
         vs = xs if key_mask is None else torch.cat([x, x.new_ones(b, n, 1)], -1).unsqueeze(1).expand(b, h, n, -1)
         z, w = attend(q_fold, xs, vs, bias=bias, key_mask=key_mask, scale=dh ** -0.5,
-                      return_weights=return_weights)                      # [B, H, U, d_in (+ 1)]
+                      return_weights=return_weights, backend=self.attention_backend)   # [B, H, U, d_in (+ 1)]
         mass = None if key_mask is None else z[..., d_in:].transpose(1, 2)  # Σ_j a_uj  [B, U, H, 1]
         z = z[..., :d_in] * self.v.modulation_factor(code).unsqueeze(-3)  # (Σ_j a_uj x_j) ⊙ m^v_u
         y = torch.einsum("bhui,hei->buhe", z, self.v.weight.view(h, dh, d_in))   # [B, U, H, dh]
@@ -397,7 +416,7 @@ class ModulatedAttention(nn.Module):
         k = k.unflatten(-1, (h, -1)).permute(0, 3, 1, 2, 4)               # [B, H, U, N, dh]
         v = v.unflatten(-1, (h, -1)).permute(0, 3, 1, 2, 4)
         y, w = attend(q.unsqueeze(-2), k, v, bias=_per_row(bias), key_mask=_per_row(key_mask),
-                      return_weights=return_weights)                      # [B, H, U, 1, dh]
+                      return_weights=return_weights, backend=self.attention_backend)   # [B, H, U, 1, dh]
         w = None if w is None else w.squeeze(-2)
         return self.o(merge_heads(y.squeeze(-2)), code), w
 

@@ -12,8 +12,9 @@ generalises a Perceiver IO latent, so both are built from the same three blocks)
 Every block takes its conditioning as one :class:`~modwire.nn.modulated.ModulationSpec`
 (``PLAIN``: exactly Perceiver IO's encoder, latent transformer and decoder) and wraps
 each sub-layer in the one :class:`~modwire.nn.modulated.PreNorm`. Every attention has
-``num_heads`` heads of ``head_dim`` features (None: the heads split ``dim``) and optional
-query/value biases (``qv_bias``), as :class:`~modwire.nn.attention.ModulatedAttention`.
+``num_heads`` heads of ``head_dim`` features (None: the heads split ``dim``), optional
+query/value biases (``qv_bias``) and a kernel (``attention_backend``: ``"sdpa"`` or ``"flex"``),
+as :class:`~modwire.nn.attention.ModulatedAttention`.
 """
 from __future__ import annotations
 
@@ -37,10 +38,10 @@ class ReadIn(nn.Module):
 
     def __init__(self, dim: int, token_dim: int, num_heads: int, ffn_hidden: int, *,
                  mod: ModulationSpec = PLAIN, activation: str = "geglu", head_dim: int | None = None,
-                 qv_bias: bool = True) -> None:
+                 qv_bias: bool = True, attention_backend: str = "sdpa") -> None:
         super().__init__()
         attn = ModulatedAttention(dim, num_heads, head_dim=head_dim, qv_bias=qv_bias, mod=mod, kv_dim=token_dim,
-                                  kv_code="receiver")
+                                  kv_code="receiver", attention_backend=attention_backend)
         self.attn = PreNorm(dim, attn, context_dim=token_dim)
         self.ffn = PreNorm(dim, ModulatedFFN(dim, ffn_hidden, mod=mod, activation=activation))
 
@@ -88,10 +89,11 @@ class TransformerBlock(nn.Module):
     def __init__(self, dim: int, num_heads: int, ffn_hidden: int, *, mod: ModulationSpec = PLAIN,
                  activation: str = "geglu", head_dim: int | None = None, qv_bias: bool = True,
                  dropout: float = 0.0, causal: bool = False, max_len: int = 0, attention: bool = True,
-                 ffn: bool = True) -> None:
+                 ffn: bool = True, attention_backend: str = "sdpa") -> None:
         super().__init__()
-        self.attn = PreNorm(dim, SelfAttention(dim, num_heads, head_dim=head_dim, qv_bias=qv_bias, mod=mod),
-                            dropout=dropout) if attention else None
+        attn = SelfAttention(dim, num_heads, head_dim=head_dim, qv_bias=qv_bias, mod=mod,
+                             attention_backend=attention_backend)
+        self.attn = PreNorm(dim, attn, dropout=dropout) if attention else None
         self.ffn = PreNorm(dim, ModulatedFFN(dim, ffn_hidden, mod=mod, activation=activation),
                            dropout=dropout) if ffn else None
         self.causal = causal
@@ -132,9 +134,10 @@ class ReadOut(nn.Module):
 
     def __init__(self, dim: int, num_outputs: int, num_heads: int, ffn_hidden: int, num_classes: int, *,
                  mod: ModulationSpec = PLAIN, activation: str = "geglu", head_dim: int | None = None,
-                 qv_bias: bool = True, norm: bool = False) -> None:
+                 qv_bias: bool = True, norm: bool = False, attention_backend: str = "sdpa") -> None:
         super().__init__()
-        attn = ModulatedAttention(dim, num_heads, head_dim=head_dim, qv_bias=qv_bias, mod=mod)
+        attn = ModulatedAttention(dim, num_heads, head_dim=head_dim, qv_bias=qv_bias, mod=mod,
+                                  attention_backend=attention_backend)
         self.attn = PreNorm(dim, attn, context_dim=dim, residual=False)
         self.ffn = PreNorm(dim, ModulatedFFN(dim, ffn_hidden, mod=mod, activation=activation))
         self.norm = nn.LayerNorm(dim) if norm else None

@@ -17,9 +17,11 @@ from typing import Any
 import torch
 
 from ..errors import UserError
+from ..nn.flex import uses_flex
 from ..fields import Choices
 
-__all__ = ["AUTOCAST", "COMPILE_CHOICES", "PRECISIONS", "autocast", "check_compile_setting", "check_device",
+__all__ = ["AUTOCAST", "COMPILE_CHOICES", "PRECISIONS", "autocast", "check_compile_setting", "check_compile_target",
+           "check_device",
            "compile_mode", "compile_net", "loss_scaler"]
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -60,6 +62,16 @@ def compile_mode(value: Any) -> str | None:
     if value is False or value is None:
         return None
     return "default" if value is True else str(value)
+
+
+def check_compile_target(value: Any, model: torch.nn.Module, device: torch.device) -> None:
+    """Refuse, before the run writes anything, a compiled model whose FlexAttention torch cannot build
+    on this device: on the CPU inductor fails to lower FlexAttention inside a model (torch 2.13,
+    ``benchmarks/results/flex_cpu_compiled.json``), which would otherwise stop the run at its first step."""
+    if compile_mode(value) is not None and device.type == "cpu" and uses_flex(model):
+        raise UserError("config key 'compile': torch.compile cannot build FlexAttention into a model on the CPU "
+                        "(torch's inductor fails to lower it), and this model's attention_backend is 'flex': set "
+                        "model.overrides.attention_backend=sdpa on the CPU (the same maths), or compile: false")
 
 
 def compile_net(net: torch.nn.Module, value: Any) -> torch.nn.Module:

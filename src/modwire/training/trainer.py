@@ -48,7 +48,7 @@ from .feedback import Feedback
 from .kinds import kind_of_config
 from .loggers import check_loggers, open_loggers
 from .lock import RunLock
-from .precision import compile_mode, compile_net
+from .precision import check_compile_target, compile_mode, compile_net
 from .resume import (CONFIG_NAME, RESUMES_NAME, absolute_roots, check_resume,
                      record_resume, run_id, saved_config_changes, write_config_once)
 from .run import TrainingRun
@@ -84,6 +84,7 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
         changes = prepare_directory(cfg, run_dir, resume=resume, allow=allow_change, overwrite=overwrite) \
             if dist_info.main else {}
         run, state = kind.build_run(cfg, dist_info, run_dir, overrides)    # writes nothing; raises on bad data
+        check_compile_target(cfg.compile, state.model, dist_info.device)   # precision.py
         check_run_length(cfg, run.total)                   # settings that count steps vs the run's length
         if overwrite and dist_info.main:
             discard_previous_run(run_dir)                  # only once the new run is known to build
