@@ -217,7 +217,7 @@ def main() -> None:
           f"median of {args.iters} interleaved rounds of >= {args.min_round_ms:g} ms per side")
     print(f"{'preset':28} {'params':>9} {'train ms':>9} {'train c/e':>9} {'train bf16':>10} "
           f"{'eval ms':>8} {'eval c/e':>8} {'eval bf16':>9}  goal >= {GOAL}")
-    rows, load = [], os.getloadavg()
+    rows, load, where = [], os.getloadavg(), machine(args.device)      # the tree and date the run started from
     for name in args.presets:
         row = family(name, args.batch, args.iters, args.device, args.min_round_ms)
         rows.append(row)
@@ -232,7 +232,7 @@ def main() -> None:
     print(text)
     if args.out:
         write_json(Path(args.out), {
-            "benchmark": "bench_compile", "machine": {**machine(args.device), "load_average_1min": {
+            "benchmark": "bench_compile", "machine": {**where, "load_average_1min": {
                 "start": load[0], "end": os.getloadavg()[0]}}, "goal": {
                 "compiled_over_eager_at_least": GOAL, "met": ok, "summary": text},
             "args": {k: v for k, v in vars(args).items() if k not in ("out", "markdown")},
