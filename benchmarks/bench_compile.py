@@ -172,7 +172,8 @@ def markdown(data: dict, source: str = "benchmarks/results/compile_cpu.json") ->
     load = mach.get("load_average_1min")
     load = f"; 1-minute load average {load['start']:.1f} at the start, {load['end']:.1f} at the end" if load else ""
     commit = (mach["git_commit"] or "unknown")[:7] + (" + uncommitted changes" if mach.get("git_dirty") else "")
-    lines = [f"`{source}`: {mach['cpu']}, {mach['threads']} thread(s), {pinned}, torch "
+    threads = f"{mach['threads']} thread" + ("s" if mach["threads"] != 1 else "")
+    lines = [f"`{source}`: {mach['cpu']}, {threads}, {pinned}, torch "
              f"{mach['torch']}, {mach['date'][:10]}, commit {commit}; batch {args['batch']}, median of {args['iters']} "
              f"interleaved rounds of at least {args['min_round_ms']:g} ms per side{load}.",
              "",
