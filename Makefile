@@ -47,7 +47,7 @@ bench: install
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_vit.py
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_ni.py
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_ait.py
-	OMP_NUM_THREADS=2 $(BIN)/python benchmarks/bench_compile.py --out benchmarks/results/compile_cpu.json
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_compile.py --out benchmarks/results/compile_cpu.json
 	OMP_NUM_THREADS=2 $(BIN)/python benchmarks/bench_attention.py --batch 8 --iters 7 --out benchmarks/results/attention_cpu.json
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_flex.py --batch 8 --iters 7 --out benchmarks/results/flex_cpu.json
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_nfm.py --out benchmarks/results/nfm_cpu.json

@@ -178,10 +178,16 @@ def test_bench_compile_quick_prints_and_writes_the_ratios_per_family(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_compile.py"), "--quick", "--out",
                           str(tmp_path / "c.json")], capture_output=True, text=True, timeout=600, check=True).stdout
     data = json.loads((tmp_path / "c.json").read_text())
-    assert [r["preset"] for r in data["rows"]] == ["nac_micro", "perceiver_io_micro"] and "machine" in data
+    assert [r["preset"] for r in data["rows"]] == ["nac_micro", "perceiver_io_micro"]
+    assert {"git_commit", "git_dirty", "affinity", "threads", "cpu", "date"} <= set(data["machine"])
     for row in data["rows"]:
         assert "error" not in row and row["train_compiled_over_eager"] > 0 and row["eval_bf16_over_fp32"] > 0
-        assert re.search(rf"^{row['preset']} +{row['params']:,} ", out, re.M)
+        assert re.search(rf"^{row['preset']} +{row['params']:,} .* train (PASS|FAIL) eval (PASS|FAIL)$", out, re.M)
+    met = all(r[f"{m}_goal_met"] for r in data["rows"] for m in ("train", "eval"))
+    assert data["goal"]["met"] == met and re.search(rf"for every family, train and eval: {'PASS' if met else 'FAIL'}", out)
+    table = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_compile.py"), "--markdown",
+                            str(tmp_path / "c.json")], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert table.count("\n| `") == 2 and f"| `nac_micro` | {data['rows'][0]['params']:,} |" in table
 
 
 def test_bench_train_loop_quick_prints_the_ratio_and_writes_json(tmp_path):

@@ -86,3 +86,27 @@ def test_an_nfm_reading_gathered_sources_compiles_to_one_graph(kw):
     counters = torch._dynamo.utils.counters
     assert not counters["graph_break"], dict(counters["graph_break"])
     assert not counters["recompiles"], dict(counters["recompiles"])
+
+
+def test_every_model_method_has_its_own_code():
+    """Dynamo keeps compiled graphs per code object, at most ``recompile_limit`` (8) per code. Every
+    model's ``forward`` (wrapped by models/base.py for its output dtype) has its own code, so compiling
+    one model never counts against another's limit (issue 39: with one shared code, the fifth family
+    compiled in one process failed under fullgraph=True)."""
+    from modwire.models.base import MODEL_TYPES
+
+    codes = [cls.__dict__[n].__code__ for cls in MODEL_TYPES.values()
+             for n in ("forward", "forward_record", "forward_head") if n in cls.__dict__]
+    assert len({id(c) for c in codes}) == len(codes) > 10
+
+
+@pytest.mark.slow
+def test_compiling_one_model_leaves_another_its_recompile_limit():
+    """The same, end to end: with a limit of 1, two models compile, one graph each."""
+    dynamo.reset()
+    with dynamo.config.patch(recompile_limit=1), torch.no_grad():
+        for name in ("perceiver_io_micro", "vit_micro"):
+            torch.manual_seed(0)
+            model = modwire.create_model(name).eval()
+            x, kw = make_inputs(model.config)
+            torch.compile(model, fullgraph=True, backend="eager")(x, **kw)

@@ -86,7 +86,12 @@ def _in_parameter_dtype(forward: Any) -> Any:
     would decide (bf16 from a Linear head, fp32 from an einsum head on the CPU, which autocast leaves
     alone), so families differed; now an fp32 model returns fp32 under bf16 / fp16 autocast on every
     device, as the loss and metrics expect, and a bf16 model returns bf16. Inside ``forward`` (not a
-    hook), so ``torch.compile`` traces it into the model's one graph."""
+    hook), so ``torch.compile`` traces it into the model's one graph.
+
+    Each wrapped method gets its own code object: ``torch.compile`` keeps a model's compiled graphs on
+    the code of the frame it enters (this wrapper), at most ``torch._dynamo.config.recompile_limit``
+    (8) per code. With one code shared by every model, the fifth model compiled in a process (a graph
+    for train and one for eval each) failed under ``fullgraph=True`` (issue 39)."""
     @functools.wraps(forward)
     def in_parameter_dtype(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
         output = forward(self, *args, **kwargs)
@@ -99,6 +104,9 @@ def _in_parameter_dtype(forward: Any) -> Any:
                     return dataclasses.replace(output, logits=logits)
                 return logits
         return output
+    code = in_parameter_dtype.__code__
+    own = {"co_qualname": f"in_parameter_dtype[{forward.__qualname__}]"} if hasattr(code, "co_qualname") else {}
+    in_parameter_dtype.__code__ = code.replace(**own)          # a new code object, also on Python 3.10
     return in_parameter_dtype
 
 
