@@ -322,6 +322,11 @@ def _safe(den: Tensor) -> Tensor:
 ReadInMethod = Literal["factorized", "literal"]
 
 
+def uses_flex(module: nn.Module) -> bool:
+    """Whether any attention of ``module`` runs on FlexAttention (``attention_backend="flex"``)."""
+    return any(isinstance(m, ModulatedAttention) and m.attention_backend == "flex" for m in module.modules())
+
+
 def split_heads(x: Tensor, h: int) -> Tensor:
     """``[..., N, H·d] → [..., H, N, d]``."""
     return x.unflatten(-1, (h, -1)).transpose(-3, -2)

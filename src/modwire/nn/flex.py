@@ -44,12 +44,6 @@ MIN_WIDTH = 16          # FlexAttention's GPU kernel: q/k and v widths of at lea
 NO_BACKWARD = ("cpu", "mps")   # devices where torch's FlexAttention refuses a backward
 
 
-def uses_flex(module: torch.nn.Module) -> bool:
-    """Whether any attention of ``module`` runs on FlexAttention (``attention_backend="flex"``)."""
-    from .attention import ModulatedAttention        # (attention imports this module)
-    return any(isinstance(m, ModulatedAttention) and m.attention_backend == "flex" for m in module.modules())
-
-
 def usable(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> bool:
     """False where FlexAttention cannot run this call: a gradient is wanted on a device where torch
     has no FlexAttention backward (the CPU)."""

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..errors import UserError
-from ..nn.flex import uses_flex
+from ..nn.attention import uses_flex
 from ..fields import Choices
 
 __all__ = ["AUTOCAST", "COMPILE_CHOICES", "PRECISIONS", "autocast", "check_compile_setting", "check_compile_target",
