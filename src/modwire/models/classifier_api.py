@@ -89,7 +89,7 @@ def _first_layer(module: nn.Module, prefix: str) -> str:
 
 class Classifier(PretrainedModel):
     """timm's model API (module docstring). A family defines ``forward_features``, ``forward_head``,
-    :meth:`intermediate_blocks`, :meth:`reset_classifier`, :attr:`num_features`, :attr:`head_hidden_size`
+    :meth:`intermediate_blocks`, (where more than ``new_task``) :meth:`reset_classifier`, :attr:`num_features`, :attr:`head_hidden_size`
     and the class attributes below; the rest is shared."""
 
     #: The module the input enters (``pretrained_cfg["first_conv"]``: its first conv / linear / embedding).
@@ -108,7 +108,11 @@ class Classifier(PretrainedModel):
         raise NotImplementedError
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        raise NotImplementedError
+        """A fresh classifier for ``num_classes`` (timm's ``reset_classifier``): the family's ``new_task``
+        (``modwire finetune``'s, :class:`~modwire.models.capabilities.FineTunable`), the body kept; a
+        family whose head is more than that overrides this."""
+        self._check_reset(num_classes, global_pool)
+        self.new_task(num_classes)
 
     @property
     def num_features(self) -> int:
@@ -266,11 +270,6 @@ class ReadOutClassifier(Classifier):
 
     def classifier_name(self) -> str:
         return "read_out.head"
-
-    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        """A fresh ``read_out.head`` (``new_task``); the output queries and their attention are kept."""
-        self._check_reset(num_classes, global_pool)
-        self.new_task(num_classes)
 
     @classmethod
     def timm_overrides(cls, config: ModelConfig, *, in_chans: int | None = None, drop_rate: float | None = None,

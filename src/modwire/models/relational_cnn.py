@@ -268,10 +268,6 @@ class CNNMLP(Classifier):
     def classifier_name(self) -> str:
         return f"mlp.{len(self.mlp) - 1}"
 
-    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        self._check_reset(num_classes, global_pool)
-        self.new_task(num_classes)
-
     @classmethod
     def timm_overrides(cls, config: CNNMLPConfig, *, in_chans: int | None = None, drop_rate: float | None = None,
                        global_pool: str | None = None) -> dict[str, Any]:

@@ -249,18 +249,12 @@ class NFMLayer(nn.Module):
         self.writes = writes
         self.random_attention = False
 
-    def _heads(self, h: Tensor, layer: nn.Linear, d: int) -> Tensor:
-        """A per-position projection of channels-first ``h [B, C, *S]`` → ``[B, *S, H, d]`` (channels last)."""
-        return _project(h, layer.weight, layer.bias).reshape(h.shape[0], *h.shape[2:], self.heads, d)
-
     def project_query(self, h: Tensor) -> Tensor:
-        """``h [B, C, *S]`` → ``Q̂ [B, *S, H, d_k]``."""
-        return self._heads(h, self.query, self.d_k)
+        """``h [B, C, *S]`` → ``Q̂ [B, *S, H, d_k]`` (channels last)."""
+        return _project(h, self.query.weight, self.query.bias).reshape(h.shape[0], *h.shape[2:], self.heads, self.d_k)
 
     def project_memory(self, h: Tensor) -> tuple[Tensor, Tensor]:
         """This module's output ``h^(i) [B, C, *S]`` → ``(K̂ [B, *S, H, d_k], V̂ [B, *S, H, d_v])``."""
-        if type(self)._heads is not NFMLayer._heads:
-            return self._heads(h, self.key, self.d_k), self._heads(h, self.value, self.d_v)
         kv = _project(h, torch.cat([self.key.weight, self.value.weight]), torch.cat([self.key.bias, self.value.bias]))
         k, v = kv.split([self.heads * self.d_k, self.heads * self.d_v], dim=-1)      # one pass over h for both
         return (k.reshape(h.shape[0], *h.shape[2:], self.heads, self.d_k),
@@ -313,8 +307,7 @@ class NFMLayer(nn.Module):
             m = mapped or d
             return hd * sum((s * d * m if mapped else 0) + gathered * m + pr * m for s, gathered, pr in per)
         cls = type(self)
-        own_query = cls.project_query is NFMLayer.project_query and cls._heads is NFMLayer._heads \
-            and isinstance(self.query, nn.Linear)
+        own_query = cls.project_query is NFMLayer.project_query and isinstance(self.query, nn.Linear)
         scores = own_query and c_q + 1 < dk and cost(dk, c_q + 1) < cost(dk, None) + p * c_q * hd * dk   # + Q̂
         hidden = self.w_o1.out_features if isinstance(self.w_o1, nn.Linear) else 0
         own_output = cls.output is NFMLayer.output and self.reader_output == "linear" and hidden > 0
