@@ -2,7 +2,8 @@
 network, interleaved (issues 13 and 25).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_nfm.py [--repeats 5] [--quick] [--presets GLOB ...]
-        [--width 16 64] [--batch 16] [--soc-batch 16] [--baseline-reader OLD_NFM_PY] [--out RESULT.json]
+        [--width 16 64] [--batch 16] [--soc-batch 16] [--baseline-reader OLD_NFM_PY [--baseline-attention OLD_ATTENTION_PY]]
+        [--out RESULT.json]
         [--device cpu|cuda] [--precision fp32|bf16] [--markdown RESULT.md]
 
 Pairs: every registered preset ``nfm_<base>`` whose ``<base>`` is also registered, matching the
@@ -20,8 +21,10 @@ over running the base network twice, measured by a function that runs the base s
 the minor page faults per train step (``getrusage`` ``ru_minflt`` around each timed call) of each
 side. ``--baseline-reader PATH``: a former ``modwire/nn/nfm.py`` (e.g. ``git show
 HEAD~1:src/modwire/nn/nfm.py > /tmp/old_nfm.py``; its imports must resolve in the current package)
-whose ``NFMLayer.read``, ``write`` and ``_factored`` replace those of a second copy of each NFM model, timed in the same interleaved rounds: the ``old ms`` and
-``old / new`` columns (train step).
+whose ``NFMLayer.read``, ``write``, ``project_memory`` and ``_factored`` replace those of a second copy of each
+NFM model, timed in the same interleaved rounds: the ``old ms`` and ``old / new`` columns (train step);
+``--baseline-attention PATH``: a former ``modwire/nn/attention.py`` whose ``sparse_softmax`` that former
+reader calls (e.g. ``git show HEAD~1:src/modwire/nn/attention.py > /tmp/old_attention.py``).
 
 Goals (issue 25), printed PASS / FAIL (not with ``--quick``): NFM / base ≤ 2.4 (train) and ≤ 2.3
 (eval) for the classifier at width 64, ≤ 3 at width 16; Sort-of-CLEVR CNN_MLP train ≤ 6; page
@@ -143,31 +146,48 @@ def counting_faults(fn: Callable[[], None], faults: list[int]) -> Callable[[], N
     return call
 
 
-def load_reader(path: str) -> dict[str, Callable]:
-    """``NFMLayer``'s ``read``, ``write`` and ``_factored`` of a former ``modwire/nn/nfm.py``
-    (``--baseline-reader``), run with that module's own helpers: its memory entries are its own, so
-    its reader and writer travel together."""
-    spec = importlib.util.spec_from_file_location("modwire.nn._bench_old_nfm", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module                               # dataclasses look their module up
-    spec.loader.exec_module(module)
+def load_reader(path: str, attention: str | None = None) -> dict[str, Callable]:
+    """``NFMLayer``'s ``read``, ``write``, ``project_memory`` and ``_factored`` of a former
+    ``modwire/nn/nfm.py`` (``--baseline-reader``), run with that module's own helpers: its memory entries
+    are its own, so its reader and writer travel together. ``attention``: a former
+    ``modwire/nn/attention.py`` (``--baseline-attention``) whose ``sparse_softmax`` that reader calls
+    (else the current one)."""
+    module = _load_module("modwire.nn._bench_old_nfm", path)
+    if attention:
+        module.sparse_softmax = _load_module("modwire.nn._bench_old_attention", attention).sparse_softmax
     old = module.NFMLayer
 
     def read(self, h, memory, *, record=False, cache=None):
         return old.read(self, h, memory, record=record, cache=cache)
 
-    def write(self, h, cache=None):                               # the former entries: (K̂, V̂) [B, *S, H, d]
-        if not self.writes:
-            raise RuntimeError("NFM: this module's output is never read")
-        return self.project_memory(h)
-    return {"read": read, "write": write, "_factored": old._factored}
+    methods = {"read": read, "_factored": old._factored, "project_memory": old.project_memory}
+    if hasattr(module, "MemoryEntry"):                            # issue 39's entries: rows [B, N, H, d] and the grid
+        methods["write"] = old.write
+    else:
+        def write(self, h, cache=None):                           # the earlier entries: (K̂, V̂) [B, *S, H, d]
+            if not self.writes:
+                raise RuntimeError("NFM: this module's output is never read")
+            return self.project_memory(h)
+        methods["write"] = write
+    return methods
+
+
+def _load_module(name: str, path: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module                               # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def with_reader(model: torch.nn.Module, methods: dict[str, Callable]) -> torch.nn.Module:
+    """``model`` with ``methods`` on each of its NFM layers, except a hook its class replaces (the LM's
+    shared projections keep their own ``project_memory``)."""
     for m in model.modules():
         if isinstance(m, NFMLayer):
             for name, fn in methods.items():
-                setattr(m, name, types.MethodType(fn, m))
+                if getattr(type(m), name) is getattr(NFMLayer, name):
+                    setattr(m, name, types.MethodType(fn, m))
     return model
 
 
@@ -316,6 +336,8 @@ def main() -> None:
                     help="classifier rows: NFM before every stage (the presets, default) and/or every residual block")
     ap.add_argument("--baseline-reader", metavar="PATH",
                     help="a former modwire/nn/nfm.py: its NFMLayer.read timed beside the current one")
+    ap.add_argument("--baseline-attention", metavar="PATH",
+                    help="with --baseline-reader: a former modwire/nn/attention.py whose sparse_softmax that reader uses")
     ap.add_argument("--out", metavar="PATH", help="write the rows, goals and machine as JSON (atomically)")
     ap.add_argument("--markdown", metavar="PATH", help="write the rows and goals as Markdown tables (atomically)")
     ap.add_argument("--from-json", metavar="PATH", help="with --markdown: render a former run's --out file, run nothing")
@@ -337,7 +359,9 @@ def main() -> None:
         todo += [classifier(w, args.batch, m) for w in args.width for m in args.modules]
         todo += [sort_of_clevr(args.soc_batch)] if args.soc_batch else []
     repeats = 1 if args.quick else args.repeats
-    old_read = load_reader(args.baseline_reader) if args.baseline_reader else None
+    if args.baseline_attention and not args.baseline_reader:
+        ap.error("--baseline-attention is the former reader's softmax: give --baseline-reader PATH too")
+    old_read = load_reader(args.baseline_reader, args.baseline_attention) if args.baseline_reader else None
     print(f"threads {torch.get_num_threads()}, device {device}, train step (forward + backward) and eval forward, "
           f"median of {repeats} interleaved rounds")
     old_head = f" {'old ms':>9} {'old/new':>7} {'ev o/n':>7} {'flt old':>9}" if old_read else ""

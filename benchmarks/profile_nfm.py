@@ -13,11 +13,14 @@ is run twice before the profiled one. ``--out``: the tables and the machine as J
 same as Markdown tables; both written atomically. Also counted, per forward: the base network's
 multiply-adds (``modwire.analysis.count_flops``: convolutions and matmuls) and the elements of the
 readers' per-position products (the broadcast ``q·k`` and ``w·v`` of every source of every read), the
-elementwise work that no matmul carries.
+elementwise work that no matmul carries; and a floor: those products' multiplies alone (three per
+product, fresh operands of their shapes), timed interleaved with the base step, give the least NFM /
+base that any reader materialising them can reach (:func:`products_floor`).
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -67,21 +70,21 @@ def profiled(step, top: int) -> tuple[float, list[dict]]:
                     "share": round(e.self_cpu_time_total / 1e3 / total, 4)} for e in events[:top]]
 
 
-def reader_products(model: torch.nn.Module, step) -> int:
-    """Elements of the readers' per-position products in one forward (the broadcast ``q · k`` over
-    ``d_k`` and ``w · v`` over ``d_v`` of every source of every read; each is read and written again
-    in the backward), counted by wrapping the reader's two contractions."""
-    count = [0]
+def reader_products(model: torch.nn.Module, step) -> list[tuple[int, ...]]:
+    """The broadcast shapes of the readers' per-position products in one forward (``q · k`` over ``d_k``
+    and ``w · v`` over ``d_v`` of every source of every read; each is read and written again in the
+    backward), recorded by wrapping the reader's two contractions."""
+    shapes: list[tuple[int, ...]] = []
     real_scores, real_values = nfm_module.source_scores, nfm_module.add_source_values
 
     def scores(q, key, how):
         b, p, hq, c = q.shape
-        count[0] += torch.Size(torch.broadcast_shapes((b, how.u, p // how.u, hq, c), key.shape)).numel()
+        shapes.append(tuple(torch.broadcast_shapes((b, how.u, p // how.u, hq, c), key.shape)))
         return real_scores(q, key, how)
 
     def values(a, w, value, how):
         b, r, p, hd = w.shape
-        count[0] += b * max(r, how.u) * (p // how.u) * hd * value.shape[-1]
+        shapes.append((b, max(r, how.u), p // how.u, hd, value.shape[-1]))
         return real_values(a, w, value, how)
     nfm_module.source_scores, nfm_module.add_source_values = scores, values
     try:
@@ -89,7 +92,24 @@ def reader_products(model: torch.nn.Module, step) -> int:
             step(backward=False)
     finally:
         nfm_module.source_scores, nfm_module.add_source_values = real_scores, real_values
-    return count[0]
+    return shapes
+
+
+def products_floor(shapes: list[tuple[int, ...]], base_step, iters: int = 5) -> dict:
+    """The readers' multiplies alone, timed interleaved with the base network's train step: per recorded
+    product, three contiguous multiplies of its full shape (the forward's, and the backward's one per
+    operand), operands made beforehand (more than the caches hold, as in a model). A lower bound on
+    what the readers cost while their products are materialised: it leaves out every reduction, the
+    softmax, the projections and the copies."""
+    operands = [(torch.rand(shape), torch.rand(shape)) for shape in shapes]
+
+    def multiplies() -> None:
+        for a, b in operands:
+            for _ in range(3):
+                torch.mul(a, b)
+    t = time_interleaved({"base": base_step, "products": multiplies}, iters=iters)
+    return {"base_step_ms": round(t["base"] * 1e3, 2), "products_ms": round(t["products"] * 1e3, 2),
+            "floor_nfm_over_base": round((2 * t["base"] + t["products"]) / t["base"], 2)}
 
 
 def elementwise_ns() -> dict:
@@ -114,11 +134,13 @@ def run(pair: str, batch: int, top: int) -> dict:
     base_ms, _ = profiled(base_step, top)
     nfm_ms, ops = profiled(nfm_step, top)
     macs = count_flops(lambda: base_step(backward=False)) // 2
-    products = reader_products(nfm, nfm_step)
+    shapes = reader_products(nfm, nfm_step)
+    floor = products_floor(shapes, base_step)
     return {"pair": pair, "nfm": nfm_name, "base": base_name, "overrides": overrides, "batch": batch,
             "base_ms": round(base_ms, 1), "nfm_ms": round(nfm_ms, 1),
             "readers_share": round(max(nfm_ms - 2 * base_ms, 0.0) / nfm_ms, 3),
-            "base_forward_macs": macs, "reader_forward_product_elements": products, "top": ops}
+            "base_forward_macs": macs,
+            "reader_forward_product_elements": sum(math.prod(x) for x in shapes), "floor": floor, "top": ops}
 
 
 def markdown(rows: list[dict], info: dict, mul: dict) -> str:
@@ -135,6 +157,11 @@ def markdown(rows: list[dict], info: dict, mul: dict) -> str:
                   f"the base's convolutions and matmuls {r['base_forward_macs'] / 1e6:.0f} M multiply-adds; the "
                   f"readers' per-position products {r['reader_forward_product_elements'] / 1e6:.0f} M elements "
                   f"(elementwise, each written and read again, and twice more in the backward).", "",
+                  f"Floor: the readers' multiplies alone (three per product: the forward's and the backward's, "
+                  f"no reduction, softmax, projection or copy) take {r['floor']['products_ms']} ms against the "
+                  f"base step's {r['floor']['base_step_ms']} ms (timed interleaved, without the profiler), so "
+                  f"while the products are materialised NFM / base >= {r['floor']['floor_nfm_over_base']} "
+                  f"(two passes plus them).", "",
                   "| op | self ms | share | calls |", "|---|---:|---:|---:|"]
         lines += [f"| `{o['op']}` | {o['self_ms']} | {100 * o['share']:.1f} % | {o['calls']} |" for o in r["top"]]
         lines.append("")
@@ -158,7 +185,9 @@ def main() -> None:
     for r in rows:
         print(f"{r['pair']}: base {r['base_ms']} ms, nfm {r['nfm_ms']} ms, readers {100 * r['readers_share']:.0f} %; "
               f"forward: base {r['base_forward_macs'] / 1e6:.1f} M MACs, reader products "
-              f"{r['reader_forward_product_elements'] / 1e6:.1f} M elements")
+              f"{r['reader_forward_product_elements'] / 1e6:.1f} M elements; the multiplies alone "
+              f"{r['floor']['products_ms']} ms vs the base step {r['floor']['base_step_ms']} ms: NFM / base >= "
+              f"{r['floor']['floor_nfm_over_base']}")
         for o in r["top"]:
             print(f"  {o['op']:<40} {o['self_ms']:>9.2f} ms {100 * o['share']:>5.1f} % {o['calls']:>5}")
     if args.out:

@@ -74,7 +74,11 @@ def test_profile_nfm_prints_and_writes_the_top_operators_of_a_micro_pair(tmp_pat
     row = json.loads((tmp_path / "p.json").read_text())["rows"][0]
     assert len(row["top"]) == 3 and row["nfm_ms"] > 0 and row["base_ms"] > 0        # times: not compared here
     assert row["reader_forward_product_elements"] > 0 and row["base_forward_macs"] > 0
+    floor = row["floor"]                                     # two passes plus the multiplies: above 2 by construction
+    assert floor["products_ms"] > 0 and floor["floor_nfm_over_base"] == pytest.approx(
+        2 + floor["products_ms"] / floor["base_step_ms"], rel=0.02)
     assert "| op | self ms | share | calls |" in (tmp_path / "p.md").read_text()
+    assert "Floor: the readers' multiplies alone" in (tmp_path / "p.md").read_text()
 
 
 def test_bench_input_checks_runs_and_reports_the_ratio():

@@ -56,8 +56,9 @@ def subtract_kth_literal(scores: list[Tensor], k: int) -> list[Tensor]:
 
 
 def kept_softmax_literal(scores: list[Tensor], k: int) -> list[Tensor]:
-    """§3.2.1's text: a softmax over the ``k`` highest scores only (the others get 0)."""
-    kept = torch.topk(torch.stack(scores), min(k, len(scores))).indices.tolist()
+    """§3.2.1's text: a softmax over the ``k`` highest scores only (the others get 0); of equal scores
+    the lower index counts as the higher (the paper sets no order; ``torch.topk``'s usual one)."""
+    kept = sorted(range(len(scores)), key=lambda j: (-float(scores[j].detach()), j))[:k]
     z = sum(torch.exp(scores[j]) for j in kept)
     return [torch.exp(s) / z if j in kept else torch.zeros_like(s) for j, s in enumerate(scores)]
 

@@ -126,23 +126,53 @@ def _prepend_null(k: Tensor, v: Tensor, bias: Tensor | None, key_mask: Tensor | 
 
 
 def _select_topk(scores: Tensor, k: int, dim: int = -1) -> Tensor:
-    """Bool, shaped like ``scores``: the ``k`` highest entries along ``dim`` (already masked scores).
-    Keys on an axis that is not the last (NFM's readers) with at most ``_FEW_DROPS`` to leave out: the
-    lowest are dropped one at a time by reductions over that axis (a tie drops the lower index), which
-    is several times faster there than ``topk``, which sorts each strided row."""
-    drop = scores.shape[dim] - k
-    if dim % scores.dim() != scores.dim() - 1 and drop <= _FEW_DROPS:
-        keep = torch.ones_like(scores, dtype=torch.bool)
-        for i in range(drop):
-            x = scores if i == 0 else scores.masked_fill(~keep, math.inf)
-            low = (x == x.amin(dim, keepdim=True)) & keep
-            keep = keep & ~(low & (low.cumsum(dim) == 1))
-        return keep
+    """Bool, shaped like ``scores``: the ``k`` highest entries along the last axis ``dim`` (already
+    masked scores). A keys axis that is not the last (NFM's readers) takes :func:`_rank_pick`."""
     idx = scores.topk(k, dim=dim).indices
     return torch.zeros_like(scores, dtype=torch.bool).scatter_(dim, idx, True)
 
 
-_FEW_DROPS = 3
+def _rank_pick(x: Tensor, n: int, dim: int, largest: bool) -> tuple[Tensor, Tensor]:
+    """The ``n`` largest (``largest``) or smallest entries of finite ``x`` along ``dim``, picked one at a
+    time with ties ordered by index (the lower index counts as the larger, as ``torch.topk`` keeps it): ``(picked, value)``,
+    ``picked`` a 0/1 tensor of ``x``'s dtype and shape (no gradient), ``value`` the ``n``-th pick's value
+    (``dim`` kept, size 1; its gradient goes to that entry, as ``topk``'s). Only reductions over ``dim`` and elementwise float ops (comparisons written to float
+    tensors): on CPU ``topk`` sorts each strided row and bool masks take slow scalar paths, several
+    times the cost of this loop for an axis that is not the last (``benchmarks/results/nfm_cpu.md``)."""
+    size = x.shape[dim]
+    shape = [1] * x.dim()
+    shape[dim] = size
+    order = torch.arange(1, size + 1, dtype=x.dtype, device=x.device)     # a tie: the lower index is larger
+    prio = (order.flip(0) if largest else order).view(shape)
+    big = torch.finfo(x.dtype).max * (-1 if largest else 1)                 # moves a picked entry out of reach
+    picked, y = None, x.detach()
+    for i in range(n):
+        extreme = y.amax(dim, keepdim=True) if largest else y.amin(dim, keepdim=True)
+        tied = torch.eq(y, extreme, out=torch.empty_like(y))               # 1.0 where y equals the extreme
+        got = torch.eq(prio, (tied * prio).amax(dim, keepdim=True), out=torch.empty_like(y))
+        picked = got if picked is None else picked + got
+        if i + 1 < n:
+            y = y.add(got, alpha=big)
+    value = (x * got).sum(dim, keepdim=True)              # the n-th pick, its gradient to that entry alone
+    return picked, value
+
+
+def _top_mask(scores: Tensor, k: int, dim: int) -> Tensor:
+    """``1.0`` at the ``k`` highest entries of ``scores`` along ``dim``, ``0.0`` elsewhere (a tie keeps the
+    lower index), by :func:`_rank_pick` of the ``k`` highest or of the ``n - k`` lowest, the fewer."""
+    drop = scores.shape[dim] - k
+    if k <= drop:
+        return _rank_pick(scores, k, dim, largest=True)[0]
+    return 1 - _rank_pick(scores, drop, dim, largest=False)[0]
+
+
+def _kth_largest(x: Tensor, k: int, dim: int) -> Tensor:
+    """The ``k``-th largest entry of ``x`` along ``dim`` (ties counted), ``dim`` kept with size 1."""
+    if dim % x.dim() == x.dim() - 1:
+        return x.topk(k, dim=dim).values.narrow(dim, k - 1, 1)
+    n = x.shape[dim]
+    return _rank_pick(x, k, dim, largest=True)[1] if k <= n - k + 1 else \
+        _rank_pick(x, n - k + 1, dim, largest=False)[1]
 
 
 TOPK_SOFTMAX = ("kept", "all", "subtract")
@@ -163,6 +193,11 @@ def sparse_softmax(scores: Tensor, *, topk: int | None = None, topk_softmax: str
         return _subtract_kth(scores, topk, dim)
     if topk is None or topk >= scores.shape[dim]:
         return scores.softmax(dim=dim)
+    if dim % scores.dim() != scores.dim() - 1 and key_mask is None:    # NFM's keys axis: float masks
+        keep = _top_mask(scores.detach(), topk, dim)
+        if topk_softmax == "kept":       # a dropped score moves to -max: its weight underflows to exactly 0
+            return scores.add(keep - 1, alpha=torch.finfo(scores.dtype).max).softmax(dim=dim)
+        return scores.softmax(dim=dim) * keep
     keep = _select_topk(scores.detach(), topk, dim)
     if topk_softmax == "kept":
         scores = scores.masked_fill(~keep, mask_value(scores.dtype))
@@ -178,7 +213,7 @@ def _subtract_kth(scores: Tensor, topk: int | None, dim: int = -1) -> Tensor:
     w = scores.softmax(dim=dim)
     if topk is None or topk + 1 >= scores.shape[dim]:
         return w
-    delta = w.topk(topk + 1, dim=dim).values.narrow(dim, topk, 1) + SUBTRACT_EPS     # the (k+1)-th weight
+    delta = _kth_largest(w, topk + 1, dim) + SUBTRACT_EPS     # the (k+1)-th weight
     w = (w - delta).clamp(min=0)
     return w / (w.sum(dim=dim, keepdim=True) + SUBTRACT_EPS)
 

@@ -255,8 +255,7 @@ class NFMLayer(nn.Module):
 
     def project_memory(self, h: Tensor) -> tuple[Tensor, Tensor]:
         """This module's output ``h^(i) [B, C, *S]`` → ``(K̂ [B, *S, H, d_k], V̂ [B, *S, H, d_v])``."""
-        kv = _project(h, torch.cat([self.key.weight, self.value.weight]), torch.cat([self.key.bias, self.value.bias]))
-        k, v = kv.split([self.heads * self.d_k, self.heads * self.d_v], dim=-1)      # one pass over h for both
+        k, v = _project(h, self.key.weight, self.key.bias), _project(h, self.value.weight, self.value.bias)
         return (k.reshape(h.shape[0], *h.shape[2:], self.heads, self.d_k),
                 v.reshape(h.shape[0], *h.shape[2:], self.heads, self.d_v))
 
