@@ -71,7 +71,6 @@ different codes:
 """
 from __future__ import annotations
 
-import math
 from typing import Literal, Protocol, runtime_checkable
 
 import torch
