@@ -2,7 +2,7 @@
 network, interleaved (issues 13 and 25).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_nfm.py [--repeats 5] [--quick] [--presets GLOB ...]
-        [--width 16 64] [--batch 16] [--soc-batch 16] [--baseline-reader OLD_NFM_PY [--baseline-attention OLD_ATTENTION_PY]]
+        [--width 16 64] [--batch 16] [--soc-batch 16] [--baseline-reader OLD_NFM_PY_OR_NN_DIR]
         [--out RESULT.json]
         [--device cpu|cuda] [--precision fp32|bf16] [--markdown RESULT.md]
 
@@ -19,12 +19,12 @@ and an eval forward (eval mode, no gradients); the functions of one pair alterna
 printed. Columns: ``nfm / base`` (train and eval), ``nfm / (base × 2)`` (train: the readers' cost
 over running the base network twice, measured by a function that runs the base step twice), and
 the minor page faults per train step (``getrusage`` ``ru_minflt`` around each timed call) of each
-side. ``--baseline-reader PATH``: a former ``modwire/nn/nfm.py`` (e.g. ``git show
-HEAD~1:src/modwire/nn/nfm.py > /tmp/old_nfm.py``; its imports must resolve in the current package)
-whose ``NFMLayer.read``, ``write``, ``project_memory`` and ``_factored`` replace those of a second copy of each
-NFM model, timed in the same interleaved rounds: the ``old ms`` and ``old / new`` columns (train step);
-``--baseline-attention PATH``: a former ``modwire/nn/attention.py`` whose ``sparse_softmax`` that former
-reader calls (e.g. ``git show HEAD~1:src/modwire/nn/attention.py > /tmp/old_attention.py``).
+side. ``--baseline-reader PATH``: a former ``modwire/nn/nfm.py``, or a former ``modwire/nn`` folder
+whose ``attention.py`` and ``nfm_read.py`` that ``nfm.py`` then imports (e.g. ``git archive HEAD~1
+src/modwire/nn | tar -x -C /tmp/old`` and ``--baseline-reader /tmp/old/src/modwire/nn``; its other
+imports resolve in the current package): its ``NFMLayer``'s methods replace those of a second
+copy of each NFM model, timed in the same interleaved rounds: the ``old ms`` and ``old / new`` columns
+(train step).
 
 Goals (issue 25), printed PASS / FAIL (not with ``--quick``): NFM / base ≤ 2.4 (train) and ≤ 2.3
 (eval) for the classifier at width 64, ≤ 3 at width 16; Sort-of-CLEVR CNN_MLP train ≤ 6; page
@@ -146,25 +146,29 @@ def counting_faults(fn: Callable[[], None], faults: list[int]) -> Callable[[], N
     return call
 
 
-def load_reader(path: str, attention: str | None = None) -> dict[str, Callable]:
-    """``NFMLayer``'s ``read``, ``write``, ``project_memory`` and ``_factored`` of a former
-    ``modwire/nn/nfm.py`` (``--baseline-reader``), run with that module's own helpers: its memory entries
-    are its own, so its reader and writer travel together. ``attention``: a former
-    ``modwire/nn/attention.py`` (``--baseline-attention``) whose ``sparse_softmax`` that reader calls
-    (else the current one)."""
-    module = _load_module("modwire.nn._bench_old_nfm", path)
-    if attention:
-        module.sparse_softmax = _load_module("modwire.nn._bench_old_attention", attention).sparse_softmax
+READER_MODULES = ("attention", "nfm_read")   # what a former nfm.py imports from modwire.nn, taken from its folder
+
+
+def load_reader(path: str) -> dict[str, Callable]:
+    """The methods of ``NFMLayer`` of a former ``modwire/nn/nfm.py`` (``--baseline-reader``: the file, or a
+    former ``modwire/nn`` folder), run with that module's own helpers: its memory entries are its own, so
+    its reader and writer travel together.
+    From a folder, the former ``attention.py`` and ``nfm_read.py`` there stand in for the current ones
+    while the former ``nfm.py`` is imported (its ``sparse_softmax`` and read-order helpers)."""
+    folder = Path(path) if Path(path).is_dir() else None
+    saved = {name: sys.modules.get(f"modwire.nn.{name}") for name in READER_MODULES}
+    try:
+        for name in READER_MODULES:
+            if folder is not None and (folder / f"{name}.py").exists():
+                sys.modules[f"modwire.nn.{name}"] = _load_module(f"modwire.nn._bench_old_{name}", folder / f"{name}.py")
+        module = _load_module("modwire.nn._bench_old_nfm", folder / "nfm.py" if folder else Path(path))
+    finally:
+        for name, current in saved.items():
+            sys.modules[f"modwire.nn.{name}"] = current
     old = module.NFMLayer
-
-    def read(self, h, memory, *, record=False, cache=None):
-        return old.read(self, h, memory, record=record, cache=cache)
-
-    methods = {"read": read, "_factored": old._factored, "project_memory": old.project_memory}
-    if hasattr(module, "MemoryEntry"):                            # issue 39's entries: rows [B, N, H, d] and the grid
-        methods["write"] = old.write
-    else:
-        def write(self, h, cache=None):                           # the earlier entries: (K̂, V̂) [B, *S, H, d]
+    methods = {name: fn for name, fn in vars(old).items() if callable(fn) and not name.startswith("__")}
+    if not hasattr(module, "MemoryEntry"):                        # before issue 39: entries (K̂, V̂) [B, *S, H, d]
+        def write(self, h, cache=None):
             if not self.writes:
                 raise RuntimeError("NFM: this module's output is never read")
             return self.project_memory(h)
@@ -172,7 +176,7 @@ def load_reader(path: str, attention: str | None = None) -> dict[str, Callable]:
     return methods
 
 
-def _load_module(name: str, path: str) -> types.ModuleType:
+def _load_module(name: str, path: Path) -> types.ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module                               # dataclasses look their module up
@@ -180,14 +184,15 @@ def _load_module(name: str, path: str) -> types.ModuleType:
     return module
 
 
-def with_reader(model: torch.nn.Module, methods: dict[str, Callable]) -> torch.nn.Module:
-    """``model`` with ``methods`` on each of its NFM layers, except a hook its class replaces (the LM's
-    shared projections keep their own ``project_memory``)."""
-    for m in model.modules():
-        if isinstance(m, NFMLayer):
-            for name, fn in methods.items():
-                if getattr(type(m), name) is getattr(NFMLayer, name):
-                    setattr(m, name, types.MethodType(fn, m))
+def with_reader(model: torch.nn.Module, methods: dict[str, Callable]) -> torch.nn.Module | None:
+    """``model`` with ``methods`` on each of its NFM layers; None where a layer's class replaces one of them
+    (the LM's shared projections: their hooks speak the current reader's layout, not the former's)."""
+    layers = [m for m in model.modules() if isinstance(m, NFMLayer)]
+    if any(getattr(type(m), name) is not getattr(NFMLayer, name) for m in layers for name in methods):
+        return None
+    for m in layers:
+        for name, fn in methods.items():
+            setattr(m, name, types.MethodType(fn, m))
     return model
 
 
@@ -219,8 +224,8 @@ def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: i
     fns = {"base": counting_faults(b, faults["base"]), "base x2": lambda: (b(), b()),
            "nfm": counting_faults(n, faults["nfm"]),
            "eval base": eval_forward(base, inputs, precision), "eval nfm": eval_forward(nfm, inputs, precision)}
-    if old_read is not None:
-        old = with_reader(modwire.create_model(nfm_name, **overrides).to(device), old_read)
+    old = with_reader(modwire.create_model(nfm_name, **overrides).to(device), old_read) if old_read else None
+    if old is not None:
         old.load_state_dict(nfm.state_dict())
         fns["old"] = counting_faults(train_step(old, inputs, precision), faults["old"])
         fns["eval old"] = eval_forward(old, inputs, precision)
@@ -231,8 +236,8 @@ def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: i
            "train ratio": t["nfm"] / t["base"], "eval ratio": t["eval nfm"] / t["eval base"],
            "faults base": _median(timed["base"]), "faults nfm": _median(timed["nfm"]),
            "params": (base.num_parameters(), nfm.num_parameters())}
-    old_cols = ""
-    if old_read is not None:
+    old_cols = f" {'—':>9} {'—':>7} {'—':>7} {'—':>9}" if old_read and old is None else ""
+    if old is not None:
         row.update({"old": t["old"], "eval old": t["eval old"], "faults old": _median(timed["old"])})
         old_cols = (f" {t['old'] * 1e3:>9.1f} {t['old'] / t['nfm']:>7.2f} {t['eval old'] / t['eval nfm']:>7.2f}"
                     f" {row['faults old']:>9.0f}")
@@ -313,7 +318,7 @@ def markdown(result: dict) -> str:
         row = (f"| {r['label']} | {r['batch']} | {r['train ratio']:.2f} | {r['eval ratio']:.2f} | "
                f"{r['nfm'] / r['base x2']:.2f} | {r['faults base']:.0f} → {r['faults nfm']:.0f} |")
         if old:
-            row += f" {r['old'] / r['nfm']:.2f} | {r['eval old'] / r['eval nfm']:.2f} |"
+            row += f" {r['old'] / r['nfm']:.2f} | {r['eval old'] / r['eval nfm']:.2f} |" if "old" in r else " — | — |"
         lines.append(row)
     if result["goals"]:
         lines += ["", "| goal | limit | measured | |", "|---|---:|---:|---|"]
@@ -335,9 +340,8 @@ def main() -> None:
     ap.add_argument("--modules", nargs="+", default=["stage"], choices=["block", "stage"],
                     help="classifier rows: NFM before every stage (the presets, default) and/or every residual block")
     ap.add_argument("--baseline-reader", metavar="PATH",
-                    help="a former modwire/nn/nfm.py: its NFMLayer.read timed beside the current one")
-    ap.add_argument("--baseline-attention", metavar="PATH",
-                    help="with --baseline-reader: a former modwire/nn/attention.py whose sparse_softmax that reader uses")
+                    help="a former modwire/nn/nfm.py, or a former modwire/nn folder (its nfm.py with that folder's "
+                         "attention.py and nfm_read.py): its NFMLayer.read timed beside the current one")
     ap.add_argument("--out", metavar="PATH", help="write the rows, goals and machine as JSON (atomically)")
     ap.add_argument("--markdown", metavar="PATH", help="write the rows and goals as Markdown tables (atomically)")
     ap.add_argument("--from-json", metavar="PATH", help="with --markdown: render a former run's --out file, run nothing")
@@ -359,9 +363,7 @@ def main() -> None:
         todo += [classifier(w, args.batch, m) for w in args.width for m in args.modules]
         todo += [sort_of_clevr(args.soc_batch)] if args.soc_batch else []
     repeats = 1 if args.quick else args.repeats
-    if args.baseline_attention and not args.baseline_reader:
-        ap.error("--baseline-attention is the former reader's softmax: give --baseline-reader PATH too")
-    old_read = load_reader(args.baseline_reader, args.baseline_attention) if args.baseline_reader else None
+    old_read = load_reader(args.baseline_reader) if args.baseline_reader else None
     print(f"threads {torch.get_num_threads()}, device {device}, train step (forward + backward) and eval forward, "
           f"median of {repeats} interleaved rounds")
     old_head = f" {'old ms':>9} {'old/new':>7} {'ev o/n':>7} {'flt old':>9}" if old_read else ""

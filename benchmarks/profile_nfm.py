@@ -77,14 +77,14 @@ def reader_products(model: torch.nn.Module, step) -> list[tuple[int, ...]]:
     shapes: list[tuple[int, ...]] = []
     real_scores, real_values = nfm_module.source_scores, nfm_module.add_source_values
 
-    def scores(q, key, how):
-        b, p, hq, c = q.shape
-        shapes.append(tuple(torch.broadcast_shapes((b, how.u, p // how.u, hq, c), key.shape)))
+    def scores(q, key, how):                                      # q [B, H or 1, c, P], key [B, H, c, R, P / U]
+        b, hq, c, p = q.shape
+        shapes.append(tuple(torch.broadcast_shapes((b, hq, c, how.u, p // how.u), key.shape)))
         return real_scores(q, key, how)
 
-    def values(a, w, value, how):
-        b, r, p, hd = w.shape
-        shapes.append((b, max(r, how.u), p // how.u, hd, value.shape[-1]))
+    def values(a, w, value, how):                                 # w [B, H, R, P], value [B, H, c, R, P / U]
+        b, hd, r, p = w.shape
+        shapes.append((b, hd, value.shape[2], max(r, how.u), p // how.u))
         return real_values(a, w, value, how)
     nfm_module.source_scores, nfm_module.add_source_values = scores, values
     try:

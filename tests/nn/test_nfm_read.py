@@ -17,7 +17,7 @@ GRIDS = [(12,), (40,), (32, 16), (75, 75), (38, 38), (4, 8, 2), (1, 1), (6, 6)]
 @pytest.mark.parametrize("grid", GRIDS)
 def test_the_read_order_is_a_permutation_and_from_read_order_inverts_it(grid):
     n = math.prod(grid)
-    x = torch.randn(2, n, 3, requires_grad=True)
+    x = torch.randn(2, 3, n, requires_grad=True)                  # positions last (the reader's layout)
     y = to_read_order(x, grid)
     order = read_order(grid, x.device)
     if order is None:                              # odd sizes (or ones): the read order is row-major
@@ -30,7 +30,7 @@ def test_the_read_order_is_a_permutation_and_from_read_order_inverts_it(grid):
     torch.testing.assert_close(from_read_order(y, grid), x, rtol=0, atol=0)
     g = torch.randn_like(y)
     (grad,) = torch.autograd.grad(y, x, g)         # the inverse gather, equal to index_select's own gradient
-    torch.testing.assert_close(grad, torch.zeros_like(x).index_add_(1, index, g), rtol=0, atol=0)
+    torch.testing.assert_close(grad, torch.zeros_like(x).index_add_(-1, index, g), rtol=0, atol=0)
 
 
 def _coords(grid):
@@ -69,14 +69,14 @@ def test_which_sources_are_views_and_which_are_gathered():
     assert source_read((38, 38), (10, 10), s2d) == (1, 16, False, True)           # 38 → 40, windows of 4×4
 
 
-def _case(grids, query, kw):
+def _case(grids, query, kw, channels=4):
     g = torch.Generator().manual_seed(0)
     sources = [torch.randn(2, 3, *s, generator=g, dtype=torch.float64) for s in grids]
     torch.manual_seed(1)
     ws = [NFMLayer(1, 3, reads=False, d_k=4, d_v=3, num_heads=2).double() for _ in sources]
-    reader = NFMLayer(4, 4, d_k=4, d_v=3, num_heads=2, **{"k": 3, **kw}).double()
+    reader = NFMLayer(channels, channels, d_k=4, d_v=3, num_heads=2, **{"k": 3, **kw}).double()
     reader.gamma.data.fill_(0.8)
-    h = torch.randn(2, 4, *query, generator=g, dtype=torch.float64, requires_grad=True)
+    h = torch.randn(2, channels, *query, generator=g, dtype=torch.float64, requires_grad=True)
     return sources, ws, reader, h
 
 
@@ -84,8 +84,11 @@ def _case(grids, query, kw):
                                           ([(4, 4, 2), (2, 2, 1), (8, 8, 4), (3, 3, 3)], (4, 4, 2)),  # 3-D
                                           ([(8, 4), (4, 8), (2, 2), (16, 8)], (4, 4))])             # anisotropic
 @pytest.mark.parametrize("kw", [{}, {"rescale": "nearest"}, {"topk_softmax": "subtract", "k": 2}])
-def test_readers_on_1d_3d_and_anisotropic_memories_equal_the_literal_reader(grids, query, kw):
-    sources, ws, reader, h = _case(grids, query, kw)
+@pytest.mark.parametrize("channels", [4, 9])
+def test_readers_on_1d_3d_and_anisotropic_memories_equal_the_literal_reader(grids, query, kw, channels):
+    """``channels`` 4: the query state (4 < heads·d_k = 8 channels) is put in read order before its
+    projection, and ``W_o1 A`` (4 < heads·d_v = 6) leaves it; 9: ``Q̂`` and ``A`` themselves are reordered."""
+    sources, ws, reader, h = _case(grids, query, kw, channels)
     srcs = [s.clone().requires_grad_(True) for s in sources]
     out, _ = reader.read(h, [w.write(s) for w, s in zip(ws, srcs)], cache={})
     h2 = h.detach().clone().requires_grad_(True)

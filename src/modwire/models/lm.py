@@ -218,20 +218,23 @@ class SharedProjectionLayer(NFMLayer):
         return self._bound[0]
 
     def project_query(self, h: Tensor) -> Tensor:
-        """``h [B, d, T]`` → ``W_q LN₁(h)`` ``[B, T, H, d_k]``."""
+        """``h [B, d, T]`` → ``W_q LN₁(h)`` ``[B, H, d_k, T]``."""
         norm, attn = self.block.attn.norm, self.block.attn.fn                     # LN₁, W_q
-        return attn.q(norm(h.transpose(1, 2))).unflatten(-1, (self.heads, self.d_k))
+        return self._heads(attn.q(norm(h.transpose(1, 2))))
 
     def project_memory(self, h: Tensor) -> tuple[Tensor, Tensor]:
-        """This block's output ``h [B, d, T]`` → ``(W_k LN₁(h), W_v LN₁(h))``, each ``[B, T, H, d_k]``."""
+        """This block's output ``h [B, d, T]`` → ``(W_k LN₁(h), W_v LN₁(h))``, each ``[B, H, d_k, T]``."""
         norm, attn = self.block.attn.norm, self.block.attn.fn                     # LN₁, W_k, W_v
         z = norm(h.transpose(1, 2))
-        k, v = attn.k(z), attn.v(z)                                                      # [B, T, d]
-        return k.unflatten(-1, (self.heads, self.d_k)), v.unflatten(-1, (self.heads, self.d_v))
+        return self._heads(attn.k(z)), self._heads(attn.v(z))
+
+    def _heads(self, x: Tensor) -> Tensor:
+        """``[B, T, H·d]`` → ``[B, H, d, T]`` (a view: the read's products follow its strides)."""
+        return x.transpose(1, 2).unflatten(1, (self.heads, x.shape[-1] // self.heads))
 
     def output(self, a: Tensor, h: Tensor) -> Tensor:
-        """``A [B, T, H·d_v]`` → ``h + γ·W_o A``, shaped like ``h [B, d, T]``."""
-        return h + self.gamma * self.block.attn.fn.o(a).transpose(1, 2)
+        """``A [B, H·d_v, T]`` → ``h + γ·W_o A``, shaped like ``h [B, d, T]``."""
+        return h + self.gamma * self.block.attn.fn.o(a.transpose(1, 2)).transpose(1, 2)
 
 
 class TransformerLM(PretrainedModel):

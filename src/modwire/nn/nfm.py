@@ -62,31 +62,32 @@ SpaceToDepth: each of the ``r = ⌈src / dst⌉`` positions of the local window 
 resized (nearest) to ``r · dst``. ``rescale="nearest"``: nearest-neighbour downsampling instead
 (the §4.7 ablation). :func:`rescale` builds these keys explicitly; the forward never does.
 
-**The read, as computed** (:mod:`modwire.nn.nfm_read`). Each written ``K̂_j, V̂_j`` is kept as rows
-``[B, N_j, H, d]`` in a *read order* of its grid's positions (finest binary digits first), in which a
-source ``2^k`` times coarser or finer than the query in every dim is a view: one key under ``U``
-query cells, or ``R`` SpaceToDepth keys per query cell, with no resized or rearranged copy. Per
-source, ``scores_j [B, R_j, P, H] = Σ_d Q̂ · K̂_j`` (a broadcast product over rows, summed over ``d``);
-the null slot's and every source's scores are concatenated keys-first in memory order
-(``[B, 1 + n, P, H]``, the softmax over the keys axis) and ``A [B, P, H, d_v] = Σ_j Σ_r w_j V̂_j``.
-Any other source (a ratio that is not a power of 2, or differs between dims, or every unequal
-source under ``rescale="nearest"`` with such a ratio) is gathered by rows into the same form, as
-the nearest resize and SpaceToDepth define it, at most once per forward and target grid (a dict
-that :class:`NFM` creates per forward and drops after it). Tested against the literal rescaling
-and reader (``tests/reference/nfm.py``).
+**The read, as computed** (:mod:`modwire.nn.nfm_read`). Each written ``K̂_j, V̂_j`` is kept as
+``[B, H, d, N_j]`` (positions innermost), in a *read order* of its grid's positions (finest binary
+digits first) when a read needs it, in which a source ``2^k`` times coarser or finer than the query
+in every dim is a view: one key under ``U`` query cells, or ``R`` SpaceToDepth keys per query cell,
+with no resized or rearranged copy. Per source, ``scores_j [B, H, R_j, P] = Σ_d Q̂ · K̂_j`` (a
+broadcast product along the positions, summed over ``d``); the null slot's and every source's
+scores are concatenated in memory order (``[B, H, 1 + n, P]``, the softmax over the keys axis) and
+``A [B, H, d_v, P] = Σ_j Σ_r w_j V̂_j``. Any other source (a ratio that is not a power of 2, or
+differs between dims, or every unequal source under ``rescale="nearest"`` with such a ratio) is
+gathered by positions into the same form, as the nearest resize and SpaceToDepth define it, at
+most once per forward and target grid (a dict that :class:`NFM` creates per forward and drops
+after it). ``A`` stays channels-first through ``W_o1``, BN, ``σ`` and ``W_o2`` into ``h``. Tested
+against the literal rescaling and reader (``tests/reference/nfm.py``).
 
-**Few query channels (exact factored forms).** With ``Q̂_h = h W_q,h + b_q,h`` (``W_q,h [C_q, d_k]``,
-``b_q,h``: head ``h``'s columns) and ``c`` the score scale, ``c·Q̂_h[p]·k̂ = [h_p, 1]·c[W_q,h k̂, b_q,h·k̂]``:
-the keys of every source are mapped per head on their own grid to ``K̃_j [B, N_j, H, C_q + 1]``
+**Few query channels (exact factored forms).** With ``Q̂_h = W_q,h h + b_q,h`` (``W_q,h [d_k, C_q]``,
+``b_q,h``: head ``h``'s rows) and ``c`` the score scale, ``c·Q̂_h[p]·k̂ = [h_p, 1]·c[W_q,hᵀ k̂, b_q,h·k̂]``:
+the keys of every source are mapped per head on their own grid to ``K̃_j [B, H, C_q + 1, N_j]``
 (then gathered where the source is gathered; a per-position map commutes with the nearest
-resize), and the scores are the same broadcast product with the query ``[h, 1] [B, P, 1, C_q + 1]``
-(one for all heads) in place of ``Q̂``. Likewise ``A W_o1 = Σ_h Σ_j Σ_r w_j (V̂_j,h W_o1,h)`` with
-``W_o1,h [d_v, hidden]`` head ``h``'s rows (``reader_output="linear"``): the values are mapped per head
-on their grids to ``Ṽ_j [B, N_j, H, hidden]``, summed as above into ``[B, P, H, hidden]``, then over
-heads, plus ``b_o1``, then BN, ``σ``, ``W_o2`` as before. Each form is taken, per reader, where its
+resize), and the scores are the same broadcast product with the query ``[h, 1] [B, 1, C_q + 1, P]``
+(one for all heads) in place of ``Q̂``. Likewise ``W_o1 A = Σ_h Σ_j Σ_r w_j (W_o1,h V̂_j,h)`` with
+``W_o1,h [hidden, d_v]`` head ``h``'s columns (``reader_output="linear"``): the values are mapped per
+head on their grids to ``Ṽ_j [B, H, hidden, N_j]``, summed as above into ``[B, H, hidden, P]``, then
+over heads, plus ``b_o1``, then BN, ``σ``, ``W_o2`` as before. Each form is taken, per reader, where its
 mapped width is below the head's (``C_q + 1 < d_k``; ``hidden < d_v``) and a multiply count
 from the shapes (map on the source grids, gather, contraction; against the default's ``Q̂``
-projection and ``A W_o1``) favours it; the mapped ``K̃_j``, ``Ṽ_j`` belong to their reader (not
+projection and ``W_o1 A``) favours it; the mapped ``K̃_j``, ``Ṽ_j`` belong to their reader (not
 cached). Neither form is taken by a subclass that replaces :meth:`NFMLayer.project_query` or
 :meth:`NFMLayer.output`.
 
@@ -174,12 +175,25 @@ def rescale(state: Tensor, size: Sequence[int], *, mode: str = "space_to_depth")
 # One module's attention parameters θ̃ (§3.2.1)
 # --------------------------------------------------------------------------------------------
 
-def _project(h: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """``h [B, C, *S]`` → ``h W^T + b`` at every position, ``[B, P, out]``: one batched product that reads
-    the channels-first ``h`` as the transposed matrices it is (no copy) with the bias added in it."""
+def pointwise_linear(h: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``h [B, C, *S]`` → ``W h + b`` at every position, channels-first ``[B, out, P]``: one batched product
+    over the channels-first ``h`` as it is (a transposed view, e.g. of tokens ``[B, N, C]``, too), the bias
+    added in it."""
     b, c = h.shape[0], h.shape[1]
-    x = h.reshape(b, c, -1).transpose(1, 2)                                        # [B, P, C], a view
-    return torch.baddbmm(bias.expand(b, x.shape[1], -1), x, weight.T.expand(b, -1, -1))
+    x = h.reshape(b, c, -1)
+    if bias is None:
+        return torch.bmm(weight.expand(b, -1, -1), x)
+    return torch.baddbmm(bias[:, None].expand(b, -1, x.shape[2]), weight.expand(b, -1, -1), x)
+
+
+def residual_linear(h: Tensor, gamma: Tensor, weight: Tensor, bias: Tensor | None, z: Tensor) -> Tensor:
+    """``h + γ·(W z + b)`` for ``h [B, C, *S]`` and ``z [B, D, P]``, shaped like ``h``: one batched product,
+    ``(γ·W) z`` added to ``h + γ·b`` (no ``[B, C, P]`` output to scale and add)."""
+    b, c = h.shape[0], h.shape[1]
+    out = h.reshape(b, c, -1)
+    if bias is not None:
+        out = out + (gamma * bias)[:, None]
+    return torch.baddbmm(out, (gamma * weight).expand(b, -1, -1), z).reshape(h.shape)
 
 
 @dataclass
@@ -209,8 +223,8 @@ class NFMLayer(nn.Module):
     ``read`` is None, or with ``record`` ``(mass [B, n_sources], null [B])`` (:class:`NFMRecord`);
     ``cache``: a dict shared by the reads of one forward over the same ``memory`` (gathered sources,
     module docstring), or None.
-    :meth:`write` ``(h^(i)) → MemoryEntry`` (``K̂ [B, N, H, d_k]``, ``V̂ [B, N, H, d_v]`` in read order,
-    the grid; :mod:`modwire.nn.nfm_read`). ``topk_softmax`` and
+    :meth:`write` ``(h^(i)) → MemoryEntry`` (``K̂ [B, H, d_k, N]``, ``V̂ [B, H, d_v, N]``, the grid;
+    :mod:`modwire.nn.nfm_read`). ``topk_softmax`` and
     ``reader_output``: module docstring. Subclasses may replace :meth:`project_query`,
     :meth:`project_memory` and :meth:`output` (e.g. a transformer reusing its own attention
     projections, NFM Table 8)."""
@@ -250,49 +264,43 @@ class NFMLayer(nn.Module):
         self.random_attention = False
 
     def project_query(self, h: Tensor) -> Tensor:
-        """``h [B, C, *S]`` → ``Q̂ [B, *S, H, d_k]`` (channels last)."""
-        return _project(h, self.query.weight, self.query.bias).reshape(h.shape[0], *h.shape[2:], self.heads, self.d_k)
+        """``h [B, C, *S]`` → ``Q̂ [B, H, d_k, P]`` (:mod:`modwire.nn.nfm_read`'s layout)."""
+        return pointwise_linear(h, self.query.weight, self.query.bias).view(h.shape[0], self.heads, self.d_k, -1)
 
     def project_memory(self, h: Tensor) -> tuple[Tensor, Tensor]:
-        """This module's output ``h^(i) [B, C, *S]`` → ``(K̂ [B, *S, H, d_k], V̂ [B, *S, H, d_v])``."""
-        k, v = _project(h, self.key.weight, self.key.bias), _project(h, self.value.weight, self.value.bias)
-        return (k.reshape(h.shape[0], *h.shape[2:], self.heads, self.d_k),
-                v.reshape(h.shape[0], *h.shape[2:], self.heads, self.d_v))
+        """This module's output ``h^(i) [B, C, *S]`` → ``(K̂ [B, H, d_k, N], V̂ [B, H, d_v, N])``."""
+        kv = pointwise_linear(h, torch.cat([self.key.weight, self.value.weight]),
+                              torch.cat([self.key.bias, self.value.bias]))              # one pass over h for both
+        k, v = kv.split([self.heads * self.d_k, self.heads * self.d_v], dim=1)
+        return k.unflatten(1, (self.heads, self.d_k)), v.unflatten(1, (self.heads, self.d_v))
 
     def write(self, h: Tensor) -> MemoryEntry:
-        """``h^(i) [B, C, *S]`` → its memory entry: ``K̂``, ``V̂`` as rows ``[B, N, H, d]`` (row-major; a
-        read that needs them in read order orders them once per forward, :mod:`modwire.nn.nfm_read`)."""
+        """``h^(i) [B, C, *S]`` → its memory entry: ``K̂ [B, H, d_k, N]``, ``V̂ [B, H, d_v, N]`` (positions
+        row-major; a read that needs them in read order orders them once per forward,
+        :mod:`modwire.nn.nfm_read`) and the grid."""
         if not self.writes:
             raise RuntimeError("NFM: this module's output is never read (the last block of the last pass)")
         k, v = self.project_memory(h)
-        return MemoryEntry(*[x.reshape(x.shape[0], -1, *x.shape[-2:]) for x in (k, v)], tuple(h.shape[2:]))
+        return MemoryEntry(k, v, tuple(h.shape[2:]))
 
     def output(self, a: Tensor, h: Tensor) -> Tensor:
-        """``A [B, P, heads·d_v]`` → ``h + γ·σ(BN(A W_o1)) W_o2``, shaped like ``h [B, C, *S]``
+        """``A [B, heads·d_v, P]`` → ``h + γ·σ(BN(A W_o1)) W_o2``, shaped like ``h [B, C, *S]``
         (``reader_output="conv3x3"``: ``W_o1``, ``W_o2`` are 3×3 convolutions over ``h``'s grid)."""
         if self.reader_output == "conv3x3":
             if h.dim() != 4:
                 raise UserError(f"NFM: reader_output='conv3x3' reads 2-D states [B, C, H, W], got {list(h.shape)}")
-            z = a.transpose(1, 2).reshape(h.shape[0], a.shape[2], *h.shape[2:])      # [B, heads·d_v, H, W]
+            z = a.reshape(h.shape[0], a.shape[1], *h.shape[2:])                        # [B, heads·d_v, H, W]
             return h + self.gamma * self.w_o2(self.act(self.norm(self.w_o1(z))))
-        return self._output_hidden(self.w_o1(a), h)                                  # A W_o1: [B, P, hidden]
+        return self._output_hidden(pointwise_linear(a, self.w_o1.weight, self.w_o1.bias), h)   # [B, hidden, P]
 
     def _output_hidden(self, z: Tensor, h: Tensor) -> Tensor:
-        """``z = A W_o1 [B, P, hidden]`` (bias included) → ``h + γ·σ(BN(z)) W_o2`` (``reader_output="linear"``)."""
-        if self.training and isinstance(self.norm, nn.BatchNorm1d) and z.shape[0] * z.shape[1] == 1:
+        """``z = A W_o1 [B, hidden, P]`` (bias included) → ``h + γ·σ(BN(z)) W_o2`` (``reader_output="linear"``)."""
+        if self.training and isinstance(self.norm, nn.BatchNorm1d) and z.shape[0] * z.shape[2] == 1:
             raise UserError(f"NFM: the reader's BatchNorm (norm='batch', over batch and positions) needs more than "
                             f"one value per channel in training; got batch 1 of vector states [1, "
                             f"{h.shape[1]}]: train with a batch >= 2, or build the NFM with norm='none'")
-        z = self.act(self.norm(z.flatten(0, 1))).unflatten(0, z.shape[:2])           # BN over batch and positions
-        # h + γ·(W_o2 z + b_o2) as one batched product into h's channels-first layout: (γ·W_o2) zᵀ added
-        # to h + γ·b_o2 (no [B, P, C] output to transpose, scale and add)
-        b, c = h.shape[0], h.shape[1]
-        out = h.reshape(b, c, -1)
-        if self.w_o2.bias is not None:
-            out = out + (self.gamma * self.w_o2.bias)[:, None]
-        out = torch.baddbmm(out, (self.gamma * self.w_o2.weight).expand(b, -1, -1), z.transpose(1, 2))
-        return out.reshape(h.shape)
-
+        z = self.act(self.norm(z))                                   # BN over batch and positions, channels-first
+        return residual_linear(h, self.gamma, self.w_o2.weight, self.w_o2.bias, z)
 
     def _factored(self, c_q: int, p: int, grids: list[tuple[int, ...]], hows: list[SourceRead]) -> tuple[bool, bool]:
         """Whether the scores and the values take their factored forms (module docstring, "Few query
@@ -332,7 +340,7 @@ class NFMLayer(nn.Module):
             read = (h.new_zeros(b, 0), h.new_ones(b)) if record else None
             # through W_o1 although A = 0: its weight then gets a (zero) gradient, as every parameter must
             # for DistributedDataParallel
-            return self.output(h.new_zeros(b, p, hd * self.d_v), h), read
+            return self.output(h.new_zeros(b, hd * self.d_v, p), h), read
         dims = self._spatial_dims(h, memory)
         grids = [e.grid or (1,) * dims for e in memory]
         dst = tuple(h.shape[2:]) or (1,) * dims
@@ -341,40 +349,50 @@ class NFMLayer(nn.Module):
         ordered = any(how.u > 1 or how.r > 1 or how.gather for how in hows)   # equal grids need no read order
         if fast_scores:      # q̂·k̂ = [h, 1]·[W_q k̂, b_q·k̂] per head, scaled: the keys mapped on their grids
             wq = torch.cat([self.query.weight.view(hd, self.d_k, -1), self.query.bias.view(hd, self.d_k, 1)],
-                           dim=-1) * self.scale                                      # [H, d_k, C_q + 1]
-            x = h.reshape(b, h.shape[1], p).transpose(1, 2)
+                           dim=-1).transpose(1, 2) * self.scale                          # [H, C_q + 1, d_k]
+            x = h.reshape(b, h.shape[1], p)
             x = to_read_order(x, dst, cache) if ordered else x
-            q = torch.cat([x, x.new_ones(b, p, 1)], dim=-1).unsqueeze(2)             # [B, P, 1, C_q + 1]
+            q = torch.cat([x, x.new_ones(b, 1, p)], dim=1).unsqueeze(1)               # [B, 1, C_q + 1, P]
+        elif ordered and h.shape[1] < hd * self.d_k:       # fewer channels to reorder in the state than in Q̂
+            q = self.project_query(to_read_order(h.reshape(b, h.shape[1], p), dst, cache)) * self.scale
         else:
-            q = self.project_query(h).reshape(b, p, hd, self.d_k) * self.scale
+            q = self.project_query(h) * self.scale                                     # [B, H, d_k, P]
             q = to_read_order(q, dst, cache) if ordered else q
         keys = self._operands(memory, 0, grids, dst, hows, ordered, cache, wq if fast_scores else None)
-        null = q.new_zeros(b, 1, p, hd)                           # the zero key: score 0 ("Default Computation")
-        scores = torch.cat([null, *[source_scores(q, k, how) for k, how in zip(keys, hows)]], dim=1)
-        if self.random_attention:                                                     # [B, 1 + n, P, H]
+        null = q.new_zeros(b, hd, 1, p)                           # the zero key: score 0 ("Default Computation")
+        scores = torch.cat([null, *[source_scores(q, k, how) for k, how in zip(keys, hows)]], dim=2)
+        if self.random_attention:                                                     # [B, H, 1 + n, P]
             if self.training:
                 raise UserError("NFM: random_attention is an evaluation ablation (NFM §4.4); call model.eval() first")
             scores = torch.randn_like(scores)
-        w = sparse_softmax(scores, topk=self.k, topk_softmax=self.topk_softmax, dim=1)
-        spans = w[:, 1:].split([how.keys for how in hows], dim=1)
-        wo = self.w_o1.weight.view(-1, hd, self.d_v).permute(1, 2, 0) if fast_values else None   # [H, d_v, hidden]
-        a = None      # fast_values: A W_o1 = Σ_h Σ_r w (V̂_h W_o1,h) per head, the values mapped on their grids
+        w = sparse_softmax(scores, topk=self.k, topk_softmax=self.topk_softmax, dim=2)
+        spans = w[:, :, 1:].split([how.keys for how in hows], dim=2)
+        wo = self.w_o1.weight.view(-1, hd, self.d_v).transpose(0, 1) if fast_values else None   # [H, hidden, d_v]
+        a = None      # fast_values: A W_o1 = Σ_h Σ_r w (W_o1,h V̂_h) per head, the values mapped on their grids
         for v, how, wj in zip(self._operands(memory, 1, grids, dst, hows, ordered, cache, wo), hows, spans):
-            a = add_source_values(a, wj, v, how)                                       # [B, P, H, d_v or hidden]
+            a = add_source_values(a, wj, v, how)                                       # [B, H, d_v or hidden, P]
         read = None
         if record:
-            read = (torch.stack([wj.sum(1).mean(dim=(1, 2)) for wj in spans], -1), w[:, 0].mean(dim=(1, 2)))
-        a = a.sum(2) if fast_values else a.reshape(b, p, -1)                           # [B, P, hidden or H·d_v]
+            read = (torch.stack([wj.sum(2).mean(dim=(1, 2)) for wj in spans], -1), w[:, :, 0].mean(dim=(1, 2)))
+        a = a.sum(1) if fast_values else a.reshape(b, -1, p)                           # [B, hidden or H·d_v, P]
+        if not fast_values and ordered and self._hidden_first(a):   # W_o1 in read order: fewer channels to restore
+            a, fast_values = pointwise_linear(a, self.w_o1.weight, None), True
         a = from_read_order(a, dst, cache) if ordered else a
         if fast_values:
-            return self._output_hidden(a if self.w_o1.bias is None else a + self.w_o1.bias, h), read
+            return self._output_hidden(a if self.w_o1.bias is None else a + self.w_o1.bias[:, None], h), read
         return self.output(a, h), read
+
+    def _hidden_first(self, a: Tensor) -> bool:
+        """Whether ``W_o1 A`` (per position, so it commutes with the read order) has fewer channels than
+        ``A [B, H·d_v, P]``, for this class's own linear output."""
+        return type(self).output is NFMLayer.output and self.reader_output == "linear" and \
+            self.w_o1.out_features < a.shape[1]
 
     def _operands(self, memory: list[MemoryEntry], part: int, grids: list[tuple[int, ...]], dst: tuple[int, ...],
                   hows: list[SourceRead], ordered: bool, cache: dict | None, weight: Tensor | None) -> list[Tensor]:
         """Each source's ``K̂`` (``part`` 0) or ``V̂`` (1) as the read's operand (:func:`~modwire.nn.nfm_read.aligned`):
         in read order when the read needs it (ordered once per forward, shared by the readers), mapped per
-        head by ``weight [H, d, c]`` in the factored forms (the reader's own, not kept)."""
+        head by ``weight [H, c, d]`` in the factored forms (the reader's own, not kept)."""
         out = []
         for j, (entry, g, how) in enumerate(zip(memory, grids, hows)):
             x, name = entry[part], (j, part)
@@ -386,7 +404,7 @@ class NFMLayer(nn.Module):
                     if cache is not None:
                         cache[("ordered", j, part)] = x
             if weight is not None:
-                x, name = torch.einsum("bnhd,hdc->bnhc", x, weight), None
+                x, name = torch.matmul(weight, x), None                              # [B, H, c, N]
             out.append(aligned(x, g, dst, how, self.rescale, cache, name))
         return out
 

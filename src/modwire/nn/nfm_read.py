@@ -4,8 +4,12 @@ mechanism itself (NFM §3.2: attention over layers at each position, §3.2.2's r
 in :mod:`modwire.nn.nfm` and tested against the literal re-statement (``tests/reference/nfm.py``);
 this module only chooses an order of the positions in which that mechanism is cheap.
 
-**Read order.** Per-head tensors are kept as rows of positions, ``[B, N, H, d]``. A read between
-unequal grids puts the rows in a fixed order of each grid's positions: every spatial size is
+**Layout.** Per-head tensors are kept as ``[B, H, d, N]``: heads, channels, then the ``N`` positions
+innermost, so that every product and reduction of a read runs along long contiguous rows of positions
+(a few channels or heads innermost would leave the CPU's vector loops short; the projections read the
+channels-first states ``[B, C, *S]`` as they are).
+
+**Read order.** A read between unequal grids puts the positions in a fixed order of each grid: every spatial size is
 ``s = o · 2^e`` (``o`` odd), its coordinate written in the digits ``(o, 2, …, 2)`` (coarsest first);
 the read order puts the finest binary digits of all dims first (the finest level of each dim, dims
 in order, then the next level, …) and the odd parts last, row-major. Halving a grid in every dim
@@ -13,21 +17,21 @@ drops its finest level, so a grid ``2^k`` times finer in every dim is, in read o
 ``[2^(k·D) window offsets | the coarser grid's positions in its own read order]``. Hence, with no
 copy:
 
-* a source ``2^k`` times **coarser** in every dim: the query viewed ``[B, U, S, H, d]`` meets the
-  key ``[B, 1, S, H, d]`` (``U = P / S`` query cells per key, broadcast over the outer axis);
-* a source ``2^k`` times **finer**: the key viewed ``[B, R, P, H, d]`` is its ``R`` SpaceToDepth keys
+* a source ``2^k`` times **coarser** in every dim: the query viewed ``[B, H, d, U, S]`` meets the
+  key ``[B, H, d, 1, S]`` (``U = P / S`` query cells per key, broadcast over that axis);
+* a source ``2^k`` times **finer**: the key viewed ``[B, H, d, R, P]`` is its ``R`` SpaceToDepth keys
   per query position (window offsets in read order; NFM §3.2.2 sets no order, and none of the
   read's results depends on it); ``rescale="nearest"`` takes the window's first key (offset 0: the
   nearest-neighbour sample);
 * an equal grid, a vector source (``S = 1``) and a vector query (``P = 1``) likewise.
 
-Every product then runs over long contiguous rows, and the scores ``[B, 1 + n, P, H]`` keep the
-keys on the outer axis (the softmax reduces over it, vectorised along positions). Rows enter and
-leave the read order by a gather of whole rows (``index_select`` over positions; each memory entry
+Every product then runs over long contiguous rows, and the scores ``[B, H, 1 + n, P]`` keep the
+keys on an outer axis (the softmax reduces over it, vectorised along positions). Positions enter and
+leave the read order by a gather along the positions axis (``torch.gather``; each memory entry
 once per forward, when a read first needs it so; a read whose sources all share the query's grid,
 as in a transformer, needs no order and takes none). Any other source
 (a ratio that is not a power of 2, or not the same in every dim) is **gathered**: one
-``index_select`` of rows builds its keys at the query's positions, ``[B, R, P, H, d]``, exactly as the
+gather of positions builds its keys at the query's positions, ``[B, H, d, R, P]``, exactly as the
 nearest resize and SpaceToDepth of §3.2.2 define them (the indices come from ``F.interpolate`` on
 the coordinates, so they equal the literal rescaling's); a gathered ``K̂`` / ``V̂`` is kept for
 the rest of the forward (a dict that :class:`~modwire.nn.nfm.NFM` creates per forward) so that
@@ -47,7 +51,7 @@ __all__ = ["MemoryEntry", "read_order", "to_read_order", "from_read_order", "Sou
 
 
 class MemoryEntry(NamedTuple):
-    """One state written to the memory: its ``K̂ [B, N, H, d_k]`` and ``V̂ [B, N, H, d_v]`` (rows in
+    """One state written to the memory: its ``K̂ [B, H, d_k, N]`` and ``V̂ [B, H, d_v, N]`` (positions in
     row-major order) and its ``grid`` (``()`` for a vector state)."""
 
     key: Tensor
@@ -92,29 +96,35 @@ def read_order(grid: Sequence[int], device: torch.device, cache: dict | None = N
     return index, inverse
 
 
+def _take(x: Tensor, index: Tensor) -> Tensor:
+    """``x[..., index]`` for ``index [M]``: ``torch.gather`` along the positions axis (on CPU several times
+    faster there than ``index_select``, which gathers an innermost axis element by element)."""
+    return torch.gather(x, -1, index.expand(*x.shape[:-1], index.shape[0]))
+
+
 class _Permute(torch.autograd.Function):
-    """``x.index_select(1, index)`` for a permutation ``index`` of the rows: its gradient is the gather
-    by the inverse permutation (``index_select``'s own gradient would scatter-add into zeros)."""
+    """``x[..., index]`` for a permutation ``index`` of the positions: its gradient is the gather by the
+    inverse permutation (a gather's own gradient would scatter-add into zeros)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, index: Tensor, inverse: Tensor) -> Tensor:
         ctx.save_for_backward(inverse)
-        return x.index_select(1, index)
+        return _take(x, index)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
         (inverse,) = ctx.saved_tensors
-        return grad.index_select(1, inverse), None, None
+        return _take(grad, inverse), None, None
 
 
 def to_read_order(x: Tensor, grid: Sequence[int], cache: dict | None = None) -> Tensor:
-    """Rows ``x [B, N, …]`` (row-major positions of ``grid``) in read order."""
+    """``x [..., N]`` (the row-major positions of ``grid`` last) in read order."""
     order = read_order(grid, x.device, cache)
     return x if order is None else _Permute.apply(x, *order)
 
 
 def from_read_order(x: Tensor, grid: Sequence[int], cache: dict | None = None) -> Tensor:
-    """Rows ``x [B, N, …]`` in read order → row-major."""
+    """``x [..., N]`` (positions in read order last) → row-major."""
     order = read_order(grid, x.device, cache)
     return x if order is None else _Permute.apply(x, order[1], order[0])
 
@@ -190,24 +200,24 @@ def _gather_index(src: tuple[int, ...], dst: tuple[int, ...], mode: str, device:
         shape = [1] * (2 * dims)
         shape[d], shape[dims + d] = coord.shape
         flat = flat * src[d] + coord.view(shape)
-    index = flat.reshape(-1, math.prod(dst)).T                     # [P (row-major), R]
+    index = flat.reshape(-1, math.prod(dst))                       # [R, P (row-major)]
     order = read_order(src, device)
     if order is not None:                                          # row-major source position → read order
         index = order[1][index]
-    return to_read_order(index.unsqueeze(0), dst)[0].T.reshape(-1)   # [R, P (read order)]
+    return to_read_order(index, dst).reshape(-1)                   # [R, P (read order)]
 
 
 def aligned(x: Tensor, grid: tuple[int, ...], dst: tuple[int, ...], how: SourceRead, mode: str,
             cache: dict | None = None, name: object = None) -> Tensor:
-    """``x [B, N, H, c]`` (read order, on ``grid``) as the operand of the read at ``dst``: ``[B, R, P / U,
-    H, c]`` (``R`` keys per query position, or ``U`` query positions per key). A gathered operand is
-    kept in ``cache`` under ``(name, dst, mode)`` when ``name`` is given (the memory's own ``K̂`` / ``V̂``)."""
-    b, n, hd, c = x.shape
+    """``x [B, H, c, N]`` (read order, on ``grid``) as the operand of the read at ``dst``: ``[B, H, c, R, P / U]``
+    (``R`` keys per query position, or ``U`` query positions per key). A gathered operand is kept in
+    ``cache`` under ``(name, dst, mode)`` when ``name`` is given (the memory's own ``K̂`` / ``V̂``)."""
+    b, hd, c, n = x.shape
     if not how.gather:
         if how.u > 1:
-            return x.unsqueeze(1)
-        x = x.view(b, how.r, n // how.r, hd, c)
-        return x[:, :1] if how.first else x
+            return x.unsqueeze(3)
+        x = x.view(b, hd, c, how.r, n // how.r)
+        return x[:, :, :, :1] if how.first else x
     if cache is not None and name is not None and (name, dst, mode) in cache:
         return cache[(name, dst, mode)]
     key = ("index", grid, dst, mode)
@@ -216,28 +226,28 @@ def aligned(x: Tensor, grid: tuple[int, ...], dst: tuple[int, ...], how: SourceR
         index = _gather_index(grid, dst, mode, x.device)
         if cache is not None:
             cache[key] = index
-    out = torch.index_select(x, 1, index).view(b, how.r, -1, hd, c)
+    out = _take(x, index).view(b, hd, c, how.r, -1)
     if cache is not None and name is not None:
         cache[(name, dst, mode)] = out
     return out
 
 
 def source_scores(q: Tensor, key: Tensor, how: SourceRead) -> Tensor:
-    """``q [B, P, H or 1, c]`` (read order) and one source's aligned ``key [B, R, P / U, H, c]`` →
-    ``q·k`` ``[B, R, P, H]``."""
-    b, p, _, c = q.shape
-    prod = q.view(b, how.u, p // how.u, q.shape[2], c) * key        # [B, U or R, P / U, H, c]
-    return prod.sum(-1).reshape(b, how.keys, p, key.shape[3])
+    """``q [B, H or 1, c, P]`` (read order) and one source's aligned ``key [B, H, c, R, P / U]`` →
+    ``q·k`` ``[B, H, R, P]`` (summed over the channels, an outer axis)."""
+    b, hq, c, p = q.shape
+    prod = q.view(b, hq, c, how.u, p // how.u) * key               # [B, H, c, U or R, P / U]
+    return prod.sum(2).reshape(b, key.shape[1], how.keys, p)
 
 
 def add_source_values(a: Tensor | None, w: Tensor, value: Tensor, how: SourceRead) -> Tensor:
-    """``a [B, P, H, c]`` (None: zero) plus ``Σ_r w v`` of one source: its weights ``w [B, R, P, H]``
-    and aligned ``value [B, R, P / U, H, c]``."""
-    b, r, p, hd = w.shape
+    """``a [B, H, c, P]`` (None: zero) plus ``Σ_r w v`` of one source: its weights ``w [B, H, R, P]``
+    and aligned ``value [B, H, c, R, P / U]``."""
+    b, hd, r, p = w.shape
     if r > 1:
-        part = (w.unsqueeze(-1) * value).sum(1)
+        part = (w.unsqueeze(2) * value).sum(3)
         return part if a is None else a + part
-    wv = w.view(b, how.u, p // how.u, hd, 1)
+    wv = w.view(b, hd, 1, how.u, p // how.u)
     if a is None:
-        return (wv * value).reshape(b, p, hd, -1)
-    return torch.addcmul(a.view(b, how.u, p // how.u, hd, -1), wv, value).view(b, p, hd, -1)
+        return (wv * value).reshape(b, hd, -1, p)
+    return torch.addcmul(a.view(b, hd, -1, how.u, p // how.u), wv, value).view(b, hd, -1, p)
