@@ -31,6 +31,7 @@ from torch.profiler import ProfilerActivity, profile
 import modwire
 import modwire.nn.nfm as nfm_module
 from modwire.analysis import count_flops, time_interleaved
+from modwire.nn.attention import sparse_softmax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_nfm import machine, write_json  # noqa: E402
@@ -126,6 +127,26 @@ def elementwise_ns() -> dict:
     return {k: round(v * 1e9 / (1 << 20), 3) for k, v in t.items()}
 
 
+def keys_axis_topk(shape: tuple[int, ...] = (16, 4, 44, 361), k: int = 5) -> dict:
+    """The reader's top-k softmax over its keys axis (``sparse_softmax(dim=2)`` of scores ``[B, H, keys,
+    P]``; default: the largest Sort-of-CLEVR read) against the former rule on the same scores, ``topk``
+    along that axis and bool masks (issue 39 replaced it), forward and backward, timed interleaved."""
+    scores = torch.randn(shape, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    up = torch.randn(shape)
+
+    def former() -> None:
+        idx = scores.detach().topk(k, dim=2).indices
+        keep = torch.zeros(shape, dtype=torch.bool).scatter_(2, idx, True)
+        w = scores.masked_fill(~keep, torch.finfo(scores.dtype).min).softmax(dim=2) * keep
+        w.backward(up)
+
+    def current() -> None:
+        sparse_softmax(scores, topk=k, dim=2).backward(up)
+    t = time_interleaved({"former": former, "current": current}, iters=9)
+    return {"shape": list(shape), "k": k, "former_ms": round(t["former"] * 1e3, 2),
+            "current_ms": round(t["current"] * 1e3, 2), "former_over_current": round(t["former"] / t["current"], 2)}
+
+
 def run(pair: str, batch: int, top: int) -> dict:
     nfm_name, base_name, overrides = PAIRS[pair]
     torch.manual_seed(0)
@@ -143,13 +164,15 @@ def run(pair: str, batch: int, top: int) -> dict:
             "reader_forward_product_elements": sum(math.prod(x) for x in shapes), "floor": floor, "top": ops}
 
 
-def markdown(rows: list[dict], info: dict, mul: dict) -> str:
+def markdown(rows: list[dict], info: dict, mul: dict, topk: dict) -> str:
     lines = [f"Profile of one NFM train step (`benchmarks/profile_nfm.py`; {info['cpu']}, {info['threads']} "
              f"thread(s), torch {info['torch']}, {info['date']}, commit {info['git_commit']}"
              f"{' + working tree' if info['git_dirty'] else ''}). Times are the profiler's self CPU times "
              f"(the profiler adds its own overhead: compare shares, not absolute ms). A contiguous multiply of "
              f"two 4 MiB tensors here: {mul['warm']} ns per element with its operands in cache, {mul['cold']} ns "
-             f"with them from memory.", ""]
+             f"with them from memory. The reader's top-k softmax over its keys axis (scores {topk['shape']}, "
+             f"k = {topk['k']}, forward and backward, `keys_axis_topk`): {topk['current_ms']} ms; the "
+             f"former rule (`topk` along that axis, bool masks) {topk['former_ms']} ms on the same scores.", ""]
     for r in rows:
         lines += [f"### {r['pair']}: `{r['nfm']}` {r['overrides'] or ''} (batch {r['batch']})", "",
                   f"Base step {r['base_ms']} ms, NFM step {r['nfm_ms']} ms under the profiler; the readers "
@@ -180,8 +203,10 @@ def main() -> None:
     rows = [run(p, args.batch, args.top) for p in args.pair]
     info = machine(torch.device("cpu"))
     mul = elementwise_ns()
+    topk = keys_axis_topk()
     print(f"a contiguous multiply on this machine: {mul['warm']} ns per element with operands in cache, "
-          f"{mul['cold']} ns with operands from memory")
+          f"{mul['cold']} ns with operands from memory; the keys-axis top-k softmax {topk['shape']} "
+          f"(forward and backward): former rule {topk['former_ms']} ms, current {topk['current_ms']} ms")
     for r in rows:
         print(f"{r['pair']}: base {r['base_ms']} ms, nfm {r['nfm_ms']} ms, readers {100 * r['readers_share']:.0f} %; "
               f"forward: base {r['base_forward_macs'] / 1e6:.1f} M MACs, reader products "
@@ -192,11 +217,11 @@ def main() -> None:
             print(f"  {o['op']:<40} {o['self_ms']:>9.2f} ms {100 * o['share']:>5.1f} % {o['calls']:>5}")
     if args.out:
         write_json(args.out, {"benchmark": "profile_nfm.py", "argv": sys.argv[1:], "machine": info,
-                              "multiply_ns_per_element": mul, "rows": rows})
+                              "multiply_ns_per_element": mul, "keys_axis_topk": topk, "rows": rows})
     if args.markdown:
         target = Path(args.markdown)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        tmp.write_text(markdown(rows, info, mul) + "\n")
+        tmp.write_text(markdown(rows, info, mul, topk) + "\n")
         os.replace(tmp, target)
 
 

@@ -71,7 +71,10 @@ def test_profile_nfm_prints_and_writes_the_top_operators_of_a_micro_pair(tmp_pat
                           "--top", "3", "--out", str(tmp_path / "p.json"), "--markdown", str(tmp_path / "p.md")],
                          capture_output=True, text=True, timeout=120, check=True).stdout
     assert re.search(r"^micro: base [\d.]+ ms, nfm [\d.]+ ms, readers \d+ %", out, flags=re.M)
-    row = json.loads((tmp_path / "p.json").read_text())["rows"][0]
+    result = json.loads((tmp_path / "p.json").read_text())
+    row = result["rows"][0]
+    topk = result["keys_axis_topk"]                          # the former top-k rule beside the current one
+    assert topk["former_ms"] > 0 and topk["current_ms"] > 0 and topk["shape"] == [16, 4, 44, 361]
     assert len(row["top"]) == 3 and row["nfm_ms"] > 0 and row["base_ms"] > 0        # times: not compared here
     assert row["reader_forward_product_elements"] > 0 and row["base_forward_macs"] > 0
     floor = row["floor"]                                     # two passes plus the multiplies: above 2 by construction

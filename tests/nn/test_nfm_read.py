@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from modwire.nn.nfm import NFMLayer
-from modwire.nn.nfm_read import from_read_order, read_order, source_read, to_read_order
+from modwire.nn.nfm_read import _digit_permute, from_read_order, read_order, source_read, to_read_order
 from tests.reference.nfm import reader_literal
 
 GRIDS = [(12,), (40,), (32, 16), (75, 75), (38, 38), (4, 8, 2), (1, 1), (6, 6)]
@@ -31,6 +31,15 @@ def test_the_read_order_is_a_permutation_and_from_read_order_inverts_it(grid):
     g = torch.randn_like(y)
     (grad,) = torch.autograd.grad(y, x, g)         # the inverse gather, equal to index_select's own gradient
     torch.testing.assert_close(grad, torch.zeros_like(x).index_add_(-1, index, g), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("grid", GRIDS)
+def test_the_compiled_form_of_the_read_order_is_the_same_permutation(grid):
+    """Under ``torch.compile`` the read order is a view and a strided copy (``_digit_permute``), not a gather."""
+    x = torch.randn(2, 3, math.prod(grid))
+    torch.testing.assert_close(_digit_permute(x, grid, inverse=False), to_read_order(x, grid), rtol=0, atol=0)
+    y = to_read_order(x, grid)
+    torch.testing.assert_close(_digit_permute(y, grid, inverse=True), x, rtol=0, atol=0)
 
 
 def _coords(grid):

@@ -133,11 +133,12 @@ def _select_topk(scores: Tensor, k: int, dim: int = -1) -> Tensor:
 
 def _rank_pick(x: Tensor, n: int, dim: int, largest: bool) -> tuple[Tensor, Tensor]:
     """The ``n`` largest (``largest``) or smallest entries of finite ``x`` along ``dim``, picked one at a
-    time with ties ordered by index (the lower index counts as the larger, as ``torch.topk`` keeps it): ``(picked, value)``,
-    ``picked`` a 0/1 tensor of ``x``'s dtype and shape (no gradient), ``value`` the ``n``-th pick's value
-    (``dim`` kept, size 1; its gradient goes to that entry, as ``topk``'s). Only reductions over ``dim`` and elementwise float ops (comparisons written to float
-    tensors): on CPU ``topk`` sorts each strided row and bool masks take slow scalar paths, several
-    times the cost of this loop for an axis that is not the last (``benchmarks/results/nfm_cpu.md``)."""
+    time with ties ordered by index (the lower index counts as the larger, as ``torch.topk`` keeps it):
+    ``(picked, value)``, ``picked`` a 0/1 tensor of ``x``'s dtype and shape (no gradient), ``value`` the
+    ``n``-th pick's value (``dim`` kept, size 1; its gradient goes to that entry, as ``topk``'s). Only
+    reductions over ``dim`` and elementwise float ops (comparisons written to float tensors): on CPU
+    ``topk`` sorts each strided row and bool masks take scalar loops (``benchmarks/profile_nfm.py``'s
+    ``keys_axis_topk`` times the former rule against this one)."""
     size = x.shape[dim]
     shape = [1] * x.dim()
     shape[dim] = size
@@ -158,16 +159,21 @@ def _rank_pick(x: Tensor, n: int, dim: int, largest: bool) -> tuple[Tensor, Tens
 
 def _top_mask(scores: Tensor, k: int, dim: int) -> Tensor:
     """``1.0`` at the ``k`` highest entries of ``scores`` along ``dim``, ``0.0`` elsewhere (a tie keeps the
-    lower index), by :func:`_rank_pick` of the ``k`` highest or of the ``n - k`` lowest, the fewer."""
+    lower index), by :func:`_rank_pick` of the ``k`` highest or of the ``n - k`` lowest, the fewer. Under
+    ``torch.compile``, where that takes more than one pick: ``topk`` (inductor's code for the loop of
+    dependent reductions ran slower than ``topk`` on the NFM micro presets; ties as ``topk`` breaks them)."""
     drop = scores.shape[dim] - k
+    if torch.compiler.is_compiling() and min(k, drop) > 1:
+        return torch.zeros_like(scores).scatter_(dim, scores.topk(k, dim=dim).indices, 1.0)
     if k <= drop:
         return _rank_pick(scores, k, dim, largest=True)[0]
     return 1 - _rank_pick(scores, drop, dim, largest=False)[0]
 
 
 def _kth_largest(x: Tensor, k: int, dim: int) -> Tensor:
-    """The ``k``-th largest entry of ``x`` along ``dim`` (ties counted), ``dim`` kept with size 1."""
-    if dim % x.dim() == x.dim() - 1:
+    """The ``k``-th largest entry of ``x`` along ``dim`` (ties counted), ``dim`` kept with size 1
+    (``topk`` over the last axis and under ``torch.compile``, :func:`_top_mask`)."""
+    if dim % x.dim() == x.dim() - 1 or torch.compiler.is_compiling():
         return x.topk(k, dim=dim).values.narrow(dim, k - 1, 1)
     n = x.shape[dim]
     return _rank_pick(x, k, dim, largest=True)[1] if k <= n - k + 1 else \

@@ -27,7 +27,8 @@ copy:
 
 Every product then runs over long contiguous rows, and the scores ``[B, H, 1 + n, P]`` keep the
 keys on an outer axis (the softmax reduces over it, vectorised along positions). Positions enter and
-leave the read order by a gather along the positions axis (``torch.gather``; each memory entry
+leave the read order by a gather along the positions axis (``torch.gather``; under ``torch.compile``
+a view of the digits and one strided copy, :func:`_digit_permute`; each memory entry
 once per forward, when a read first needs it so; a read whose sources all share the query's grid,
 as in a transformer, needs no order and takes none). Any other source
 (a ratio that is not a power of 2, or not the same in every dim) is **gathered**: one
@@ -119,14 +120,32 @@ class _Permute(torch.autograd.Function):
 
 def to_read_order(x: Tensor, grid: Sequence[int], cache: dict | None = None) -> Tensor:
     """``x [..., N]`` (the row-major positions of ``grid`` last) in read order."""
+    if torch.compiler.is_compiling():
+        return _digit_permute(x, grid, inverse=False)
     order = read_order(grid, x.device, cache)
     return x if order is None else _Permute.apply(x, *order)
 
 
 def from_read_order(x: Tensor, grid: Sequence[int], cache: dict | None = None) -> Tensor:
     """``x [..., N]`` (positions in read order last) → row-major."""
+    if torch.compiler.is_compiling():
+        return _digit_permute(x, grid, inverse=True)
     order = read_order(grid, x.device, cache)
     return x if order is None else _Permute.apply(x, order[1], order[0])
+
+
+def _digit_permute(x: Tensor, grid: Sequence[int], inverse: bool) -> Tensor:
+    """The read order as a view and one strided copy (for inductor, which compiles the gather's indirect
+    loads along the innermost axis into slow scalar code)."""
+    shape, order = _order(tuple(int(s) for s in grid))
+    if order == sorted(order):
+        return x
+    lead = list(x.shape[:-1])
+    if not inverse:
+        return x.reshape(*lead, *shape).permute(*range(len(lead)), *[len(lead) + o for o in order]).reshape(*lead, -1)
+    back = sorted(range(len(order)), key=order.__getitem__)
+    return x.reshape(*lead, *[shape[o] for o in order]).permute(*range(len(lead)), *[len(lead) + o for o in back]) \
+        .reshape(*lead, -1)
 
 
 class SourceRead(NamedTuple):
