@@ -74,6 +74,16 @@ def test_low_precision_keeps_k_and_gives_dropped_keys_zero_weight(dtype):
     torch.testing.assert_close(_top_mask(s, 4, 1).to(torch.float64), _top_mask(s.double(), 4, 1))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_with_more_keys_than_bf16_counts_exactly_keeps_k(dtype):
+    """300 keys: bf16 cannot tell index 257 from 258, so the tie order is kept in float32."""
+    s = torch.randn(2, 300, 3, generator=torch.Generator().manual_seed(4)).to(dtype)
+    for k in (5, 290):                                              # the largest-first and the smallest-first picks
+        keep = _top_mask(s, k, 1)
+        assert keep.dtype == dtype and torch.all(keep.sum(1) == k)
+        torch.testing.assert_close(keep.float(), _top_mask(s.float(), k, 1), rtol=0, atol=0)
+
+
 def test_rank_pick_smallest_breaks_ties_toward_the_higher_index():
     """Dropping the lowest: among equal lowest scores the higher index goes first (so the lower is kept,
     as the largest-first pick keeps it)."""

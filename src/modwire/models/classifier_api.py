@@ -89,8 +89,9 @@ def _first_layer(module: nn.Module, prefix: str) -> str:
 
 class Classifier(PretrainedModel):
     """timm's model API (module docstring). A family defines ``forward_features``, ``forward_head``,
-    :meth:`intermediate_blocks`, (where more than ``new_task``) :meth:`reset_classifier`, :attr:`num_features`, :attr:`head_hidden_size`
-    and the class attributes below; the rest is shared."""
+    :meth:`intermediate_blocks`, :attr:`num_features`, :attr:`head_hidden_size`, the class attributes
+    below and, where its head is more than ``new_task`` rebuilds, :meth:`reset_classifier`; the rest is
+    shared."""
 
     #: The module the input enters (``pretrained_cfg["first_conv"]``: its first conv / linear / embedding).
     input_layer: ClassVar[str] = ""

@@ -138,14 +138,16 @@ def _rank_pick(x: Tensor, n: int, dim: int, largest: bool) -> tuple[Tensor, Tens
     ``n``-th pick's value (``dim`` kept, size 1; its gradient goes to that entry, as ``topk``'s). Only
     reductions over ``dim`` and elementwise float ops (comparisons written to float tensors): on CPU
     ``topk`` sorts each strided row and bool masks take scalar loops (``benchmarks/profile_nfm.py``'s
-    ``keys_axis_topk`` times the former rule against this one)."""
+    ``keys_axis_topk`` times the former rule against this one). bf16 / fp16 are picked in float32 (exact:
+    every index stays a distinct priority; bf16 counts integers exactly only up to 256)."""
+    y = x.detach().float() if x.element_size() < 4 else x.detach()
     size = x.shape[dim]
     shape = [1] * x.dim()
     shape[dim] = size
-    order = torch.arange(1, size + 1, dtype=x.dtype, device=x.device)     # a tie: the lower index is larger
+    order = torch.arange(1, size + 1, dtype=y.dtype, device=x.device)     # a tie: the lower index is larger
     prio = (order.flip(0) if largest else order).view(shape)
-    big = torch.finfo(x.dtype).max * (-1 if largest else 1)                 # moves a picked entry out of reach
-    picked, y = None, x.detach()
+    big = torch.finfo(y.dtype).max * (-1 if largest else 1)                 # moves a picked entry out of reach
+    picked = None
     for i in range(n):
         extreme = y.amax(dim, keepdim=True) if largest else y.amin(dim, keepdim=True)
         tied = torch.eq(y, extreme, out=torch.empty_like(y))               # 1.0 where y equals the extreme
@@ -153,8 +155,9 @@ def _rank_pick(x: Tensor, n: int, dim: int, largest: bool) -> tuple[Tensor, Tens
         picked = got if picked is None else picked + got
         if i + 1 < n:
             y = y.add(got, alpha=big)
+    got = got.to(x.dtype)
     value = (x * got).sum(dim, keepdim=True)              # the n-th pick, its gradient to that entry alone
-    return picked, value
+    return picked.to(x.dtype), value
 
 
 def _top_mask(scores: Tensor, k: int, dim: int) -> Tensor:

@@ -95,17 +95,20 @@ def _core(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, key_mask: Tensor
           lead: tuple[int, ...], scale: float) -> Tensor:
     """FlexAttention on ``[B, H, N, d]`` (``H`` = the product of ``lead[1:]``)."""
     nq, nk = q.shape[-2], k.shape[-2]
-    score_mod = block_mask = None
-    if bias is not None:
-        read_bias = _reader(bias, lead)
-
-        def score_mod(score, b, h, i, j):
-            return score + read_bias(b, h, i, j)
+    score_mod = None if bias is None else _bias_mod(_reader(bias, lead))
+    block_mask = None
     if key_mask is not None:
         over_b, over_h = _varies(key_mask, lead)                         # else one mask for all
         block_mask = create_block_mask(_reader(key_mask, lead), q.shape[0] if over_b else None,
                                        q.shape[1] if over_h else None, nq, nk, device=q.device)
     return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+
+
+def _bias_mod(read_bias: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """The ``score_mod`` adding the bias read at ``(b, h, i, j)``."""
+    def score_mod(score, b, h, i, j):
+        return score + read_bias(b, h, i, j)
+    return score_mod
 
 
 def _padded(t: Tensor, lead: tuple[int, ...]) -> Tensor:

@@ -376,7 +376,8 @@ class NFMLayer(nn.Module):
             read = (torch.stack([wj.sum(2).mean(dim=(1, 2)) for wj in spans], -1), w[:, :, 0].mean(dim=(1, 2)))
         a = a.sum(1) if fast_values else a.reshape(b, -1, p)                           # [B, hidden or H·d_v, P]
         if not fast_values and ordered and self._hidden_first(a):   # W_o1 in read order: fewer channels to restore
-            a, fast_values = pointwise_linear(a, self.w_o1.weight, None), True
+            z = pointwise_linear(a, self.w_o1.weight, self.w_o1.bias)                  # [B, hidden, P]
+            return self._output_hidden(from_read_order(z, dst, cache), h), read
         a = from_read_order(a, dst, cache) if ordered else a
         if fast_values:
             return self._output_hidden(a if self.w_o1.bias is None else a + self.w_o1.bias[:, None], h), read
