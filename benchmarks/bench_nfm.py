@@ -4,7 +4,7 @@ network, interleaved (issues 13 and 25).
     OMP_NUM_THREADS=1 python benchmarks/bench_nfm.py [--repeats 5] [--quick] [--presets GLOB ...]
         [--width 16 64] [--batch 16] [--soc-batch 16] [--baseline-reader OLD_NFM_PY_OR_NN_DIR]
         [--out RESULT.json]
-        [--device cpu|cuda] [--precision fp32|bf16] [--markdown RESULT.md]
+        [--device cpu|cuda] [--precision fp32|bf16] [--compile] [--markdown RESULT.md]
 
 Pairs: every registered preset ``nfm_<base>`` whose ``<base>`` is also registered, matching the
 globs (default ``*micro``: each integration's test-sized pair), plus (not with ``--quick``) the
@@ -25,6 +25,11 @@ src/modwire/nn | tar -x -C /tmp/old`` and ``--baseline-reader /tmp/old/src/modwi
 imports resolve in the current package): its ``NFMLayer``'s methods replace those of a second
 copy of each NFM model, timed in the same interleaved rounds: the ``old ms`` and ``old / new`` columns
 (train step).
+
+``--compile``: both models of each pair are ``torch.compile(fullgraph=True)``-ed (the first two calls of each
+function are untimed: they compile), the ratios are then compiled NFM / compiled base, and the eager NFM is
+timed in the same rounds: the NFM's compiled / eager speed (eager time over compiled time, as
+``bench_compile.py`` reports it) per pair, train and eval.
 
 Goals (issue 25), printed PASS / FAIL (not with ``--quick``): NFM / base ≤ 2.4 (train) and ≤ 2.3
 (eval) for the classifier at width 64, ≤ 3 at width 16; Sort-of-CLEVR CNN_MLP train ≤ 6; page
@@ -210,7 +215,8 @@ def _median(xs: list[int]) -> float:
 
 
 def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: int, repeats: int,
-            device: torch.device, old_read: dict[str, Callable] | None = None, precision: str = "fp32") -> dict | None:
+            device: torch.device, old_read: dict[str, Callable] | None = None, precision: str = "fp32",
+            compile: bool = False) -> dict | None:
     torch.manual_seed(0)
     nfm = modwire.create_model(nfm_name, **overrides).to(device)
     base = modwire.create_model(base_name, **overrides).to(device)
@@ -219,17 +225,20 @@ def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: i
         print(f"{label:<40} skipped: no example input for model_type {base.config.model_type!r}")
         return None
     inputs = _to(inputs, device)
-    b, n = train_step(base, inputs, precision), train_step(nfm, inputs, precision)
+    timed_base, timed_nfm = (torch.compile(m, fullgraph=True) for m in (base, nfm)) if compile else (base, nfm)
+    b, n = train_step(timed_base, inputs, precision), train_step(timed_nfm, inputs, precision)
     faults: dict[str, list[int]] = {"base": [], "nfm": [], "old": []}
     fns = {"base": counting_faults(b, faults["base"]), "base x2": lambda: (b(), b()),
            "nfm": counting_faults(n, faults["nfm"]),
-           "eval base": eval_forward(base, inputs, precision), "eval nfm": eval_forward(nfm, inputs, precision)}
+           "eval base": eval_forward(timed_base, inputs, precision), "eval nfm": eval_forward(timed_nfm, inputs, precision)}
+    if compile:                                                   # the same NFM, eager, in the same rounds
+        fns.update({"nfm eager": train_step(nfm, inputs, precision), "eval nfm eager": eval_forward(nfm, inputs, precision)})
     old = with_reader(modwire.create_model(nfm_name, **overrides).to(device), old_read) if old_read else None
     if old is not None:
         old.load_state_dict(nfm.state_dict())
         fns["old"] = counting_faults(train_step(old, inputs, precision), faults["old"])
         fns["eval old"] = eval_forward(old, inputs, precision)
-    t = time_interleaved(fns, iters=repeats)
+    t = time_interleaved(fns, iters=repeats, warmup=2 if compile else 1)    # compiled: the first calls compile
     timed = {k: v[1:] or v for k, v in faults.items()}            # the warm-up call left out
     row = {"label": label, "batch": batch, "base": t["base"], "base x2": t["base x2"], "nfm": t["nfm"],
            "eval base": t["eval base"], "eval nfm": t["eval nfm"],
@@ -245,16 +254,22 @@ def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: i
           f"{row['train ratio']:>9.2f} {t['nfm'] / t['base x2']:>11.2f} {t['eval base'] * 1e3:>9.1f} "
           f"{t['eval nfm'] * 1e3:>9.1f} {row['eval ratio']:>7.2f} {row['faults base']:>9.0f} "
           f"{row['faults nfm']:>9.0f}{old_cols}   {row['params'][0]:,} → {row['params'][1]:,}")
+    if compile:
+        row.update({"nfm eager": t["nfm eager"], "eval nfm eager": t["eval nfm eager"]})
+        print(f"{label:<40} NFM compiled / eager (speed: eager time over compiled time): train "
+              f"{t['nfm eager'] / t['nfm']:.2f}, eval {t['eval nfm eager'] / t['eval nfm']:.2f}")
     return row
 
 
-def goals(rows: list[dict], precision: str = "fp32") -> list[dict]:
+def goals(rows: list[dict], precision: str = "fp32", compile: bool = False) -> list[dict]:
     """Issue 25's goals (issue 39 keeps them; and issue 13's target) over the measured rows, and with
-    ``--precision bf16`` issue 39's NFM / base ≤ 2.5 in bf16 (a GPU goal): ``{goal, value, limit, pass}``."""
+    ``--precision bf16`` issue 39's NFM / base ≤ 2.5 in bf16 (a GPU goal): ``{goal, value, limit, pass}``
+    (``--compile``: the goals, set for eager models, checked on the compiled pair, and labelled so)."""
     out = []
 
     def check(goal: str, value: float, limit: float) -> None:
-        out.append({"goal": goal, "value": value, "limit": limit, "pass": value <= limit})
+        out.append({"goal": goal + (" (both compiled)" if compile else ""), "value": value, "limit": limit,
+                    "pass": value <= limit})
     for r in rows:
         if r["label"].startswith("classifier"):
             width = int(r["label"].split(" w")[1].split(",")[0])
@@ -307,18 +322,23 @@ def markdown(result: dict) -> str:
     """The rows and goals of one run as Markdown (``--markdown``)."""
     m = result["machine"]
     old = any("old" in r for r in result["rows"])
+    compiled = result.get("compile", False)
     lines = [f"NFM cost (`benchmarks/bench_nfm.py {' '.join(result['argv'])}`; {m['cpu']}, {m['threads']} thread(s), "
-             f"{m['device']}, {result['precision']}, torch {m['torch']}, {m['date']}, commit {m['git_commit']}"
+             f"{m['device']}, {result['precision']}, {'torch.compile(fullgraph=True) on both sides' if compiled else 'eager'}, "
+             f"torch {m['torch']}, {m['date']}, commit {m['git_commit']}"
              f"{' + working tree' if m['git_dirty'] else ''}; medians of {result['repeats']} interleaved rounds: "
              f"compare ratios within a row).", "",
              "| pair | batch | train nfm / base | eval nfm / base | train nfm / (base×2) | page faults / train step base → nfm"
-             + (" | former reader / current (train) | (eval) |" if old else " |"),
-             "|---|---:|---:|---:|---:|---:" + ("|---:|---:|" if old else "|")]
+             + (" | former reader / current (train) | (eval) |" if old else " |")
+             + (" NFM compiled / eager, speed (train) | (eval) |" if compiled else ""),
+             "|---|---:|---:|---:|---:|---:" + ("|---:|---:|" if old else "|") + ("---:|---:|" if compiled else "")]
     for r in result["rows"]:
         row = (f"| {r['label']} | {r['batch']} | {r['train ratio']:.2f} | {r['eval ratio']:.2f} | "
                f"{r['nfm'] / r['base x2']:.2f} | {r['faults base']:.0f} → {r['faults nfm']:.0f} |")
         if old:
             row += f" {r['old'] / r['nfm']:.2f} | {r['eval old'] / r['eval nfm']:.2f} |" if "old" in r else " — | — |"
+        if compiled:
+            row += f" {r['nfm eager'] / r['nfm']:.2f} | {r['eval nfm eager'] / r['eval nfm']:.2f} |"
         lines.append(row)
     if result["goals"]:
         lines += ["", "| goal | limit | measured | |", "|---|---:|---:|---|"]
@@ -346,6 +366,8 @@ def main() -> None:
     ap.add_argument("--markdown", metavar="PATH", help="write the rows and goals as Markdown tables (atomically)")
     ap.add_argument("--from-json", metavar="PATH", help="with --markdown: render a former run's --out file, run nothing")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    ap.add_argument("--compile", action="store_true", help="torch.compile(fullgraph=True) both models of each pair "
+                    "(the goals then checked on the compiled pair), and time the eager NFM in the same rounds")
     ap.add_argument("--precision", default="fp32", choices=sorted(PRECISION),
                     help="fp32 (default) or bf16 autocast (issue 39's GPU goal: NFM <= 2.5x its base in bf16)")
     args = ap.parse_args()
@@ -370,17 +392,20 @@ def main() -> None:
     print(f"{'pair':<40} {'batch':>5} {'base ms':>9} {'base×2 ms':>9} {'nfm ms':>9} {'nfm/base':>9} "
           f"{'nfm/(base×2)':>11} {'ev base':>9} {'ev nfm':>9} {'ev n/b':>7} {'flt base':>9} {'flt nfm':>9}{old_head}"
           f"   params base → nfm")
-    rows = [r for r in (measure(*p, repeats=repeats, device=device, old_read=old_read, precision=args.precision) for p in todo) if r is not None]
-    checked = [] if args.quick else goals(rows, args.precision)
+    rows = [r for r in (measure(*p, repeats=repeats, device=device, old_read=old_read, precision=args.precision,
+                                compile=args.compile) for p in todo) if r is not None]
+    checked = [] if args.quick else goals(rows, args.precision, args.compile)
     for g in checked:
         print(f"goal {g['goal']} <= {g['limit']:.2f}: {g['value']:.2f} {'PASS' if g['pass'] else 'FAIL'}")
     if args.markdown:
         write_text(args.markdown, markdown({"argv": sys.argv[1:], "machine": machine(device), "repeats": repeats,
-                                            "precision": args.precision, "rows": rows, "goals": checked}))
+                                            "precision": args.precision, "compile": args.compile, "rows": rows,
+                                            "goals": checked}))
         print(f"wrote {args.markdown}")
     if args.out:
         write_json(args.out, {"benchmark": "bench_nfm.py", "argv": sys.argv[1:], "machine": machine(device),
-                              "repeats": repeats, "precision": args.precision, "rows": rows, "goals": checked})
+                              "repeats": repeats, "precision": args.precision, "compile": args.compile, "rows": rows,
+                              "goals": checked})
         print(f"wrote {args.out}")
 
 

@@ -12,11 +12,19 @@
 # The step limits add up to about 20 minutes, more than one 10-minute call: choose steps with STEPS, e.g.
 #   STEPS="vit_timm compile attention nac cuda_tests" PYTHONPATH=src bash benchmarks/gpu_checks.sh OUT_DIR
 #   STEPS="determinism nfm flex_tests flex flex_compiled" PYTHONPATH=src bash benchmarks/gpu_checks.sh OUT_DIR
+# The packages the machine's image lacks (omegaconf, for the training steps and tests) travel as wheels: run
+# `bash benchmarks/gpu_wheels.sh` here first and carry `.whl`; they are installed into /tmp/site below.
 set -u
 out=${1:?usage: gpu_checks.sh OUT_DIR}
 mkdir -p "$out"
 py=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
+if compgen -G ".whl/*.whl" >/dev/null; then                 # carried wheels (benchmarks/gpu_wheels.sh)
+    $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+$py -c "import omegaconf" 2>/dev/null || echo "warning: no omegaconf here: the training steps and tests will fail" \
+    "(run benchmarks/gpu_wheels.sh and carry .whl)"
 
 step() {    # step NAME SECONDS COMMAND...: run it, keep its output, go on whatever it returns
     local name=$1 limit=$2; shift 2

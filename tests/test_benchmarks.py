@@ -66,6 +66,21 @@ def test_bench_nfm_quick_times_every_registered_micro_pair():
     assert "preact_resnet_micro" in rows and float(rows["preact_resnet_micro"]) > 1   # two passes and readers
 
 
+@pytest.mark.slow
+def test_bench_nfm_compile_times_the_compiled_pair_and_the_eager_nfm_in_the_same_rounds(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_nfm.py"), "--quick", "--compile",
+                          "--presets", "preact_resnet_micro", "--out", str(tmp_path / "c.json"),
+                          "--markdown", str(tmp_path / "c.md")], capture_output=True, text=True, timeout=600,
+                         check=True).stdout
+    speed = re.search(r"^preact_resnet_micro +NFM compiled / eager \(speed: .*\): train ([\d.]+), eval ([\d.]+)$",
+                      out, flags=re.M)
+    row = json.loads((tmp_path / "c.json").read_text())["rows"][0]
+    assert speed and float(speed[1]) == pytest.approx(row["nfm eager"] / row["nfm"], abs=0.006)
+    assert row["label"] == "preact_resnet_micro" and row["nfm eager"] > 0 and row["eval nfm eager"] > 0
+    md = (tmp_path / "c.md").read_text()
+    assert "torch.compile(fullgraph=True) on both sides" in md and "| NFM compiled / eager, speed (train) | (eval) |" in md
+
+
 def test_profile_nfm_prints_and_writes_the_top_operators_of_a_micro_pair(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_nfm.py"), "--pair", "micro", "--batch", "4",
                           "--top", "3", "--out", str(tmp_path / "p.json"), "--markdown", str(tmp_path / "p.md")],

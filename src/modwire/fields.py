@@ -37,7 +37,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping
 
-from .errors import UserError
+from .errors import UserError, UserTypeError
 
 __all__ = ["Bounds", "Choices", "ChoicesOrImport", "import_object", "is_import_path", "POSITIVE", "NON_NEGATIVE", "COUNT", "UNIT", "INT_COUNT", "INT_NON_NEGATIVE",
            "check_argument", "check_value", "check_table", "check_mapping", "check_fields", "check_tree",
@@ -191,6 +191,17 @@ def check_argument(name: str, value: Any, choices: Iterable[Any], where: str = "
     if value not in choices:
         raise UserError(f"{where + ': ' if where else ''}{name} must be one of {choices}, got {value!r}")
     return value
+
+
+def check_keywords(where: str, given: Iterable[str], accepted: Iterable[str], note: str = "") -> None:
+    """A :class:`~modwire.errors.UserTypeError` (also a ``TypeError``, as Python's own for an unexpected
+    keyword) when ``given`` holds a keyword not in ``accepted``: ``"<where>: unknown keyword argument(s)
+    [...]; it takes [...]"``, with the close-match hint and ``note`` (e.g. why a peer's keyword is not taken)."""
+    accepted = list(accepted)
+    unknown = sorted(set(given) - set(accepted))
+    if unknown:
+        raise UserTypeError(f"{where}: unknown keyword argument(s) {unknown}; it takes {accepted}"
+                            f"{' ' + note if note else ''}.{did_you_mean(unknown, accepted)}")
 
 
 def _values(obj: Any, key: str, prefix: str) -> Iterator[tuple[str, Any, Any]]:

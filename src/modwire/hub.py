@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
+from .fields import check_keywords
 
 __all__ = ["is_repo_id", "push_to_hub", "resolve"]
 
@@ -30,6 +31,8 @@ CONFIG_FILE, WEIGHTS_FILE, MANIFEST_FILE = "config.json", "model.safetensors", "
 INSTALL = "pip install 'modwire[hub]' (huggingface_hub)"
 # huggingface_hub's rule for repo ids (utils.validate_repo_id), restated so that a path that is not
 # one is reported as a missing folder without importing the Hub client.
+#: ``from_pretrained``'s keywords for a repo id, those of ``hf_hub_download`` (:func:`snapshot`).
+HUB_OPTIONS = ("revision", "cache_dir", "force_download", "token", "local_files_only")
 _REPO_ID = re.compile(r"(?:[A-Za-z0-9_.-]+/)?[A-Za-z0-9_.-]{1,96}")
 
 
@@ -48,19 +51,26 @@ def _hub() -> Any:
     return huggingface_hub
 
 
-def resolve(name_or_path: str | os.PathLike, *, revision: str | None = None, cache_dir: str | os.PathLike | None = None,
-            force_download: bool = False, token: str | bool | None = None,
-            local_files_only: bool = False) -> Path:
+def resolve(name_or_path: str | os.PathLike, **options: Any) -> Path:
     """The local folder that holds ``name_or_path``: itself unless it is a repo id (:func:`is_repo_id`),
-    else the Hub cache's snapshot of ``revision`` with ``config.json`` (when the repo has one: a folder of
-    accelerate's ``save_model`` has not), ``model.safetensors`` and ``manifest.json`` (when it has one)."""
+    else the Hub cache's snapshot (:func:`snapshot`). ``options``: :data:`HUB_OPTIONS` (any other keyword is
+    refused, naming them, before anything is read: ``from_pretrained``'s keywords end here)."""
+    check_keywords("from_pretrained", options, HUB_OPTIONS, "(and map_location, config)" + (
+        "; modwire loads every weight and refuses a mismatch: there is no strict=False" if "strict" in options else ""))
     if not is_repo_id(name_or_path):
         return Path(name_or_path)
+    return snapshot(str(name_or_path), **options)
+
+
+def snapshot(name: str, *, revision: str | None = None, cache_dir: str | os.PathLike | None = None,
+             force_download: bool = False, token: str | bool | None = None, local_files_only: bool = False) -> Path:
+    """The Hub cache's snapshot of repo ``name`` at ``revision`` with ``config.json`` (when the repo has one: a
+    folder of accelerate's ``save_model`` has not), ``model.safetensors`` and ``manifest.json`` (when it has
+    one), fetched through ``hf_hub_download``."""
     hub = _hub()
     from huggingface_hub.utils import EntryNotFoundError, LocalEntryNotFoundError, RepositoryNotFoundError, \
         RevisionNotFoundError
 
-    name = str(name_or_path)
     where = f"{name!r} is not a folder, and as a Hub repo id"
 
     def get(filename: str, required: bool) -> str | None:
@@ -100,6 +110,10 @@ def model_card(model_type: str) -> str:
     return (f"---\nlibrary_name: modwire\ntags:\n- modwire\n- {model_type}\n---\n\n"
             f"A modwire `{model_type}` model: `modwire.from_pretrained(\"<this repo id>\")` "
             f"(`pip install 'modwire[hub]'`).\n")
+
+
+#: :func:`push_to_hub`'s keywords (those of ``PyTorchModelHubMixin.push_to_hub`` that upload a folder as it is).
+PUSH_OPTIONS = ("commit_message", "private", "token", "branch", "create_pr")
 
 
 def push_to_hub(model: Any, repo_id: str, *, commit_message: str = "Push model using modwire.",

@@ -258,3 +258,18 @@ def test_a_repo_id_without_huggingface_hub_says_what_to_install(monkeypatch):
         modwire.from_pretrained("org/name")
     with pytest.raises(UserError, match=r"needs huggingface_hub"):
         modwire.create_model("nac_micro").push_to_hub("org/name")
+
+
+def test_an_unknown_keyword_is_refused_naming_the_ones_taken_before_anything_is_read(tmp_path):
+    """``strict=`` (the mixin's) or a misspelt Hub keyword to either ``from_pretrained``, or an unknown one to
+    ``push_to_hub``: a UserTypeError (also a TypeError) naming it and what is taken, raised before the missing
+    folder or the Hub client (not installed: fine) is reached."""
+    missing = tmp_path / "nothing-here"
+    for load in (modwire.from_pretrained, NAC.from_pretrained):
+        with pytest.raises(TypeError, match=r"unknown keyword argument\(s\) \['strict'\].*no strict=False"):
+            load(missing, strict=False)
+        with pytest.raises(UserError, match=r"\['revison'\].*'local_files_only'.*Did you mean \['revision'\]"):
+            load("org/name", revison="main")
+    model = modwire.create_model("nac_micro")
+    with pytest.raises(UserError, match=r"push_to_hub: unknown keyword argument\(s\) \['privat'\].*\['private'\]"):
+        model.push_to_hub("org/name", privat=True)

@@ -1,6 +1,7 @@
 """Issue 36, item 4: settings that count steps or samples, checked against the run before its first
 step: one that cannot do what it says in this run warns (:class:`modwire.errors.ConfigWarning`, one
 line from the command), naming the field, the run's length and what the run does instead."""
+import re
 import warnings
 
 import pytest
@@ -32,6 +33,8 @@ def _train(out, *extra):
                               r"epoch ends only"),
     (["data.max_samples=1000"], r"'data.max_samples': 1000 is more than the 'train' split's 64 samples: all of "
                                 r"them are used"),
+    (["optim.name=sgd", "optim.betas=[0.9,0.5]"], r"'optim.betas\[1\]': 0.5 is not read by this run \(optim.name is "
+                                                   r"'sgd'\); only adamw and radam"),
 ])
 def test_a_setting_the_run_cannot_honour_warns_before_the_first_step(tmp_path, extra, match, monkeypatch):
     from modwire.training import supervised as trainer
@@ -89,3 +92,27 @@ def test_a_schedule_setting_the_schedule_does_not_use_is_refused(extra, key):
 
     with pytest.raises(UserError, match=rf"config key '{key}': got .*, but it is used only by optim.schedule"):
         load_config(None, [*BASE, *extra])
+
+
+@pytest.mark.parametrize("extra,notes", [
+    (["optim.schedule=constant", "optim.min_lr=0"], [r"'optim.min_lr': 0.0 is not read by this run \(the schedule is "
+                                                     r"'constant'\); only optim.schedule cosine or linear"]),
+    (["optim.schedule=step", "optim.milestones=[3]", "optim.min_lr=0"], [r"'optim.min_lr'.*the schedule is 'step'"]),
+    (["optim.warmup_lr=0"], [r"'optim.warmup_lr': 0.0 is not read by this run \(optim.warmup_steps is 0\); only a "
+                             r"warm-up"]),
+    (["optim.weight_decay=0", "optim.filter_bias_and_norm=false"],
+     [r"'optim.filter_bias_and_norm': False is not read by this run \(optim.weight_decay is 0\); only weight decay"]),
+    (["optim.name=sgd", "optim.betas=[0.8,0.9]", "optim.warmup_lr=0", "optim.schedule=constant", "optim.min_lr=0"],
+     [r"'optim.min_lr'", r"'optim.warmup_lr'", r"'optim.betas\[1\]': 0.9"]),
+    # each read where it is set, or left at its default: nothing to say
+    (["optim.min_lr=0", "optim.warmup_lr=0", "optim.warmup_steps=2", "optim.schedule=linear", "optim.betas=[0.8,0.9]",
+      "optim.filter_bias_and_norm=false"], []),
+    (["optim.name=sgd", "optim.betas=[0.5,0.999]", "optim.weight_decay=0", "optim.schedule=constant"], []),
+])
+def test_optimizer_settings_this_optimizer_and_schedule_never_read_are_named(extra, notes):
+    from modwire.training.config import unread_optim_notes
+
+    got = unread_optim_notes(load_config(None, [*BASE, *extra]).optim)
+    assert len(got) == len(notes)
+    for note, match in zip(got, notes):
+        assert re.search(match, note), note

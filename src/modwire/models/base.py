@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from ..nn.init import single_thread
 from .config import ModelConfig
 from ..errors import UnknownNameError, UserError, UserTypeError
-from ..fields import did_you_mean
+from ..fields import check_keywords, did_you_mean
 
 __all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "MODEL_TYPES", "NORM_LAYERS", "PretrainedModel", "Record",
            "config_class", "load_model", "no_weight_decay_names", "read_pretrained", "unknown_name"]
@@ -218,8 +218,9 @@ class PretrainedModel(nn.Module):
         """Upload :meth:`save_pretrained`'s folder and a model card to the Hub repo ``repo_id`` (created if
         needed) in one commit, as ``PyTorchModelHubMixin.push_to_hub``; ``kwargs``: ``commit_message``,
         ``private``, ``token``, ``branch``, ``create_pr`` (:func:`modwire.hub.push_to_hub`)."""
-        from ..hub import push_to_hub
+        from ..hub import PUSH_OPTIONS, push_to_hub
 
+        check_keywords("push_to_hub", kwargs, PUSH_OPTIONS)
         return push_to_hub(self, repo_id, **kwargs)
 
 

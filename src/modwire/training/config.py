@@ -206,7 +206,8 @@ def check_run_length(c: TrainConfig, total: int) -> None:
     each that cannot do what it says in this run warns (:class:`~modwire.errors.ConfigWarning`, naming
     the field, the run's length and what the run does instead): a warm-up the run never leaves, step
     milestones it never reaches, weights kept every N > total steps, a cosine decay that stops above
-    ``min_lr``, no record or checkpoint before the end (``log_every`` at its default does not warn). The
+    ``min_lr``, no record or checkpoint before the end (``log_every`` at its default does not warn), and the
+    optimizer settings this optimizer and schedule never read (:func:`unread_optim_notes`). The
     run goes on (a smoke test of a long recipe is a short run of it); ``-W error::modwire.errors.ConfigWarning``
     (Python) or a filter makes them errors."""
     o, run = c.optim, f"the run has {total} optimizer step{'s' if total != 1 else ''} in all"
@@ -228,6 +229,7 @@ def check_run_length(c: TrainConfig, total: int) -> None:
         notes.append(f"config key 'optim.decay_steps': {o.decay_steps} is not after the warm-up's "
                      f"{o.warmup_steps} steps: the learning rate drops to optim.min_lr={o.min_lr:g} when it ends")
     notes.append(horizon_note(c.ema_decay, total))                   # the EMA's own check (ema.py)
+    notes += unread_optim_notes(o)
     if c.log_every > total and c.log_every != TrainConfig.log_every:   # a short run at the default says nothing
         notes.append(f"config key 'log_every': {c.log_every} is beyond the run's {total} steps: metrics.jsonl gets "
                      f"the last step's losses only")
@@ -510,6 +512,27 @@ def validate(c: TrainConfig) -> None:
                         f"the schedule decays from lr to min_lr")
     _validate_finetune(c)
     check_kind_settings(c, flat_config(c), flat_config(TrainConfig()))   # what the run's kind reads (kinds.py)
+
+
+def unread_optim_notes(o: OptimSection) -> list[str]:
+    """A note for each general ``optim`` setting, set away from its default, that this optimizer and schedule never
+    read (``min_lr`` under a constant or step schedule, ``warmup_lr`` without a warm-up, ``betas[1]`` with SGD,
+    ``filter_bias_and_norm`` without weight decay). Warned, not refused: a base config sets them for all its
+    variants. (A schedule's own settings, ``milestones``, ``gamma``, ``decay_steps``, are refused by
+    :func:`validate` under another schedule.)"""
+    default = OptimSection()
+    unread = [  # key, value, default, unread here, what reads it, what this config has instead
+        ("min_lr", o.min_lr, default.min_lr, o.schedule not in ("cosine", "linear"),
+         "optim.schedule cosine or linear (the lr they decay to)", f"the schedule is {o.schedule!r}"),
+        ("warmup_lr", o.warmup_lr, default.warmup_lr, o.warmup_steps == 0, "a warm-up", "optim.warmup_steps is 0"),
+        ("betas[1]", o.betas[1:2], default.betas[1:2], o.name == "sgd", "adamw and radam (SGD's momentum is betas[0])",
+         "optim.name is 'sgd'"),
+        ("filter_bias_and_norm", o.filter_bias_and_norm, default.filter_bias_and_norm, o.weight_decay == 0,
+         "weight decay", "optim.weight_decay is 0"),
+    ]
+    return [f"config key 'optim.{key}': {value[0] if isinstance(value, list) else value!r} is not read by this run "
+            f"({instead}); only {reader} reads it"
+            for key, value, base, ignored, reader, instead in unread if ignored and value != base]
 
 
 def _validate_finetune(c: TrainConfig) -> None:
