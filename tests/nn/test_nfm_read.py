@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from modwire.nn.nfm import NFMLayer
-from modwire.nn.nfm_read import _digit_permute, from_read_order, read_order, source_read, to_read_order
+import modwire.nn.nfm_read as nfm_read
+from modwire.nn.nfm_read import _digit_permute, from_read_order, read_order, source_read, take_positions, to_read_order
 from tests.reference.nfm import reader_literal
 
 GRIDS = [(12,), (40,), (32, 16), (75, 75), (38, 38), (4, 8, 2), (1, 1), (6, 6)]
@@ -34,12 +35,42 @@ def test_the_read_order_is_a_permutation_and_from_read_order_inverts_it(grid):
 
 
 @pytest.mark.parametrize("grid", GRIDS)
-def test_the_compiled_form_of_the_read_order_is_the_same_permutation(grid):
-    """Under ``torch.compile`` the read order is a view and a strided copy (``_digit_permute``), not a gather."""
+def test_the_compiled_form_of_a_small_read_order_is_the_same_permutation(grid):
+    """Under ``torch.compile`` a small reordering is a view and a strided copy (``_digit_permute``), not a gather."""
     x = torch.randn(2, 3, math.prod(grid))
     torch.testing.assert_close(_digit_permute(x, grid, inverse=False), to_read_order(x, grid), rtol=0, atol=0)
     y = to_read_order(x, grid)
     torch.testing.assert_close(_digit_permute(y, grid, inverse=True), x, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("grid", [(6, 8), (12,)])
+@pytest.mark.parametrize("opaque", [True, False])
+def test_compiled_reads_equal_eager_and_large_ones_are_one_opaque_operator(grid, opaque, monkeypatch):
+    """Under ``torch.compile`` (fullgraph), from ``OPAQUE_FROM`` elements (lowered here to 1), the read order and a
+    gather are the operator ``modwire::take_positions`` in the graph; below it (raised here) none is. Values and
+    gradients (the inverse gather of a permutation, the scatter-add of a gather that repeats positions) equal
+    eager's either way."""
+    monkeypatch.setattr(nfm_read, "OPAQUE_FROM", 1 if opaque else 2 ** 40)
+    repeat = torch.tensor([0, 0, 3, 1, 3, 2])                      # a gather: positions repeated and left out
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def f(x):
+        y = to_read_order(x, grid)
+        return (y * y.detach().sin()).sum() + take_positions(from_read_order(y, grid), repeat).square().sum()
+
+    x = torch.randn(2, 3, math.prod(grid), dtype=torch.float64, requires_grad=True)
+    (want,) = torch.autograd.grad(f(x), x)
+    torch._dynamo.reset()
+    out = torch.compile(f, fullgraph=True, backend=backend)(x)
+    (got,) = torch.autograd.grad(out, x)
+    torch.testing.assert_close(out, f(x), rtol=0, atol=0)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    calls = [n for gm in graphs for n in gm.graph.nodes if n.op == "call_function" and "take_positions" in str(n.target)]
+    assert len(calls) == (3 if opaque else 0)
 
 
 def _coords(grid):

@@ -27,9 +27,9 @@ copy:
 
 Every product then runs over long contiguous rows, and the scores ``[B, H, 1 + n, P]`` keep the
 keys on an outer axis (the softmax reduces over it, vectorised along positions). Positions enter and
-leave the read order by a gather along the positions axis (``torch.gather``; under ``torch.compile``
-a view of the digits and one strided copy, :func:`_digit_permute`; each memory entry
-once per forward, when a read first needs it so; a read whose sources all share the query's grid,
+leave the read order by a gather along the positions axis (``torch.gather``, :func:`take_positions`; under
+``torch.compile`` a large one is one opaque operator and a small one a fused view of the digits,
+:data:`OPAQUE_FROM`; each memory entry once per forward, when a read first needs it so; a read whose sources all share the query's grid,
 as in a transformer, needs no order and takes none). Any other source
 (a ratio that is not a power of 2, or not the same in every dim) is **gathered**: one
 gather of positions builds its keys at the query's positions, ``[B, H, d, R, P]``, exactly as the
@@ -118,25 +118,84 @@ class _Permute(torch.autograd.Function):
         return _take(grad, inverse), None, None
 
 
+@torch.library.custom_op("modwire::take_positions", mutates_args=())
+def _take_op(x: Tensor, index: Tensor, inverse: Tensor | None) -> Tensor:
+    """:func:`take_positions` as one operator that ``torch.compile`` calls as it is (module docstring)."""
+    return _take(x, index)
+
+
+@_take_op.register_fake
+def _(x: Tensor, index: Tensor, inverse: Tensor | None) -> Tensor:
+    return x.new_empty(*x.shape[:-1], index.shape[0])
+
+
+@torch.library.custom_op("modwire::put_positions", mutates_args=())
+def _put_op(grad: Tensor, index: Tensor, size: int) -> Tensor:
+    """The gradient of a gather of ``size`` positions by ``index``: ``grad`` added back at ``index``."""
+    return grad.new_zeros(*grad.shape[:-1], size).scatter_add_(-1, index.expand(grad.shape), grad)
+
+
+@_put_op.register_fake
+def _(grad: Tensor, index: Tensor, size: int) -> Tensor:
+    return grad.new_empty(*grad.shape[:-1], size)
+
+
+def _take_op_context(ctx, inputs: tuple, output: Tensor) -> None:
+    x, index, inverse = inputs
+    ctx.save_for_backward(index, inverse)
+    ctx.size = x.shape[-1]
+
+
+def _take_op_grad(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+    index, inverse = ctx.saved_tensors
+    if inverse is not None:                                    # a permutation: the gather by its inverse
+        return _take_op(grad, inverse, index), None, None
+    return _put_op(grad.contiguous(), index, ctx.size), None, None
+
+
+_take_op.register_autograd(_take_op_grad, setup_context=_take_op_context)
+
+
+#: Under ``torch.compile``, a gather or reordering of at least this many elements (in or out) is one opaque
+#: operator, ``modwire::take_positions``, which inductor calls as it is; a smaller one is left to inductor,
+#: which fuses it into the reductions that read it (a reordering as :func:`_digit_permute`). Measured on this
+#: CPU: fused was faster on the NFM micro presets (operands of at most 2^16 elements), opaque at the full
+#: sizes (operands up to 2^20 and more; ``benchmarks/results/nfm_compiled_cpu.md`` against
+#: ``nfm_compiled_cpu_1ef07e5.md``, all fused); sizes in between were not measured.
+OPAQUE_FROM = 2 ** 17
+
+
+def take_positions(x: Tensor, index: Tensor, inverse: Tensor | None = None) -> Tensor:
+    """``x[..., index]`` for ``index [M]``; ``inverse``: the inverse of ``index`` where it is a permutation
+    (its gradient is then the gather by ``inverse``, else a scatter-add). Under ``torch.compile``, from
+    :data:`OPAQUE_FROM` elements, the opaque operator ``modwire::take_positions``."""
+    if torch.compiler.is_compiling() and max(x.numel(), x.numel() // x.shape[-1] * index.shape[0]) >= OPAQUE_FROM:
+        return _take_op(x, index, inverse)
+    return _take(x, index) if inverse is None else _Permute.apply(x, index, inverse)
+
+
 def to_read_order(x: Tensor, grid: Sequence[int], cache: dict | None = None) -> Tensor:
     """``x [..., N]`` (the row-major positions of ``grid`` last) in read order."""
-    if torch.compiler.is_compiling():
-        return _digit_permute(x, grid, inverse=False)
-    order = read_order(grid, x.device, cache)
-    return x if order is None else _Permute.apply(x, *order)
+    return _reorder(x, grid, cache, inverse=False)
 
 
 def from_read_order(x: Tensor, grid: Sequence[int], cache: dict | None = None) -> Tensor:
     """``x [..., N]`` (positions in read order last) → row-major."""
-    if torch.compiler.is_compiling():
-        return _digit_permute(x, grid, inverse=True)
+    return _reorder(x, grid, cache, inverse=True)
+
+
+def _reorder(x: Tensor, grid: Sequence[int], cache: dict | None, inverse: bool) -> Tensor:
+    if torch.compiler.is_compiling() and x.numel() < OPAQUE_FROM:
+        return _digit_permute(x, grid, inverse)
     order = read_order(grid, x.device, cache)
-    return x if order is None else _Permute.apply(x, order[1], order[0])
+    if order is None:
+        return x
+    return take_positions(x, order[1], order[0]) if inverse else take_positions(x, *order)
 
 
 def _digit_permute(x: Tensor, grid: Sequence[int], inverse: bool) -> Tensor:
-    """The read order as a view and one strided copy (for inductor, which compiles the gather's indirect
-    loads along the innermost axis into slow scalar code)."""
+    """The read order as a view and one strided copy: the compiled form of a small reordering (inductor
+    fuses it into the reads; :data:`OPAQUE_FROM`)."""
     shape, order = _order(tuple(int(s) for s in grid))
     if order == sorted(order):
         return x
@@ -245,7 +304,7 @@ def aligned(x: Tensor, grid: tuple[int, ...], dst: tuple[int, ...], how: SourceR
         index = _gather_index(grid, dst, mode, x.device)
         if cache is not None:
             cache[key] = index
-    out = _take(x, index).view(b, hd, c, how.r, -1)
+    out = take_positions(x, index).view(b, hd, c, how.r, -1)
     if cache is not None and name is not None:
         cache[(name, dst, mode)] = out
     return out
