@@ -40,7 +40,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from .errors import UserError, UserTypeError
 
 __all__ = ["Bounds", "Choices", "ChoicesOrImport", "import_object", "is_import_path", "POSITIVE", "NON_NEGATIVE", "COUNT", "UNIT", "INT_COUNT", "INT_NON_NEGATIVE",
-           "check_argument", "check_value", "check_table", "check_mapping", "check_fields", "check_tree",
+           "check_argument", "check_keywords", "check_value", "check_table", "check_mapping", "check_fields", "check_tree",
            "declared_rules", "did_you_mean"]
 
 

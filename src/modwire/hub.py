@@ -29,10 +29,10 @@ __all__ = ["is_repo_id", "push_to_hub", "resolve"]
 
 CONFIG_FILE, WEIGHTS_FILE, MANIFEST_FILE = "config.json", "model.safetensors", "manifest.json"
 INSTALL = "pip install 'modwire[hub]' (huggingface_hub)"
-# huggingface_hub's rule for repo ids (utils.validate_repo_id), restated so that a path that is not
-# one is reported as a missing folder without importing the Hub client.
 #: ``from_pretrained``'s keywords for a repo id, those of ``hf_hub_download`` (:func:`snapshot`).
 HUB_OPTIONS = ("revision", "cache_dir", "force_download", "token", "local_files_only")
+# huggingface_hub's rule for repo ids (utils.validate_repo_id), restated so that a path that is not
+# one is reported as a missing folder without importing the Hub client.
 _REPO_ID = re.compile(r"(?:[A-Za-z0-9_.-]+/)?[A-Za-z0-9_.-]{1,96}")
 
 
