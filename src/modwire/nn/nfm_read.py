@@ -29,8 +29,8 @@ Every product then runs over long contiguous rows, and the scores ``[B, H, 1 + n
 keys on an outer axis (the softmax reduces over it, vectorised along positions). Positions enter and
 leave the read order by a gather along the positions axis (``torch.gather``, :func:`take_positions`; under
 ``torch.compile`` a large one is one opaque operator and a small one a fused view of the digits,
-:data:`OPAQUE_FROM`; each memory entry once per forward, when a read first needs it so; a read whose sources all share the query's grid,
-as in a transformer, needs no order and takes none). Any other source
+:data:`OPAQUE_FROM`; each memory entry once per forward, when a read first needs it so; a read whose
+sources all share the query's grid, as in a transformer, needs no order and takes none). Any other source
 (a ratio that is not a power of 2, or not the same in every dim) is **gathered**: one
 gather of positions builds its keys at the query's positions, ``[B, H, d, R, P]``, exactly as the
 nearest resize and SpaceToDepth of §3.2.2 define them (the indices come from ``F.interpolate`` on
