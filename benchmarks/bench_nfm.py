@@ -4,7 +4,7 @@ network, interleaved (issues 13 and 25).
     OMP_NUM_THREADS=1 python benchmarks/bench_nfm.py [--repeats 5] [--quick] [--presets GLOB ...]
         [--width 16 64] [--batch 16] [--soc-batch 16] [--baseline-reader OLD_NFM_PY_OR_NN_DIR]
         [--out RESULT.json]
-        [--device cpu|cuda] [--precision fp32|bf16] [--compile] [--markdown RESULT.md]
+        [--device cpu|cuda] [--precision fp32|bf16] [--compile [model|readers]] [--markdown RESULT.md]
 
 Pairs: every registered preset ``nfm_<base>`` whose ``<base>`` is also registered, matching the
 globs (default ``*micro``: each integration's test-sized pair), plus (not with ``--quick``) the
@@ -29,7 +29,12 @@ copy of each NFM model, timed in the same interleaved rounds: the ``old ms`` and
 ``--compile``: both models of each pair are ``torch.compile(fullgraph=True)``-ed (the first two calls of each
 function are untimed: they compile), the ratios are then compiled NFM / compiled base, and the eager NFM is
 timed in the same rounds: the NFM's compiled / eager speed (eager time over compiled time, as
-``bench_compile.py`` reports it) per pair, train and eval.
+``bench_compile.py`` reports it) per pair, train and eval. ``--compile readers``: only the NFM's readers
+are compiled (each ``NFMLayer.read``, ``torch.compile(dynamic=False)``, graph breaks allowed; inductor fuses
+each per-position product into the reduction that reads it, so the products are not written), the base and
+the rest of the NFM stay eager: the ratios are then NFM (compiled readers) / eager base, and the speed
+column is that NFM's over the eager one's. Dynamo's recompile limits are raised for this run (one entry
+per reader and shape).
 
 Goals (issue 25), printed PASS / FAIL (not with ``--quick``): NFM / base ≤ 2.4 (train) and ≤ 2.3
 (eval) for the classifier at width 64, ≤ 3 at width 16; Sort-of-CLEVR CNN_MLP train ≤ 6; page
@@ -201,6 +206,28 @@ def with_reader(model: torch.nn.Module, methods: dict[str, Callable]) -> torch.n
     return model
 
 
+def compiled_readers(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with each NFM layer's ``read`` compiled (``--compile readers``): one dynamo cache entry per
+    reader and shape, so the recompile limits are raised for this process."""
+    layers = [m for m in model.modules() if isinstance(m, NFMLayer)]
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 8 * len(layers))
+    torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit,
+                                                           64 * len(layers))
+    for m in layers:
+        m.read = torch.compile(m.read, dynamic=False)
+    return model
+
+
+#: What ``--compile`` compiled, for labels (a former run's ``true`` is ``model``).
+COMPILED = {"model": ("both compiled", "torch.compile(fullgraph=True) on both sides"),
+            "readers": ("NFM readers compiled", "the NFM's readers compiled (each NFMLayer.read), the rest and "
+                                                "the base eager")}
+
+
+def _compiled(value: Any) -> str | None:
+    return "model" if value is True else value or None
+
+
 def pairs(globs: list[str]) -> list[tuple[str, str, str, dict, int]]:
     """``(label, nfm preset, base preset, overrides, batch)`` of every registered NFM pair matching ``globs``."""
     names = set(modwire.list_models())
@@ -216,7 +243,7 @@ def _median(xs: list[int]) -> float:
 
 def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: int, repeats: int,
             device: torch.device, old_read: dict[str, Callable] | None = None, precision: str = "fp32",
-            compile: bool = False) -> dict | None:
+            compile: str | None = None) -> dict | None:
     torch.manual_seed(0)
     nfm = modwire.create_model(nfm_name, **overrides).to(device)
     base = modwire.create_model(base_name, **overrides).to(device)
@@ -225,7 +252,12 @@ def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: i
         print(f"{label:<40} skipped: no example input for model_type {base.config.model_type!r}")
         return None
     inputs = _to(inputs, device)
-    timed_base, timed_nfm = (torch.compile(m, fullgraph=True) for m in (base, nfm)) if compile else (base, nfm)
+    timed_base, timed_nfm = base, nfm
+    if compile == "model":
+        timed_base, timed_nfm = (torch.compile(m, fullgraph=True) for m in (base, nfm))
+    elif compile == "readers":
+        timed_nfm = compiled_readers(modwire.create_model(nfm_name, **overrides).to(device))
+        timed_nfm.load_state_dict(nfm.state_dict())
     b, n = train_step(timed_base, inputs, precision), train_step(timed_nfm, inputs, precision)
     faults: dict[str, list[int]] = {"base": [], "nfm": [], "old": []}
     fns = {"base": counting_faults(b, faults["base"]), "base x2": lambda: (b(), b()),
@@ -261,14 +293,14 @@ def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: i
     return row
 
 
-def goals(rows: list[dict], precision: str = "fp32", compile: bool = False) -> list[dict]:
+def goals(rows: list[dict], precision: str = "fp32", compile: str | None = None) -> list[dict]:
     """Issue 25's goals (issue 39 keeps them; and issue 13's target) over the measured rows, and with
     ``--precision bf16`` issue 39's NFM / base ≤ 2.5 in bf16 (a GPU goal): ``{goal, value, limit, pass}``
-    (``--compile``: the goals, set for eager models, checked on the compiled pair, and labelled so)."""
+    (``--compile``: the goals, set for eager models, checked on the compiled models, and labelled so)."""
     out = []
 
     def check(goal: str, value: float, limit: float) -> None:
-        out.append({"goal": goal + (" (both compiled)" if compile else ""), "value": value, "limit": limit,
+        out.append({"goal": goal + (f" ({COMPILED[compile][0]})" if compile else ""), "value": value, "limit": limit,
                     "pass": value <= limit})
     for r in rows:
         if r["label"].startswith("classifier"):
@@ -322,9 +354,9 @@ def markdown(result: dict) -> str:
     """The rows and goals of one run as Markdown (``--markdown``)."""
     m = result["machine"]
     old = any("old" in r for r in result["rows"])
-    compiled = result.get("compile", False)
+    compiled = _compiled(result.get("compile"))
     lines = [f"NFM cost (`benchmarks/bench_nfm.py {' '.join(result['argv'])}`; {m['cpu']}, {m['threads']} thread(s), "
-             f"{m['device']}, {result['precision']}, {'torch.compile(fullgraph=True) on both sides' if compiled else 'eager'}, "
+             f"{m['device']}, {result['precision']}, {COMPILED[compiled][1] if compiled else 'eager'}, "
              f"torch {m['torch']}, {m['date']}, commit {m['git_commit']}"
              f"{' + working tree' if m['git_dirty'] else ''}; medians of {result['repeats']} interleaved rounds: "
              f"compare ratios within a row).", "",
@@ -366,8 +398,10 @@ def main() -> None:
     ap.add_argument("--markdown", metavar="PATH", help="write the rows and goals as Markdown tables (atomically)")
     ap.add_argument("--from-json", metavar="PATH", help="with --markdown: render a former run's --out file, run nothing")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    ap.add_argument("--compile", action="store_true", help="torch.compile(fullgraph=True) both models of each pair "
-                    "(the goals then checked on the compiled pair), and time the eager NFM in the same rounds")
+    ap.add_argument("--compile", nargs="?", const="model", choices=sorted(COMPILED),
+                    help="model (the default of a bare --compile): torch.compile(fullgraph=True) both models of each "
+                    "pair (the goals then checked on the compiled pair); readers: only the NFM's readers; either "
+                    "way the eager NFM is timed in the same rounds")
     ap.add_argument("--precision", default="fp32", choices=sorted(PRECISION),
                     help="fp32 (default) or bf16 autocast (issue 39's GPU goal: NFM <= 2.5x its base in bf16)")
     args = ap.parse_args()

@@ -81,6 +81,29 @@ def test_bench_nfm_compile_times_the_compiled_pair_and_the_eager_nfm_in_the_same
     assert "torch.compile(fullgraph=True) on both sides" in md and "| NFM compiled / eager, speed (train) | (eval) |" in md
 
 
+@pytest.mark.slow
+def test_bench_nfm_compile_readers_compiles_only_the_readers_and_times_the_eager_nfm_beside(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_nfm.py"), "--quick", "--compile", "readers",
+                          "--presets", "preact_resnet_micro", "--out", str(tmp_path / "r.json"),
+                          "--markdown", str(tmp_path / "r.md")], capture_output=True, text=True, timeout=600,
+                         check=True).stdout
+    speed = re.search(r"^preact_resnet_micro +NFM compiled / eager \(speed: .*\): train ([\d.]+), eval ([\d.]+)$",
+                      out, flags=re.M)
+    result = json.loads((tmp_path / "r.json").read_text())
+    row = result["rows"][0]
+    assert result["compile"] == "readers" and speed
+    assert float(speed[2]) == pytest.approx(row["eval nfm eager"] / row["eval nfm"], abs=0.006)
+    assert "the NFM's readers compiled (each NFMLayer.read)" in (tmp_path / "r.md").read_text()
+
+
+def test_bench_nfm_renders_a_former_compiled_run_whose_compile_field_is_true(tmp_path):
+    former = ROOT / "benchmarks" / "results" / "nfm_compiled_cpu.json"
+    assert json.loads(former.read_text())["compile"] is True
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_nfm.py"), "--from-json", str(former),
+                    "--markdown", str(tmp_path / "f.md")], capture_output=True, text=True, timeout=120, check=True)
+    assert (tmp_path / "f.md").read_text() == (ROOT / "benchmarks" / "results" / "nfm_compiled_cpu.md").read_text()
+
+
 def test_profile_nfm_prints_and_writes_the_top_operators_of_a_micro_pair(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_nfm.py"), "--pair", "micro", "--batch", "4",
                           "--top", "3", "--out", str(tmp_path / "p.json"), "--markdown", str(tmp_path / "p.md")],
