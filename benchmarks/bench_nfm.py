@@ -208,8 +208,10 @@ def with_reader(model: torch.nn.Module, methods: dict[str, Callable]) -> torch.n
 
 def compiled_readers(model: torch.nn.Module) -> torch.nn.Module:
     """``model`` with each NFM layer's ``read`` compiled (``--compile readers``): one dynamo cache entry per
-    reader and shape, so the recompile limits are raised for this process."""
+    reader, shape and grad mode, so the caches of the pairs measured before are dropped and the recompile
+    limits are raised for this process."""
     layers = [m for m in model.modules() if isinstance(m, NFMLayer)]
+    torch._dynamo.reset()
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 8 * len(layers))
     torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit,
                                                            64 * len(layers))
