@@ -29,12 +29,13 @@ copy of each NFM model, timed in the same interleaved rounds: the ``old ms`` and
 ``--compile``: both models of each pair are ``torch.compile(fullgraph=True)``-ed (the first two calls of each
 function are untimed: they compile), the ratios are then compiled NFM / compiled base, and the eager NFM is
 timed in the same rounds: the NFM's compiled / eager speed (eager time over compiled time, as
-``bench_compile.py`` reports it) per pair, train and eval. ``--compile readers``: only the NFM's readers
-are compiled (each ``NFMLayer.read``, ``torch.compile(dynamic=False)``, graph breaks allowed; inductor fuses
-each per-position product into the reduction that reads it, so the products are not written), the base and
-the rest of the NFM stay eager: the ratios are then NFM (compiled readers) / eager base, and the speed
-column is that NFM's over the eager one's. Dynamo's recompile limits are raised for this run (one entry
-per reader and shape).
+``bench_compile.py`` reports it) per pair, train and eval, and the eager base likewise (the base's compiled
+/ eager speed). ``--compile readers``: only the NFM's readers are compiled (each ``NFMLayer.read``,
+``torch.compile(dynamic=False)``, graph breaks allowed: inductor's fused kernels, which need not write a
+product that a reduction reads; which products it leaves unwritten is not checked here), the base and the
+rest of the NFM stay eager: the ratios are then NFM (compiled readers) / eager base, and the speed column is
+that NFM's over the eager one's. Dynamo's caches are reset per pair and its recompile limits raised (one
+entry per reader, shape and grad mode).
 
 Goals (issue 25), printed PASS / FAIL (not with ``--quick``): NFM / base ≤ 2.4 (train) and ≤ 2.3
 (eval) for the classifier at width 64, ≤ 3 at width 16; Sort-of-CLEVR CNN_MLP train ≤ 6; page
@@ -267,6 +268,9 @@ def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: i
            "eval base": eval_forward(timed_base, inputs, precision), "eval nfm": eval_forward(timed_nfm, inputs, precision)}
     if compile:                                                   # the same NFM, eager, in the same rounds
         fns.update({"nfm eager": train_step(nfm, inputs, precision), "eval nfm eager": eval_forward(nfm, inputs, precision)})
+    if compile == "model":                                        # and the base, eager: what compiling it alone gives
+        fns.update({"base eager": train_step(base, inputs, precision),
+                    "eval base eager": eval_forward(base, inputs, precision)})
     old = with_reader(modwire.create_model(nfm_name, **overrides).to(device), old_read) if old_read else None
     if old is not None:
         old.load_state_dict(nfm.state_dict())
@@ -292,6 +296,10 @@ def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: i
         row.update({"nfm eager": t["nfm eager"], "eval nfm eager": t["eval nfm eager"]})
         print(f"{label:<40} NFM compiled / eager (speed: eager time over compiled time): train "
               f"{t['nfm eager'] / t['nfm']:.2f}, eval {t['eval nfm eager'] / t['eval nfm']:.2f}")
+    if compile == "model":
+        row.update({"base eager": t["base eager"], "eval base eager": t["eval base eager"]})
+        print(f"{label:<40} base compiled / eager (speed): train {t['base eager'] / t['base']:.2f}, "
+              f"eval {t['eval base eager'] / t['eval base']:.2f}")
     return row
 
 
@@ -357,6 +365,7 @@ def markdown(result: dict) -> str:
     m = result["machine"]
     old = any("old" in r for r in result["rows"])
     compiled = _compiled(result.get("compile"))
+    base_eager = any("base eager" in r for r in result["rows"])
     lines = [f"NFM cost (`benchmarks/bench_nfm.py {' '.join(result['argv'])}`; {m['cpu']}, {m['threads']} thread(s), "
              f"{m['device']}, {result['precision']}, {COMPILED[compiled][1] if compiled else 'eager'}, "
              f"torch {m['torch']}, {m['date']}, commit {m['git_commit']}"
@@ -364,8 +373,10 @@ def markdown(result: dict) -> str:
              f"compare ratios within a row).", "",
              "| pair | batch | train nfm / base | eval nfm / base | train nfm / (base×2) | page faults / train step base → nfm"
              + (" | former reader / current (train) | (eval) |" if old else " |")
-             + (" NFM compiled / eager, speed (train) | (eval) |" if compiled else ""),
-             "|---|---:|---:|---:|---:|---:" + ("|---:|---:|" if old else "|") + ("---:|---:|" if compiled else "")]
+             + (" NFM compiled / eager, speed (train) | (eval) |" if compiled else "")
+             + (" base compiled / eager, speed (train) | (eval) |" if base_eager else ""),
+             "|---|---:|---:|---:|---:|---:" + ("|---:|---:|" if old else "|") + ("---:|---:|" if compiled else "")
+             + ("---:|---:|" if base_eager else "")]
     for r in result["rows"]:
         row = (f"| {r['label']} | {r['batch']} | {r['train ratio']:.2f} | {r['eval ratio']:.2f} | "
                f"{r['nfm'] / r['base x2']:.2f} | {r['faults base']:.0f} → {r['faults nfm']:.0f} |")
@@ -373,6 +384,8 @@ def markdown(result: dict) -> str:
             row += f" {r['old'] / r['nfm']:.2f} | {r['eval old'] / r['eval nfm']:.2f} |" if "old" in r else " — | — |"
         if compiled:
             row += f" {r['nfm eager'] / r['nfm']:.2f} | {r['eval nfm eager'] / r['eval nfm']:.2f} |"
+        if base_eager:
+            row += f" {r['base eager'] / r['base']:.2f} | {r['eval base eager'] / r['eval base']:.2f} |"
         lines.append(row)
     if result["goals"]:
         lines += ["", "| goal | limit | measured | |", "|---|---:|---:|---|"]

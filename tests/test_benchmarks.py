@@ -77,8 +77,11 @@ def test_bench_nfm_compile_times_the_compiled_pair_and_the_eager_nfm_in_the_same
     row = json.loads((tmp_path / "c.json").read_text())["rows"][0]
     assert speed and float(speed[1]) == pytest.approx(row["nfm eager"] / row["nfm"], abs=0.006)
     assert row["label"] == "preact_resnet_micro" and row["nfm eager"] > 0 and row["eval nfm eager"] > 0
+    base = re.search(r"^preact_resnet_micro +base compiled / eager \(speed\): train ([\d.]+), eval ([\d.]+)$", out, flags=re.M)
+    assert base and float(base[1]) == pytest.approx(row["base eager"] / row["base"], abs=0.006)
     md = (tmp_path / "c.md").read_text()
     assert "torch.compile(fullgraph=True) on both sides" in md and "| NFM compiled / eager, speed (train) | (eval) |" in md
+    assert "| base compiled / eager, speed (train) | (eval) |" in md
 
 
 @pytest.mark.slow
