@@ -7,7 +7,8 @@ the mean square of the output, SGD step) and an eval forward, each set timed int
 
 Columns: ``compiled/eager`` is eager time over compiled time (> 1: compiling pays), ``bf16/fp32`` is
 fp32 time over bf16-autocast time (> 1: bf16 pays), both for the train step and the eval forward.
-Compiled: ``torch.compile(model, fullgraph=True)`` (inductor), compiled in the warm-up. Inputs: the
+Compiled: ``torch.compile(model, **model.compile_kwargs(fullgraph=True))`` (inductor, with the model's own
+inductor options: an NFM's layout optimization off), compiled in the warm-up. Inputs: the
 registry contract's (``tests/models/test_contract.py``'s ``make_inputs``). A family whose compile
 fails is printed with the error instead of its ratios.
 
@@ -95,7 +96,7 @@ def family(name: str, batch: int, iters: int, device: str, min_round_ms: float) 
     model = modwire.create_model(name).to(device)
     x, kw = inputs(model, batch, device)
     row: dict[str, Any] = {"preset": name, "params": model.num_parameters()}
-    compiled = torch.compile(model, fullgraph=True)
+    compiled = torch.compile(model, **model.compile_kwargs(fullgraph=True))   # with the model's inductor options
     try:
         fns = {"eager": steps(model, x, kw, "fp32", device), "compiled": steps(compiled, x, kw, "fp32", device),
                "bf16": steps(model, x, kw, "bf16", device)}

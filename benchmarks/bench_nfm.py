@@ -26,7 +26,8 @@ imports resolve in the current package): its ``NFMLayer``'s methods replace thos
 copy of each NFM model, timed in the same interleaved rounds: the ``old ms`` and ``old / new`` columns
 (train step).
 
-``--compile``: both models of each pair are ``torch.compile(fullgraph=True)``-ed (the first two calls of each
+``--compile``: both models of each pair are ``torch.compile(fullgraph=True)``-ed, each with its own inductor
+options (``model.compile_kwargs``: the NFM's layout optimization off; the first two calls of each
 function are untimed: they compile), the ratios are then compiled NFM / compiled base, and the eager NFM is
 timed in the same rounds: the NFM's compiled / eager speed (eager time over compiled time, as
 ``bench_compile.py`` reports it) per pair, train and eval, and the eager base likewise (the base's compiled
@@ -257,7 +258,7 @@ def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: i
     inputs = _to(inputs, device)
     timed_base, timed_nfm = base, nfm
     if compile == "model":
-        timed_base, timed_nfm = (torch.compile(m, fullgraph=True) for m in (base, nfm))
+        timed_base, timed_nfm = (torch.compile(m, **m.compile_kwargs(fullgraph=True)) for m in (base, nfm))
     elif compile == "readers":
         timed_nfm = compiled_readers(modwire.create_model(nfm_name, **overrides).to(device))
         timed_nfm.load_state_dict(nfm.state_dict())
@@ -297,7 +298,8 @@ def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: i
         print(f"{label:<40} NFM compiled / eager (speed: eager time over compiled time): train "
               f"{t['nfm eager'] / t['nfm']:.2f}, eval {t['eval nfm eager'] / t['eval nfm']:.2f}")
     if compile == "model":
-        row.update({"base eager": t["base eager"], "eval base eager": t["eval base eager"]})
+        row.update({"base eager": t["base eager"], "eval base eager": t["eval base eager"],
+                    "nfm compile options": nfm.compile_options()})
         print(f"{label:<40} base compiled / eager (speed): train {t['base eager'] / t['base']:.2f}, "
               f"eval {t['eval base eager'] / t['eval base']:.2f}")
     return row
@@ -366,8 +368,10 @@ def markdown(result: dict) -> str:
     old = any("old" in r for r in result["rows"])
     compiled = _compiled(result.get("compile"))
     base_eager = any("base eager" in r for r in result["rows"])
+    options = sorted({f"{k}={v}" for r in result["rows"] for k, v in r.get("nfm compile options", {}).items()})
     lines = [f"NFM cost (`benchmarks/bench_nfm.py {' '.join(result['argv'])}`; {m['cpu']}, {m['threads']} thread(s), "
-             f"{m['device']}, {result['precision']}, {COMPILED[compiled][1] if compiled else 'eager'}, "
+             f"{m['device']}, {result['precision']}, {COMPILED[compiled][1] if compiled else 'eager'}"
+             f"{' (the NFM with inductor options ' + ', '.join(options) + ')' if options else ''}, "
              f"torch {m['torch']}, {m['date']}, commit {m['git_commit']}"
              f"{' + working tree' if m['git_dirty'] else ''}; medians of {result['repeats']} interleaved rounds: "
              f"compare ratios within a row).", "",

@@ -110,3 +110,53 @@ def test_compiling_one_model_leaves_another_its_recompile_limit():
             model = modwire.create_model(name).eval()
             x, kw = make_inputs(model.config)
             torch.compile(model, fullgraph=True, backend="eager")(x, **kw)
+
+
+# ------------------------------------------------------------------ the model's own inductor options
+
+def test_a_model_holding_an_nfm_compiles_with_layout_optimization_off_and_no_other_model_sets_options():
+    """docs/speed.md: inductor's layout optimization made the compiled NFM pairs slower than eager."""
+    nfm = [n for n in FAMILIES if n.startswith("nfm_")]
+    for name in FAMILIES:
+        options = modwire.create_model(name).compile_options()
+        assert options == ({"layout_optimization": False} if name in nfm else {}), name
+
+
+def test_compile_kwargs_turn_a_mode_into_its_options_and_keep_the_callers_own():
+    from torch._inductor import list_mode_options
+
+    nfm, vit = modwire.create_model("nfm_cnn_mlp_micro"), modwire.create_model("vit_micro")
+    assert vit.compile_kwargs(mode="max-autotune", fullgraph=True) == {"mode": "max-autotune", "fullgraph": True}
+    got = nfm.compile_kwargs(mode="max-autotune", fullgraph=True)
+    assert got == {"fullgraph": True, "options": {**list_mode_options("max-autotune"), "layout_optimization": False}}
+    assert nfm.compile_kwargs(options={"layout_optimization": True})["options"] == {"layout_optimization": True}
+    assert nfm.compile_kwargs(mode="default") == {"options": {"layout_optimization": False}}
+    assert nfm.compile_kwargs(mode="no-such-mode") == {"mode": "no-such-mode"}     # torch's own error names the modes
+    assert nfm.compile_kwargs(backend="aot_eager") == {"backend": "aot_eager"}      # not inductor: no options
+
+
+def test_module_compile_and_the_training_harness_pass_the_models_options(monkeypatch):
+    from modwire.training.precision import compile_net
+
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda fn, *a, **kw: seen.append(kw) or fn)
+    nfm = modwire.create_model("nfm_cnn_mlp_micro")
+    nfm.compile(fullgraph=True)
+    compile_net(nfm, "reduce-overhead", nfm)
+    compile_net(nfm, False, nfm)                                                     # off: not compiled
+    vit = modwire.create_model("vit_micro")
+    compile_net(vit, True, vit)
+    assert seen == [{"fullgraph": True, "options": {"layout_optimization": False}},
+                    {"options": {"triton.cudagraphs": True, "layout_optimization": False}},
+                    {"mode": "default"}]
+
+
+@pytest.mark.slow
+def test_an_nfm_compiled_by_inductor_with_its_options_gives_the_eager_outputs():
+    torch.manual_seed(0)
+    model = modwire.create_model("nfm_cnn_mlp_micro").eval()
+    x, kw = make_inputs(model.config, 4)
+    dynamo.reset()
+    compiled = torch.compile(model, **model.compile_kwargs(fullgraph=True))
+    with torch.no_grad():
+        torch.testing.assert_close(_output(compiled(x, **kw)), _output(model(x, **kw)), rtol=1e-4, atol=1e-5)

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from ..nn.init import single_thread
+from ..nn.nfm import INDUCTOR_OPTIONS, NFM
 from .config import ModelConfig
 from ..errors import UnknownNameError, UserError, UserTypeError
 from ..fields import check_keywords, did_you_mean
@@ -175,6 +176,32 @@ class PretrainedModel(nn.Module):
         gradient accumulation and logs each as ``aux/<name>``. A model computes them inside
         ``forward`` and returns them here; in eval mode it returns ``{}``. Default: none."""
         return {}
+
+    def compile_options(self) -> dict[str, Any]:
+        """The inductor options this model compiles with (what :meth:`compile_kwargs` adds): inductor's
+        layout optimization off in a model that holds an NFM (:data:`modwire.nn.nfm.INDUCTOR_OPTIONS`);
+        none in any other."""
+        return dict(INDUCTOR_OPTIONS) if any(isinstance(m, NFM) for m in self.modules()) else {}
+
+    def compile_kwargs(self, **kwargs: Any) -> dict[str, Any]:
+        """``torch.compile`` keywords for this model, ``torch.compile(model, **model.compile_kwargs(fullgraph=True))``:
+        ``kwargs`` with :meth:`compile_options` added to inductor's ``options`` (the caller's own options win).
+        torch takes a ``mode`` or ``options``, not both, so a known ``mode`` becomes the options it stands
+        for (``torch._inductor.list_mode_options``); another backend than inductor takes ``kwargs`` as given."""
+        extra, kwargs = self.compile_options(), dict(kwargs)
+        if not extra or kwargs.get("backend", "inductor") != "inductor":
+            return kwargs
+        from torch._inductor import list_mode_options
+        mode = kwargs.get("mode")
+        if mode is not None and mode not in list_mode_options():
+            return kwargs                                   # torch's own error names the modes
+        kwargs.pop("mode", None)
+        mode_options = list_mode_options(mode, kwargs.get("dynamic")) if mode is not None else {}
+        return {**kwargs, "options": {**mode_options, **extra, **(kwargs.get("options") or {})}}
+
+    def compile(self, *args: Any, **kwargs: Any) -> None:
+        """``nn.Module.compile`` (compiles this module's ``__call__`` in place) with :meth:`compile_kwargs`."""
+        super().compile(*args, **self.compile_kwargs(**kwargs))
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)

@@ -436,6 +436,14 @@ def infer_channels(blocks: Sequence[nn.Module], x: Tensor, layout: str = "channe
     return [int(c) for c in out]
 
 
+#: Inductor options for compiling a network that holds an :class:`NFM` (read by
+#: :meth:`modwire.models.base.PretrainedModel.compile_options`): inductor's layout optimization, which
+#: turns a convolution network's tensors channels-last, off. With it on, the compiled NFM pairs of
+#: ``benchmarks/bench_nfm.py --compile`` ran slower than eager; with it off, faster
+#: (``benchmarks/results/nfm_compiled_cpu.md``, docs/speed.md).
+INDUCTOR_OPTIONS: dict[str, object] = {"layout_optimization": False}
+
+
 class NFM(nn.Module):
     """NFM Algorithm 1 around ``blocks`` (module docstring). ``channels = (c_0, …, c_N)``: the
     channels of the input ``x`` and of each block's output; or ``example_input``, a batch the blocks

@@ -6,7 +6,8 @@ autocast every forward runs under, the fp16 loss scaler and the ``torch.compile`
   device (:func:`check_device`). Every model returns its parameters' dtype under autocast
   (``models.base``).
 * ``compile``: ``false`` | ``true`` (= ``"default"``) | a ``torch.compile`` mode: :func:`compile_net`
-  wraps the model as called by the loop (after DDP); ``"reduce-overhead"`` uses CUDA graphs on CUDA
+  wraps the model as called by the loop (after DDP), with the model's own inductor options (an NFM's:
+  ``PretrainedModel.compile_options``); ``"reduce-overhead"`` uses CUDA graphs on CUDA
   and compiles as ``"default"`` on the CPU. A resume may change it (``--allow-change compile``).
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 
 from ..errors import UserError
+from ..models.base import PretrainedModel
 from ..nn.attention import uses_flex
 from ..fields import Choices
 
@@ -74,7 +76,8 @@ def check_compile_target(value: Any, model: torch.nn.Module, device: torch.devic
                         "model.overrides.attention_backend=sdpa on the CPU (the same maths), or compile: false")
 
 
-def compile_net(net: torch.nn.Module, value: Any) -> torch.nn.Module:
-    """``net`` compiled as ``compile`` says (itself when off)."""
+def compile_net(net: torch.nn.Module, value: Any, model: PretrainedModel) -> torch.nn.Module:
+    """``net`` (``model``, or its DDP wrapper) compiled as ``compile`` says, with the model's own inductor
+    options (:meth:`~modwire.models.base.PretrainedModel.compile_kwargs`); itself when off."""
     mode = compile_mode(value)
-    return net if mode is None else torch.compile(net, mode=mode)
+    return net if mode is None else torch.compile(net, **model.compile_kwargs(mode=mode))

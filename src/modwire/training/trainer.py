@@ -176,7 +176,7 @@ def start(run: TrainingRun, state: TrainState, *, resumed: bool) -> None:
     if run.dist.world > 1:
         run.net = torch.nn.parallel.DistributedDataParallel(
             state.model, device_ids=[run.device.index] if run.device.type == "cuda" else None)
-    run.net = compile_net(run.net, cfg.compile)        # precision.py
+    run.net = compile_net(run.net, cfg.compile, state.model)   # precision.py
     mode = compile_mode(cfg.compile)
     run.log = open_loggers(run.dir, cfg, main, resume_step=state.step if resumed else None)   # loggers.py
     run.feedback = Feedback(title=f"{cfg.model.name} on {cfg.data.task}", total=run.total, start=state.step,
