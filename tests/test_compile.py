@@ -114,12 +114,13 @@ def test_compiling_one_model_leaves_another_its_recompile_limit():
 
 # ------------------------------------------------------------------ the model's own inductor options
 
-def test_a_model_holding_an_nfm_compiles_with_layout_optimization_off_and_no_other_model_sets_options():
+def test_a_model_holding_an_nfm_compiles_on_the_cpu_with_layout_optimization_off_and_no_other_sets_options():
     """docs/speed.md: inductor's layout optimization made the compiled NFM pairs slower than eager."""
     nfm = [n for n in FAMILIES if n.startswith("nfm_")]
     for name in FAMILIES:
         options = modwire.create_model(name).compile_options()
         assert options == ({"layout_optimization": False} if name in nfm else {}), name
+    assert modwire.create_model("nfm_cnn_mlp_micro").to("meta").compile_options() == {}   # not on the CPU: unmeasured
 
 
 def test_compile_kwargs_turn_a_mode_into_its_options_and_keep_the_callers_own():

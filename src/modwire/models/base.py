@@ -179,9 +179,10 @@ class PretrainedModel(nn.Module):
 
     def compile_options(self) -> dict[str, Any]:
         """The inductor options this model compiles with (what :meth:`compile_kwargs` adds): inductor's
-        layout optimization off in a model that holds an NFM (:data:`modwire.nn.nfm.INDUCTOR_OPTIONS`);
-        none in any other."""
-        return dict(INDUCTOR_OPTIONS) if any(isinstance(m, NFM) for m in self.modules()) else {}
+        layout optimization off in a model on the CPU that holds an NFM (:data:`modwire.nn.nfm.INDUCTOR_OPTIONS`;
+        on a GPU unmeasured, so inductor's default there); none in any other."""
+        on_cpu = all(p.device.type == "cpu" for p in self.parameters())
+        return dict(INDUCTOR_OPTIONS) if on_cpu and any(isinstance(m, NFM) for m in self.modules()) else {}
 
     def compile_kwargs(self, **kwargs: Any) -> dict[str, Any]:
         """``torch.compile`` keywords for this model, ``torch.compile(model, **model.compile_kwargs(fullgraph=True))``:

@@ -436,11 +436,11 @@ def infer_channels(blocks: Sequence[nn.Module], x: Tensor, layout: str = "channe
     return [int(c) for c in out]
 
 
-#: Inductor options for compiling a network that holds an :class:`NFM` (read by
+#: Inductor options for compiling a network that holds an :class:`NFM` on the CPU (read by
 #: :meth:`modwire.models.base.PretrainedModel.compile_options`): inductor's layout optimization, which
 #: turns a convolution network's tensors channels-last, off. With it on, the compiled NFM pairs of
-#: ``benchmarks/bench_nfm.py --compile`` ran slower than eager; with it off, faster
-#: (``benchmarks/results/nfm_compiled_cpu.md``, docs/speed.md).
+#: ``benchmarks/bench_nfm.py --compile`` ran slower than eager on the CPU; with it off, faster
+#: (``benchmarks/results/nfm_compiled_cpu.md``, docs/speed.md). On a GPU this is unmeasured.
 INDUCTOR_OPTIONS: dict[str, object] = {"layout_optimization": False}
 
 
