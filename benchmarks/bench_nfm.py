@@ -35,8 +35,8 @@ timed in the same rounds: the NFM's compiled / eager speed (eager time over comp
 ``torch.compile(dynamic=False)``, graph breaks allowed: inductor's fused kernels, which need not write a
 product that a reduction reads; which products it leaves unwritten is not checked here), the base and the
 rest of the NFM stay eager: the ratios are then NFM (compiled readers) / eager base, and the speed column is
-that NFM's over the eager one's. Dynamo's caches are reset per pair and its recompile limits raised (one
-entry per reader, shape and grad mode).
+that NFM's over the eager one's; its recompile limits are raised (one entry per reader, shape and grad
+mode). Either way dynamo's caches are reset before each pair.
 
 Goals (issue 25), printed PASS / FAIL (not with ``--quick``): NFM / base ≤ 2.4 (train) and ≤ 2.3
 (eval) for the classifier at width 64, ≤ 3 at width 16; Sort-of-CLEVR CNN_MLP train ≤ 6; page
@@ -210,10 +210,8 @@ def with_reader(model: torch.nn.Module, methods: dict[str, Callable]) -> torch.n
 
 def compiled_readers(model: torch.nn.Module) -> torch.nn.Module:
     """``model`` with each NFM layer's ``read`` compiled (``--compile readers``): one dynamo cache entry per
-    reader, shape and grad mode, so the caches of the pairs measured before are dropped and the recompile
-    limits are raised for this process."""
+    reader, shape and grad mode, so the recompile limits are raised for this process."""
     layers = [m for m in model.modules() if isinstance(m, NFMLayer)]
-    torch._dynamo.reset()
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 8 * len(layers))
     torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit,
                                                            64 * len(layers))
@@ -257,6 +255,8 @@ def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: i
         return None
     inputs = _to(inputs, device)
     timed_base, timed_nfm = base, nfm
+    if compile:
+        torch._dynamo.reset()               # each pair compiles afresh: the models of a pair share code objects
     if compile == "model":
         timed_base, timed_nfm = (torch.compile(m, **m.compile_kwargs(fullgraph=True)) for m in (base, nfm))
     elif compile == "readers":
