@@ -100,11 +100,11 @@ def test_bench_nfm_compile_readers_compiles_only_the_readers_and_times_the_eager
 
 
 def test_bench_nfm_renders_a_former_compiled_run_whose_compile_field_is_true(tmp_path):
-    former = ROOT / "benchmarks" / "results" / "nfm_compiled_cpu.json"
+    former = ROOT / "benchmarks" / "results" / "nfm_compiled_cpu_8976363.json"
     assert json.loads(former.read_text())["compile"] is True
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_nfm.py"), "--from-json", str(former),
                     "--markdown", str(tmp_path / "f.md")], capture_output=True, text=True, timeout=120, check=True)
-    assert (tmp_path / "f.md").read_text() == (ROOT / "benchmarks" / "results" / "nfm_compiled_cpu.md").read_text()
+    assert (tmp_path / "f.md").read_text() == (ROOT / "benchmarks" / "results" / "nfm_compiled_cpu_8976363.md").read_text()
 
 
 def test_profile_nfm_prints_and_writes_the_top_operators_of_a_micro_pair(tmp_path):

@@ -160,7 +160,7 @@ _take_op.register_autograd(_take_op_grad, setup_context=_take_op_context)
 #: operator, ``modwire::take_positions``, which inductor calls as it is; a smaller one is left to inductor,
 #: which fuses it into the reductions that read it (a reordering as :func:`_digit_permute`). Measured on this
 #: CPU: fused was faster on the NFM micro presets (operands of at most 2^16 elements), opaque at the full
-#: sizes (operands up to 2^20 and more; ``benchmarks/results/nfm_compiled_cpu.md`` against
+#: sizes (operands up to 2^20 and more; ``benchmarks/results/nfm_compiled_cpu_8976363.md`` against
 #: ``nfm_compiled_cpu_1ef07e5.md``, all fused); sizes in between were not measured.
 OPAQUE_FROM = 2 ** 17
 
