@@ -220,6 +220,20 @@ def compiled_readers(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+def timed_pair(base: torch.nn.Module, nfm: torch.nn.Module, compile: str | None,
+               new_nfm: Callable[[], torch.nn.Module]) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The base and NFM as ``--compile`` times them: as they are, both compiled (``model``), or a copy of
+    the NFM (``new_nfm()``, ``nfm``'s weights) with its readers compiled (``readers``)."""
+    if not compile:
+        return base, nfm
+    torch._dynamo.reset()                   # each pair compiles afresh: the models of a pair share code objects
+    if compile == "model":
+        return tuple(torch.compile(m, **m.compile_kwargs(fullgraph=True)) for m in (base, nfm))
+    copy = compiled_readers(new_nfm())
+    copy.load_state_dict(nfm.state_dict())
+    return base, copy
+
+
 #: What ``--compile`` compiled, for labels (a former run's ``true`` is ``model``).
 COMPILED = {"model": ("both compiled", "torch.compile(fullgraph=True) on both sides"),
             "readers": ("NFM readers compiled", "the NFM's readers compiled (each NFMLayer.read), the rest and "
@@ -254,14 +268,7 @@ def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: i
         print(f"{label:<40} skipped: no example input for model_type {base.config.model_type!r}")
         return None
     inputs = _to(inputs, device)
-    timed_base, timed_nfm = base, nfm
-    if compile:
-        torch._dynamo.reset()               # each pair compiles afresh: the models of a pair share code objects
-    if compile == "model":
-        timed_base, timed_nfm = (torch.compile(m, **m.compile_kwargs(fullgraph=True)) for m in (base, nfm))
-    elif compile == "readers":
-        timed_nfm = compiled_readers(modwire.create_model(nfm_name, **overrides).to(device))
-        timed_nfm.load_state_dict(nfm.state_dict())
+    timed_base, timed_nfm = timed_pair(base, nfm, compile, lambda: modwire.create_model(nfm_name, **overrides).to(device))
     b, n = train_step(timed_base, inputs, precision), train_step(timed_nfm, inputs, precision)
     faults: dict[str, list[int]] = {"base": [], "nfm": [], "old": []}
     fns = {"base": counting_faults(b, faults["base"]), "base x2": lambda: (b(), b()),

@@ -134,6 +134,9 @@ def test_compile_kwargs_turn_a_mode_into_its_options_and_keep_the_callers_own():
     assert nfm.compile_kwargs(mode="default") == {"options": {"layout_optimization": False}}
     assert nfm.compile_kwargs(mode="no-such-mode") == {"mode": "no-such-mode"}     # torch's own error names the modes
     assert nfm.compile_kwargs(backend="aot_eager") == {"backend": "aot_eager"}      # not inductor: no options
+    assert nfm.compile_kwargs(backend=None) == {"backend": None, "options": {"layout_optimization": False}}
+    with pytest.raises(TypeError, match=r"options must be a dict of inductor settings, got str 'max-autotune'"):
+        nfm.compile(options="max-autotune")
 
 
 def test_module_compile_and_the_training_harness_pass_the_models_options(monkeypatch):

@@ -190,7 +190,10 @@ class PretrainedModel(nn.Module):
         torch takes a ``mode`` or ``options``, not both, so a known ``mode`` becomes the options it stands
         for (``torch._inductor.list_mode_options``); another backend than inductor takes ``kwargs`` as given."""
         extra, kwargs = self.compile_options(), dict(kwargs)
-        if not extra or kwargs.get("backend", "inductor") != "inductor":
+        if kwargs.get("options") is not None and not isinstance(kwargs["options"], dict):
+            raise UserTypeError(f"compile: options must be a dict of inductor settings, got "
+                                f"{type(kwargs['options']).__name__} {kwargs['options']!r}")
+        if not extra or kwargs.get("backend") not in (None, "inductor"):      # None: torch's default, inductor
             return kwargs
         from torch._inductor import list_mode_options
         mode = kwargs.get("mode")
