@@ -342,3 +342,17 @@ def test_bench_flex_quick_writes_a_row_per_preset_and_mode(tmp_path):
             assert r["flex_calls"] == r["calls"] > 0 and r["flex_ms"] > 0
         else:                                   # on the CPU, training takes SDPA: nothing timed
             assert r["flex_calls"] == 0 and r["flex_ms"] is None
+
+
+@pytest.mark.slow
+def test_bench_thp_times_each_pair_in_children_without_and_with_the_variable(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_thp.py"), "--pairs", "soc", "--rounds", "2",
+                          "--repeats", "1", "--out", str(tmp_path / "t.json"), "--markdown", str(tmp_path / "t.md")],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    (row,) = json.loads((tmp_path / "t.json").read_text())["rows"]
+    assert [r["thp"] for r in row["rounds"]["off"]] == [False, False]       # each side's children saw its setting
+    assert [r["thp"] for r in row["rounds"]["on"]] == [True, True]
+    assert row["nfm speed"] == pytest.approx(row["off"]["nfm"] / row["on"]["nfm"])
+    assert row["nfm/base on"] == pytest.approx(row["on"]["nfm"] / row["on"]["base"])
+    assert row["on"]["nfm"] > row["on"]["base"] > 0
+    assert f"{row['nfm speed']:.2f}×" in (tmp_path / "t.md").read_text() and "Sort-of-CLEVR" in out
