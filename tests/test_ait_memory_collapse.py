@@ -31,6 +31,7 @@ def test_slot_similarity_is_the_mean_off_diagonal_cosine():
     assert slot_similarity(torch.tensor([[1.0, 0], [-1.0, 0]])) == pytest.approx(-1.0)
 
 
+@pytest.mark.slow
 def test_quick_run_writes_results_and_table(tmp_path):
     data = tmp_path / "fashion-mnist"     # Fashion-MNIST's idx files as Debian installs them, 64 + 32 images
     write_mnist(data, n=64, n_test=32, balanced=True)

@@ -30,6 +30,7 @@ def test_bench_block_sparse_quick_runs():
     assert "whole TransformerBlock" in out
 
 
+@pytest.mark.slow
 def test_bench_graph_quick_runs():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_graph.py"), "--quick"],
                          capture_output=True, text=True, timeout=120, check=True).stdout
@@ -38,6 +39,7 @@ def test_bench_graph_quick_runs():
     assert re.search(r"slowest match at U=\d+: [\d.]+ s", out)
 
 
+@pytest.mark.slow
 def test_bench_sparsify_quick_runs():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_sparsify.py"), "--quick"],
                          capture_output=True, text=True, timeout=120, check=True).stdout
@@ -51,6 +53,7 @@ def test_bench_sparsify_quick_runs():
         assert float(model[-1][4]) == pytest.approx(gflops[0] / gflops[-1], rel=0.05)  # GFLOPs printed to 3 decimals
 
 
+@pytest.mark.slow
 def test_bench_startup_runs_and_prints_a_row_per_preset():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_startup.py"), "--presets", "*micro",
                           "--repeat", "1"], capture_output=True, text=True, timeout=120, check=True).stdout
@@ -107,6 +110,7 @@ def test_bench_nfm_renders_a_former_compiled_run_whose_compile_field_is_true(tmp
     assert (tmp_path / "f.md").read_text() == (ROOT / "benchmarks" / "results" / "nfm_compiled_cpu_8976363.md").read_text()
 
 
+@pytest.mark.slow
 def test_profile_nfm_prints_and_writes_the_top_operators_of_a_micro_pair(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_nfm.py"), "--pair", "micro", "--batch", "4",
                           "--top", "3", "--out", str(tmp_path / "p.json"), "--markdown", str(tmp_path / "p.md")],
@@ -239,6 +243,7 @@ def test_bench_compile_quick_prints_and_writes_the_ratios_per_family(tmp_path):
     assert table.count("\n| `") == 2 and f"| `nac_micro` | {data['rows'][0]['params']:,} |" in table
 
 
+@pytest.mark.slow
 def test_bench_train_loop_quick_prints_the_ratio_and_writes_json(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_train_loop.py"), "--quick", "--out",
                           str(tmp_path / "t.json")], capture_output=True, text=True, timeout=300, check=True).stdout

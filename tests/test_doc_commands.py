@@ -244,7 +244,7 @@ CHECKED_IN_TEST_README = {
 }
 
 # pages whose commands train several models: run with the slow tests (`make test-all`, CI)
-SLOW_PAGES = {"README.md", "docs/analysis.md", "docs/nac.md", "docs/nfm.md", "docs/training.md"}
+SLOW_PAGES = {"README.md", "docs/analysis.md", "docs/nac.md", "docs/nfm.md", "docs/reproduce.md", "docs/training.md"}
 
 
 # ----------------------------------------------------------------------------- the static checks

@@ -74,6 +74,7 @@ def _seed_config(out: Path, key: str, seed: int) -> dict:
     return yaml.safe_load((out / key / f"seed-{seed}" / "config.yaml").read_text())
 
 
+@pytest.mark.slow
 def test_quick_run_finetunes_both_on_the_same_subsets_and_report_rebuilds_study(tmp_path, capsys):
     data = tmp_path / "fashion-mnist"       # the pre-training set: Fashion-MNIST's idx files, every class
     write_mnist(data, n=160, n_test=40, balanced=True)

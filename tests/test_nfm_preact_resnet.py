@@ -50,6 +50,7 @@ def test_table_has_mean_std_per_seed_and_the_paired_difference():
     assert "| Tiny-Imagenet | PreResNet18 | 57.12 ± 0.3 | 58.32 ± 0.2 |" in paper and "| 82.46 | 84.11 |" in paper
 
 
+@pytest.mark.slow
 def test_quick_run_scores_the_last_checkpoint_and_report_rebuilds_it(tmp_path, capsys):
     data, out = tmp_path / "fashion-mnist", tmp_path / "out"
     write_mnist(data, n=64, n_test=32, balanced=True)                 # Debian's idx layout, 64 + 32 images

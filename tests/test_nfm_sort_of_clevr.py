@@ -43,6 +43,7 @@ def test_table_puts_mean_and_std_over_seeds_next_to_table6():
     assert "| NFM(CNN) | relational | 38.33 | not run |" in soc.format_table({}, a)
 
 
+@pytest.mark.slow
 def test_quick_run_trains_scores_each_kind_and_skips_finished_runs(tmp_path, capsys):
     args = ["--quick", "--workers", "0", "--seeds", "1", "--out", str(tmp_path)]
     assert soc.main(args) == 0

@@ -28,6 +28,7 @@ def _preset_rows():
                 yield rel(path), re.findall(r"`([^`]+)`", names), counts
 
 
+@pytest.mark.slow
 def test_preset_tables_match_registry_and_parameter_counts():
     seen: dict[str, str] = {}
     for page, names, counts in _preset_rows():

@@ -81,6 +81,7 @@ def test_sigkill_then_resume_restores_weights_and_memory_bit_exactly(tmp_path, u
         assert torch.equal(a[k], b[k]), k
 
 
+@pytest.mark.slow
 def test_eval_twice_gives_the_same_metrics_and_leaves_the_memory_unchanged(uninterrupted):
     ckpt = uninterrupted / "checkpoints" / "best" / "model.safetensors"
     digest = hashlib.sha256(ckpt.read_bytes()).hexdigest()

@@ -108,6 +108,7 @@ def first_loss(out):
     return next(json.loads(l)["loss"] for l in (out / "metrics.jsonl").read_text().splitlines() if "loss" in l)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
 def test_two_process_ddp_step_equals_single_process(tmp_path):
     common = ("max_steps=1", "optim.name=sgd", "optim.grad_clip=0", "model.overrides.kernel.train_mode=expected")
