@@ -3,8 +3,8 @@
     OMP_NUM_THREADS=1 python benchmarks/bench_thp.py [--pairs w16 w64 soc authors] [--rounds 4] [--repeats 3]
         [--out RESULT.json] [--markdown RESULT.md]
 
-An NFM train step takes thousands of minor page faults where its base takes few (``bench_nfm.py``'s fault
-column): the readers' large temporaries are fresh memory on every step. PyTorch's CPU allocator asks the
+An NFM train step takes thousands of minor page faults (first touches of memory fresh from the kernel) where
+its base takes few (``bench_nfm.py``'s fault column). PyTorch's CPU allocator asks the
 kernel for transparent huge pages (2 MiB) on allocations of at least 2 MiB when the environment variable
 ``THP_MEM_ALLOC_ENABLE=1`` is set before its first allocation, which only a fresh process can do; and the
 kernel grants them where ``/sys/kernel/mm/transparent_hugepage/enabled`` is ``madvise`` or ``always``.
