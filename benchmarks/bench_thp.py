@@ -72,9 +72,12 @@ def run_child(pair: str, repeats: int, thp: bool) -> dict:
     env = {k: v for k, v in os.environ.items() if k != VARIABLE}
     if thp:
         env[VARIABLE] = "1"
-    out = subprocess.run([sys.executable, __file__, "--child", pair, "--repeats", str(repeats)], env=env,
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    done = subprocess.run([sys.executable, __file__, "--child", pair, "--repeats", str(repeats)], env=env,
+                          capture_output=True, text=True)
+    if done.returncode != 0:                   # the child's own error, not a CalledProcessError
+        raise SystemExit(f"bench_thp: the {pair} child ({VARIABLE}={'1' if thp else 'unset'}) failed with exit "
+                         f"status {done.returncode}:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def measure(pair: str, rounds: int, repeats: int) -> dict:
@@ -118,6 +121,9 @@ def main() -> None:
     ap.add_argument("--out", metavar="RESULT.json")
     ap.add_argument("--markdown", metavar="RESULT.md")
     args = ap.parse_args()
+    for name in ("rounds", "repeats"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name}: expected an integer >= 1, got {getattr(args, name)}")
     if args.child:
         print(json.dumps(child(args.child, args.repeats)))
         return

@@ -361,3 +361,11 @@ def test_bench_thp_times_each_pair_in_children_without_and_with_the_variable(tmp
     assert row["nfm/base on"] == pytest.approx(row["on"]["nfm"] / row["on"]["base"])
     assert row["on"]["nfm"] > row["on"]["base"] > 0
     assert f"{row['nfm speed']:.2f}×" in (tmp_path / "t.md").read_text() and "Sort-of-CLEVR" in out
+
+
+@pytest.mark.parametrize("flag", ["--rounds", "--repeats"])
+def test_bench_thp_refuses_a_count_below_one_naming_it(flag):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_thp.py"), flag, "0"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and f"{flag}: expected an integer >= 1, got 0" in done.stderr
+    assert "Traceback" not in done.stderr
