@@ -4,7 +4,8 @@ network, interleaved (issues 13 and 25).
     OMP_NUM_THREADS=1 python benchmarks/bench_nfm.py [--repeats 5] [--quick] [--presets GLOB ...]
         [--width 16 64] [--batch 16] [--soc-batch 16] [--baseline-reader OLD_NFM_PY_OR_NN_DIR]
         [--out RESULT.json]
-        [--device cpu|cuda] [--precision fp32|bf16] [--compile [model|readers]] [--markdown RESULT.md]
+        [--device cpu|cuda] [--precision fp32|bf16] [--compile [model|readers] | --channels-last]
+        [--markdown RESULT.md]
 
 Pairs: every registered preset ``nfm_<base>`` whose ``<base>`` is also registered, matching the
 globs (default ``*micro``: each integration's test-sized pair), plus (not with ``--quick``) the
@@ -38,6 +39,13 @@ rest of the NFM stay eager: the ratios are then NFM (compiled readers) / eager b
 that NFM's over the eager one's; its recompile limits are raised (one entry per reader, shape and grad
 mode). Either way dynamo's caches are reset before each pair.
 
+``--channels-last``: both models of each pair whose input has an image ``[B, C, H, W]`` are copied to
+``torch.channels_last`` (parameters and that input; issue 39: "use channels-last where it helps"), the ratios
+are then channels-last NFM / channels-last base, and the channels-first NFM and base are timed in the same
+rounds: each one's channels-last / channels-first speed (channels-first time over channels-last time), train and
+eval. A pair with no image input is timed as it is (``—`` in those columns). Not with ``--compile`` or
+``--baseline-reader``.
+
 Goals (issue 25), printed PASS / FAIL (not with ``--quick``): NFM / base ≤ 2.4 (train) and ≤ 2.3
 (eval) for the classifier at width 64, ≤ 3 at width 16; Sort-of-CLEVR CNN_MLP train ≤ 6; page
 faults per train step no more than the base's. Issue 13's target ``nfm / (base × 2) <= 1.30`` for
@@ -61,6 +69,7 @@ import resource
 import subprocess
 import sys
 import types
+from copy import deepcopy
 from pathlib import Path
 from typing import Any, Callable
 
@@ -107,6 +116,16 @@ def example_inputs(model: torch.nn.Module, batch: int) -> tuple[tuple, dict] | N
 def _to(inputs: tuple[tuple, dict], device: torch.device) -> tuple[tuple, dict]:
     move = (lambda v: v.to(device) if isinstance(v, torch.Tensor) else v)
     args, kwargs = inputs
+    return tuple(move(a) for a in args), {k: move(v) for k, v in kwargs.items()}
+
+
+def _channels_last(inputs: tuple[tuple, dict]) -> tuple[tuple, dict] | None:
+    """``inputs`` with every image ``[B, C, H, W]`` in ``torch.channels_last``; None when there is none."""
+    image = (lambda v: isinstance(v, torch.Tensor) and v.dim() == 4)
+    args, kwargs = inputs
+    if not any(image(v) for v in (*args, *kwargs.values())):
+        return None
+    move = (lambda v: v.contiguous(memory_format=torch.channels_last) if image(v) else v)
     return tuple(move(a) for a in args), {k: move(v) for k, v in kwargs.items()}
 
 
@@ -259,7 +278,7 @@ def _median(xs: list[int]) -> float:
 
 def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: int, repeats: int,
             device: torch.device, old_read: dict[str, Callable] | None = None, precision: str = "fp32",
-            compile: str | None = None) -> dict | None:
+            compile: str | None = None, channels_last: bool = False) -> dict | None:
     torch.manual_seed(0)
     nfm = modwire.create_model(nfm_name, **overrides).to(device)
     base = modwire.create_model(base_name, **overrides).to(device)
@@ -269,6 +288,10 @@ def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: i
         return None
     inputs = _to(inputs, device)
     timed_base, timed_nfm = timed_pair(base, nfm, compile, lambda: modwire.create_model(nfm_name, **overrides).to(device))
+    first_inputs, last_inputs = inputs, _channels_last(inputs) if channels_last else None
+    if last_inputs is not None:                                   # the channels-last copies are the timed pair
+        timed_base, timed_nfm = (deepcopy(m).to(memory_format=torch.channels_last) for m in (base, nfm))
+        inputs = last_inputs
     b, n = train_step(timed_base, inputs, precision), train_step(timed_nfm, inputs, precision)
     faults: dict[str, list[int]] = {"base": [], "nfm": [], "old": []}
     fns = {"base": counting_faults(b, faults["base"]), "base x2": lambda: (b(), b()),
@@ -279,6 +302,10 @@ def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: i
     if compile == "model":                                        # and the base, eager: what compiling it alone gives
         fns.update({"base eager": train_step(base, inputs, precision),
                     "eval base eager": eval_forward(base, inputs, precision)})
+    if last_inputs is not None:                                   # the channels-first pair in the same rounds
+        fns.update({f"{name} channels-first": make(m, first_inputs, precision) for name, m, make in
+                    (("nfm", nfm, train_step), ("eval nfm", nfm, eval_forward), ("base", base, train_step),
+                     ("eval base", base, eval_forward))})
     old = with_reader(modwire.create_model(nfm_name, **overrides).to(device), old_read) if old_read else None
     if old is not None:
         old.load_state_dict(nfm.state_dict())
@@ -309,7 +336,17 @@ def measure(label: str, nfm_name: str, base_name: str, overrides: dict, batch: i
                     "nfm compile options": nfm.compile_options()})
         print(f"{label:<40} base compiled / eager (speed): train {t['base eager'] / t['base']:.2f}, "
               f"eval {t['eval base eager'] / t['eval base']:.2f}")
+    if last_inputs is not None:
+        row.update({k: v for k, v in t.items() if k.endswith("channels-first")})
+        print(f"{label:<40} channels-last / channels-first (speed: channels-first time over channels-last time): "
+              f"NFM train {speed(row, 'nfm'):.2f}, eval {speed(row, 'eval nfm'):.2f}; base train "
+              f"{speed(row, 'base'):.2f}, eval {speed(row, 'eval base'):.2f}")
     return row
+
+
+def speed(row: dict, name: str) -> float:
+    """``--channels-last``: the channels-first time of ``name`` over its channels-last time."""
+    return row[f"{name} channels-first"] / row[name]
 
 
 def goals(rows: list[dict], precision: str = "fp32", compile: str | None = None) -> list[dict]:
@@ -375,9 +412,11 @@ def markdown(result: dict) -> str:
     old = any("old" in r for r in result["rows"])
     compiled = _compiled(result.get("compile"))
     base_eager = any("base eager" in r for r in result["rows"])
+    last = bool(result.get("channels_last"))
     options = sorted({f"{k}={v}" for r in result["rows"] for k, v in r.get("nfm compile options", {}).items()})
     lines = [f"NFM cost (`benchmarks/bench_nfm.py {' '.join(result['argv'])}`; {m['cpu']}, {m['threads']} thread(s), "
              f"{m['device']}, {result['precision']}, {COMPILED[compiled][1] if compiled else 'eager'}"
+             f"{', both models and their image inputs channels-last' if last else ''}"
              f"{' (the NFM with inductor options ' + ', '.join(options) + ')' if options else ''}, "
              f"torch {m['torch']}, {m['date']}, commit {m['git_commit']}"
              f"{' + working tree' if m['git_dirty'] else ''}; medians of {result['repeats']} interleaved rounds: "
@@ -385,9 +424,11 @@ def markdown(result: dict) -> str:
              "| pair | batch | train nfm / base | eval nfm / base | train nfm / (base×2) | page faults / train step base → nfm"
              + (" | former reader / current (train) | (eval) |" if old else " |")
              + (" NFM compiled / eager, speed (train) | (eval) |" if compiled else "")
-             + (" base compiled / eager, speed (train) | (eval) |" if base_eager else ""),
+             + (" base compiled / eager, speed (train) | (eval) |" if base_eager else "")
+             + (" NFM channels-last / channels-first, speed (train) | (eval) | base, likewise (train) | (eval) |"
+                if last else ""),
              "|---|---:|---:|---:|---:|---:" + ("|---:|---:|" if old else "|") + ("---:|---:|" if compiled else "")
-             + ("---:|---:|" if base_eager else "")]
+             + ("---:|---:|" if base_eager else "") + ("---:|---:|---:|---:|" if last else "")]
     for r in result["rows"]:
         row = (f"| {r['label']} | {r['batch']} | {r['train ratio']:.2f} | {r['eval ratio']:.2f} | "
                f"{r['nfm'] / r['base x2']:.2f} | {r['faults base']:.0f} → {r['faults nfm']:.0f} |")
@@ -397,6 +438,9 @@ def markdown(result: dict) -> str:
             row += f" {r['nfm eager'] / r['nfm']:.2f} | {r['eval nfm eager'] / r['eval nfm']:.2f} |"
         if base_eager:
             row += f" {r['base eager'] / r['base']:.2f} | {r['eval base eager'] / r['eval base']:.2f} |"
+        if last:
+            row += "".join(f" {speed(r, n):.2f} |" if f"{n} channels-first" in r else " — |"
+                           for n in ("nfm", "eval nfm", "base", "eval base"))
         lines.append(row)
     if result["goals"]:
         lines += ["", "| goal | limit | measured | |", "|---|---:|---:|---|"]
@@ -428,6 +472,9 @@ def main() -> None:
                     help="model (the default of a bare --compile): torch.compile(fullgraph=True) both models of each "
                     "pair (the goals then checked on the compiled pair); readers: only the NFM's readers; either "
                     "way the eager NFM is timed in the same rounds")
+    ap.add_argument("--channels-last", action="store_true",
+                    help="time both models of each image pair in torch.channels_last, and the channels-first pair "
+                    "in the same rounds")
     ap.add_argument("--precision", default="fp32", choices=sorted(PRECISION),
                     help="fp32 (default) or bf16 autocast (issue 39's GPU goal: NFM <= 2.5x its base in bf16)")
     args = ap.parse_args()
@@ -436,6 +483,8 @@ def main() -> None:
             ap.error("--from-json renders a result file: give --markdown PATH too")
         write_text(args.markdown, markdown(json.loads(Path(args.from_json).read_text())))
         return
+    if args.channels_last and (args.compile or args.baseline_reader):
+        ap.error("--channels-last times the current eager models: give it without --compile and --baseline-reader")
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: no CUDA device is available")
@@ -453,19 +502,19 @@ def main() -> None:
           f"{'nfm/(base×2)':>11} {'ev base':>9} {'ev nfm':>9} {'ev n/b':>7} {'flt base':>9} {'flt nfm':>9}{old_head}"
           f"   params base → nfm")
     rows = [r for r in (measure(*p, repeats=repeats, device=device, old_read=old_read, precision=args.precision,
-                                compile=args.compile) for p in todo) if r is not None]
+                                compile=args.compile, channels_last=args.channels_last) for p in todo) if r is not None]
     checked = [] if args.quick else goals(rows, args.precision, args.compile)
     for g in checked:
         print(f"goal {g['goal']} <= {g['limit']:.2f}: {g['value']:.2f} {'PASS' if g['pass'] else 'FAIL'}")
     if args.markdown:
         write_text(args.markdown, markdown({"argv": sys.argv[1:], "machine": machine(device), "repeats": repeats,
-                                            "precision": args.precision, "compile": args.compile, "rows": rows,
-                                            "goals": checked}))
+                                            "precision": args.precision, "compile": args.compile,
+                                            "channels_last": args.channels_last, "rows": rows, "goals": checked}))
         print(f"wrote {args.markdown}")
     if args.out:
         write_json(args.out, {"benchmark": "bench_nfm.py", "argv": sys.argv[1:], "machine": machine(device),
-                              "repeats": repeats, "precision": args.precision, "compile": args.compile, "rows": rows,
-                              "goals": checked})
+                              "repeats": repeats, "precision": args.precision, "compile": args.compile,
+                              "channels_last": args.channels_last, "rows": rows, "goals": checked})
         print(f"wrote {args.out}")
 
 

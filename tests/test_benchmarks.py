@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,6 +101,49 @@ def test_bench_nfm_compile_readers_compiles_only_the_readers_and_times_the_eager
     assert result["compile"] == "readers" and speed
     assert float(speed[2]) == pytest.approx(row["eval nfm eager"] / row["eval nfm"], abs=0.006)
     assert "the NFM's readers compiled (each NFMLayer.read)" in (tmp_path / "r.md").read_text()
+
+
+def test_bench_nfm_channels_last_times_the_channels_first_pair_in_the_same_rounds(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_nfm.py"), "--quick", "--channels-last",
+                          "--presets", "preact_resnet_micro", "transformer_lm_micro", "--out", str(tmp_path / "l.json"),
+                          "--markdown", str(tmp_path / "l.md")], capture_output=True, text=True, timeout=300,
+                         check=True).stdout
+    result = json.loads((tmp_path / "l.json").read_text())
+    rows = {r["label"]: r for r in result["rows"]}
+    speed = re.search(r"^preact_resnet_micro +channels-last / channels-first \(speed: .*\): NFM train ([\d.]+), "
+                      r"eval ([\d.]+); base train ([\d.]+), eval ([\d.]+)$", out, flags=re.M)
+    image = rows["preact_resnet_micro"]
+    assert result["channels_last"] is True and speed
+    for got, name in zip(speed.groups(), ("nfm", "eval nfm", "base", "eval base")):
+        assert float(got) == pytest.approx(image[f"{name} channels-first"] / image[name], abs=0.006)
+    assert not any(k.endswith("channels-first") for k in rows["transformer_lm_micro"])   # token ids: no image
+    md = (tmp_path / "l.md").read_text()
+    assert "both models and their image inputs channels-last" in md
+    assert re.search(r"^\| transformer_lm_micro \|.* — \| — \| — \| — \|$", md, flags=re.M)
+
+
+def test_bench_nfm_times_channels_last_copies_and_the_channels_first_models_as_they_are(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import bench_nfm
+    seen = []
+
+    def train_step(model, inputs, precision="fp32"):
+        conv = next(m for m in model.modules() if isinstance(m, torch.nn.Conv2d) and m.in_channels > 1)
+        last = torch.channels_last
+        seen.append((conv.weight.is_contiguous(memory_format=last), inputs[0][0].is_contiguous(memory_format=last),
+                     inputs[0][0].is_contiguous()))
+        return lambda: None
+    monkeypatch.setattr(bench_nfm, "train_step", train_step)
+    bench_nfm.measure("preact_resnet_micro", "nfm_preact_resnet_micro", "preact_resnet_micro", {"in_channels": 3},
+                      2, 1, torch.device("cpu"), channels_last=True)          # 3 channels: the two layouts differ
+    # the timed base and NFM: channels-last weights and image; the channels-first NFM and base in the same rounds
+    assert seen == [(True, True, False)] * 2 + [(False, False, True)] * 2
+
+
+def test_bench_nfm_refuses_channels_last_with_compile():
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_nfm.py"), "--quick", "--channels-last",
+                           "--compile"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--channels-last times the current eager models" in done.stderr
 
 
 def test_bench_nfm_renders_a_former_compiled_run_whose_compile_field_is_true(tmp_path):
