@@ -135,6 +135,13 @@ def test_compile_kwargs_turn_a_mode_into_its_options_and_keep_the_callers_own():
     assert nfm.compile_kwargs(mode="no-such-mode") == {"mode": "no-such-mode"}     # torch's own error names the modes
     assert nfm.compile_kwargs(backend="aot_eager") == {"backend": "aot_eager"}      # not inductor: no options
     assert nfm.compile_kwargs(backend=None) == {"backend": None, "options": {"layout_optimization": False}}
+    torch.compiler.set_default_backend("aot_eager")          # a user's own default: it gets no inductor options
+    try:
+        assert nfm.compile_kwargs(fullgraph=True) == {"fullgraph": True}
+        assert nfm.compile_kwargs(backend=None) == {"backend": None}
+        assert nfm.compile_kwargs(backend="inductor")["options"] == {"layout_optimization": False}
+    finally:
+        torch.compiler.set_default_backend(None)
     with pytest.raises(TypeError, match=r"options must be a dict of inductor settings, got str 'max-autotune'"):
         nfm.compile(options="max-autotune")
 

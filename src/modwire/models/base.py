@@ -188,12 +188,14 @@ class PretrainedModel(nn.Module):
         """``torch.compile`` keywords for this model, ``torch.compile(model, **model.compile_kwargs(fullgraph=True))``:
         ``kwargs`` with :meth:`compile_options` added to inductor's ``options`` (the caller's own options win).
         torch takes a ``mode`` or ``options``, not both, so a known ``mode`` becomes the options it stands
-        for (``torch._inductor.list_mode_options``); another backend than inductor takes ``kwargs`` as given."""
+        for (``torch._inductor.list_mode_options``); another backend than inductor takes ``kwargs`` as given
+        (no ``backend``, or None: torch's default backend, inductor unless ``torch.compiler.set_default_backend``
+        changed it)."""
         extra, kwargs = self.compile_options(), dict(kwargs)
         if kwargs.get("options") is not None and not isinstance(kwargs["options"], dict):
             raise UserTypeError(f"compile: options must be a dict of inductor settings, got "
                                 f"{type(kwargs['options']).__name__} {kwargs['options']!r}")
-        if not extra or kwargs.get("backend") not in (None, "inductor"):      # None: torch's default, inductor
+        if not extra or _backend(kwargs.get("backend")) != "inductor":
             return kwargs
         from torch._inductor import list_mode_options
         mode = kwargs.get("mode")
@@ -409,3 +411,12 @@ def _fill(model: nn.Module, state: dict[str, torch.Tensor], where: Any, *, assig
         raise UserError(f"weights in {where} do not match its config.json: {e}") from None
     return not any(isinstance(t, Tensor) and t.is_meta for m in model.modules()
                    for t in (*m._parameters.values(), *m._buffers.values(), *vars(m).values()))
+
+
+def _backend(backend: Any) -> Any:
+    """The backend ``torch.compile(backend=backend)`` uses: ``None`` is torch's default (``inductor`` unless
+    ``torch.compiler.set_default_backend`` changed it; a torch without that setting: inductor)."""
+    if backend is not None:
+        return backend
+    default = getattr(torch.compiler, "get_default_backend", None)
+    return "inductor" if default is None else default()
