@@ -205,6 +205,8 @@ class AiT(ViT):
     The classifier (``classifier``) is the ViT's."""
 
     config_class = AiTConfig
+    grad_checkpointing_refusal = ("writes each layer's workspace memory in a training forward (AiT Eq. 4): a "
+                                  "block run again in the backward would write it twice")
     record_type = AiTRecord
     aux_loss_defaults: ClassVar[dict[str, float]] = {"balance": 1e-2}     # σ of AiT Eq. 6 (§5.1), the trainer's weight unless configured
 

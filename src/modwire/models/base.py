@@ -22,10 +22,11 @@ import os
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from ..nn.init import single_thread
 from ..nn.nfm import INDUCTOR_OPTIONS, NFM
@@ -33,7 +34,7 @@ from .config import ModelConfig
 from ..errors import UnknownNameError, UserError, UserTypeError
 from ..fields import check_keywords, did_you_mean
 
-__all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "MODEL_TYPES", "NORM_LAYERS", "PretrainedModel", "Record",
+__all__ = ["BATCHNORM_REFUSAL", "CONFIG_FILE", "WEIGHTS_FILE", "MODEL_TYPES", "NORM_LAYERS", "PretrainedModel", "Record",
            "config_class", "load_model", "no_weight_decay_names", "read_pretrained", "unknown_name"]
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
@@ -111,6 +112,11 @@ def _in_parameter_dtype(forward: Any) -> Any:
     return in_parameter_dtype
 
 
+#: Why a network with BatchNorm in its blocks refuses :meth:`PretrainedModel.set_grad_checkpointing`.
+BATCHNORM_REFUSAL = ("has BatchNorm in its blocks: a block run again in the backward would update the running "
+                     "statistics a second time")
+
+
 class PretrainedModel(nn.Module):
     """Mixin for models with a ``config``: save/load and parameter counting. Every model's ``forward``
     (and a classifier's ``forward_head``) returns its output in the parameters' dtype, under autocast
@@ -162,6 +168,32 @@ class PretrainedModel(nn.Module):
     # Options of evaluation a trained model takes (``set_eval_options``, the EvalOptions capability
     # of modwire.models.capabilities; ``modwire eval RUN --set model.overrides.<option>=…``).
     eval_options: ClassVar[tuple[str, ...]] = ()
+
+    # Why this model cannot recompute its blocks in the backward (timm's ``set_grad_checkpointing``), or None
+    # where it can: its forward runs each block through :meth:`run_block`.
+    grad_checkpointing_refusal: ClassVar[str | None] = "runs no blocks that recompute in the backward"
+    grad_checkpointing: bool = False
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """timm's ``set_grad_checkpointing``: with ``enable``, each block of the forward keeps only its inputs
+        and is run again in the backward (``torch.utils.checkpoint``, non-reentrant, the random state of its
+        dropout restored), trading compute for activation memory; outputs and gradients are unchanged.
+        A model whose blocks cannot be recomputed exactly refuses, saying why
+        (:attr:`grad_checkpointing_refusal`)."""
+        if not isinstance(enable, bool):
+            raise UserTypeError(f"set_grad_checkpointing: enable must be a bool, got {type(enable).__name__} {enable!r}")
+        if enable and self.grad_checkpointing_refusal:
+            able = sorted(c.__name__ for c in MODEL_TYPES.values() if c.grad_checkpointing_refusal is None)
+            raise UserError(f"set_grad_checkpointing: this {type(self).__name__} {self.grad_checkpointing_refusal}; "
+                            f"the models that recompute their blocks: {', '.join(able)}")
+        self.grad_checkpointing = enable
+
+    def run_block(self, block: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``block(*args, **kwargs)``, or under :meth:`set_grad_checkpointing` (while gradients are recorded)
+        through ``torch.utils.checkpoint``: its activations recomputed in the backward."""
+        if self.grad_checkpointing and torch.is_grad_enabled():
+            return checkpoint(block, *args, use_reentrant=False, **kwargs)
+        return block(*args, **kwargs)
 
     def prepare_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Called before weights are loaded: a model whose optional parts (e.g. a NAC's

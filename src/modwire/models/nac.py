@@ -358,6 +358,7 @@ class NAC(ReadOutHeadFineTuning, ReadOutClassifier):
     the circuit, ``P`` and the attention of every stage (:class:`NACRecord`)."""
 
     config_class = NACConfig
+    grad_checkpointing_refusal = None                 # its propagators recompute exactly (run_block)
     record_type = NACRecord
     readout_design = ("generator.outputs.",)          # the output modules' free design (§2.2)
 
@@ -455,7 +456,7 @@ class NAC(ReadOutHeadFineTuning, ReadOutClassifier):
         for layer in self.propagators:
             if kernel is not None and (bias is None or not kernel.deterministic):
                 bias = kernel(p.signatures, p.signatures, theta.shape[0])
-            theta, w = layer(theta, p.codes, return_weights=record, **_kernel_args(bias))
+            theta, w = self.run_block(layer, theta, p.codes, return_weights=record, **_kernel_args(bias))
             weights.append(w)
         return theta, weights
 

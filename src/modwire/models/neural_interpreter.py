@@ -376,6 +376,7 @@ class NeuralInterpreter(SetModel):
     only and runs ``n_i``). ``forward_record`` adds ``compatibility`` and ``types`` (:class:`NIRecord`)."""
 
     config_class = NeuralInterpreterConfig
+    grad_checkpointing_refusal = None                 # its scripts recompute exactly (run_block)
     record_type = NIRecord
 
     def __init__(self, config: NeuralInterpreterConfig) -> None:
@@ -402,7 +403,7 @@ class NeuralInterpreter(SetModel):
             _check_identity_iterations(len(self.scripts) * per_script, x.dtype, f"iterations={per_script}")
         extra: dict[str, list] = {"compatibility": [], "types": [], "propagator_attention": []}
         for script in self.scripts:
-            x, out = script(x, iterations=iterations, record=record)
+            x, out = self.run_block(script, x, iterations=iterations, record=record)
             for key, value in out.items():
                 extra[key].extend(value)
         return x, extra

@@ -94,6 +94,7 @@ class PerceiverIO(ReadOutHeadFineTuning, ReadOutClassifier):
     ``forward_record(x)`` adds the attention weights and the final ``states`` (:class:`PerceiverIORecord`)."""
 
     config_class = PerceiverIOConfig
+    grad_checkpointing_refusal = None                 # its latent layers recompute exactly (run_block)
     record_type = PerceiverIORecord
     readout_design = ("output_queries",)              # the decoder's learned queries
 
@@ -126,7 +127,7 @@ class PerceiverIO(ReadOutHeadFineTuning, ReadOutClassifier):
                                key_mask=padding_mask(self.tokenizer, x))          # encoder
         weights = []
         for layer in self.propagators:                                            # latent transformer
-            z, w = layer(z, return_weights=record)
+            z, w = self.run_block(layer, z, return_weights=record)
             weights.append(w)
         return z, w_in, weights
 

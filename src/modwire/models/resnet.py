@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn.checks import check_float, check_not_empty
+from .base import BATCHNORM_REFUSAL
 from .classifier_api import Classifier
 from .config import COUNT, Bounds, ModelConfig, check_single_head, example_generator
 from .inputs import Inputs, named_inputs
@@ -175,6 +176,7 @@ class PreActResNet(Classifier):
     :class:`~modwire.models.nfm.NFMModelRecord`)."""
 
     config_class = PreActResNetConfig
+    grad_checkpointing_refusal = BATCHNORM_REFUSAL
     record_type = NFMModelRecord
 
     def __init__(self, config: PreActResNetConfig) -> None:

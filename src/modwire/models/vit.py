@@ -106,6 +106,7 @@ class ViT(SetModel):
     :class:`FlatClassifier` (``heads``)."""
 
     config_class = ViTConfig
+    grad_checkpointing_refusal = None                 # its blocks recompute exactly (run_block)
 
     def __init__(self, config: ViTConfig) -> None:
         super().__init__(config)
@@ -191,7 +192,7 @@ class ViT(SetModel):
         bias = self.position_bias(x.shape[1])                                            # [H, N, N]
         weights = []
         for block in self.blocks:
-            x, w = block(x, bias=bias, return_weights=record)
+            x, w = self.run_block(block, x, bias=bias, return_weights=record)
             weights.append(w)
         return x, {"propagator_attention": weights if record else []}
 

@@ -156,6 +156,8 @@ class TrainConfig:
     compile: Any = False                          # false | true = "default" | "default" | "reduce-overhead" | "max-autotune":
                                                   # torch.compile(model, mode=...); "reduce-overhead" uses CUDA graphs on
                                                   # CUDA (exact: same kernels, replayed); on the CPU it compiles as "default"
+    grad_checkpointing: bool = False              # recompute each block in the backward (timm's set_grad_checkpointing):
+                                                  # less activation memory, more compute; the ViT, NI, NAC, Perceiver IO
     ema_decay: float = 0.0                        # > 0 keeps an EMA of the weights
     nonfinite: str = "stop"                       # a NaN/inf loss or gradient: stop (the last finite checkpoint
                                                   # is kept) | skip that optimizer step (training/divergence.py)

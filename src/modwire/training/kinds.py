@@ -43,7 +43,7 @@ __all__ = ["RUN_KINDS", "RunKind", "check_kind_settings", "harmless_keys", "kind
 
 #: keys any run may change on resume: they change neither the model, the data nor the optimisation
 COMMON_HARMLESS_KEYS = ("epochs", "max_steps", "log_every", "loggers", "progress", "checkpoint_every",
-                        "data.num_workers", "device", "compile")
+                        "data.num_workers", "device", "compile", "grad_checkpointing")
 
 
 @dataclass(frozen=True)

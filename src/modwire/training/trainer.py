@@ -85,6 +85,7 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
             if dist_info.main else {}
         run, state = kind.build_run(cfg, dist_info, run_dir, overrides)    # writes nothing; raises on bad data
         check_compile_target(cfg.compile, state.model, dist_info.device)   # precision.py
+        set_grad_checkpointing(state.model, cfg.grad_checkpointing)
         check_run_length(cfg, run.total)                   # settings that count steps vs the run's length
         if overwrite and dist_info.main:
             discard_previous_run(run_dir)                  # only once the new run is known to build
@@ -129,6 +130,15 @@ def train(cfg: TrainConfig, resume: bool = False, *, allow_change: Iterable[str]
             finish(run)
     return {"status": "interrupted" if stop.requested else "finished", "step": state.step, "val": state.val,
             "best": state.best, "model": state.model, "run_dir": str(run_dir), "exit_code": stop.exit_code}
+
+
+def set_grad_checkpointing(model: torch.nn.Module, enable: bool) -> None:
+    """``grad_checkpointing``: the model's own :meth:`~modwire.models.base.PretrainedModel.set_grad_checkpointing`
+    (before DDP and ``torch.compile`` wrap it); a model that cannot recompute its blocks is refused, saying why."""
+    try:
+        model.set_grad_checkpointing(enable)
+    except UserError as e:
+        raise UserError(f"config key 'grad_checkpointing': {e}") from None
 
 
 def discard_previous_run(run_dir: Path) -> None:
@@ -188,7 +198,8 @@ def start(run: TrainingRun, state: TrainState, *, resumed: bool) -> None:
         "parameters": f"{state.model.num_parameters():,} ({state.model.num_parameters(True):,} trainable)",
         "steps": lines["steps"],
         "device": f"{run.device} × {run.dist.world}, precision {cfg.precision}"
-                  f"{f', compiled ({mode})' if mode else ''}{lines.get('workers', '')}",
+                  f"{f', compiled ({mode})' if mode else ''}{', gradient checkpointing' if cfg.grad_checkpointing else ''}"
+                  f"{lines.get('workers', '')}",
         **({"fine-tuning": f"from {cfg.finetune.init} (weights: "
                            f"{weights_note(choose_checkpoint(cfg.finetune.init)[0], cfg.finetune.weights)}); "
                            f"training {', '.join(cfg.finetune.train)}"
