@@ -8,10 +8,11 @@
 # that write one. Steps: ViT vs timm's blocks (fp32, bf16, bf16 compiled); compiled/eager
 # and bf16/fp32 per family; fused attention; NAC vs Perceiver IO at Table 4 sizes (bf16, compiled); the CUDA
 # tests; whether CUDA runs are bit-identical (check_run_determinism.py); NFM over its base (fp32, bf16);
-# issue 39's FlexAttention backend (its CUDA tests, then attention_backend flex vs sdpa, eager and compiled).
+# issue 39's FlexAttention backend (its CUDA tests, then attention_backend flex vs sdpa, eager and compiled);
+# gradient checkpointing's cost and memory.
 # The step limits add up to about 20 minutes, more than one 10-minute call: choose steps with STEPS, e.g.
 #   STEPS="vit_timm compile attention nac cuda_tests" PYTHONPATH=src bash benchmarks/gpu_checks.sh OUT_DIR
-#   STEPS="determinism nfm flex_tests flex flex_compiled" PYTHONPATH=src bash benchmarks/gpu_checks.sh OUT_DIR
+#   STEPS="determinism nfm flex_tests flex flex_compiled checkpointing" PYTHONPATH=src bash benchmarks/gpu_checks.sh OUT_DIR
 # The packages the machine's image lacks (omegaconf, for the training steps and tests) travel as wheels: run
 # `bash benchmarks/gpu_wheels.sh` here first and carry `.whl`; they are installed into /tmp/site below.
 set -u
@@ -60,3 +61,5 @@ step nfm 150 bash -c "$py benchmarks/bench_nfm.py --device cuda --batch 64 --soc
 step flex_tests 90 $py -m pytest -q -rf -p no:cacheprovider tests/nn/test_flex_attention.py -k cuda
 step flex 120 $py benchmarks/bench_flex.py --device cuda --batch 32 --out "$out/flex_cuda.json"
 step flex_compiled 150 $py benchmarks/bench_flex.py --device cuda --batch 32 --compile --out "$out/flex_cuda_compiled.json"
+# gradient checkpointing: step time and memory (kept for the backward, and the step's peak) with and without it
+step checkpointing 90 $py benchmarks/bench_checkpointing.py --device cuda --batch 64 --out "$out/checkpointing_cuda.json"

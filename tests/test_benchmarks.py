@@ -146,6 +146,26 @@ def test_bench_nfm_refuses_channels_last_with_compile():
     assert done.returncode == 2 and "--channels-last times the current eager models" in done.stderr
 
 
+def test_bench_checkpointing_quick_times_both_sides_and_counts_what_the_forward_keeps(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_checkpointing.py"), "--quick", "--presets",
+                          "vit_micro", "ni_micro", "--out", str(tmp_path / "c.json"), "--markdown", str(tmp_path / "c.md")],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    rows = {r["preset"]: r for r in json.loads((tmp_path / "c.json").read_text())["rows"]}
+    assert list(rows) == ["vit_micro", "ni_micro"]
+    for name, r in rows.items():
+        assert 0 < r["kept_checkpointed"] < r["kept_plain"] / 2, r       # the blocks' activations are not kept
+        assert r["time_ratio"] == pytest.approx(r["checkpointed_s"] / r["plain_s"]) and r["peak_plain"] is None
+        printed = re.search(rf"^{name} +8 +[\d.]+ +[\d.]+ +([\d.]+) +[\d.]+ +[\d.]+ +([\d.]+)$", out, flags=re.M)
+        assert printed and float(printed[2]) == pytest.approx(r["kept_ratio"], abs=0.0006)
+    assert f"| ni_micro | 8 |" in (tmp_path / "c.md").read_text()
+
+
+def test_bench_checkpointing_refuses_an_unknown_preset_naming_it():
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_checkpointing.py"), "--presets", "vit_mikro"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "unknown ['vit_mikro']" in done.stderr
+
+
 def test_bench_nfm_renders_a_former_compiled_run_whose_compile_field_is_true(tmp_path):
     former = ROOT / "benchmarks" / "results" / "nfm_compiled_cpu_8976363.json"
     assert json.loads(former.read_text())["compile"] is True
