@@ -21,13 +21,17 @@ family's layer (:meth:`Classifier.intermediate_blocks`). modwire's paper records
 ``forward_record`` (the ``Records`` capability); ``forward_intermediates`` was an alias of it for one
 release (issue 37) and an old call that reads a record field from the tuple gets an error saying so.
 
-``pretrained_cfg`` / ``default_cfg`` (what ``timm.data.resolve_data_config`` reads), ``num_classes``,
+``group_matcher(coarse)`` is timm's parameter grouping by depth (what timm's layer-wise learning-rate
+decay, ``param_groups_layer_decay``, reads): the stem (:attr:`Classifier.stem_modules`), then each block
+with what belongs to it (:meth:`Classifier.layer_groups`), then everything else (the final norm and the
+head) last. ``pretrained_cfg`` / ``default_cfg`` (what ``timm.data.resolve_data_config`` reads), ``num_classes``,
 ``reset_classifier``, ``get_classifier`` and ``no_weight_decay`` (full names, from
 :class:`~modwire.models.base.PretrainedModel`) complete the API; ``create_model(name, in_chans=,
 drop_rate=, global_pool=)`` maps those keywords onto config fields (:meth:`Classifier.timm_overrides`).
 """
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar, Sequence
 
 from torch import Tensor, nn
@@ -99,6 +103,9 @@ class Classifier(PretrainedModel):
     feature_kind: ClassVar[str] = "tokens"
     #: Whether the model reads only the input size it was built for (timm's ``fixed_input_size``).
     fixed_input_size: ClassVar[bool] = True
+    #: The top-level modules and parameters before the first block: the input's embedding and what every
+    #: block shares (timm's ``stem`` group, :meth:`group_matcher`); those a model lacks are skipped.
+    stem_modules: ClassVar[tuple[str, ...]] = ()
 
     # ------------------------------------------------------------------------- what a family defines
 
@@ -129,6 +136,11 @@ class Classifier(PretrainedModel):
         """The blocks whose outputs ``forward_intermediates`` returns, in order, each with the number of
         times one forward pass calls it (its last call is the one returned)."""
         raise NotImplementedError
+
+    def layer_groups(self) -> list[list[nn.Module]]:
+        """The modules at each depth, in order (:meth:`group_matcher`): each block of
+        :meth:`intermediate_blocks`, and in an NFM body every pass's copy of it and its NFM modules."""
+        return [[m] for m, _ in self.intermediate_blocks()]
 
     def global_pool(self) -> str | None:
         """How the head pools the features, in timm's words (``avg``, ``token``, ``map``: attention
@@ -215,6 +227,21 @@ class Classifier(PretrainedModel):
                 h.remove()
         inter = [self.to_output_fmt(self.intermediate_norm(outputs[i]) if norm else outputs[i], fmt) for i in take]
         return inter if intermediates_only else Intermediates((final, inter))
+
+    def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
+        """timm's ``group_matcher``: regular expressions on full parameter names that order the parameters
+        by depth, as timm's ``group_parameters`` reads them: ``stem`` (:attr:`stem_modules`; None when the
+        model has none), then ``blocks``, one ``(pattern, (i,))`` per module of :meth:`layer_groups` ``i``;
+        a parameter that neither matches (the final norm, the head) comes last. ``coarse``: timm groups a
+        stage's blocks together; a modwire block already is a stage or a layer, so both are the same."""
+        if not isinstance(coarse, bool):
+            raise UserTypeError(f"group_matcher: coarse must be a bool, got {coarse!r}")
+        names = {id(m): name for name, m in self.named_modules()}
+        present = {n for n, _ in self.named_children()} | {n for n, _ in self.named_parameters(recurse=False)}
+        stem = [re.escape(n) for n in self.stem_modules if n in present]
+        return {"stem": rf"^(?:{'|'.join(stem)})(?:\.|$)" if stem else None,
+                "blocks": [(rf"^{re.escape(names[id(m)])}\.", (i,)) for i, group in enumerate(self.layer_groups())
+                           for m in group]}
 
     @property
     def pretrained_cfg(self) -> dict[str, Any]:

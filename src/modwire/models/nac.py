@@ -439,6 +439,7 @@ class NAC(ReadOutHeadFineTuning, ReadOutClassifier):
     # conditional NAC's forward_head takes its ``condition`` (the circuit designs the output modules);
     # a block is one propagator, its output θ.
     input_layer = "tokenizer"
+    stem_modules = ("tokenizer", "generator", "kernel", "read_in")   # the generator: every layer's codes
 
     def forward_features(self, x: Tensor, *, condition: Tensor | None = None) -> Tensor:
         """The final processor states ``θ [B, U_p, d]``."""

@@ -26,7 +26,7 @@ from .base import PretrainedModel, Record
 from .config import COUNT, Bounds, ConfigBase, check_choice
 from ..errors import UserError
 
-__all__ = ["NFMConfig", "NFMModelRecord", "BlockSequence", "body_blocks", "build_body", "load_base_weights"]
+__all__ = ["NFMConfig", "NFMModelRecord", "BlockSequence", "body_blocks", "body_layer_groups", "build_body", "load_base_weights"]
 
 
 @dataclass
@@ -143,6 +143,16 @@ def body_blocks(body: nn.Module) -> list[tuple[nn.Module, int]]:
         return [(b, 1) for b in body.blocks]
     last, calls = body.passes - 1, body.passes if body.share_blocks else 1
     return [(body.block(last, i), calls) for i in range(body.num_blocks)]
+
+
+def body_layer_groups(body: nn.Module) -> list[list[nn.Module]]:
+    """The modules at each depth ``i`` of a body from :func:`build_body`: block ``i`` of every pass (one
+    module when the passes share blocks) and the NFM modules ``(k, i)`` of every pass (Alg. 1's reader
+    before block ``i``, or after it with ``read_at="after_last_pass"``). timm's ``group_matcher``."""
+    if isinstance(body, BlockSequence):
+        return [[b] for b in body.blocks]
+    n = body.num_blocks
+    return [[body.blocks[i], *[copy[i] for copy in body.pass_blocks], *body.readers[i::n]] for i in range(n)]
 
 
 def set_random_attention(body: nn.Module, enabled: bool) -> None:

@@ -135,6 +135,7 @@ class PerceiverIO(ReadOutHeadFineTuning, ReadOutClassifier):
     # (learned queries attend to the latents: attention pooling, timm's "map") and its linear layer;
     # a block is one latent layer, its output the latents.
     input_layer = "tokenizer"
+    stem_modules = ("tokenizer", "latents", "read_in")
 
     def forward_features(self, x: Tensor) -> Tensor:
         """The final latents ``[B, U, d]``."""

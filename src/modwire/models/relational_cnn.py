@@ -58,7 +58,7 @@ from .base import BATCHNORM_REFUSAL
 from .classifier_api import Classifier
 from .config import COUNT, Bounds, ModelConfig, check_single_head, example_generator
 from .inputs import Inputs, named_inputs
-from .nfm import NFMConfig, NFMModelRecord, body_blocks, build_body, set_random_attention
+from .nfm import NFMConfig, NFMModelRecord, body_blocks, body_layer_groups, build_body, set_random_attention
 from .registry import register_model_type, register_preset
 from ..errors import UserError
 
@@ -266,6 +266,9 @@ class CNNMLP(Classifier):
 
     def intermediate_blocks(self) -> list[tuple[nn.Module, int]]:
         return [(b, 1) for b in self.stem] + body_blocks(self.body)
+
+    def layer_groups(self) -> list[list[nn.Module]]:
+        return [[b] for b in self.stem] + body_layer_groups(self.body)
 
     def classifier_name(self) -> str:
         return f"mlp.{len(self.mlp) - 1}"

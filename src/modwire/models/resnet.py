@@ -39,7 +39,7 @@ from .base import BATCHNORM_REFUSAL
 from .classifier_api import Classifier
 from .config import COUNT, Bounds, ModelConfig, check_single_head, example_generator
 from .inputs import Inputs, named_inputs
-from .nfm import NFMConfig, NFMModelRecord, body_blocks, build_body, set_random_attention
+from .nfm import NFMConfig, NFMModelRecord, body_blocks, body_layer_groups, build_body, set_random_attention
 from .registry import register_model_type, register_preset
 from ..errors import UserError
 
@@ -210,6 +210,7 @@ class PreActResNet(Classifier):
     # ReLU when there is one); the head is the average pool (timm's "avg") and the linear layer; a block is
     # one of Algorithm 1's modules (a stage by default, nfm_modules), of the last pass with NFM.
     input_layer, feature_kind, fixed_input_size = "stem", "map", False    # any image size runs
+    stem_modules = ("stem",)
 
     def forward_features(self, x: Tensor) -> Tensor:
         """The final feature map ``[B, c_N, H', W']``."""
@@ -229,6 +230,9 @@ class PreActResNet(Classifier):
 
     def intermediate_blocks(self) -> list[tuple[nn.Module, int]]:
         return body_blocks(self.body)
+
+    def layer_groups(self) -> list[list[nn.Module]]:
+        return body_layer_groups(self.body)
 
     def classifier_name(self) -> str:
         return "head"

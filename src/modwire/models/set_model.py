@@ -210,6 +210,7 @@ class SetModel(Classifier):
     config_class: ClassVar[type[SetModelConfig]]
     record_type: ClassVar[type[SetModelRecord]] = SetModelRecord
     input_layer = "embed"
+    stem_modules = ("embed", "cls_tokens", "question", "relative")   # "relative": the ViT's shared position bias
 
     def __init__(self, config: SetModelConfig) -> None:
         super().__init__()
