@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import modwire
-from modwire.errors import UserError
+from modwire.errors import UserError, UserTypeError
 from modwire.models.base import MODEL_TYPES
 from modwire.models.classifier_api import Classifier, Intermediates, take_indices
 
@@ -152,10 +152,26 @@ def test_take_indices_is_timms():
 def test_output_formats():
     vit = modwire.create_model("vit_micro").eval()            # 8×8 images in 2×2 patches: a 4×4 grid + CLS
     x, _ = split(vit.config, device="cpu")
-    nlc = vit.forward_intermediates(x, indices=1, intermediates_only=True)[0]
-    nchw = vit.forward_intermediates(x, indices=1, intermediates_only=True, output_fmt="NCHW")[0]
-    assert nlc.shape == (BATCH, 17, 32) and nchw.shape == (BATCH, 32, 4, 4)
-    torch.testing.assert_close(nchw.flatten(2).transpose(1, 2), nlc[:, :16])
+    nchw = vit.forward_intermediates(x, indices=1, intermediates_only=True)[0]       # timm's ViT default
+    nlc = vit.forward_intermediates(x, indices=1, intermediates_only=True, output_fmt="NLC")[0]
+    assert nlc.shape == (BATCH, 16, 32) and nchw.shape == (BATCH, 32, 4, 4)         # the CLS token split off
+    torch.testing.assert_close(nchw.flatten(2).transpose(1, 2), nlc)
+    # timm's return_prefix_tokens: (tokens, CLS tokens) per block; together the block's whole output
+    seen = []
+    hook = vit.blocks[-1].register_forward_hook(lambda m, a, o: seen.append(o[0] if isinstance(o, tuple) else o))
+    (tokens, prefix), = vit.forward_intermediates(x, indices=1, intermediates_only=True, output_fmt="NLC",
+                                                  return_prefix_tokens=True)
+    hook.remove()
+    assert prefix.shape == (BATCH, 1, 32)
+    torch.testing.assert_close(torch.cat([tokens, prefix], 1), seen[-1], atol=0, rtol=0)
+    mean = modwire.create_model("vit_micro", num_cls_tokens=0).eval()     # no prefix tokens: timm's plain list
+    assert mean.forward_intermediates(x, indices=1, intermediates_only=True, return_prefix_tokens=True)[0].shape \
+        == (BATCH, 32, 4, 4)
+    with pytest.raises(UserError, match="return_prefix_tokens applies to a model with CLS or question tokens"):
+        modwire.create_model("preact_resnet_micro").forward_intermediates(
+            split(modwire.create_model("preact_resnet_micro").config, device="cpu")[0], return_prefix_tokens=True)
+    with pytest.raises(UserTypeError, match="return_prefix_tokens must be a bool, got 'yes'"):
+        vit.forward_intermediates(x, return_prefix_tokens="yes")
     cnn = modwire.create_model("preact_resnet_micro").eval()
     x, _ = split(cnn.config, device="cpu")
     a = cnn.forward_intermediates(x, intermediates_only=True)[-1]

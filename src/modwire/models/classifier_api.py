@@ -158,6 +158,13 @@ class Classifier(PretrainedModel):
         """``norm=True``: the final norm ``forward_features`` ends with (identity where there is none)."""
         return h
 
+    #: Whether block outputs may hold tokens besides the input's (CLS, question: timm's prefix tokens).
+    has_prefix_tokens: ClassVar[bool] = False
+
+    def prefix_tokens(self, h: Tensor) -> Tensor | None:
+        """The tokens of a block output ``h`` that are not the input's (``return_prefix_tokens``), or None."""
+        return None
+
     def to_output_fmt(self, h: Tensor, output_fmt: str) -> Tensor:
         """A block output in ``output_fmt``: ``NLC`` ``[B, N, C]`` or ``NCHW`` ``[B, C, H, W]``."""
         if self.feature_kind == "map":
@@ -193,15 +200,24 @@ class Classifier(PretrainedModel):
 
     def forward_intermediates(self, x: Tensor, indices: int | Sequence[int] | None = None, norm: bool = False,
                               stop_early: bool = False, output_fmt: str | None = None,
-                              intermediates_only: bool = False, **inputs: Tensor) -> Any:
+                              intermediates_only: bool = False, *, return_prefix_tokens: bool = False,
+                              **inputs: Tensor) -> Any:
         """timm's contract: ``(final_features, [intermediates])``, or ``[intermediates]`` with
         ``intermediates_only``. ``indices``: None (every block), ``n`` (the last ``n``) or a list of block
         indices (negative from the end), returned in block order; ``norm``: each intermediate through the
         final norm of ``forward_features`` (identity where there is none); ``stop_early``: run the blocks
         only up to the last one asked for (the final features are then that block's output, normed);
-        ``output_fmt``: ``NLC`` or ``NCHW`` (default: the family's, :meth:`default_output_fmt`).
-        ``inputs``: the model's other inputs (``task``, ``question``, ``condition``)."""
+        ``output_fmt``: ``NLC`` or ``NCHW`` (default: the family's, :meth:`default_output_fmt`); a set
+        model's intermediates hold its input's tokens only, without the CLS and question tokens (timm's
+        prefix tokens), which ``return_prefix_tokens`` (timm's ViT keyword) adds: ``(tokens, [B', T, d])``
+        pairs. ``inputs``: the model's other inputs (``task``, ``question``, ``condition``)."""
         fmt = self.default_output_fmt() if output_fmt is None else output_fmt
+        if not isinstance(return_prefix_tokens, bool):
+            raise UserTypeError(f"forward_intermediates: return_prefix_tokens must be a bool, got "
+                                f"{return_prefix_tokens!r}")
+        if return_prefix_tokens and not self.has_prefix_tokens:
+            raise UserError(f"forward_intermediates: return_prefix_tokens applies to a model with CLS or question "
+                            f"tokens; a {type(self).__name__}'s blocks output {self.feature_kind} and it has none")
         blocks = self.intermediate_blocks()
         take = take_indices(len(blocks), indices)
         stop = stop_early and take[-1] < len(blocks) - 1
@@ -225,7 +241,10 @@ class Classifier(PretrainedModel):
         finally:
             for h in handles:
                 h.remove()
-        inter = [self.to_output_fmt(self.intermediate_norm(outputs[i]) if norm else outputs[i], fmt) for i in take]
+        normed = [self.intermediate_norm(outputs[i]) if norm else outputs[i] for i in take]
+        inter = [self.to_output_fmt(h, fmt) for h in normed]
+        if return_prefix_tokens and self.prefix_tokens(normed[0]) is not None:     # timm: none → the plain list
+            inter = list(zip(inter, [self.prefix_tokens(h) for h in normed]))
         return inter if intermediates_only else Intermediates((final, inter))
 
     def group_matcher(self, coarse: bool = False) -> dict[str, Any]:

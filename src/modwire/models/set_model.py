@@ -385,14 +385,30 @@ class SetModel(Classifier):
     def intermediate_norm(self, h: Tensor) -> Tensor:
         return self.norm(h)
 
+    has_prefix_tokens = True
+
+    def _extra_tokens(self) -> int:
+        """The question and CLS tokens after the input's tokens (:meth:`_features`)."""
+        return (self.question is not None) + (0 if self.cls_tokens is None else len(self.cls_tokens))
+
+    def prefix_tokens(self, h: Tensor) -> Tensor | None:
+        """The question and CLS tokens of ``h [B', N, d]`` (timm's prefix tokens; here after the input's), or None."""
+        extra = self._extra_tokens()
+        return h[:, h.shape[1] - extra:] if extra else None
+
     def to_output_fmt(self, h: Tensor, output_fmt: str) -> Tensor:
-        """``NLC``: every token ``[B', N, d]``; ``NCHW`` (patch tokens only): the patch tokens as their grid
-        ``[B, d, rows, cols]``, the question and CLS tokens left out (timm's ViT without prefix tokens)."""
+        """The input's tokens only (timm's ViT: the prefix tokens split off, :meth:`prefix_tokens`): ``NLC``
+        ``[B', N, d]``; ``NCHW`` (patch tokens): their grid ``[B, d, rows, cols]``."""
+        h = h[:, :h.shape[1] - self._extra_tokens()]
         grid = self.config.tokenizer.grid
         if output_fmt != "NCHW" or grid is None:
             return super().to_output_fmt(h, output_fmt)
         rows, cols = grid
-        return h[:, :rows * cols].transpose(1, 2).reshape(len(h), -1, rows, cols)
+        return h.transpose(1, 2).reshape(len(h), -1, rows, cols)
+
+    def default_output_fmt(self) -> str:
+        """timm's ViT default, ``NCHW``, where the tokens are an image's patches; else ``NLC``."""
+        return "NLC" if self.config.tokenizer.grid is None else "NCHW"
 
     @classmethod
     def timm_overrides(cls, config: SetModelConfig, *, in_chans: int | None = None, drop_rate: float | None = None,
