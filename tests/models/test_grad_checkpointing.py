@@ -8,13 +8,15 @@ import torch
 import modwire
 from modwire.errors import UserError, UserTypeError
 
-CHECKPOINTED = ["vit_micro", "ni_micro", "nac_micro", "nac_conditional_micro", "perceiver_io_micro"]
-BLOCKS = {"ViT": "blocks", "NeuralInterpreter": "scripts", "NAC": "propagators", "PerceiverIO": "propagators"}
+CHECKPOINTED = ["vit_micro", "ni_micro", "nac_micro", "nac_conditional_micro", "perceiver_io_micro",
+                "transformer_lm_micro", "nfm_transformer_lm_micro"]
+BLOCKS = {"ViT": "blocks", "NeuralInterpreter": "scripts", "NAC": "propagators", "PerceiverIO": "propagators",
+          "TransformerLM": "body.blocks"}
 
 
 def _step(model: torch.nn.Module, inputs: dict, calls: list[int]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """One training step's logits and gradients; ``calls``: how often the first block's forward ran."""
-    first = getattr(model, BLOCKS[type(model).__name__])[0]
+    first = model.get_submodule(BLOCKS[type(model).__name__])[0]
     handle = first.register_forward_pre_hook(lambda *args: calls.append(1))   # a recompute may stop early
     try:
         torch.manual_seed(0)                               # NAC's sampled kernel: the same draws on both sides
@@ -81,13 +83,12 @@ def test_without_gradients_nothing_is_recomputed_and_it_can_be_turned_off():
     ("ait_micro", "this AiT writes each layer's workspace memory in a training forward"),
     ("preact_resnet_micro", "this PreActResNet has BatchNorm in its blocks"),
     ("nfm_cnn_mlp_micro", "this CNNMLP has BatchNorm in its blocks"),
-    ("transformer_lm_micro", "this TransformerLM runs no blocks that recompute in the backward"),
     ("gan_resnet_micro", "this GAN runs no blocks that recompute in the backward")])
 def test_a_model_whose_blocks_cannot_recompute_refuses_saying_why_and_which_can(name, why):
     model = modwire.create_model(name)
     with pytest.raises(UserError) as err:
         model.set_grad_checkpointing(True)
-    assert why in str(err.value) and "NAC, NeuralInterpreter, PerceiverIO, ViT" in str(err.value)
+    assert why in str(err.value) and "NAC, NeuralInterpreter, PerceiverIO, TransformerLM, ViT" in str(err.value)
     assert not model.grad_checkpointing
     model.set_grad_checkpointing(False)                      # turning it off is always possible
 
@@ -95,6 +96,21 @@ def test_a_model_whose_blocks_cannot_recompute_refuses_saying_why_and_which_can(
 def test_enable_must_be_a_bool():
     with pytest.raises(UserTypeError, match="enable must be a bool, got str 'yes'"):
         modwire.create_model("vit_micro").set_grad_checkpointing("yes")
+
+
+def test_the_lm_body_checkpoints_every_pass_and_follows_the_switch():
+    model = modwire.create_model("nfm_transformer_lm_micro").train()
+    body = model.body
+    assert body.passes == 2 and body.share_blocks            # each block runs in both passes
+    calls = []
+    for i, block in enumerate(body.blocks):
+        block.register_forward_pre_hook(lambda *args, i=i: calls.append(i))
+    model.set_grad_checkpointing()
+    assert body.grad_checkpointing
+    model(**model.config.example_inputs(2)).square().mean().backward()
+    assert sorted(calls) == sorted(list(range(body.num_blocks)) * body.passes * 2)   # each call once more
+    model.set_grad_checkpointing(False)
+    assert not body.grad_checkpointing
 
 
 @pytest.mark.slow

@@ -26,8 +26,8 @@ from typing import Any, Callable, ClassVar
 
 import torch
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
 
+from ..nn.blocks import run_block
 from ..nn.init import single_thread
 from ..nn.nfm import INDUCTOR_OPTIONS, NFM
 from .config import ModelConfig
@@ -191,9 +191,7 @@ class PretrainedModel(nn.Module):
     def run_block(self, block: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``block(*args, **kwargs)``, or under :meth:`set_grad_checkpointing` (while gradients are recorded)
         through ``torch.utils.checkpoint``: its activations recomputed in the backward."""
-        if self.grad_checkpointing and torch.is_grad_enabled():
-            return checkpoint(block, *args, use_reentrant=False, **kwargs)
-        return block(*args, **kwargs)
+        return run_block(self.grad_checkpointing, block, *args, **kwargs)
 
     def prepare_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Called before weights are loaded: a model whose optional parts (e.g. a NAC's

@@ -245,6 +245,7 @@ class TransformerLM(PretrainedModel):
     config_class = TransformerLMConfig
     record_type = NFMModelRecord
     eval_options = ("random_attention",)   # `modwire eval RUN --set model.overrides.random_attention=true`
+    grad_checkpointing_refusal = None      # its causal blocks recompute exactly (the body's run_block)
 
     def __init__(self, config: TransformerLMConfig) -> None:
         super().__init__()
@@ -281,6 +282,12 @@ class TransformerLM(PretrainedModel):
         for name, module in self.named_modules():
             if isinstance(module, CausalBlock):
                 rename_old_keys(state, f"{name}.")
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """timm's ``set_grad_checkpointing`` (:class:`~modwire.models.base.PretrainedModel`): the body runs
+        each causal block through it (with NFM, not the reads and writes between blocks)."""
+        super().set_grad_checkpointing(enable)
+        self.body.grad_checkpointing = enable
 
     def parameter_sets(self) -> dict[str, tuple[str, ...]]:
         """Named parameter subsets for ``modwire finetune``: ``vocabulary`` (embedding, positions,

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from ..nn.nfm import (READER_ACTIVATIONS, LAYOUTS, NFM, NFMRecord, NORMS, READ_AT, READER_OUTPUTS, RESCALES, SCORE_SCALES, TOPK_SOFTMAX,
                       LayerFactory)
+from ..nn.blocks import run_block
 from .base import PretrainedModel, Record
 from .config import COUNT, Bounds, ConfigBase, check_choice
 from ..errors import UserError
@@ -110,6 +111,7 @@ class BlockSequence(nn.Module):
 
     passes = 1
     gammas: list = []              # no reader, no gate
+    grad_checkpointing: bool = False   # each block recomputed in the backward (nn.blocks.run_block)
 
     def __init__(self, blocks: Sequence[nn.Module], layout: str = "channels_first") -> None:
         super().__init__()
@@ -120,7 +122,7 @@ class BlockSequence(nn.Module):
 
     def forward(self, x: Tensor, *, record: bool = False) -> Tensor:
         for block in self.blocks:
-            x = block(x)
+            x = run_block(self.grad_checkpointing, block, x)
         return x
 
 

@@ -18,13 +18,25 @@ as :class:`~modwire.nn.attention.ModulatedAttention`.
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from .attention import AttentionPattern, ModulatedAttention, ReadInMethod
 from .modulated import PLAIN, ModulatedFFN, ModulationSpec, PreNorm
 
 Bias = Tensor | AttentionPattern | None
+
+
+def run_block(checkpointed: bool, block: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``block(*args, **kwargs)``, or with ``checkpointed`` (while gradients are recorded) through
+    ``torch.utils.checkpoint`` (non-reentrant; dropout's random state restored): the block keeps only its
+    inputs and runs again in the backward (timm's ``set_grad_checkpointing``)."""
+    if checkpointed and torch.is_grad_enabled():
+        return checkpoint(block, *args, use_reentrant=False, **kwargs)
+    return block(*args, **kwargs)
 
 
 class ReadIn(nn.Module):

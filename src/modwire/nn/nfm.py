@@ -115,6 +115,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import sparse_softmax
+from .blocks import run_block
 from .nfm_read import (MemoryEntry, SourceRead, add_source_values, aligned, from_read_order, source_read,
                        source_scores, to_read_order)
 from ..errors import UserError
@@ -460,7 +461,12 @@ class NFM(nn.Module):
 
     ``layer_factory(pass_index, layer_index, query_channels, out_channels, reads=…, writes=…,
     residual=…, **options)`` builds each module's :class:`NFMLayer` (``options``: this constructor's
-    reader options); a layer that ignores ``residual``, ``topk_softmax`` or ``reader_output`` is refused."""
+    reader options); a layer that ignores ``residual``, ``topk_softmax`` or ``reader_output`` is refused.
+
+    ``grad_checkpointing``: each block (not its reads and writes) recomputed in the backward
+    (:func:`~modwire.nn.blocks.run_block`; set by the model's ``set_grad_checkpointing``)."""
+
+    grad_checkpointing: bool = False
 
     def __init__(self, blocks: Sequence[nn.Module], *, channels: Sequence[int] | None = None,
                  example_input: Tensor | None = None, k: int = 5, passes: int = 2,
@@ -562,7 +568,7 @@ class NFM(nn.Module):
                 module = self.readers[p * n + i]
                 if not after:                                     # Alg. 1: read before the block
                     h = self._read(module, p, i, h, memory, record, cache)
-                out = self.block(p, i)(h.transpose(1, 2) if tokens else h)
+                out = run_block(self.grad_checkpointing, self.block(p, i), h.transpose(1, 2) if tokens else h)
                 h = self._state(out, i + 1, tokens)
                 if after or (p, i) != (self.passes - 1, n - 1):
                     memory.append(module.write(h))
