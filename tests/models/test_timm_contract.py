@@ -103,8 +103,12 @@ def test_every_classifier_preset_on_meta(name):
     assert changed and all(n.startswith(head + ".") for n in changed), changed
     assert model.config.num_classes == model.num_classes == width + 3
     assert all(width + 3 in after[n] for n in changed)
-    with pytest.raises(UserError, match="positive int"):
-        model.reset_classifier(0)
+    with pytest.raises(UserError, match=r"num_classes must be an int >= 0 \(0: no classifier"):
+        model.reset_classifier(-1)
+    model.reset_classifier(0)                                    # timm's: no classifier
+    assert isinstance(model.get_classifier(), torch.nn.Identity) and model.num_classes == 0
+    assert not [n for n, _ in model.named_parameters() if n.startswith(head + ".")]
+    assert model.pretrained_cfg["num_classes"] == 0
 
 
 # ----------------------------------------------------------------------------- values (micro presets, CPU)

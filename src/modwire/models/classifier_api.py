@@ -15,7 +15,7 @@ training mode the split draws its random numbers (dropout, NAC's sampled kernel)
 so it equals the forward under the same seed (an AiT's training forward also writes its workspace
 memory, AiT "Reset memory": each training call, split or not, sees the memory the last one left).
 
-``forward_intermediates(x, indices, norm, stop_early, output_fmt, intermediates_only)`` is timm's
+``forward_intermediates(x, indices, norm, stop_early, output_fmt, intermediates_only, return_prefix_tokens)`` is timm's
 contract (timm >= 1.0): ``(final features, [block outputs])``, or only the list. A "block" is each
 family's layer (:meth:`Classifier.intermediate_blocks`). modwire's paper records are
 ``forward_record`` (the ``Records`` capability); ``forward_intermediates`` was an alias of it for one
@@ -24,8 +24,8 @@ release (issue 37) and an old call that reads a record field from the tuple gets
 ``group_matcher(coarse)`` is timm's parameter grouping by depth (what timm's layer-wise learning-rate
 decay, ``param_groups_layer_decay``, reads): the stem (:attr:`Classifier.stem_modules`), then each block
 with what belongs to it (:meth:`Classifier.layer_groups`), then everything else (the final norm and the
-head) last. ``pretrained_cfg`` / ``default_cfg`` (what ``timm.data.resolve_data_config`` reads), ``num_classes``,
-``reset_classifier``, ``get_classifier`` and ``no_weight_decay`` (full names, from
+head) last. ``pretrained_cfg`` / ``default_cfg`` (what ``timm.data.resolve_data_config`` reads), ``num_classes``
+(timm's 0: built without the last linear layer, :meth:`Classifier.replace_classifier`), ``reset_classifier``, ``get_classifier`` and ``no_weight_decay`` (full names, from
 :class:`~modwire.models.base.PretrainedModel`) complete the API; ``create_model(name, in_chans=,
 drop_rate=, global_pool=)`` maps those keywords onto config fields (:meth:`Classifier.timm_overrides`).
 """
@@ -36,6 +36,7 @@ from typing import Any, ClassVar, Sequence
 
 from torch import Tensor, nn
 
+from ..nn.blocks import linear_head
 from .base import PretrainedModel
 from .config import ModelConfig
 from ..errors import UserError, UserTypeError
@@ -117,10 +118,22 @@ class Classifier(PretrainedModel):
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
         """A fresh classifier for ``num_classes`` (timm's ``reset_classifier``): the family's ``new_task``
-        (``modwire finetune``'s, :class:`~modwire.models.capabilities.FineTunable`), the body kept; a
-        family whose head is more than that overrides this."""
+        (``modwire finetune``'s, :class:`~modwire.models.capabilities.FineTunable`), the body kept; 0: no
+        classifier (:meth:`replace_classifier`). A family whose head is more than that overrides this."""
         self._check_reset(num_classes, global_pool)
-        self.new_task(num_classes)
+        if num_classes:
+            self.new_task(num_classes)
+        else:
+            self.replace_classifier(0)
+
+    def replace_classifier(self, num_classes: int) -> None:
+        """The last linear layer (:meth:`classifier_name`) freshly initialised for ``num_classes`` outputs
+        (PyTorch's ``nn.Linear`` initialisation, on the model's device and dtype), or with 0 the identity
+        (timm's ``num_classes=0``: the model returns its pre-logits features); ``config.num_classes`` follows."""
+        like = next(self.parameters())
+        self.set_submodule(self.classifier_name(), linear_head(self.head_hidden_size, num_classes,
+                                                               device=like.device, dtype=like.dtype))
+        self.config = self.config.replace(num_classes=num_classes)
 
     @property
     def num_features(self) -> int:
@@ -287,10 +300,10 @@ class Classifier(PretrainedModel):
         return self.pretrained_cfg
 
     def _check_reset(self, num_classes: int, global_pool: str | None) -> None:
-        """``reset_classifier``'s arguments: a positive class count; ``global_pool`` None or the current one."""
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-            raise UserError(f"reset_classifier: num_classes must be a positive int, got {num_classes!r} (for "
-                            f"the features before the classifier use forward_head(f, pre_logits=True))")
+        """``reset_classifier``'s arguments: a class count (0: none); ``global_pool`` None or the current one."""
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 0:
+            raise UserError(f"reset_classifier: num_classes must be an int >= 0 (0: no classifier, the model "
+                            f"returns its pre-logits features), got {num_classes!r}")
         current = self.global_pool()
         if global_pool is not None and global_pool != current:
             raise UserError(f"reset_classifier: global_pool {global_pool!r} is not this {type(self).__name__}'s "

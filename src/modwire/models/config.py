@@ -24,8 +24,12 @@ from .inputs import Inputs, check_inputs
 from ..errors import UnknownNameError, UserError, UserTypeError
 from ..fields import COUNT, POSITIVE, Bounds, check_fields, did_you_mean
 
-__all__ = ["COUNT", "POSITIVE", "Bounds", "ConfigBase", "ModelConfig", "check_choice", "check_head_split",
+__all__ = ["CLASSES", "COUNT", "POSITIVE", "Bounds", "ConfigBase", "ModelConfig", "check_choice", "check_head_split",
            "check_single_head", "deep_merge", "heads_of", "renamed_keys"]
+
+#: A classifier's ``num_classes``: timm's 0 builds it without its last linear layer (``nn.Identity``), so
+#: ``model(x)`` returns what that layer would read (``forward_head(f, pre_logits=True)``).
+CLASSES = Bounds(lo=0, note="0: no classifier (timm's num_classes=0): the model returns its pre-logits features")
 
 FIELD = "config field"   # how a model config's errors name a key: "config field 'kernel.tau': ..."
 

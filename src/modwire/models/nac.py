@@ -53,7 +53,7 @@ from ..nn.modulated import FFN_ACTIVATIONS, MODULATIONS
 from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
 from .classifier_api import ReadOutClassifier
-from .config import (COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_choice, check_head_split,
+from .config import (CLASSES, COUNT, POSITIVE, Bounds, ConfigBase, ModelConfig, check_choice, check_head_split,
                      check_single_head)
 from .finetune_protocol import ReadOutHeadFineTuning
 from .inputs import Inputs, named_inputs
@@ -170,7 +170,7 @@ class NACConfig(ModelConfig):
     generator: CircuitGeneratorConfig = field(default_factory=CircuitGeneratorConfig)
     graph_prior: GraphPriorConfig = field(default_factory=GraphPriorConfig)
 
-    bounds = {**{n: COUNT for n in ("num_classes", "d_model", "num_layers", "num_processor_modules",
+    bounds = {"num_classes": CLASSES, **{n: COUNT for n in ("d_model", "num_layers", "num_processor_modules",
                                     "num_output_modules", "ffn_hidden", "d_sig", "d_code", "head_dim",
                                     "num_heads", "read_in_heads", "read_out_heads")},
               "alpha_init": Bounds(lo=0, note="ModFC's α, Eq. 1, is learned: 0 starts unmodulated")}

@@ -28,7 +28,7 @@ from ..nn.tokenizers import padding_mask
 from .axis import ModuleAxis
 from .base import Record
 from .classifier_api import ReadOutClassifier
-from .config import COUNT, ModelConfig, check_head_split, check_single_head
+from .config import CLASSES, COUNT, ModelConfig, check_head_split, check_single_head
 from .finetune_protocol import ReadOutHeadFineTuning
 from .inputs import Inputs
 from .registry import register_model_type, register_preset
@@ -57,8 +57,9 @@ class PerceiverIOConfig(ModelConfig):
     read_out_norm: bool = False        # a LayerNorm before the logits (authors': none)
     tokenizer: TokenizerConfig = field(default_factory=lambda: TokenizerConfig(kind="conv", image_size=64))
 
-    bounds = {n: COUNT for n in ("num_classes", "d_model", "num_layers", "num_latents", "num_output_modules",
-                                 "ffn_hidden", "head_dim", "num_heads", "read_in_heads", "read_out_heads")}
+    bounds = {"num_classes": CLASSES, **{n: COUNT for n in ("d_model", "num_layers", "num_latents", "num_output_modules",
+                                                            "ffn_hidden", "head_dim", "num_heads", "read_in_heads",
+                                                            "read_out_heads")}}
     choices = {"activation": FFN_ACTIVATIONS, "tokenizer.kind": TOKENIZERS}
 
     def validate(self) -> None:

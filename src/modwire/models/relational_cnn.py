@@ -55,8 +55,9 @@ from torch import Tensor, nn
 
 from ..nn.checks import check_float, check_not_empty
 from .base import BATCHNORM_REFUSAL
+from ..nn.blocks import linear_head
 from .classifier_api import Classifier
-from .config import COUNT, Bounds, ModelConfig, check_single_head, example_generator
+from .config import CLASSES, COUNT, Bounds, ModelConfig, check_single_head, example_generator
 from .inputs import Inputs, named_inputs
 from .nfm import NFMConfig, NFMModelRecord, body_blocks, body_layer_groups, build_body, set_random_attention
 from .registry import register_model_type, register_preset
@@ -99,7 +100,7 @@ class CNNMLPConfig(ModelConfig):
     stem_layers: int = 0
     random_attention: bool = False
 
-    bounds = {"num_classes": COUNT, "image_size": COUNT, "in_channels": COUNT,
+    bounds = {"num_classes": CLASSES, "image_size": COUNT, "in_channels": COUNT,
               "num_layers": COUNT, "question_dim": Bounds(lo=0, note="0: no question input"), "hidden": COUNT,
               "dropout": Bounds(lo=0, hi=1, hi_open=True), "head_channels": Bounds(lo=0, note="0: no 1×1 projection"),
               "head_pool": Bounds(lo=0, note="0: no pooling"),
@@ -182,7 +183,7 @@ class CNNMLP(Classifier):
         flat = (c.head_channels or widths[-1]) * conv_size(c.image_size, c.num_layers) ** 2
         self.mlp = nn.Sequential(
             nn.Linear(flat + c.question_dim, c.hidden), nn.ReLU(), nn.Linear(c.hidden, c.hidden), nn.ReLU(),
-            nn.Dropout(c.dropout), nn.Linear(c.hidden, c.num_classes))
+            nn.Dropout(c.dropout), linear_head(c.hidden, c.num_classes))
         self.set_eval_options(random_attention=c.random_attention or (c.nfm.enabled and c.nfm.random_attention))
 
     def parameter_sets(self) -> dict[str, tuple[str, ...]]:
@@ -196,9 +197,7 @@ class CNNMLP(Classifier):
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
             raise UserError(f"new_task: num_classes must be a positive int, got {num_classes!r}")
         check_single_head(heads, self.config.model_type)
-        old = self.mlp[-1]
-        self.mlp[-1] = nn.Linear(old.in_features, num_classes, device=old.weight.device, dtype=old.weight.dtype)
-        self.config = self.config.replace(num_classes=num_classes)
+        self.replace_classifier(num_classes)
 
     eval_options = ("random_attention",)   # `modwire eval RUN --set model.overrides.random_attention=true`
 

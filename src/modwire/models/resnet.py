@@ -36,8 +36,9 @@ from torch import Tensor, nn
 
 from ..nn.checks import check_float, check_not_empty
 from .base import BATCHNORM_REFUSAL
+from ..nn.blocks import linear_head
 from .classifier_api import Classifier
-from .config import COUNT, Bounds, ModelConfig, check_single_head, example_generator
+from .config import CLASSES, COUNT, Bounds, ModelConfig, check_single_head, example_generator
 from .inputs import Inputs, named_inputs
 from .nfm import NFMConfig, NFMModelRecord, body_blocks, body_layer_groups, build_body, set_random_attention
 from .registry import register_model_type, register_preset
@@ -76,7 +77,7 @@ class PreActResNetConfig(ModelConfig):
     nfm: NFMConfig = field(default_factory=NFMConfig)
     nfm_modules: str = "stage"
 
-    bounds = {"num_classes": COUNT, "in_channels": COUNT, "image_size": COUNT, "initial_channels": COUNT,
+    bounds = {"num_classes": CLASSES, "in_channels": COUNT, "image_size": COUNT, "initial_channels": COUNT,
               "stem_stride": Bounds(lo=1, hi=2)}
     choices = {"block": BLOCKS, "nfm_modules": NFM_MODULES}
 
@@ -184,9 +185,10 @@ class PreActResNet(Classifier):
         self.config = c = config
         self.stem = nn.Conv2d(c.in_channels, c.initial_channels, 3, stride=c.stem_stride, padding=1, bias=False)
         blocks, channels = residual_blocks(c)
+        self.body_channels = tuple(channels)                               # c_0 … c_N (the head reads c_N)
         self.body = build_body(c.nfm, blocks, channels)
         self.norm = nn.BatchNorm2d(channels[-1]) if c.final_norm else None
-        self.head = nn.Linear(channels[-1], c.num_classes)
+        self.head = linear_head(channels[-1], c.num_classes)
 
     def features(self, x: Tensor, *, record: bool = False) -> Tensor:
         """``x [B, C, H, W]`` → pooled features ``[B, c_N]``."""
@@ -223,7 +225,7 @@ class PreActResNet(Classifier):
 
     @property
     def num_features(self) -> int:
-        return self.head.in_features
+        return self.body_channels[-1]
 
     def global_pool(self) -> str | None:
         return "avg"
@@ -254,7 +256,7 @@ class PreActResNet(Classifier):
             got = f"{tuple(x.shape)} {x.dtype}" if isinstance(x, Tensor) else type(x).__name__
             raise UserError(f"{type(self).__name__} expects {layout}, got {got}")
         check_not_empty(x, "x", layout)
-        check_float(x, "x", layout, self.head.weight)                 # the weights' dtype and device, finite
+        check_float(x, "x", layout, self.stem.weight)                 # the weights' dtype and device, finite
 
     def parameter_sets(self) -> dict[str, tuple[str, ...]]:
         """Fine-tuning sets (``modwire finetune --train``): ``head`` (the linear classifier), ``nfm``
@@ -267,9 +269,7 @@ class PreActResNet(Classifier):
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
             raise UserError(f"new_task: num_classes must be a positive int, got {num_classes!r}")
         check_single_head(heads, self.config.model_type)
-        old = self.head
-        self.head = nn.Linear(old.in_features, num_classes, device=old.weight.device, dtype=old.weight.dtype)
-        self.config = self.config.replace(num_classes=num_classes)
+        self.replace_classifier(num_classes)
 
     eval_options = ("random_attention",)   # `modwire eval RUN --set model.overrides.random_attention=true`
 

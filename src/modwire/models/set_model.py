@@ -46,7 +46,7 @@ from ..nn.tokenizers import NormLinearNorm
 from ..nn.checks import check_float, check_tensor, min_max, values_checkable
 from .base import Record
 from .classifier_api import Classifier
-from .config import COUNT, Bounds, ModelConfig, example_generator
+from .config import CLASSES, COUNT, Bounds, ModelConfig, example_generator
 from .inputs import Inputs, named_inputs
 from .tokenizer_config import EMBEDDINGS, TokenizerConfig, build_tokenizer
 from ..errors import UserError
@@ -69,7 +69,7 @@ class SetModelConfig(ModelConfig):
     question_dim: int = 0
     head_pretrained: bool = False
 
-    bounds = {"num_classes": COUNT, "d_model": COUNT, "num_cls_tokens": Bounds(lo=0, note="0: mean-pooled output"),
+    bounds = {"num_classes": CLASSES, "d_model": COUNT, "num_cls_tokens": Bounds(lo=0, note="0: mean-pooled output"),
               "question_dim": Bounds(lo=0, note="0: no question input")}
     choices = {"tokenizer.kind": EMBEDDINGS}
     # ``tokenizer`` was ``embed`` (NAC's and Perceiver IO's name for the same TokenizerConfig won; the
@@ -229,7 +229,7 @@ class SetModel(Classifier):
     def _build_outputs(self) -> None:
         c, t = self.config, max(self.config.num_cls_tokens, 1)
         self._build_cls_tokens()
-        self.heads = TokenHeads(t, c.d_model, c.num_classes, shared=c.shared_head)
+        self.heads = TokenHeads(t, c.d_model, c.num_classes, shared=c.shared_head) if c.num_classes else nn.Identity()
 
     def _build_cls_tokens(self) -> None:
         c = self.config
@@ -378,9 +378,13 @@ class SetModel(Classifier):
         if c.tokenizer.kind == "panels":
             raise UserError("reset_classifier: a PGM (panels) model scores each candidate with one number; its "
                             "logits are as wide as the puzzle's candidates, not a class count")
-        like = self.norm.weight if isinstance(self.norm, nn.LayerNorm) else next(self.heads.parameters())
-        self.config = c.replace(num_classes=num_classes, head_pretrained=False)
-        self.heads = TokenHeads(max(c.num_cls_tokens, 1), c.d_model, num_classes, shared=c.shared_head).to(like)
+        if not num_classes:                                                  # timm's num_classes=0
+            self.replace_classifier(0)
+        else:
+            self.config = c.replace(num_classes=num_classes)
+            self.heads = TokenHeads(max(c.num_cls_tokens, 1), c.d_model, num_classes,
+                                    shared=c.shared_head).to(next(self.parameters()))
+        self.config = self.config.replace(head_pretrained=False)
 
     def intermediate_norm(self, h: Tensor) -> Tensor:
         return self.norm(h)

@@ -41,6 +41,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from ..nn import TransformerBlock
+from ..nn.blocks import linear_head
 from ..nn.attention import ATTENTION_BACKENDS
 from ..nn.positions import RelativePositionBias, pad_bias
 from .config import COUNT, heads_of
@@ -92,7 +93,7 @@ class FlatClassifier(nn.Module):
     def __init__(self, num_tokens: int, dim: int, num_classes: int) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(num_tokens * dim)
-        self.linear = nn.Linear(num_tokens * dim, num_classes)
+        self.linear = linear_head(num_tokens * dim, num_classes)
 
     def forward(self, y: Tensor) -> Tensor:
         return self.linear(self.norm(y.flatten(-2)))                         # [..., N·E] → [..., C]
@@ -137,7 +138,7 @@ class ViT(SetModel):
             return
         if heads != 1:
             raise UserError(f"classifier='flatten' has one head; {heads} heads need classifier='mean'")
-        like = self.heads.linear.weight
+        like = self.heads.norm.weight
         self.config = self.config.replace(num_classes=num_classes)
         self._build_outputs()
         self.heads.to(like)
@@ -153,7 +154,7 @@ class ViT(SetModel):
 
     @property
     def head_hidden_size(self) -> int:
-        return self.heads.linear.in_features if self.config.classifier == "flatten" else self.config.d_model
+        return self.heads.norm.normalized_shape[0] if self.config.classifier == "flatten" else self.config.d_model
 
     def global_pool(self) -> str | None:
         return super().global_pool() if self.config.classifier == "mean" else None
@@ -166,9 +167,7 @@ class ViT(SetModel):
             super().reset_classifier(num_classes, global_pool)
             return
         self._check_reset(num_classes, global_pool)
-        old = self.heads.linear                                              # the flattened LayerNorm is kept
-        self.heads.linear = nn.Linear(old.in_features, num_classes, device=old.weight.device, dtype=old.weight.dtype)
-        self.config = self.config.replace(num_classes=num_classes)
+        self.replace_classifier(num_classes)                                 # the flattened LayerNorm is kept
 
     @classmethod
     def timm_overrides(cls, config: ViTConfig, **kw: Any) -> dict[str, Any]:

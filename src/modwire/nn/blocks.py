@@ -30,6 +30,12 @@ from .modulated import PLAIN, ModulatedFFN, ModulationSpec, PreNorm
 Bias = Tensor | AttentionPattern | None
 
 
+def linear_head(in_features: int, num_classes: int, **factory: Any) -> nn.Module:
+    """A classifier's last layer: ``Linear(in_features, num_classes, **factory)`` (``device``, ``dtype``), or
+    with ``num_classes = 0`` (timm's convention: no classifier) the identity: the model returns what it reads."""
+    return nn.Linear(in_features, num_classes, **factory) if num_classes else nn.Identity()
+
+
 def run_block(checkpointed: bool, block: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``block(*args, **kwargs)``, or with ``checkpointed`` (while gradients are recorded) through
     ``torch.utils.checkpoint`` (non-reentrant; dropout's random state restored): the block keeps only its
@@ -156,7 +162,7 @@ class ReadOut(nn.Module):
         # One output slot needs no confidence: softmax over a single module is 1. No bias: a shift
         # shared by every output module cancels in the softmax over them.
         self.confidence = nn.Linear(dim, 1, bias=False) if num_outputs > 1 else None
-        self.head = nn.Linear(dim, num_classes)
+        self.head = linear_head(dim, num_classes)
 
     def forward(self, queries: Tensor, states: Tensor, *, out_codes: Tensor | None = None,
                 state_codes: Tensor | None = None, bias: Bias = None, key_mask: Tensor | None = None,
