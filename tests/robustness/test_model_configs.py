@@ -22,9 +22,12 @@ BAD = [
       for v, want in ((0.0, "> 0"), (-0.5, "> 0"), (NAN, "finite"))],
     *[("nac_micro", {"alpha_init": v}, "alpha_init", want) for v, want in ((-0.1, ">= 0"), (NAN, "finite"),
                                                                             (INF, "finite"))],
-    *[("nac_micro", {f: v}, f, ">= 1") for f in ("num_classes", "d_model", "num_layers", "num_processor_modules",
+    *[("nac_micro", {f: v}, f, ">= 1") for f in ("d_model", "num_layers", "num_processor_modules",
                                                  "num_output_modules", "ffn_hidden", "d_sig", "d_code")
       for v in (0, -3)],
+    *[(p, {"num_classes": -3}, "num_classes", ">= 0 (0: no classifier") for p in ("nac_micro", "perceiver_io_micro",
+                                                                                 "vit_micro", "preact_resnet_micro",
+                                                                                 "cnn_mlp_micro")],
     *[(p, {f: v}, f, ">= 1") for p in ("nac_micro", "perceiver_io_micro")
       for f in ("num_heads", "read_in_heads", "read_out_heads", "head_dim") for v in (0, -2)],
     *[(p, {"head_dim": None, f: 5}, f, "divides d_model=32") for p in ("nac_micro", "perceiver_io_micro")
