@@ -15,8 +15,8 @@ training mode the split draws its random numbers (dropout, NAC's sampled kernel)
 so it equals the forward under the same seed (an AiT's training forward also writes its workspace
 memory, AiT "Reset memory": each training call, split or not, sees the memory the last one left).
 
-``forward_intermediates(x, indices, norm, stop_early, output_fmt, intermediates_only, return_prefix_tokens)`` is timm's
-contract (timm >= 1.0): ``(final features, [block outputs])``, or only the list. A "block" is each
+``forward_intermediates(x, indices, norm, stop_early, output_fmt, intermediates_only, return_prefix_tokens)``
+is timm's contract (timm >= 1.0): ``(final features, [block outputs])``, or only the list. A "block" is each
 family's layer (:meth:`Classifier.intermediate_blocks`). modwire's paper records are
 ``forward_record`` (the ``Records`` capability); ``forward_intermediates`` was an alias of it for one
 release (issue 37) and an old call that reads a record field from the tuple gets an error saying so.
@@ -24,8 +24,9 @@ release (issue 37) and an old call that reads a record field from the tuple gets
 ``group_matcher(coarse)`` is timm's parameter grouping by depth (what timm's layer-wise learning-rate
 decay, ``param_groups_layer_decay``, reads): the stem (:attr:`Classifier.stem_modules`), then each block
 with what belongs to it (:meth:`Classifier.layer_groups`), then everything else (the final norm and the
-head) last. ``pretrained_cfg`` / ``default_cfg`` (what ``timm.data.resolve_data_config`` reads), ``num_classes``
-(timm's 0: built without the last linear layer, :meth:`Classifier.replace_classifier`), ``reset_classifier``, ``get_classifier`` and ``no_weight_decay`` (full names, from
+head) last. ``pretrained_cfg`` / ``default_cfg`` (what ``timm.data.resolve_data_config`` reads),
+``num_classes`` (timm's 0: built without the last linear layer, :meth:`Classifier.replace_classifier`),
+``reset_classifier``, ``get_classifier`` and ``no_weight_decay`` (full names, from
 :class:`~modwire.models.base.PretrainedModel`) complete the API; ``create_model(name, in_chans=,
 drop_rate=, global_pool=)`` maps those keywords onto config fields (:meth:`Classifier.timm_overrides`).
 """
