@@ -5,7 +5,7 @@ from PIL import Image
 from modwire.models import get_config
 from modwire.models.inputs import InputSpec, check_inputs
 from modwire.tasks import TaskInfo, build_dataset, describe_task
-from modwire.training import build_model_for_task, load_config
+from modwire.training import build_model_for_task, load_config, train
 
 
 @pytest.mark.parametrize("make, match", [
@@ -65,6 +65,21 @@ def test_models_say_which_inputs_they_cannot_read():
     cfg = load_config(None, ["model.name=nac_conditional_micro", "data.task=triangle"])
     with pytest.raises(ValueError, match=r"takes the inputs \['condition', 'x'\], but task 'triangle' gives \['x'\]"):
         build_model_for_task(cfg)
+
+
+@pytest.mark.parametrize("given", [0, 3])
+def test_a_class_count_the_task_does_not_have_is_refused_before_the_run_writes(tmp_path, given):
+    # 0 (timm's model without classifier) would train a cross-entropy over its features; 3 of 10 classes
+    # would end in an out-of-range target
+    run = tmp_path / "run"
+    cfg = load_config(None, [f"out_dir={run}", "model.name=vit_micro", "data.task=digits", "progress=false",
+                             f"model.overrides={{num_classes: {given}}}"])
+    with pytest.raises(ValueError, match=rf"config key 'model.overrides.num_classes': got {given}, but task 'digits' "
+                                         rf"needs 10 outputs from model 'vit_micro'"):
+        train(cfg)
+    assert not run.exists()
+    assert build_model_for_task(load_config(None, ["model.name=vit_micro", "data.task=digits",
+                                                   "model.overrides={num_classes: 10}"])).num_classes == 10
 
 
 def test_image_folder_bad_layouts(tmp_path):

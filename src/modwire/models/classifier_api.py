@@ -257,8 +257,9 @@ class Classifier(PretrainedModel):
                 h.remove()
         normed = [self.intermediate_norm(outputs[i]) if norm else outputs[i] for i in take]
         inter = [self.to_output_fmt(h, fmt) for h in normed]
-        if return_prefix_tokens and self.prefix_tokens(normed[0]) is not None:     # timm: none → the plain list
-            inter = list(zip(inter, [self.prefix_tokens(h) for h in normed]))
+        prefix = [self.prefix_tokens(h) for h in normed] if return_prefix_tokens else [None]
+        if prefix[0] is not None:                                     # timm: no prefix tokens → the plain list
+            inter = list(zip(inter, prefix))
         return inter if intermediates_only else Intermediates((final, inter))
 
     def group_matcher(self, coarse: bool = False) -> dict[str, Any]:

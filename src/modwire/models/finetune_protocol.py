@@ -39,9 +39,10 @@ class ReadOutHeadFineTuning:
 
     def new_task(self, num_classes: int, heads: int = 1) -> None:
         """A freshly initialised head ``Linear(d_model, num_classes)`` (PyTorch's default
-        ``nn.Linear`` initialisation, as when the model was built), on the model's device
-        and dtype (:meth:`~modwire.models.classifier_api.Classifier.replace_classifier`); ``config.num_classes`` follows. Only one head: these models read one
-        prediction per sample (use a ViT or Neural Interpreter for tasks with several heads)."""
+        ``nn.Linear`` initialisation, as when the model was built), on the model's device and dtype
+        (:meth:`~modwire.models.classifier_api.Classifier.replace_classifier`); ``config.num_classes``
+        follows. Only one head: these models read one prediction per sample (use a ViT or Neural
+        Interpreter for tasks with several heads)."""
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
             raise UserError(f"new_task: num_classes must be a positive int, got {num_classes!r}")
         check_single_head(heads, self.config.model_type)

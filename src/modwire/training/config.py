@@ -158,6 +158,7 @@ class TrainConfig:
                                                   # CUDA (exact: same kernels, replayed); on the CPU it compiles as "default"
     grad_checkpointing: bool = False              # recompute each block in the backward (timm's set_grad_checkpointing):
                                                   # less activation memory, more compute; the ViT, NI, NAC, Perceiver IO
+                                                  # and the LM (the others refuse it)
     ema_decay: float = 0.0                        # > 0 keeps an EMA of the weights
     nonfinite: str = "stop"                       # a NaN/inf loss or gradient: stop (the last finite checkpoint
                                                   # is kept) | skip that optimizer step (training/divergence.py)

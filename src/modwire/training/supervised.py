@@ -63,13 +63,19 @@ def model_overrides_for_task(cfg: TrainConfig) -> dict[str, Any]:
     """The preset's input layers fitted to the task's description at ``cfg.data.params``
     (``ModelConfig.input_overrides``), then the user's overrides, which win (nested settings such
     as ``tokenizer`` merge: a user's ``tokenizer.max_len`` keeps the tokenizer kind the task's inputs
-    call for). Validates the task, its params and the whole model config; builds no weights."""
+    call for). A ``num_classes`` other than the task's is refused. Validates the task, its params and the
+    whole model config; builds no weights."""
     info = describe_task(cfg.data.task, cfg.data.params)
     preset = get_config(cfg.model.name)
     user = OmegaConf.to_container(cfg.model.overrides) if OmegaConf.is_config(cfg.model.overrides) \
         else dict(cfg.model.overrides)
-    overrides = deep_merge(preset.normalize(preset.input_overrides(info.inputs, info.num_classes, info.heads)),
-                           preset.normalize(user))
+    fitted = preset.normalize(preset.input_overrides(info.inputs, info.num_classes, info.heads))
+    mine = preset.normalize(user)
+    if "num_classes" in fitted and mine.get("num_classes", fitted["num_classes"]) != fitted["num_classes"]:
+        raise UserError(f"config key 'model.overrides.num_classes': got {mine['num_classes']!r}, but task "
+                        f"{info.name!r} needs {fitted['num_classes']} outputs from model {cfg.model.name!r} (leave it "
+                        f"out: the task sets it; 0, timm's model without classifier, is for features, not training)")
+    overrides = deep_merge(fitted, mine)
     given, taken = sorted(named_inputs(info.inputs)), sorted(get_config(cfg.model.name, **overrides).input_names())
     if given != taken:
         raise UserError(f"model {cfg.model.name!r} (with model.overrides) takes the inputs {taken}, but task "
