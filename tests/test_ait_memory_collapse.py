@@ -67,6 +67,7 @@ def test_unreadable_data_is_a_clear_error(tmp_path):
         collapse.main(["--quick", "--out", str(tmp_path), "--data-root", str(tmp_path / "nowhere")])
 
 
+@pytest.mark.slow      # ~5 s (make test stays under 10 minutes)
 def test_seeds_give_one_record_per_variant_and_seed_and_report_rebuilds_them(tmp_path):
     """--seeds 2 on the generated Triangle task: a record per (variant, seed), seeds-major, each seed its
     own numbers; the table gives mean ± std over the two; --report rebuilds the same study.json results."""

@@ -51,6 +51,7 @@ def test_rows_are_table2_ablations_of_one_preset_with_the_papers_workspace(tmp_p
         tri.parse(["--rows", "ait,nope"])
 
 
+@pytest.mark.slow      # ~5 s (make test stays under 10 minutes)
 def test_quick_run_trains_scores_the_test_split_and_tabulates(tmp_path, capsys):
     assert tri.main(["--quick", "--workers", "0", "--rows", "ait", "--out", str(tmp_path)]) == 0
     record = json.loads((tmp_path / "results.jsonl").read_text().splitlines()[0])

@@ -12,6 +12,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow      # ~5 s (make test stays under 10 minutes)
 def test_bench_nac_quick_runs_and_reports_every_section():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_nac.py"), "--quick"],
                          capture_output=True, text=True, timeout=300, check=True).stdout
@@ -146,6 +147,7 @@ def test_bench_nfm_refuses_channels_last_with_compile():
     assert done.returncode == 2 and "--channels-last times the current eager models" in done.stderr
 
 
+@pytest.mark.slow      # ~5 s (make test stays under 10 minutes)
 def test_bench_checkpointing_quick_times_both_sides_and_counts_what_the_forward_keeps(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_checkpointing.py"), "--quick", "--presets",
                           "vit_micro", "ni_micro", "--out", str(tmp_path / "c.json"), "--markdown", str(tmp_path / "c.md")],
@@ -262,6 +264,7 @@ def test_bench_vit_quick_runs_in_bf16_autocast():
     assert [r[0] for r in rows] == ["inference", "train"] and all(float(r[1]) > 0 for r in rows)
 
 
+@pytest.mark.slow      # ~5 s (make test stays under 10 minutes)
 def test_bench_ni_quick_runs_and_the_loop_matches_the_batched_functions():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_ni.py"), "--quick"],
                          capture_output=True, text=True, timeout=120, check=True).stdout
@@ -369,6 +372,7 @@ def test_bench_nfm_authors_says_what_checkout_it_needs(tmp_path):
         assert ("got none" if not extra else f"{tmp_path} has no models/model.py") in res.stderr
 
 
+@pytest.mark.slow      # ~5 s (make test stays under 10 minutes)
 def test_bench_nfm_authors_quick_times_every_side_with_a_stand_in_checkout(tmp_path):
     """The script's whole path (import from the checkout, the five models, ratios, JSON) on a stand-in for
     the authors' repository: the suite never reads their code (benchmarks/README.md says how to get it)."""

@@ -2,6 +2,7 @@
 import json
 
 import numpy as np
+import pytest
 
 from modwire.tasks.loaders import wikitext
 
@@ -18,6 +19,7 @@ def test_corpus_has_the_wikitext_layout_and_number_agreement(tmp_path):
     assert words[-1] == "." and words[0] in ("the", "a", "one", "some", "many", "<unk>")
 
 
+@pytest.mark.slow      # ~5 s (make test stays under 10 minutes)
 def test_quick_run_writes_every_variant_and_seed(tmp_path):
     """--quick --seeds 2: a record per (variant, seed), seeds-major, on one corpus (the seed changes the
     training only); the table's mean ± std; --report rebuilds the same study.json results."""
